@@ -82,7 +82,7 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
               '{"id", "kind", "status", "line", "file"?, "reason"?}.')
 @click.pass_obj
 def ingest(store, file, fmt, kind, session, section, pending, ttl, keep_noise, dry_run, as_json):
-    """Store messages or notes from FILE, or stdin with '-'.
+    """Store messages or notes from a file or stdin.
 
     All or nothing: any bad record stops the run with one line naming the
     file, line and field, and the store is left as it was. Prints the id of

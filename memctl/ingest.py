@@ -302,7 +302,7 @@ def _write_notes(store: Store, tx, notes: list[dict]) -> dict[str, str]:
     if not notes:
         return {}
     path = store.memory_md
-    doc = memoryfile.parse(path.read_text(encoding="utf-8") if path.exists() else "")
+    doc = memoryfile.load(path)
     for note in notes:
         doc.add(Entry(text=note["text"], fields=note["fields"], section=note["section"]))
     tx.replace(path, doc.render().encode("utf-8"))

@@ -27,9 +27,12 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
+
+from .errors import StoreError
 
 META_OPEN = "<!-- memory"
 META_CLOSE = "-->"
@@ -230,7 +233,9 @@ def _ends_with_blank_line(text: str) -> bool:
 
 def parse(text: str) -> Document:
     """Parse MEMORY.md text; `render()` of the result gives the same text back."""
-    lines = text.splitlines(keepends=True)
+    # Only \n ends a line: str.splitlines would also split on form feeds and
+    # other separators that are ordinary characters in Markdown.
+    lines = re.findall(r"[^\n]*\n|[^\n]+$", text)
     doc = Document()
     section = DEFAULT_SECTION
     i = 0
@@ -265,6 +270,19 @@ def parse(text: str) -> Document:
             entry.derived_id = derive_id(section, text)
             doc.blocks.append(entry)
     return doc
+
+
+def load(path: Path) -> Document:
+    """Parse the MEMORY.md at `path` (empty if missing), keeping its exact bytes."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return Document()
+    try:
+        return parse(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise StoreError(f"{path}:{line}: not valid UTF-8; fix or remove that byte") from None
 
 
 def _parse_annotated(lines: list[str], i: int, section: str, doc: Document) -> int:
@@ -309,8 +327,8 @@ def _parse_annotated(lines: list[str], i: int, section: str, doc: Document) -> i
     end = i
     while end > text_start and not lines[end - 1].strip():
         end -= 1
-    text = unescape_body("".join(lines[text_start:end]).rstrip("\r\n"))
-    text = "\n".join(part.rstrip("\r") for part in text.split("\n"))
+    body = "\n".join(part.rstrip("\r") for part in "".join(lines[text_start:end]).split("\n"))
+    text = unescape_body(body.strip("\n"))
     entry = Entry(text=text, fields=fields, section=section, line=start + 1,
                   text_line=text_start + 1, raw="".join(lines[start:end]))
     if "id" not in fields:
@@ -358,7 +376,7 @@ def _parse_value(text: str) -> Any:
 
 def _render_value(value: Any) -> str:
     if isinstance(value, str):
-        plain = (value == value.strip() and value and "\n" not in value and META_CLOSE not in value
+        plain = (value == value.strip() and value and value.isprintable() and META_CLOSE not in value
                  and value[:1] not in ('[', '{', '"') and value not in ("true", "false")
                  and not _NUMBER.match(value))
         return value if plain else orjson.dumps(value).decode()

@@ -47,12 +47,12 @@ def noise_reason(text: str, role: str | None = None) -> str | None:
     that laptop" is a fact, so user text is never taken for a refusal.
     """
     stripped = text.strip()
-    if len(stripped) < MIN_CHARS:
-        return "too short"
     if _GREETING.match(stripped) or _HEARTBEAT.match(stripped):
         return "greeting"
     if _META_QUESTION.match(stripped):
         return "meta-question"
     if role not in ("user", "human") and _REFUSAL.search(stripped):
         return "refusal"
+    if len(stripped) < MIN_CHARS:
+        return "too short"
     return None

@@ -53,9 +53,8 @@ def load_ids(store: Store) -> dict[str, str]:
         ids[message["id"]] = message.get("text", "")
     for _, item in iter_pending(store):
         ids[item["id"]] = item.get("text", "")
-    if store.memory_md.exists():
-        for entry in memoryfile.parse(store.memory_md.read_text(encoding="utf-8")).entries:
-            ids[entry.id] = entry.text
+    for entry in memoryfile.load(store.memory_md).entries:
+        ids[entry.id] = entry.text
     return ids
 
 

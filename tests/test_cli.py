@@ -1,0 +1,113 @@
+"""The command-line contract, through real `memctl` processes (C1, C2, C5)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from conftest import FIXTURES, REPO, memctl_command, snapshot
+from memctl.cli import cli
+
+COMMANDS = sorted(cli.commands)
+
+
+def test_version_and_top_level_help(run):
+    version = run("--version")
+    assert version.returncode == 0 and version.stdout.decode().startswith("memctl, version ")
+    top = run("--help")
+    assert top.returncode == 0
+    for name in ("ingest", "index", "search", "split", "review", "state", "health"):
+        assert name in top.stdout.decode()
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_has_help_with_examples(run, name):
+    result = run(name, "--help")
+    assert result.returncode == 0
+    text = result.stdout.decode()
+    assert text.startswith(f"Usage: memctl {name}")
+    if not cli.commands[name].help.startswith("("):  # placeholders say when they come instead
+        assert "Examples:" in text and f"memctl {name}" in text.split("Examples:")[1]
+
+
+def test_ingest_from_stdin_prints_ids_then_json(run, store_dir):
+    first = run("ingest", "-", input='{"id": "a1", "text": "I moved to Taipei last month"}\n')
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.decode() == "a1\n"
+    second = run("ingest", "--json", "-", input='{"id": "a1", "text": "I moved to Taipei last month"}\n'
+                                                  '{"id": "a2", "text": "hello"}\n')
+    assert second.returncode == 0
+    rows = [orjson.loads(line) for line in second.stdout.splitlines()]
+    assert rows == [{"id": "a1", "kind": "message", "status": "duplicate", "line": 1},
+                    {"id": "a2", "kind": "message", "status": "noise", "line": 2, "reason": "greeting"}]
+    assert b"skipped <stdin>:2 (greeting): hello" in second.stderr
+    assert b"1 already stored" in second.stderr
+
+
+def test_fixtures_through_the_cli(run, store_dir):
+    chat = run("ingest", str(FIXTURES / "demo" / "chat.jsonl"))
+    notes = run("ingest", str(FIXTURES / "demo" / "MEMORY.md"))
+    assert chat.returncode == notes.returncode == 0
+    assert len(chat.stdout.splitlines()) == 21 and len(notes.stdout.splitlines()) == 5
+    assert (store_dir / "sessions" / "2026-11-16-review.jsonl").exists()
+    assert "## 待辦" in (store_dir / "MEMORY.md").read_text()
+
+
+def test_bad_input_is_one_line_exit_2_and_no_change(run, store_dir):
+    run("ingest", str(FIXTURES / "demo" / "chat.jsonl"))
+    before = snapshot(store_dir)
+    bad = run("ingest", "-", input='{"text": "good line here"}\n{"text": 5}\n')
+    assert bad.returncode == 2
+    assert bad.stdout == b""
+    assert bad.stderr.decode() == "memctl: error: <stdin>:2: field 'text': must be text, got a number\n"
+    assert snapshot(store_dir) == before
+
+
+@pytest.mark.parametrize("args, stdin, fragment", [
+    (["ingest", "/no/such/file.jsonl"], None, "/no/such/file.jsonl: No such file or directory"),
+    (["ingest", "-"], b"\xff\xfe\x00garbage", "<stdin>: binary input"),
+    (["ingest", "--format", "xml", "-"], b"", "Invalid value for '-f' / '--format'"),
+    (["ingest", "--ttl", "-1", "-"], b"x", "Invalid value for '--ttl'"),
+    (["nosuchcommand"], None, "No such command 'nosuchcommand'"),
+])
+def test_usage_and_input_errors_exit_2_without_traceback(run, args, stdin, fragment):
+    result = run(*args, input=stdin)
+    assert result.returncode == 2
+    assert fragment in result.stderr.decode()
+    assert b"Traceback" not in result.stderr
+
+
+def test_store_from_environment_and_flag(tmp_path):
+    env_store, flag_store = tmp_path / "env", tmp_path / "flag"
+    base = [*memctl_command()]
+    common = {"input": b"from the environment", "capture_output": True}
+    import os
+    env = {**os.environ, "MEMCTL_STORE": str(env_store)}
+    assert subprocess.run([*base, "ingest", "-"], env=env, **common).returncode == 0
+    assert (env_store / "sessions" / "default.jsonl").exists()
+    assert subprocess.run([*base, "--store", str(flag_store), "ingest", "-"], env=env,
+                          **common).returncode == 0  # the flag wins over the environment
+    assert (flag_store / "sessions" / "default.jsonl").exists()
+    assert len((env_store / "sessions" / "default.jsonl").read_bytes().splitlines()) == 1
+
+
+def test_placeholder_commands_say_so(run):
+    result = run("split")
+    assert result.returncode == 2
+    assert b"not available yet" in result.stderr
+
+
+def test_man_pages_and_completions_are_up_to_date():
+    check = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_docs.py"), "--check"],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
+def test_completion_script_completes_subcommands(tmp_path):
+    import os
+    env = {**os.environ, "_MEMCTL_COMPLETE": "bash_complete", "COMP_WORDS": "memctl ing", "COMP_CWORD": "1"}
+    result = subprocess.run(memctl_command(), env=env, capture_output=True, text=True)
+    assert "ingest" in result.stdout
