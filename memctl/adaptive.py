@@ -1,0 +1,50 @@
+"""Adaptive retrieval (P7): does this message need a memory search at all?
+
+Order of the checks, as in the design: memory words force a search; then
+greetings, slash commands, acknowledgements, pure emoji and heartbeats are
+skipped; then a short message without a question mark is skipped (CJK under
+6 characters, other text under 15).
+"""
+
+from __future__ import annotations
+
+import re
+
+_FORCE = re.compile(
+    r"記得|记得|上次|之前|以前|曾經|曾经|你忘了|我說過|我说过|"
+    r"\b(?:remember|recall|previously|last time|earlier|before|forgot|forget|we talked|you said|i told you|i said)\b",
+    re.IGNORECASE)
+_GREETING = re.compile(
+    r"^\W*(?:hi|hello|hey|yo|howdy|good (?:morning|afternoon|evening|night)|你好|您好|哈囉|哈啰|嗨|早安|午安|晚安"
+    r"|早上好|晚上好)\W*$", re.IGNORECASE)
+_ACK = re.compile(
+    r"^\W*(?:ok(?:ay)?|k|sure|yes|yep|yeah|no|nope|thanks?|thank you|thx|got it|cool|great|nice|fine|alright"
+    r"|好的?|好啊|嗯+|對|对|是的?|謝謝|谢谢|收到|了解|知道了|沒問題|没问题|可以)\W*$", re.IGNORECASE)
+_SLASH = re.compile(r"^\s*/[A-Za-z_][\w-]*")
+_HEARTBEAT = re.compile(r"^\W*heartbeat", re.IGNORECASE)
+_EMOJI_ONLY = re.compile(r"^[\s\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D\u2B00-\u2BFF\U000E0000-\U000E007F]+$")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
+
+def skip_reason(message: str) -> str | None:
+    """Why no search is needed for `message`, or None when one is."""
+    text = message.strip()
+    if _FORCE.search(text):
+        return None
+    if not text:
+        return "empty message"
+    if _HEARTBEAT.match(text):
+        return "heartbeat"
+    if _SLASH.match(text):
+        return "slash command"
+    if _GREETING.match(text):
+        return "greeting"
+    if _ACK.match(text):
+        return "acknowledgement"
+    if _EMOJI_ONLY.match(text):
+        return "emoji only"
+    has_question = "?" in text or "？" in text
+    is_cjk = bool(_CJK.search(text))
+    if not has_question and len(text) < (6 if is_cjk else 15):
+        return f"short message without a question mark (under {6 if is_cjk else 15} characters)"
+    return None
