@@ -1,0 +1,5 @@
+"""`python -m memctl`: the same as the `memctl` command."""
+
+from .cli import main
+
+main()
