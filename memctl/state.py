@@ -40,6 +40,7 @@ turn.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -420,9 +421,16 @@ _CJK_ABOUT = ("關於", "关于", "有關", "有关", "對於", "对于", "に�
 _CJK = "\u1100-\u11ff\u2e80-\u2fdf\u3040-\u30ff\u3100-\u312f\u3130-\u318f\u31f0-\u31ff" \
        "\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\U00020000-\U0003134f"
 _LATIN = "0-9a-z\u00b5\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff"  # letters after casefold, digits
-_PIECES = re.compile(rf"[{_CJK}]+|(?:(?![{_CJK}])[^\W_])+")
-_IS_CJK = re.compile(rf"[{_CJK}]")
-_IS_LATIN = re.compile(rf"[{_LATIN}]")
+
+
+@functools.cache
+def _re(name: str) -> re.Pattern[str]:
+    """The keyword patterns, compiled on first use (record and show need none of them)."""
+    return re.compile({
+        "pieces": rf"[{_CJK}]+|(?:(?![{_CJK}])[^\W_])+",  # CJK runs, other word runs
+        "cjk": rf"[{_CJK}]",
+        "latin": rf"[{_LATIN}]",
+    }[name])
 
 
 def normalize(text: str) -> str:
@@ -442,8 +450,8 @@ def heading_keywords(section: str) -> list[str]:
     """
     whole = normalize(section)
     words = [whole]
-    for piece in _PIECES.findall(whole):
-        if _IS_CJK.match(piece):
+    for piece in _re("pieces").findall(whole):
+        if _re("cjk").match(piece):
             for prefix in _CJK_ABOUT:
                 if piece.startswith(prefix) and len(piece) > len(prefix):
                     words.append(piece)
@@ -478,9 +486,9 @@ def match_keywords(message: str, keywords: Iterable[str]) -> list[str]:
 
 def _keyword_pattern(keyword: str) -> re.Pattern[str]:
     body = r"\s+".join(re.escape(part) for part in keyword.split())
-    if _IS_LATIN.match(keyword[0]):
+    if _re("latin").match(keyword[0]):
         body = rf"(?<![{_LATIN}])" + body
-    if _IS_LATIN.match(keyword[-1]):
+    if _re("latin").match(keyword[-1]):
         body += rf"(?:e?s)?(?![{_LATIN}])" if keyword[-1].isalpha() else rf"(?![{_LATIN}])"
     return re.compile(body)
 
@@ -543,11 +551,20 @@ def plan(store: Store, message: str, *, settings: dict[str, Any] | None = None,
 # -- show, reset, config -----------------------------------------------------
 
 def show(store: Store, settings: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """The `state show --json` object: the state's fields plus `dominant`; None without state."""
-    state = load_state(store, settings if settings is not None else settings_for(store))
+    """The `state show --json` object, or None when there is no state yet.
+
+    The fields of index_state.json as stored, plus `dominant` (sections at or
+    over the threshold, largest share first) and `suggestions` (sections
+    missed miss_threshold turns in a row: [{"section", "miss_count",
+    "suggestion"}]).
+    """
+    settings = settings if settings is not None else settings_for(store)
+    state = load_state(store, settings)
     if state is None:
         return None
-    return {**state.as_dict(), "dominant": state.dominant()}
+    suggestions = [Suggestion(s, n).as_dict() for s, n in state.miss_count.items()
+                   if n >= settings["miss_threshold"]]
+    return {**state.as_dict(), "dominant": state.dominant(), "suggestions": suggestions}
 
 
 @dataclass
