@@ -268,7 +268,8 @@ class Suggestion:
 
     @property
     def text(self) -> str:
-        return (f"{self.section}: not used in the last {self.miss_count} turns; consider removing it "
+        turns = "turn" if self.miss_count == 1 else f"{self.miss_count} turns"
+        return (f"{self.section}: not used in the last {turns}; consider removing it "
                 "from MEMORY.md or merging it into another section")
 
     def as_dict(self) -> dict[str, Any]:
@@ -580,7 +581,8 @@ def reset(store: Store, *, dry_run: bool = False, settings: dict[str, Any] | Non
     """Start the window over: no turns, proportions, miss counts or topic; MEMORY_TOPIC.md removed.
 
     The window size and threshold are kept when the old file is readable;
-    a corrupt file is replaced by a fresh state from memctl.toml.
+    a corrupt file is replaced by a fresh state from memctl.toml. Without an
+    index_state.json there is no state to reset, and none is created.
     """
     settings = settings if settings is not None else settings_for(store)
     with store.transaction(dry_run=dry_run) as tx:
@@ -598,7 +600,8 @@ def reset(store: Store, *, dry_run: bool = False, settings: dict[str, Any] | Non
         topic = topic_file(store)
         topic_removed = topic.exists()
         tx.delete(topic)
-        tx.replace(store.state_file, fresh.dumps())
+        if had_state:
+            tx.replace(store.state_file, fresh.dumps())
     return ResetResult(had_state, len(old.turns) if old else 0, readable, topic_removed, fresh)
 
 

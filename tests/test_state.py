@@ -237,6 +237,7 @@ def test_miss_count_and_suggestions(store):
 def test_miss_threshold_from_toml_and_removed_sections(store):
     (store.root / "memctl.toml").write_text("[state]\nmiss_threshold = 1\n")
     first = S.record(store, ["Decisions"])
+    assert first.suggestions[0].text.startswith("重要決定: not used in the last turn; consider removing")
     assert {s.section for s in first.suggestions} == {"重要決定", "關於老蔡", "待辦", "關於我", "About Bob"}
     store.memory_md.write_text("## Decisions\n\nShip on Fridays.\n\n## New\n\nx\n", encoding="utf-8")
     second = S.record(store, ["Decisions"])
@@ -394,6 +395,8 @@ def test_reset_repairs_a_corrupt_state(store):
 
 def test_missing_state_means_no_state_yet(store):
     assert S.load_state(store) is None
+    assert memctl(store, "state", "reset", "--yes").returncode == 0
+    assert not store.state_file.exists()      # nothing to reset, nothing created
     result = memctl(store, "state", "show")
     assert result.returncode == 1 and result.stdout == b""
     assert b"no state yet" in result.stderr
