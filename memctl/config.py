@@ -4,6 +4,12 @@ Every setting lives in a table of memctl.toml (in the store) and can be
 overridden by an environment variable MEMCTL_<TABLE>_<KEY>, e.g.
 MEMCTL_INGEST_PENDING_TTL_HOURS=48. Command-line flags win over both; the
 CLI passes them in as explicit arguments.
+
+A setting is a typed scalar, except where its default is a dict: that is a
+mapping of names to lists of words, written as a sub-table, e.g.
+
+    [state.keywords]
+    "重要決定" = ["決定", "decision"]
 """
 
 from __future__ import annotations
@@ -24,6 +30,24 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "default_memory_class": "episodic",
         "filter_noise": True,
     },
+    # The section-hit window (W, memctl/state.py). window_size and
+    # dominant_threshold are the values a new index_state.json starts with;
+    # after that the file holds them (memctl state config changes them).
+    "state": {
+        "window_size": 5,            # 3, 5 or 10 turns
+        "dominant_threshold": 0.7,   # in (0, 1]
+        "miss_threshold": 3,         # suggest removing a section missed this many turns in a row
+        "topic_after_turns": 3,      # dominant this many turns in a row -> MEMORY_TOPIC.md
+        "keywords": {},              # section -> extra keywords for `memctl state plan`
+    },
+}
+
+# Settings whose values are limited further than by their type: (test, what is allowed).
+LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
+    ("state", "window_size"): (lambda v: v in (3, 5, 10), "3, 5 or 10"),
+    ("state", "dominant_threshold"): (lambda v: 0 < v <= 1, "a number in (0, 1]"),
+    ("state", "miss_threshold"): (lambda v: v >= 1, "a whole number >= 1"),
+    ("state", "topic_after_turns"): (lambda v: v >= 1, "a whole number >= 1"),
 }
 
 
@@ -64,6 +88,27 @@ def _checked(table: str, key: str, value: Any, source: str) -> Any:
     default = DEFAULTS[table][key]
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
+    if isinstance(default, dict):
+        return _checked_word_lists(table, key, value, source)
     if type(value) is not type(default):
         raise InputError(f"{table}.{key} must be {type(default).__name__}, got {value!r}", source=source)
+    limit = LIMITS.get((table, key))
+    if limit and not limit[0](value):
+        raise InputError(f"{table}.{key} must be {limit[1]}, got {value!r}", source=source)
     return value
+
+
+def _checked_word_lists(table: str, key: str, value: Any, source: str) -> dict[str, list[str]]:
+    """A mapping of names to lists of words; a single word stands for a list of one."""
+    if not isinstance(value, dict):
+        raise InputError(f"[{table}.{key}] must be a table of name = [\"word\", ...], got {value!r}",
+                         source=source)
+    out: dict[str, list[str]] = {}
+    for name, words in value.items():
+        if isinstance(words, str):
+            words = [words]
+        if not (isinstance(words, list) and all(isinstance(w, str) and w.strip() for w in words)):
+            raise InputError(f"{table}.{key}.{name} must be a list of non-empty words, got {words!r}",
+                             source=source)
+        out[name] = [w.strip() for w in words]
+    return out
