@@ -87,7 +87,9 @@ def test_writer_killed_at_random_points_keeps_every_acknowledged_write(tmp_path)
     rng = random.Random(20261122)
     acknowledged: list[str] = []
     interrupted = 0  # kills that landed inside a transaction
-    for run in range(12):
+    for run in range(40):  # until enough kills have landed mid-transaction (timing varies with load)
+        if run >= 8 and interrupted >= 4:
+            break
         writer = subprocess.Popen([sys.executable, "-c", WRITER_SCRIPT, str(root), f"r{run}"],
                                   stdout=subprocess.PIPE, text=True)
         time.sleep(rng.uniform(0.3, 1.2))
@@ -110,5 +112,5 @@ def test_writer_killed_at_random_points_keeps_every_acknowledged_write(tmp_path)
         batches = Counter(m.rsplit("-", 1)[0] for m in messages if not m.startswith("probe"))
         assert set(batches.values()) <= {40}
         assert len(messages) == len(set(messages))
-    assert len(acknowledged) > 12  # the kills did land mid-run, after real work
-    assert interrupted >= 3, interrupted  # and many of them mid-transaction
+    assert len(acknowledged) > 8  # the kills did land mid-run, after real work
+    assert interrupted >= 4, interrupted  # and several of them mid-transaction
