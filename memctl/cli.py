@@ -132,6 +132,200 @@ def ingest(store, file, fmt, kind, session, section, pending, ttl, keep_noise, d
         click.echo(f"memctl: dry run: {len(result.stored)} would be stored, nothing written", err=True)
 
 
+@cli.command()
+@click.option("--rebuild", is_flag=True, help="Start over instead of updating what changed.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"units", "added", "changed", "removed", "embedded", "rebuilt", "reason"}.')
+@click.pass_obj
+def index(store, rebuild, as_json):
+    """Bring the search index up to date with the store's files.
+
+    The index (.index/) is derived: Tantivy for BM25, the units' vectors and
+    their metadata. It is updated incrementally: files whose size and time
+    are unchanged are not read, and only units whose text changed are
+    embedded again. A search indexes first by itself when the files changed,
+    so this command is for doing that work ahead of time (in cron, say) or
+    for starting over with --rebuild.
+
+    \b
+    Examples:
+      memctl index
+      memctl index --rebuild --json
+    """
+    from .index import Index
+
+    with _progress() as progress:
+        report = Index(store).update(rebuild=rebuild, progress=progress)
+    if as_json:
+        click.echo(_json(report.as_dict()))
+    else:
+        rebuilt = f" (rebuilt: {report.reason})" if report.rebuilt else ""
+        click.echo(f"{report.units} units: {report.added} added, {report.changed} changed, "
+                   f"{report.removed} removed, {report.embedded} embedded{rebuilt}")
+
+
+@cli.command()
+@click.argument("query", required=False)
+@click.option("-k", "--limit", "k", type=click.IntRange(min=1), default=10, show_default=True,
+              help="How many results.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a result (JSON lines); schema below.")
+@click.option("--batch", "batch", metavar="FILE|-", help='Many queries, one JSON object a line: {"id", "query", '
+              '"k"?, "mode"?, "kind"?, "scope"?, "section"?, "source"?, "since"?, "until"?}.')
+@click.option("--mode", type=click.Choice(["hybrid", "bm25", "vector"]), default="hybrid", show_default=True,
+              help="Rank by both, by words only (fastest), or by meaning only.")
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(["memory", "message", "log"]),
+              help="Only results of this kind (repeatable).")
+@click.option("--scope", metavar="SCOPE", help="Workspace scope, e.g. project:kestrel: only that scope and "
+              "global are searched (G7).")
+@click.option("--section", "sections", multiple=True, metavar="NAME", help="Only this MEMORY.md section "
+              "(repeatable).")
+@click.option("--source", "sources", multiple=True, metavar="PATH", help="Only this file, or folder with a "
+              "trailing '/', relative to the store (repeatable).")
+@click.option("--session", "sessions", multiple=True, metavar="ID", help="Only this session (repeatable).")
+@click.option("--since", metavar="TIME", help="Only results at or after TIME (ISO 8601 date or time).")
+@click.option("--until", metavar="TIME", help="Only results at or before TIME (a date means its whole day).")
+@click.option("--plan", "plan_message", metavar="MESSAGE", help="Search the sections `memctl state plan "
+              "MESSAGE` picks; QUERY defaults to MESSAGE.")
+@click.option("--adaptive", is_flag=True, help="Skip greetings, acknowledgements, slash commands, emoji and "
+              "short messages (exit 1, reason on stderr); memory words always search (P7).")
+@click.option("--min-score", type=click.FloatRange(min=0), metavar="X",
+              help="Drop results scoring below X. [default: retrieval.hard_min_score, 0.35]")
+@click.option("--explain", is_flag=True, help="Show every ranking stage's score for each result.")
+@click.pass_obj
+def search(store, query, k, as_json, batch, mode, kinds, scope, sections, sources, sessions, since, until,
+           plan_message, adaptive, min_score, explain):
+    """Find memories, messages and log entries: BM25 and meaning, fused.
+
+    Results are ranked by fusing BM25 and vector scores (0.7 vector, 0.3
+    BM25, less vector for text the model cannot read), then recency,
+    importance, length, time decay, a hard minimum, the noise filter and
+    near-duplicate demotion; --explain shows each stage. The query is taken
+    as words: quotes, colons and AND are not syntax. Chinese, Japanese and
+    Korean are matched by character and character pair, so a word inside a
+    sentence is found.
+
+    \b
+    --json prints one object a result:
+      {"id", "kind": "memory"|"message"|"log", "text", "score", "source",
+       "lines": [first, last], "section", "session", "ts", "speaker", "scope",
+       "fields"? (memories: schema fields), "explain"? (with --explain)}
+    --batch prints one line a query: {"query_id", "results": [...]}.
+
+    Exit status: 0 results, 1 none (or the query needs no search), 2 error.
+
+    \b
+    Examples:
+      memctl search "which database does Kestrel use"
+      memctl search -k 3 --json --scope project:kestrel "database choice"
+      memctl search --mode bm25 --kind memory 淡水分店
+      memctl search --json "what did we decide" | memctl state record -
+      memctl search --batch queries.jsonl > answers.jsonl
+      memctl search --adaptive "$USER_MESSAGE" || echo "no memory needed"
+    """
+    from .search import Query, search_store
+
+    if batch:
+        if query or plan_message:
+            raise click.UsageError("give either QUERY or --batch, not both")
+        data, source = _read_input(batch)
+        from .queries import parse_batch
+
+        queries, ids = parse_batch(data, source, default=_query_options(k, mode, kinds, scope, sections,
+                                                                       sources, sessions, since, until,
+                                                                       min_score))
+        answers = search_store(store, queries, say=_say)
+        import orjson
+
+        out = sys.stdout.buffer
+        for query_id, results in zip(ids, answers):
+            out.write(orjson.dumps({"query_id": query_id,
+                                    "results": [r.as_dict(explain) for r in results]}) + b"\n")
+        sys.exit(EXIT_OK if any(answers) else EXIT_NOTHING)
+
+    if plan_message:
+        from .state import plan
+
+        sections = tuple(dict.fromkeys((*sections, *plan(store, plan_message).names)))
+        query = query or plan_message
+        if not sections:
+            _say("memctl: the plan names no section; nothing to search")
+            sys.exit(EXIT_NOTHING)
+    if not query or not query.strip():
+        raise click.UsageError("give a QUERY (or --batch FILE)")
+    if adaptive:
+        from .adaptive import skip_reason
+
+        reason = skip_reason(query)
+        if reason:
+            _say(f"memctl: no search needed: {reason}")
+            sys.exit(EXIT_NOTHING)
+    options = _query_options(k, mode, kinds, scope, sections, sources, sessions, since, until, min_score)
+    (results,) = search_store(store, [Query(text=query, **options)], say=_say)
+    if as_json:
+        import orjson
+
+        sys.stdout.buffer.write(b"".join(orjson.dumps(r.as_dict(explain)) + b"\n" for r in results))
+    else:
+        for result in results:
+            _print_result(result, explain)
+    sys.exit(EXIT_OK if results else EXIT_NOTHING)
+
+
+def _query_options(k, mode, kinds, scope, sections, sources, sessions, since, until, min_score) -> dict:
+    from .queries import filters_from
+
+    return {"k": k, "mode": mode, "min_score": min_score,
+            "filters": filters_from(kinds=kinds, scope=scope, sections=sections, sources=sources,
+                                    sessions=sessions, since=since, until=until)}
+
+
+def _print_result(result, explain: bool) -> None:
+    first, last = result.lines
+    where = f"{result.source}:{first}" + (f"-{last}" if last != first else "")
+    label = f"[{result.section}]" if result.section else (result.speaker or result.session or "")
+    click.echo(f"{where}  {label}  {result.score:.3f}  {result.record_id or result.id}")
+    snippet = " ".join(result.text.split())
+    click.echo("    " + (snippet if len(snippet) <= 300 else snippet[:299] + "…"))
+    if explain:
+        click.echo("    " + "  ".join(f"{k}={v}" for k, v in result.explain.items()))
+
+
+def _say(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _json(data) -> str:
+    import orjson
+
+    return orjson.dumps(data).decode()
+
+
+class _progress:
+    """A rich progress bar on stderr, only when stderr is a terminal."""
+
+    def __enter__(self):
+        self._bar = None
+        if not sys.stderr.isatty():
+            return None
+        from rich.console import Console
+        from rich.progress import Progress
+
+        self._bar = Progress(transient=True, console=Console(stderr=True))
+        self._bar.start()
+        self._tasks = {}
+        return self._advance
+
+    def _advance(self, what: str, done: int, total: int) -> None:
+        if what not in self._tasks:
+            self._tasks[what] = self._bar.add_task(what, total=total)
+        self._bar.advance(self._tasks[what], done)
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.stop()
+        return False
+
+
 def _later(name: str, issue: str):
     @cli.command(name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
                  help=f"({issue}) Not available yet in this version.", add_help_option=True)
@@ -142,8 +336,6 @@ def _later(name: str, issue: str):
     return command
 
 
-index = _later("index", "C3")
-search = _later("search", "C4")
 split = _later("split", "T1-T12")
 review = _later("review", "P5, G5")
 health = _later("health", "G4, G5")

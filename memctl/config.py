@@ -23,6 +23,31 @@ from typing import Any
 from .errors import InputError
 
 DEFAULTS: dict[str, dict[str, Any]] = {
+    "embedding": {
+        "model": "",              # a sentence-transformers directory; "" is the bundled all-MiniLM-L6-v2
+        "threads": 2,
+        "batch_size": 32,
+        "with_previous_turn": True,  # embed a message together with the turn before it
+    },
+    "retrieval": {                # SPEC P3; defaults from design 003 section 5
+        "fusion": "weighted",     # weighted | rrf
+        "vector_weight": 0.7,
+        "bm25_weight": 0.3,
+        "rrf_k": 60,
+        "unknown_share_low": 0.1,   # the query's share of word pieces the model does not know:
+        "unknown_share_high": 0.5,  # above low, vector weight moves to BM25; at high, all of it
+        "candidates": 200,
+        "recency_half_life_days": 14.0,
+        "recency_weight": 0.10,
+        "default_importance": 0.7,
+        "length_norm_anchor": 500,
+        "time_decay_half_life_days": 60.0,
+        "hard_min_score": 0.35,
+        "filter_noise": True,
+        "mmr_threshold": 0.85,
+        "memory_snippet_tokens": 1500,
+        "message_snippet_tokens": 1000,
+    },
     "ingest": {
         "pending_ttl_hours": 24.0,
         "default_section": "General",
@@ -48,6 +73,10 @@ LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
     ("state", "dominant_threshold"): (lambda v: 0 < v <= 1, "a number in (0, 1]"),
     ("state", "miss_threshold"): (lambda v: v >= 1, "a whole number >= 1"),
     ("state", "topic_after_turns"): (lambda v: v >= 1, "a whole number >= 1"),
+    ("retrieval", "fusion"): (lambda v: v in ("weighted", "rrf"), "weighted or rrf"),
+    ("retrieval", "candidates"): (lambda v: v >= 1, "a whole number >= 1"),
+    ("embedding", "threads"): (lambda v: v >= 1, "a whole number >= 1"),
+    ("embedding", "batch_size"): (lambda v: v >= 1, "a whole number >= 1"),
 }
 
 

@@ -41,6 +41,7 @@ class Unit:
     ts: str | None = None
     scope: str = "global"
     fields: dict[str, Any] = field(default_factory=dict)  # a memory's schema fields
+    context: str | None = None  # the turn before a message, read with it by the embedding model
 
     def as_record(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -91,15 +92,19 @@ def _memory_units(store: Store) -> Iterator[Unit]:
 
 
 def _message_units(store: Store) -> Iterator[Unit]:
+    previous: dict[Path, str] = {}
     for path, number, message in iter_messages(store):
         text = message.get("text")
         if not isinstance(text, str) or not text.strip():
             continue
+        speaker = _text_or_none(message.get("speaker")) or _text_or_none(message.get("role"))
+        context = previous.get(path)
+        previous[path] = f"{speaker}: {text}" if speaker else text
         yield from _chunks(Unit(
             id=message["id"], record_id=message["id"], kind="message", text=text,
             source=store.relative(path), line_start=number, line_end=number,
             session=_text_or_none(message.get("session")), speaker=_text_or_none(message.get("speaker")),
-            ts=_text_or_none(message.get("ts")), scope=_scope_of(message),
+            ts=_text_or_none(message.get("ts")), scope=_scope_of(message), context=context,
             fields={"role": message.get("role")}))
 
 
