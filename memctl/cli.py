@@ -77,11 +77,19 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
               help="Hours a pending note waits for confirmation. [default: 24]")
 @click.option("--keep-noise", is_flag=True, default=None,
               help="Keep greetings, refusals, memory questions and text under 5 characters.")
+@click.option("--supersedes", "supersedes", multiple=True, metavar="ID",
+              help="The note replaces memory ID (repeatable): ID becomes deprecated, the note lists it "
+                   "in 'supersedes'. Needs an input of one note.")
+@click.option("--add", "allow_conflict", is_flag=True,
+              help="Write a note even when its canonical_topic already has a current memory "
+                   "(otherwise that is refused; a warning remains).")
 @click.option("-n", "--dry-run", is_flag=True, help="Check and report; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a line for each record: "
-              '{"id", "kind", "status", "line", "file"?, "reason"?}.')
+              '{"id", "kind", "status", "line", "file"?, "reason"?, "supersedes"?, "conflicts"?, '
+              '"similar"?}.')
 @click.pass_obj
-def ingest(store, file, fmt, kind, session, section, pending, ttl, keep_noise, dry_run, as_json):
+def ingest(store, file, fmt, kind, session, section, pending, ttl, keep_noise, supersedes, allow_conflict,
+           dry_run, as_json):
     """Store messages or notes from a file or stdin.
 
     All or nothing: any bad record stops the run with one line naming the
@@ -100,12 +108,18 @@ def ingest(store, file, fmt, kind, session, section, pending, ttl, keep_noise, d
     scope, canonical_topic, supersedes, status, claims, is_core,
     enforcement_level, user_weight, importance, created_at.
 
+    Version chains (G6): a note that supersedes others (--supersedes or its
+    own supersedes field) marks them deprecated in the same write. A note
+    whose canonical_topic already has a current memory is refused (exit 2,
+    nothing written) unless --add or --supersedes says which you mean.
+
     \b
     Examples:
       memctl ingest chat.jsonl
       memctl ingest --session telegram_42 -f json history.json
       echo '{"text": "Prefers tea", "section": "About me"}' | memctl ingest --kind memory -
       memctl ingest --pending --ttl 48 notes.md
+      echo '{"text": "Kestrel moves to CockroachDB"}' | memctl ingest --kind memory --supersedes mem-kestrel-db -
     """
     from .ingest import ingest as run_ingest
 
@@ -116,7 +130,17 @@ def ingest(store, file, fmt, kind, session, section, pending, ttl, keep_noise, d
 
     result = run_ingest(store, data, source=source, fmt=fmt, kind=kind, session=session, pending=pending,
                         keep_noise=keep_noise, ttl_hours=ttl, section=section, dry_run=dry_run,
-                        on_noise=report_noise)
+                        on_noise=report_noise, supersedes=list(supersedes), allow_conflict=allow_conflict)
+    for outcome in result.stored:
+        report = outcome.governance
+        if report is not None and report.conflicts:
+            if outcome.kind == "pending":
+                ids = ", ".join(f"'{i}'" for i in report.conflicts)
+                click.echo(f"memctl: warning: '{outcome.id}': canonical_topic '{report.topic}' already has "
+                           f"current memory {ids}; confirm with --add, or --supersedes {report.conflicts[0]}",
+                           err=True)
+            else:
+                click.echo(f"memctl: warning: {report.warning(outcome.id)}", err=True)
     if as_json:
         import orjson
 
