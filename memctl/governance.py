@@ -114,7 +114,7 @@ def is_core(entry: Entry | Mapping[str, Any], gov: Mapping[str, Any]) -> bool:
     return fields.get("is_core") is True or (weight is not None and weight >= gov["core_user_weight"])
 
 
-def _time(value: Any) -> datetime | None:
+def parse_time(value: Any) -> datetime | None:
     try:
         return clock.parse_ts(value) if isinstance(value, str) else None
     except (ValueError, TypeError):
@@ -124,11 +124,11 @@ def _time(value: Any) -> datetime | None:
 # -- scores (G4) -------------------------------------------------------------
 @dataclass
 class Score:
-    """A score and the parts it was made of (each in [0, 1])."""
+    """A score and the parts it was made of (each in [0, 1] but user_weight, 0..10)."""
     total: float
     recency_decay: float
     access_frequency: float
-    user_weight: float          # normalised: user_weight / 10
+    user_weight: float          # 0..10 as used (the entry's, else the default); the formulas use /10
     access_count: int
     age_days: float | None      # None when created_at is missing or unreadable
     relevance: float | None = None  # retrieval scores only
@@ -146,14 +146,14 @@ class Score:
 def _parts(entry: Entry | Mapping[str, Any], now: datetime | None, accesses: int,
            gov: Mapping[str, Any]) -> tuple[float, float, float, int, float | None]:
     fields = fields_of(entry)
-    created = _time(fields.get("created_at"))
+    created = parse_time(fields.get("created_at"))
     age = None if created is None else clock.age_days(created, now or clock.now())
     recency = 1.0 if age is None else math.exp(-math.log(2) / gov["recency_half_life_days"] * age)
     base = fields.get("access_count")
     base = base if isinstance(base, int) and not isinstance(base, bool) and base >= 0 else 0
     count = base + max(0, int(accesses))
     frequency = min(count / gov["access_saturation"], 1.0)
-    return recency, frequency, user_weight_of(entry, gov) / 10, count, age
+    return recency, frequency, user_weight_of(entry, gov), count, age
 
 
 def health_score(entry: Entry | Mapping[str, Any], now: datetime | None = None, *, accesses: int = 0,
@@ -165,7 +165,7 @@ def health_score(entry: Entry | Mapping[str, Any], now: datetime | None = None, 
     gov = gov or settings()
     recency, frequency, weight, count, age = _parts(entry, now, accesses, gov)
     total = (gov["health_weight_recency"] * recency + gov["health_weight_access"] * frequency
-             + gov["health_weight_user"] * weight)
+             + gov["health_weight_user"] * weight / 10)
     return Score(total, recency, frequency, weight, count, age)
 
 
@@ -179,7 +179,7 @@ def retrieval_score(relevance: float, entry: Entry | Mapping[str, Any], now: dat
     relevance = min(max(float(relevance), 0.0), 1.0)
     recency, frequency, weight, count, age = _parts(entry, now, accesses, gov)
     total = (gov["retrieval_weight_relevance"] * relevance + gov["retrieval_weight_recency"] * recency
-             + gov["retrieval_weight_access"] * frequency + gov["retrieval_weight_user"] * weight)
+             + gov["retrieval_weight_access"] * frequency + gov["retrieval_weight_user"] * weight / 10)
     return Score(total, recency, frequency, weight, count, age, relevance)
 
 
@@ -398,7 +398,7 @@ class Graph:
 
     def _key(self, node: str) -> tuple:
         entry = self.entries.get(node)
-        created = _time(entry.get("created_at")) if entry is not None else None
+        created = parse_time(entry.get("created_at")) if entry is not None else None
         return (created is None, created.timestamp() if created else 0.0, self.order.get(node, -1), node)
 
     def _oldest_first(self, nodes: set[str]) -> list[str]:
