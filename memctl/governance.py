@@ -121,6 +121,25 @@ def parse_time(value: Any) -> datetime | None:
         return None
 
 
+def set_status(entry: Entry, status: str, stamp: str) -> None:
+    """Change an entry's status and record when (status_changed_at).
+
+    A hand-written entry (no metadata block) gets one, with the required
+    schema fields filled as ingest would (summary from its text, class and
+    scope from the [ingest] defaults), so the block it gains is complete.
+    """
+    if not entry.annotated:
+        from .ingest import _summary_of
+
+        defaults = config.DEFAULTS["ingest"]
+        entry.set("id", entry.derived_id)
+        entry.set("summary", _summary_of(entry.text))
+        entry.set("memory_class", defaults["default_memory_class"])
+        entry.set("scope", defaults["default_scope"])
+    entry.set("status", status)
+    entry.set("status_changed_at", stamp)
+
+
 # -- scores (G4) -------------------------------------------------------------
 @dataclass
 class Score:
@@ -514,8 +533,7 @@ def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, al
             if not hold and target.get("status") != "deprecated":
                 log.append({"ts": stamp, "action": "supersede", "id": old, "by": note_id,
                             "from": status_of(target), "to": "deprecated"})
-                target.set("status", "deprecated")
-                target.set("status_changed_at", stamp)
+                set_status(target, "deprecated", stamp)
             replaced_by[old] = note_id
         topic = fields.get("canonical_topic")
         if isinstance(topic, str) and topic and is_current(fields):

@@ -96,8 +96,7 @@ def run(store: Store, *, dry_run: bool = False, hard: bool = False, now: datetim
             elif change.action == "stamp":
                 entry.set("status_changed_at", stamp)
             else:
-                entry.set("status", change.after)
-                entry.set("status_changed_at", stamp)
+                governance.set_status(entry, change.after, stamp)
         if not changes:
             return changes
         if doomed and not hard:
