@@ -400,8 +400,13 @@ def fix(store: Store, problems: list[Problem], *, dry_run: bool = False,
             with store.lock():  # taking the lock rolls an unfinished transaction back
                 pass
     if "pending-expired" in codes:
-        for item in pending.drop_expired(store, dry_run=dry_run, now=now):
-            done.append(f"{pending.SOURCE}:{item['line']}: dropped '{item['id']}' (expired {item['expires_at']})")
+        if dry_run:  # taking the lock would roll back a journal: a dry run must not even do that
+            done += [f"{p.file}:{p.line}: drop {p.message.split(' (')[0]}" for p in problems
+                     if p.code == "pending-expired"]
+        else:
+            for item in pending.drop_expired(store, now=now):
+                done.append(f"{pending.SOURCE}:{item['line']}: dropped '{item['id']}' "
+                            f"(expired {item['expires_at']})")
     for problem in problems:
         if problem.code == "permissions":
             path = store.root if problem.file == "." else store.root / problem.file
