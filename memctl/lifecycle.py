@@ -79,6 +79,8 @@ def run(store: Store, *, dry_run: bool = False, hard: bool = False, now: datetim
     now = now or clock.now()
     stamp = clock.format_ts(now)
     changes: list[Change] = []
+    if not store.memory_md.exists():
+        return changes  # nothing to review, and no store to create
     with store.transaction(dry_run=dry_run) as tx:
         doc = memoryfile.load(store.memory_md)
         scorer = governance.Scorer(store, now)

@@ -140,6 +140,8 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
     settings = config.load(store.config_file)["ingest"]
     if supersedes and len(set(ids)) != 1:
         raise InputError("names what one memory replaces; confirm one id with it", source="--supersedes")
+    if not store.pending_file.exists():
+        _pick([], ids, now)  # raises: nothing is pending (and no store is created to say so)
     with store.transaction(dry_run=dry_run) as tx:
         items = read(store)
         picked = _pick(items, ids, now)
@@ -190,6 +192,8 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
 def reject(store: Store, ids: list[str], *, dry_run: bool = False, now: datetime | None = None) -> list[dict]:
     """Remove pending memories without writing them anywhere (logged). Unknown or expired id: InputError."""
     now = now or clock.now()
+    if not store.pending_file.exists():
+        _pick([], ids, now)
     with store.transaction(dry_run=dry_run) as tx:
         items = read(store)
         picked = _pick(items, ids, now)
