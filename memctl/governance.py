@@ -511,6 +511,10 @@ def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, al
     stamp = clock.format_ts(now or clock.now())
     by_id = {e.id: e for e in doc.entries}
     replaced_by = {old: e.id for e in doc.entries for old in supersedes_of(e)}
+    # Every note of the input can be named by any other, in any order (an
+    # exported MEMORY.md may list a new version before the one it replaces).
+    staged = {note["id"]: Entry(text=note["text"], fields=note["fields"], section=note["section"])
+              for _, note in notes}
     reports: dict[str, NoteReport] = {}
     log: list[dict] = []
     for line, note in notes:
@@ -519,7 +523,7 @@ def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, al
         olds = list(dict.fromkeys(supersedes_of(fields)))
         report = NoteReport(supersedes=olds)
         for old in olds:
-            target = by_id.get(old)
+            target = by_id.get(old) or staged.get(old)
             if old == note_id:
                 raise InputError("a memory cannot supersede itself", source=source, line=line, field="supersedes")
             if target is None:
@@ -553,8 +557,8 @@ def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, al
         if report.conflicts and not hold:
             log.append({"ts": stamp, "action": "add-conflict", "id": note_id, "topic": topic,
                         "conflicts": report.conflicts})
-        entry = Entry(text=note["text"], fields=fields, section=note["section"])
-        by_id[note_id] = entry  # a later note of the same input may supersede this one
+        entry = staged[note_id]
+        by_id[note_id] = entry
         if not hold:
             doc.add(entry)
         reports[note_id] = report

@@ -179,3 +179,16 @@ def test_hand_edits_between_commands_are_reported_by_health_not_fatal(run, store
     assert governance.chain(doc, "v2").ids == ["mem-kestrel-db", "v2"]
     # ... and a new note may still be written next to the damage
     assert run("ingest", "--kind", "memory", "-", input=note("An unrelated fact")).returncode == 0
+
+
+def test_an_exported_chain_ingests_in_any_order(run, store_dir, tmp_path):
+    export = tmp_path / "export.md"
+    export.write_text("## Decisions\n\n"
+                      "<!-- memory\nid: v2\nsummary: CockroachDB now\nmemory_class: episodic\nscope: global\n"
+                      "canonical_topic: db\nsupersedes: [\"v1\"]\n-->\nCockroachDB now.\n\n"
+                      "<!-- memory\nid: v1\nsummary: PostgreSQL\nmemory_class: episodic\nscope: global\n"
+                      "canonical_topic: db\n-->\nPostgreSQL first.\n")
+    result = run("ingest", str(export), env=NOW)
+    assert result.returncode == 0, result.stderr           # v1 comes after v2 and is no conflict: v2 replaces it
+    assert entries(store_dir)["v1"].get("status") == "deprecated"
+    assert run("health").returncode == 0
