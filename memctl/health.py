@@ -33,13 +33,12 @@ from typing import Any, Iterator
 
 import orjson
 
-from . import clock, config, governance, lifecycle, memoryfile, pending
+from . import clock, governance, lifecycle, memoryfile, pending
 from .errors import MemctlError, StoreError
 from .store import DIR_MODE, FILE_MODE, Store
 
 _TEMP = re.compile(r"^\..+\.(\d+)\.tmp$")
 _TOML_LINE = re.compile(r"at line (\d+)")
-_MESSAGE_DIRS = ("sessions",)
 
 
 @dataclass
