@@ -65,6 +65,30 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "topic_after_turns": 3,      # dominant this many turns in a row -> MEMORY_TOPIC.md
         "keywords": {},              # section -> extra keywords for `memctl state plan`
     },
+    # MERA governance (G1, G4-G6; memctl/governance.py checks the ranges).
+    "governance": {
+        # retrieval_score = sum of these times relevance, recency, access, user_weight/10
+        "retrieval_weight_relevance": 0.4,
+        "retrieval_weight_recency": 0.25,
+        "retrieval_weight_access": 0.2,
+        "retrieval_weight_user": 0.15,
+        # health_score = sum of these times recency, access, user_weight/10
+        "health_weight_recency": 0.4,
+        "health_weight_access": 0.35,
+        "health_weight_user": 0.25,
+        "recency_half_life_days": 14.0,     # recency_decay = exp(-ln2/half_life * age_days)
+        "access_saturation": 20.0,          # access_frequency = min(access_count / this, 1)
+        "default_user_weight": 5.0,         # for memories that give none (0..10)
+        "low_priority_below": 0.3,          # health below this -> status low_priority
+        "archive_below": 0.15,              # health below this -> status archived
+        "delete_archived_after_days": 60.0,  # archived this long -> deleted (soft unless --hard)
+        "core_user_weight": 9.0,            # user_weight >= this (or is_core) -> core: never demoted
+        "layer_core_max": 10,               # G1 layer limits: L0 core,
+        "layer_scope_max": 5,               # L1 scope,
+        "layer_query_max": 5,               # L2 query
+        "conflict_top_k": 5,                # similar memories reported on write
+        "conflict_min_similarity": 0.2,     # ... when at least this similar (0..1)
+    },
 }
 
 # Settings whose values are limited further than by their type: (test, what is allowed).

@@ -39,6 +39,7 @@ class Outcome:
     line: int
     file: str = ""   # store-relative file it went to
     reason: str = ""  # for noise: which kind
+    governance: Any = None  # for notes: governance.NoteReport (supersedes, conflicts, similar)
 
     def as_dict(self) -> dict[str, Any]:
         out = {"id": self.id, "kind": self.kind, "status": self.status, "line": self.line}
@@ -46,6 +47,8 @@ class Outcome:
             out["file"] = self.file
         if self.reason:
             out["reason"] = self.reason
+        if self.governance is not None:
+            out.update(self.governance.as_dict())
         return out
 
 
@@ -61,11 +64,19 @@ class IngestResult:
 def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "auto", kind: str = "auto",
            session: str | None = None, pending: bool = False, keep_noise: bool | None = None,
            ttl_hours: float | None = None, section: str | None = None, dry_run: bool = False,
-           on_noise: Callable[[Outcome, str], None] | None = None) -> IngestResult:
+           on_noise: Callable[[Outcome, str], None] | None = None, supersedes: list[str] | None = None,
+           allow_conflict: bool = False) -> IngestResult:
     """Read `data` (the bytes of `source`) and store it; see the module doc.
 
     Raises InputError, with the store unchanged, for any bad record. With
     dry_run, everything is checked and reported but nothing is written.
+
+    Notes go through governance (G6, memctl/governance.py): `supersedes`
+    (the one note of the input replaces these ids, which become deprecated)
+    and a note's own `supersedes` field are applied in the same transaction;
+    a note whose canonical_topic already has a current memory is refused
+    unless `allow_conflict` (pending notes are only reported: confirming
+    them decides).
     """
     settings = config.load(store.config_file)["ingest"]
     if keep_noise is None:
@@ -92,6 +103,17 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
             records = _records(text, source, fmt, by="paragraph")
             items = [_note(r, source, settings, section) for r in records]
         item_kind = "pending" if pending else "memory"
+    if supersedes:
+        if kind != "memory":
+            raise InputError("applies to notes (--kind memory)", source="--supersedes")
+        if len(items) != 1:
+            raise InputError(f"names what one note replaces; the input has {len(items)} notes",
+                             source="--supersedes")
+        fields = items[0][1]["fields"]
+        fields["supersedes"] = list(dict.fromkeys([*fields.get("supersedes", []), *supersedes]))
+        problem = check_field("supersedes", fields["supersedes"])
+        if problem:
+            raise InputError(problem, source="--supersedes")
 
     result = IngestResult()
     kept = []
@@ -118,14 +140,17 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
                                  line=line, field="id")
             result.outcomes.append(Outcome(item["id"], item_kind, "duplicate", line))
         fresh = [(line, item) for line, item in new.values()]
+        reports: dict[str, Any] = {}
         if item_kind == "message":
             files = _write_messages(store, tx, [item for _, item in fresh])
         elif item_kind == "pending":
+            reports = _check_notes(store, fresh, source)
             files = _write_pending(store, tx, [item for _, item in fresh], settings, ttl_hours)
         else:
-            files = _write_notes(store, tx, [item for _, item in fresh])
+            files, reports = _write_notes(store, tx, fresh, source=source, allow_conflict=allow_conflict)
         for line, item in fresh:
-            result.outcomes.append(Outcome(item["id"], item_kind, "stored", line, files[item["id"]]))
+            result.outcomes.append(Outcome(item["id"], item_kind, "stored", line, files[item["id"]],
+                                           governance=reports.get(item["id"])))
     result.outcomes.sort(key=lambda o: o.line)
     return result
 
@@ -298,15 +323,32 @@ def _write_messages(store: Store, tx, messages: list[dict]) -> dict[str, str]:
     return files
 
 
-def _write_notes(store: Store, tx, notes: list[dict]) -> dict[str, str]:
+def _write_notes(store: Store, tx, notes: list[tuple[int, dict]], *, source: str,
+                 allow_conflict: bool = False) -> tuple[dict[str, str], dict[str, Any]]:
+    """Add notes to MEMORY.md, applying their supersedes links (read inside the transaction)."""
+    from . import governance
+
     if not notes:
-        return {}
+        return {}, {}
     path = store.memory_md
     doc = memoryfile.load(path)
-    for note in notes:
-        doc.add(Entry(text=note["text"], fields=note["fields"], section=note["section"]))
+    reports, log = governance.apply_notes(doc, notes, source=source, allow_conflict=allow_conflict,
+                                          gov=governance.settings(store))
     tx.replace(path, doc.render().encode("utf-8"))
-    return {note["id"]: store.relative(path) for note in notes}
+    tx.append(governance.log_path(store), governance.log_records(log))
+    return {note["id"]: store.relative(path) for _, note in notes}, reports
+
+
+def _check_notes(store: Store, notes: list[tuple[int, dict]], source: str) -> dict[str, Any]:
+    """Governance of notes held as pending: links must resolve; conflicts are reported, decided on confirm."""
+    from . import governance
+
+    if not notes:
+        return {}
+    doc = memoryfile.load(store.memory_md)
+    reports, _ = governance.apply_notes(doc, notes, source=source, allow_conflict=True, hold=True,
+                                        gov=governance.settings(store))
+    return reports
 
 
 def _write_pending(store: Store, tx, notes: list[dict], settings: dict, ttl_hours: float | None) -> dict[str, str]:

@@ -46,6 +46,9 @@ FIELD_ORDER = (
     "id", "summary", "memory_class", "scope", "canonical_topic", "status",
     "is_core", "enforcement_level", "user_weight", "importance", "supersedes",
     "claims", "created_at", "access_count",
+    # Kept by governance (G5): when `status` last changed, so that "archived
+    # for over 60 days" can be measured; and when a memory was soft-deleted.
+    "status_changed_at", "deleted_at",
 )
 _SCOPE = re.compile(r"^(global|(project|lang):\S+)$")
 _HEADING = re.compile(r"^(#{1,6})(?:[ \t]+(.*?))?[ \t#]*$")
@@ -59,7 +62,8 @@ def check_field(name: str, value: Any) -> str | None:
     def is_number(v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
 
-    if name in ("id", "summary", "canonical_topic", "created_at") and not isinstance(value, str):
+    if name in ("id", "summary", "canonical_topic", "created_at", "status_changed_at", "deleted_at") \
+            and not isinstance(value, str):
         return "must be text"
     if name == "id" and not re.fullmatch(r"[\w.:@+-]{1,128}", value):
         return "must be 1-128 letters, digits or . _ : @ + -"
@@ -85,7 +89,7 @@ def check_field(name: str, value: Any) -> str | None:
         return "must be a list of ids"
     if name == "claims" and not isinstance(value, list):
         return "must be a list"
-    if name == "created_at":
+    if name in ("created_at", "status_changed_at", "deleted_at"):
         from .clock import parse_ts
         try:
             parse_ts(value)

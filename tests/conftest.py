@@ -14,10 +14,15 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
 
 
+# Every memctl process a test starts runs the code of this checkout: the venv's
+# console script may belong to an editable install of another worktree.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+
 def memctl_command() -> list[str]:
-    """The installed console script when present (what users run), else -m."""
-    script = Path(sys.executable).parent / "memctl"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "memctl"]
+    """`python -m memctl` of this checkout (see PYTHONPATH above)."""
+    return [sys.executable, "-m", "memctl"]
 
 
 @pytest.fixture

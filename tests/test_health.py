@@ -1,0 +1,193 @@
+"""`memctl health`: scores and the store check (git fsck for memory), through real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from conftest import FIXTURES, snapshot
+from memctl.cli import cli
+
+
+@pytest.fixture
+def demo(run, store_dir):
+    env = {"MEMCTL_NOW": "2026-11-20T00:00:00Z"}
+    assert run("ingest", str(FIXTURES / "demo" / "chat.jsonl"), env=env).returncode == 0
+    assert run("ingest", str(FIXTURES / "demo" / "MEMORY.md"), env=env).returncode == 0
+    return store_dir
+
+
+def problems(run, *args):
+    result = run("health", "check", "--json", *args)
+    return result.returncode, [orjson.loads(l) for l in result.stdout.splitlines()]
+
+
+def edit(path, old, new):
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_demo_store_is_healthy_and_bare_health_runs_the_check(run, demo):
+    for args in (("health",), ("health", "check")):
+        result = run(*args)
+        assert result.returncode == 0 and result.stdout == b"" and result.stderr == b"memctl: health: ok\n"
+
+
+def test_each_problem_is_one_line_with_file_and_line(run, demo):
+    edit(demo / "MEMORY.md", "memory_class: episodic\nscope: project:kestrel", "memory_class: rumour\nscope: project:kestrel")
+    with open(demo / "sessions" / "2026-11-02-planning.jsonl", "ab") as fh:
+        fh.write(b'{"id": "s1-01", "text": "same id again"}\n{not json}\n')
+    result = run("health", "check")
+    assert result.returncode == 1
+    lines = result.stdout.decode().splitlines()
+    bad_line = (demo / "MEMORY.md").read_text().splitlines().index("memory_class: rumour") + 1
+    assert f"MEMORY.md:{bad_line}: field 'memory_class': must be one of policy, episodic, mixed" in lines
+    assert any(l.startswith("sessions/2026-11-02-planning.jsonl:") and "id 's1-01' is not unique: also at "
+               "sessions/2026-11-02-planning.jsonl:1" in l for l in lines)
+    assert any(l.startswith("sessions/2026-11-02-planning.jsonl:") and "not valid JSON" in l for l in lines)
+    assert result.stderr == b"memctl: health: 3 error(s), 0 warning(s)\n"
+
+
+def test_json_schema(run, demo):
+    (demo / "index_state.json").write_bytes(b"[1, 2")
+    (demo / "index_state.json").chmod(0o600)
+    code, found = problems(run)
+    assert code == 1
+    assert found == [{"file": "index_state.json", "line": None, "severity": "error", "code": "parse",
+                      "message": found[0]["message"], "fixable": False}]
+    assert found[0]["message"].startswith("not valid JSON")
+
+
+def test_chain_damage_made_by_hand(run, demo):
+    path = demo / "MEMORY.md"
+    with open(path, "a") as fh:
+        fh.write("\n## Loops\n\n<!-- memory\nid: a\nsummary: A\nmemory_class: episodic\nscope: global\n"
+                 "supersedes: [\"b\"]\n-->\nA\n\n<!-- memory\nid: b\nsummary: B\nmemory_class: episodic\n"
+                 "scope: global\nsupersedes: [\"a\", \"gone\"]\n-->\nB\n")
+    code, found = problems(run)
+    assert code == 1
+    by_code = {p["code"]: p for p in found}
+    assert by_code["cycle"]["message"] in ("supersedes cycle: a -> b -> a", "supersedes cycle: b -> a -> b")
+    assert by_code["dangling-link"]["message"] == "'b' supersedes 'gone', which is in no memory file (deleted by hand?)"
+    assert by_code["superseded-current"]["severity"] == "warning"
+
+
+def test_topic_conflicts_are_warnings_unless_strict(run, demo):
+    note = '{"text": "Kestrel also keeps SQLite for tests", "canonical_topic": "database:choice"}\n'
+    assert run("ingest", "--kind", "memory", "--add", "-", input=note).returncode == 0
+    result = run("health", "check")
+    assert result.returncode == 0
+    assert "warning: canonical_topic 'database:choice' has 2 current memories: 'mem-kestrel-db', " \
+           in result.stdout.decode()
+    assert run("health", "check", "--strict").returncode == 1
+
+
+def test_fix_repairs_what_is_safe_and_dry_run_does_not(run, demo):
+    (demo / "MEMORY.md").chmod(0o644)
+    (demo / "sessions").chmod(0o755)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (demo / f".MEMORY.md.{dead.pid}.tmp").write_bytes(b"half a write")
+    (demo / f".MEMORY.md.{dead.pid}.tmp").chmod(0o600)
+    held = run("ingest", "--pending", "--ttl", "1", "-", input="Waiting for a yes", env={"MEMCTL_NOW": "2026-01-01T00:00:00Z"})
+    assert held.returncode == 0
+    (demo / ".journal").mkdir(mode=0o700)   # after the ingest: any writer would roll it back first
+    (demo / ".journal" / "journal.json").write_bytes(b"[]")
+    (demo / ".journal" / "journal.json").chmod(0o600)
+
+    code, found = problems(run)
+    assert code == 1
+    assert {p["code"] for p in found} == {"permissions", "temp-file", "journal", "pending-expired"}
+    assert all(p["fixable"] for p in found)
+
+    before = snapshot(demo)
+    dry = run("health", "check", "--fix", "--dry-run")
+    assert dry.returncode == 1 and dry.stderr.count(b"memctl: would fix: ") == 5
+    assert snapshot(demo) == before and (demo / "MEMORY.md").stat().st_mode & 0o777 == 0o644
+
+    fixed = run("health", "check", "--fix")
+    assert fixed.returncode == 0 and fixed.stdout == b"", fixed.stdout
+    assert b"fixed: MEMORY.md: mode set to 0600" in fixed.stderr
+    assert b"fixed: sessions: mode set to 0700" in fixed.stderr
+    assert b"fixed: .journal: rolled back the unfinished transaction" in fixed.stderr
+    assert b"dropped '" in fixed.stderr
+    assert not (demo / ".journal").exists() and not list(demo.glob(".*.tmp"))
+    assert (demo / "pending.jsonl").read_bytes() == b""
+    assert run("health").returncode == 0
+
+
+def test_pending_and_config_problems(run, demo):
+    with open(demo / "pending.jsonl", "ab") as fh:
+        fh.write(b'{"id": "p1", "text": "x", "expires_at": "soon"}\n{"id": "p2", "text": "cut')
+    (demo / "pending.jsonl").chmod(0o600)
+    (demo / "memctl.toml").write_text("[ingest]\nfilter_noise = true\n[governance]\nconflict_top_k = \n")
+    (demo / "memctl.toml").chmod(0o600)
+    code, found = problems(run)
+    assert code == 1
+    where = {(p["file"], p["line"]): p["message"] for p in found}
+    assert where[("pending.jsonl", 1)] == "'p1': field 'expires_at' must be an ISO 8601 time"
+    assert where[("pending.jsonl", 2)].startswith("last line has no newline")
+    assert ("memctl.toml", 4) in where and "not valid TOML" in where[("memctl.toml", 4)]
+
+
+def test_no_store_and_usage_errors_exit_2(run, tmp_path):
+    missing = run("health", "check", store=tmp_path / "nowhere")
+    assert missing.returncode == 2 and b"no store here" in missing.stderr
+    assert not (tmp_path / "nowhere").exists()
+    assert run("health", "check", "--dry-run").returncode == 2
+    assert run("health", "scores", "--sort", "size").returncode == 2
+
+
+def test_check_changes_nothing(run, demo):
+    before = snapshot(demo)
+    assert run("health", "check").returncode == 0
+    assert snapshot(demo) == before
+
+
+def test_scores_sorted_with_parts(run, demo):
+    env = {"MEMCTL_NOW": "2026-12-04T00:00:00Z"}
+    result = run("health", "scores", "--json", env=env)
+    assert result.returncode == 0
+    rows = [orjson.loads(l) for l in result.stdout.splitlines()]
+    assert [r["health"] for r in rows] == sorted(r["health"] for r in rows)
+    role = next(r for r in rows if r["id"] == "mem-about-role")
+    assert set(role) == {"id", "line", "section", "status", "core", "health", "recency_decay", "access_frequency",
+                         "user_weight", "access_count", "age_days", "summary"}
+    assert role["user_weight"] == 8 and role["status"] == "active" and not role["core"]
+    assert next(r for r in rows if r["id"] == "mem-answer-language")["core"] is True
+    by_age = [orjson.loads(l)["id"] for l in run("health", "scores", "--json", "--sort", "age", env=env).stdout.splitlines()]
+    assert by_age[:2] == ["mem-about-role", "mem-answer-language"]
+    text = run("health", "scores", "--sort", "id", env=env).stdout.decode().splitlines()
+    assert text[0].split("\t")[5] == "mem-95103165e4a0ab0c" or text[0].split("\t")[5].startswith("mem-")
+    assert any(line.split("\t")[5] == "mem-answer-language*" for line in text)
+
+
+def test_scores_of_an_empty_store_exit_1(run, store_dir):
+    store_dir.mkdir(mode=0o700)
+    result = run("health", "scores")
+    assert result.returncode == 1 and result.stdout == b""
+
+
+def test_every_review_and_health_subcommand_has_help_with_examples(run):
+    for group in ("review", "health"):
+        for name in cli.commands[group].commands:
+            result = run(group, name, "--help")
+            assert result.returncode == 0
+            text = result.stdout.decode()
+            assert text.startswith(f"Usage: memctl {group} {name}")
+            assert "Examples:" in text and f"memctl {group} {name}" in text.split("Examples:")[1]
+
+
+def test_governance_commands_start_without_heavy_imports():
+    code = ("import sys\nfrom memctl.cli import main\nsys.argv = ['memctl', '--help']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "import memctl.governance, memctl.lifecycle, memctl.health, memctl.pending\n"
+            "heavy = {'numpy', 'torch', 'tiktoken', 'tantivy', 'sqlite_utils', 'sentence_transformers'}\n"
+            "print(sorted(heavy & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
+    assert out.stdout.strip().endswith("[]"), out.stdout + out.stderr
