@@ -17,9 +17,9 @@ _FORCE = re.compile(
 _GREETING = re.compile(
     r"^\W*(?:hi|hello|hey|yo|howdy|good (?:morning|afternoon|evening|night)|你好|您好|哈囉|哈啰|嗨|早安|午安|晚安"
     r"|早上好|晚上好)\W*$", re.IGNORECASE)
-_ACK = re.compile(
-    r"^\W*(?:ok(?:ay)?|k|sure|yes|yep|yeah|no|nope|thanks?|thank you|thx|got it|cool|great|nice|fine|alright"
-    r"|好的?|好啊|嗯+|對|对|是的?|謝謝|谢谢|收到|了解|知道了|沒問題|没问题|可以)\W*$", re.IGNORECASE)
+_ACK_WORD = (r"(?:ok(?:ay)?|k|sure|yes|yep|yeah|no|nope|thanks?|thank you|thx|got it|cool|great|nice|fine"
+             r"|alright|好的?|好啊|嗯+|對|对|是的?|謝謝|谢谢|收到|了解|知道了|沒問題|没问题|可以)")
+_ACK = re.compile(rf"^\W*{_ACK_WORD}(?:[\s,.!~，。！]+{_ACK_WORD})*\W*$", re.IGNORECASE)
 _SLASH = re.compile(r"^\s*/[A-Za-z_][\w-]*")
 _HEARTBEAT = re.compile(r"^\W*heartbeat", re.IGNORECASE)
 _EMOJI_ONLY = re.compile(r"^[\s\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D\u2B00-\u2BFF\U000E0000-\U000E007F]+$")

@@ -1,0 +1,278 @@
+"""Index and hybrid search on a real Tantivy index and the bundled model (P1-P3, P6, P7, G7, C3, C4)."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import orjson
+import pytest
+
+from conftest import FIXTURES
+from memctl import access
+from memctl.index import Index
+from memctl.ingest import ingest
+from memctl.lexical import Filters
+from memctl.search import Query, search_store
+from memctl.store import Store
+
+NOW = "2026-11-22T12:00:00Z"
+
+
+@pytest.fixture(autouse=True)
+def pinned_clock(monkeypatch):
+    monkeypatch.setenv("MEMCTL_NOW", NOW)
+
+
+@pytest.fixture
+def demo(tmp_path) -> Store:
+    store = Store(tmp_path / "demo")
+    ingest(store, (FIXTURES / "demo" / "chat.jsonl").read_bytes(), source="chat.jsonl")
+    ingest(store, (FIXTURES / "demo" / "MEMORY.md").read_bytes(), source="MEMORY.md")
+    return store
+
+
+def notes(store: Store, *items: dict) -> None:
+    ingest(store, b"".join(orjson.dumps(i) + b"\n" for i in items), source="<stdin>", kind="memory",
+           fmt="jsonl", keep_noise=True)
+
+
+def find(store: Store, text: str, **options) -> list:
+    (results,) = search_store(store, [Query(text=text, **options)], count_access=False)
+    return results
+
+
+def ids(results) -> list[str]:
+    return [r.record_id for r in results]
+
+
+def test_demo_questions_find_their_answers(demo):
+    assert ids(find(demo, "which database does Kestrel use"))[0] == "mem-kestrel-db"
+    assert "s2-03" in ids(find(demo, "how did we fix the sync timeout", k=3))
+    assert ids(find(demo, "what is the cat called", k=1)) == ["s3-04"]
+
+
+def test_chinese_word_inside_a_sentence_is_found(demo):
+    # 店長 sits inside 淡水分店的店長是陳小姐，… — Tantivy's default tokenizer cannot see it.
+    found = find(demo, "店長", mode="bm25")
+    assert "s2-06" in ids(found)
+    assert all("店長" in r.text for r in found)
+    assert ids(find(demo, "庫存報表", mode="bm25"))[:2] == ["mem-95103165e4a0ab0c", "s2-06"] or \
+        {"mem-95103165e4a0ab0c", "s2-06"} <= set(ids(find(demo, "庫存報表", mode="bm25"))[:3])
+
+
+def test_chinese_queries_lean_on_bm25_and_english_on_both(demo):
+    chinese = find(demo, "淡水分店的庫存報表")
+    assert chinese and chinese[0].explain["unknown_share"] >= 0.5
+    assert chinese[0].explain["vector_weight"] == 0 and chinese[0].explain["bm25_weight"] == 1
+    english = find(demo, "database for recipe metadata")
+    assert english[0].explain["vector_weight"] == pytest.approx(0.7)
+    assert english[0].explain["bm25_weight"] == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("query", ['Kestrel:database', '"unbalanced quote', "AND", "schema AND OR NOT (",
+                                   "tenant*", "+PostgreSQL -MySQL", "\\", "[]{}^~"])
+def test_query_syntax_is_just_words(demo, query):
+    for mode in ("bm25", "hybrid"):
+        find(demo, query, mode=mode)  # never raises
+    if "Kestrel" in query or "PostgreSQL" in query:
+        assert "mem-kestrel-db" in ids(find(demo, query, mode="bm25", min_score=0))
+
+
+def test_scope_isolation(tmp_path):
+    store = Store(tmp_path / "s")
+    notes(store,
+          {"id": "a-db", "text": "The billing service stores invoices in PostgreSQL", "scope": "project:a"},
+          {"id": "b-db", "text": "The billing service stores invoices in MongoDB", "scope": "project:b"},
+          {"id": "g-db", "text": "Prefer PostgreSQL for new billing services", "scope": "global"})
+    for mode in ("hybrid", "bm25", "vector"):
+        in_a = ids(find(store, "billing invoices database", mode=mode, filters=Filters(scopes=("project:a",)),
+                        min_score=0))
+        assert set(in_a) == {"a-db", "g-db"}, mode
+        in_b = ids(find(store, "billing invoices database", mode=mode, filters=Filters(scopes=("project:b",)),
+                        min_score=0))
+        assert set(in_b) == {"b-db", "g-db"}, mode
+
+
+def test_filters_kind_section_source_session_and_time(demo):
+    def only(**filters):
+        return find(demo, "Kestrel demo December", filters=Filters(**filters), min_score=0, k=50)
+
+    assert {r.kind for r in only(kinds=("memory",))} == {"memory"}
+    assert {r.section for r in only(sections=("待辦",))} == {"待辦"}
+    assert {r.source for r in only(sources=("sessions/",))} <= {
+        "sessions/2026-11-02-planning.jsonl", "sessions/2026-11-09-debugging.jsonl", "sessions/2026-11-16-review.jsonl"}
+    assert {r.session for r in only(sessions=("2026-11-16-review",))} == {"2026-11-16-review"}
+    since = int(__import__("memctl.clock").clock.parse_ts("2026-11-16T00:00:00+08:00").timestamp())
+    recent = only(kinds=("message",), since=since)
+    assert recent and all(r.ts >= "2026-11-16" for r in recent)
+
+
+def test_missing_stale_and_corrupt_index_are_repaired(demo):
+    assert not demo.index_dir.exists()
+    assert ids(find(demo, "Miso the cat", k=1)) == ["s3-04"]  # missing: built first
+    ingest(demo, b'{"id": "n1", "text": "The espresso machine on floor 3 is broken"}\n', source="<stdin>")
+    assert ids(find(demo, "espresso machine", k=1)) == ["n1"]  # stale: updated first
+    (demo.index_dir / "units.db").write_bytes(b"this is not a database")
+    assert ids(find(demo, "espresso machine", k=1)) == ["n1"]  # corrupt: rebuilt
+    shutil.rmtree(demo.index_dir / "tantivy")
+    (demo.index_dir / "manifest.json").write_text("{}")
+    assert ids(find(demo, "espresso machine", k=1)) == ["n1"]
+
+
+def test_incremental_index_after_add_edit_delete(tmp_path):
+    store = Store(tmp_path / "s")
+    notes(store, {"id": "one", "text": "Alpha project uses Redis streams"},
+          {"id": "two", "text": "Beta project uses Kafka topics"})
+    index = Index(store)
+    first = index.update()
+    assert (first.added, first.embedded) == (2, 2)
+    assert index.update().touched is False  # nothing changed: nothing done
+    notes(store, {"id": "three", "text": "Gamma project uses RabbitMQ"})
+    added = index.update()
+    assert (added.added, added.changed, added.removed, added.embedded) == (1, 0, 0, 1)
+    text = store.memory_md.read_text().replace("Beta project uses Kafka topics", "Beta project uses NATS")
+    text = text.replace("Alpha project uses Redis streams", "")
+    store.memory_md.write_text(text)
+    edited = index.update()
+    assert (edited.changed, edited.removed, edited.embedded) == (1, 1, 1)
+    assert ids(find(store, "Kafka", mode="bm25")) == []
+    assert ids(find(store, "NATS", mode="bm25")) == ["two"]
+    assert ids(find(store, "Redis", mode="bm25")) == []
+    rebuilt = index.update(rebuild=True)
+    assert rebuilt.rebuilt and rebuilt.units == 2
+
+
+def test_long_text_is_chunked_and_found_by_its_end(tmp_path):
+    store = Store(tmp_path / "s")
+    filler = " ".join(f"Paragraph {n} talks about ordinary bakery logistics and delivery routes." for n in range(60))
+    notes(store, {"id": "long", "text": filler + " The vault code is hidden under the blue teapot."})
+    report = Index(store).update()
+    assert report.units > 3
+    found = find(store, "where is the vault code hidden", k=3, min_score=0)
+    assert ids(found)[0] == "long"
+    assert len(ids(found)) == len(set(ids(found)))  # one result per record, its best chunk
+
+
+def test_access_is_counted_for_returned_memories(demo):
+    (results,) = search_store(demo, [Query(text="which database does Kestrel use", k=2)])
+    memory_ids = [r.record_id for r in results if r.kind == "memory"]
+    assert memory_ids
+    Index(demo).update(rebuild=True)  # the counts live outside .index/
+    assert access.count(demo, memory_ids[0]) == 1
+
+
+# -- ranking stages, one constructed case each --------------------------------------------------
+def two_notes(tmp_path, first: dict, second: dict) -> Store:
+    store = Store(tmp_path / "s")
+    notes(store, first, second)
+    return store
+
+
+def test_stage_recency_and_time_decay(tmp_path):
+    store = two_notes(tmp_path, {"id": "old", "text": "Deploys happen on Thursday", "section": "A",
+                                 "created_at": "2026-07-25T12:00:00Z"},
+                      {"id": "new", "text": "Deploys happen on Thursday", "section": "B", "created_at": NOW})
+    new, old = sorted(find(store, "when do deploys happen", min_score=0), key=lambda r: r.record_id)
+    assert ids(find(store, "when do deploys happen", min_score=0)) == ["new", "old"]
+    assert old.explain["age_days"] == 120 and new.explain["age_days"] == 0
+    fused = old.explain["fused"]
+    assert old.explain["recency"] == pytest.approx(fused + math.exp(-120 / 14) * 0.10, abs=1e-3)
+    assert new.explain["recency"] == pytest.approx(new.explain["fused"] + 0.10, abs=1e-3)
+    decay = old.explain["time_decay"] / old.explain["length"]
+    assert decay == pytest.approx(0.5 + 0.5 * math.exp(-120 / 60), abs=1e-3)
+
+
+def test_stage_importance(tmp_path):
+    store = two_notes(tmp_path, {"id": "low", "text": "The office wifi password rotates monthly", "section": "A",
+                                 "importance": 0.0},
+                      {"id": "high", "text": "The office wifi password rotates monthly", "section": "B",
+                       "importance": 1.0})
+    low, high = sorted(find(store, "wifi password", min_score=0), key=lambda r: r.record_id, reverse=True)
+    assert ids(find(store, "wifi password", min_score=0))[0] == "high"
+    assert low.explain["importance"] == pytest.approx(low.explain["recency"] * 0.7, abs=1e-3)
+    assert high.explain["importance"] == pytest.approx(high.explain["recency"] * 1.0, abs=1e-3)
+
+
+def test_stage_length_normalisation(tmp_path):
+    long_text = "Backups run nightly at two. " + "Unrelated padding words about weather. " * 60
+    store = two_notes(tmp_path, {"id": "short", "text": "Backups run nightly at two."},
+                      {"id": "long", "text": long_text[:1900]})
+    by_id = {r.record_id: r for r in find(store, "when do backups run", min_score=0)}
+    assert by_id["short"].explain["length"] == by_id["short"].explain["importance"]  # under 500 chars: no change
+    long = by_id["long"]
+    expected = 1 / (1 + 0.5 * math.log2(len(long.text) / 500))
+    assert long.explain["length"] / long.explain["importance"] == pytest.approx(expected, abs=1e-3)
+
+
+def test_stage_hard_minimum_and_exit_status(demo, run):
+    assert find(demo, "which database does Kestrel use", min_score=5.0) == []
+    result = run("search", "--min-score", "5", "which database does Kestrel use",
+                 store=demo.root)
+    assert result.returncode == 1 and result.stdout == b""
+
+
+def test_stage_noise_filter(tmp_path):
+    store = two_notes(tmp_path, {"id": "greet", "text": "hello there"},
+                      {"id": "fact", "text": "hello world is the first program Mei wrote in Go"})
+    assert ids(find(store, "hello", min_score=0)) == ["fact"]
+
+
+def test_stage_mmr_demotes_near_duplicates(tmp_path):
+    store = Store(tmp_path / "s")
+    notes(store, {"id": "dup1", "text": "Mei's cat Miso knocked the laptop off the desk", "importance": 1.0},
+          {"id": "dup2", "text": "Mei's cat Miso knocked her laptop off the desk", "importance": 0.9},
+          {"id": "other", "text": "Mei's laptop screen cracked and needs a repair", "importance": 0.2})
+    results = find(store, "what happened to the laptop", min_score=0)
+    assert ids(results) == ["dup1", "other", "dup2"]
+    assert results[2].explain["mmr"].startswith("demoted: cosine > 0.85 to dup1")
+
+
+# -- the command line ----------------------------------------------------------------------------
+def test_cli_json_lines_schema_and_text(run, demo):
+    result = run("search", "--json", "-k", "2", "which database does Kestrel use", store=demo.root,
+                 env={"MEMCTL_NOW": NOW})
+    assert result.returncode == 0, result.stderr
+    rows = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == 2
+    assert set(rows[0]) >= {"id", "kind", "text", "score", "source", "lines", "section", "session", "ts"}
+    assert rows[0]["id"] == "mem-kestrel-db" and rows[0]["lines"] == [37, 38]
+    text = run("search", "-k", "1", "which database does Kestrel use", store=demo.root, env={"MEMCTL_NOW": NOW})
+    assert text.stdout.decode().startswith("MEMORY.md:37-38  [重要決定]")
+
+
+def test_cli_batch(run, demo):
+    lines = b'{"id": "q1", "query": "which database does Kestrel use", "k": 1}\n' \
+            b'{"id": "q2", "query": "\xe5\xba\x97\xe9\x95\xb7", "mode": "bm25", "kind": "message"}\n' \
+            b'{"id": "q3", "query": "zzzz qqqq", "mode": "bm25"}\n'
+    result = run("search", "--batch", "-", input=lines, store=demo.root, env={"MEMCTL_NOW": NOW})
+    assert result.returncode == 0, result.stderr
+    rows = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert [r["query_id"] for r in rows] == ["q1", "q2", "q3"]
+    assert [r["id"] for r in rows[0]["results"]] == ["mem-kestrel-db"]
+    assert {r["kind"] for r in rows[1]["results"]} == {"message"}
+    assert rows[2]["results"] == []
+    bad = run("search", "--batch", "-", input=b'{"id": 1, "query": "ok"}\n{"id": 2, "k": 0, "query": "x"}\n',
+              store=demo.root)
+    assert bad.returncode == 2
+    assert bad.stderr.decode().strip() == "memctl: error: <stdin>:2: field 'k': must be a whole number >= 1"
+
+
+def test_cli_adaptive_and_usage_errors(run, demo):
+    skipped = run("search", "--adaptive", "ok thanks", store=demo.root)
+    assert skipped.returncode == 1 and b"no search needed: acknowledgement" in skipped.stderr
+    forced = run("search", "--adaptive", "--json", "remember Kestrel db?", store=demo.root)
+    assert forced.returncode == 0
+    assert run("search", store=demo.root).returncode == 2
+    assert run("search", "--scope", "team:x", "db", store=demo.root).returncode == 2
+    assert run("search", "--since", "last tuesday", "db", store=demo.root).returncode == 2
+    empty = run("search", "anything", store=demo.root.parent / "no-store")
+    assert empty.returncode == 1 and empty.stdout == b""
+
+
+def test_cli_index_reports(run, demo):
+    first = run("index", "--json", store=demo.root)
+    report = orjson.loads(first.stdout)
+    assert report["units"] == report["added"] == 26 and report["rebuilt"]
+    again = orjson.loads(run("index", "--json", store=demo.root).stdout)
+    assert again["added"] == again["embedded"] == 0 and not again["rebuilt"]
