@@ -199,8 +199,8 @@ def index(store, rebuild, as_json):
               help="Rank by both, by words only (fastest), or by meaning only.")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(["memory", "message", "log"]),
               help="Only results of this kind (repeatable).")
-@click.option("--scope", metavar="SCOPE", help="Workspace scope, e.g. project:kestrel: only that scope and "
-              "global are searched (G7).")
+@click.option("--scope", "--workspace", "scope", metavar="SCOPE", help="Workspace scope, e.g. "
+              "project:kestrel: only that scope and global are searched (G7).")
 @click.option("--section", "sections", multiple=True, metavar="NAME", help="Only this MEMORY.md section "
               "(repeatable).")
 @click.option("--source", "sources", multiple=True, metavar="PATH", help="Only this file, or folder with a "
@@ -214,10 +214,20 @@ def index(store, rebuild, as_json):
               "short messages (exit 1, reason on stderr); memory words always search (P7).")
 @click.option("--min-score", type=click.FloatRange(min=0), metavar="X",
               help="Drop results scoring below X. [default: retrieval.hard_min_score, 0.35]")
+@click.option("--rank", type=click.Choice(["pipeline", "mera"]), default="pipeline", show_default=True,
+              help="pipeline: the scoring stages above; mera: G4 retrieval_score (0.4 relevance, 0.25 "
+              "recency, 0.2 access, 0.15 user weight).")
+@click.option("--include-archived", is_flag=True, help="Also search memories the lifecycle archived.")
+@click.option("--layered", is_flag=True, help="Layered result (G1): L0 core, L1 workspace, L2 query, "
+              "within --budget tokens.")
+@click.option("--budget", type=click.IntRange(min=1), default=2000, show_default=True, metavar="TOKENS",
+              help="Token budget of --layered.")
+@click.option("--history", "history_id", metavar="ID", help="Print the version chain of memory ID, oldest "
+              "first (supersedes links), instead of searching.")
 @click.option("--explain", is_flag=True, help="Show every ranking stage's score for each result.")
 @click.pass_obj
 def search(store, query, k, as_json, batch, mode, kinds, scope, sections, sources, sessions, since, until,
-           plan_message, adaptive, min_score, explain):
+           plan_message, adaptive, min_score, rank, include_archived, layered, budget, history_id, explain):
     """Find memories, messages and log entries: BM25 and meaning, fused.
 
     Results are ranked by fusing BM25 and vector scores (0.7 vector, 0.3
@@ -248,6 +258,9 @@ def search(store, query, k, as_json, batch, mode, kinds, scope, sections, source
     """
     from .search import Query, search_store
 
+    if history_id:
+        _print_history(store, history_id, as_json)
+        return
     if batch:
         if query or plan_message:
             raise click.UsageError("give either QUERY or --batch, not both")
@@ -283,8 +296,13 @@ def search(store, query, k, as_json, batch, mode, kinds, scope, sections, source
         if reason:
             _say(f"memctl: no search needed: {reason}")
             sys.exit(EXIT_NOTHING)
+    if layered:
+        _print_layered(store, query, scope, budget, as_json)
+        return
     options = _query_options(k, mode, kinds, scope, sections, sources, sessions, since, until, min_score)
-    (results,) = search_store(store, [Query(text=query, **options)], say=_say)
+    if include_archived:
+        options["filters"].exclude_status = ("deprecated", "superseded")
+    (results,) = search_store(store, [Query(text=query, rank=rank, **options)], say=_say)
     if as_json:
         import orjson
 
@@ -293,6 +311,47 @@ def search(store, query, k, as_json, batch, mode, kinds, scope, sections, source
         for result in results:
             _print_result(result, explain)
     sys.exit(EXIT_OK if results else EXIT_NOTHING)
+
+
+def _print_history(store, memory_id: str, as_json: bool) -> None:
+    from . import memoryfile
+    from .governance import chain
+    from .lifecycle import load_deleted
+
+    found = chain(memoryfile.load(store.memory_md), memory_id, load_deleted(store))
+    if as_json:
+        sys.stdout.buffer.write(b"".join((_json(link.as_dict()) + "\n").encode() for link in found.links))
+    else:
+        for link in found.links:
+            summary = (link.entry.get("summary") or "") if link.entry is not None else ""
+            created = (link.entry.get("created_at") or "") if link.entry is not None else ""
+            click.echo(f"{link.id}  {link.status}  {created}  {summary}".rstrip())
+    for problem in found.problems:
+        _say(f"memctl: chain of {memory_id}: {problem}")
+
+
+def _print_layered(store, query: str, workspace: str | None, budget: int, as_json: bool) -> None:
+    from .layers import layered_search
+
+    result = layered_search(store, query, workspace=workspace, budget=budget, say=_say)
+    if as_json:
+        click.echo(_json(result.as_dict()))
+    else:
+        names = {"L0": "core", "L1": f"workspace {workspace or '(none)'}", "L2": "query"}
+        for layer, items in result.layers.items():
+            note = f" ({result.trigger})" if layer == "L2" and result.trigger else (
+                " (no trigger fired)" if layer == "L2" else "")
+            click.echo(f"{layer} {names[layer]}{note}")
+            for item in items:
+                shown = " ".join(item["text"].split())
+                click.echo(f"  {item['id']}  [{item['section']}]  {item['tokens']} tokens"
+                           f"{' (summary)' if item['content'] == 'summary' else ''}")
+                click.echo(f"    {shown}")
+        click.echo(f"tokens: {result.tokens_used} / {result.budget}")
+    if result.left_out:
+        _say(f"memctl: over the budget, left out: {', '.join(result.left_out)}")
+    found = any(result.layers.values())
+    sys.exit(EXIT_OK if found else EXIT_NOTHING)
 
 
 def _query_options(k, mode, kinds, scope, sections, sources, sessions, since, until, min_score) -> dict:

@@ -74,7 +74,7 @@ class Filters:
     sections: tuple[str, ...] = ()
     sessions: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()      # a file, or a folder ending in '/'
-    exclude_status: tuple[str, ...] = ("deprecated", "archived")
+    exclude_status: tuple[str, ...] = ("deprecated", "superseded", "archived")
     since: int | None = None           # Unix seconds
     until: int | None = None
 

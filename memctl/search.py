@@ -74,6 +74,7 @@ class Query:
     mode: str = "hybrid"
     filters: Filters = field(default_factory=Filters)
     min_score: float | None = None  # None: [retrieval] hard_min_score
+    rank: str = "pipeline"          # pipeline: the P3 stages; mera: G4 retrieval_score
 
 
 class Searcher:
@@ -136,6 +137,8 @@ class Searcher:
         results = [self._result(row) for row in rows]
         self._fuse(results, bm25, cosines, vector_weight, bm25_weight, unknown)
         results = self._score(results, query)
+        if query.rank == "mera":
+            self._rank_mera(results)
         if query_vector is not None:
             results = self._mmr(results)
         else:
@@ -275,6 +278,18 @@ class Searcher:
             kept.append(result)
         kept.sort(key=lambda r: (-r.score, r.id))
         return kept
+
+    def _rank_mera(self, results: list[Result]) -> None:
+        """Order by G4 retrieval_score, relevance being the fused search score (0..1)."""
+        from .governance import Scorer
+
+        scorer = Scorer(self.store)
+        for result in results:
+            fields = result.fields if result.kind == "memory" else {"created_at": result.ts}
+            score = scorer.retrieval(result.explain["fused"], fields, result.record_id or result.id)
+            result.explain["mera"] = score.as_dict()
+            result.score = score.total
+        results.sort(key=lambda r: (-r.score, r.id))
 
     def _mmr(self, results: list[Result]) -> list[Result]:
         threshold = self.retrieval["mmr_threshold"]

@@ -77,17 +77,25 @@ def source_files(store: Store) -> list[Path]:
 
 
 def _memory_units(store: Store) -> Iterator[Unit]:
+    from .governance import active_tails, is_current
+
     doc = memoryfile.load(store.memory_md)
     source = store.relative(store.memory_md)
+    tails = set(active_tails(doc))
     for entry in doc.entries:
         if not entry.text.strip():
             continue
         end = entry.line + len((entry.raw or "").rstrip("\n").split("\n")) - 1
         scope = entry.get("scope")
+        fields = {k: v for k, v in entry.fields.items() if k != "id"}
+        # A current entry that a current one supersedes (a chain edited by hand, say) is
+        # searched as superseded: search returns only the tails of chains (G6).
+        if is_current(entry) and entry.id not in tails:
+            fields["status"] = "superseded"
         base = Unit(id=entry.id, record_id=entry.id, kind="memory", text=entry.text, source=source,
                     line_start=entry.text_line, line_end=max(end, entry.text_line), section=entry.section,
                     ts=entry.get("created_at"), scope=scope if isinstance(scope, str) else "global",
-                    fields={k: v for k, v in entry.fields.items() if k != "id"})
+                    fields=fields)
         yield from _chunks(base)
 
 
