@@ -50,7 +50,7 @@ def main() -> None:
         subprocess.run([MEMCTL, "--store", store, "ingest", "-f", "jsonl", "-"], input=data,
                        capture_output=True, check=True)
         again = time.perf_counter() - start
-    print(f"| messages | stored | seconds | messages/s | re-ingest (all duplicates) s |\n| --- | --- | --- | --- | --- |")
+    print("| messages | stored | seconds | messages/s | re-ingest (all duplicates) s |\n| --- | --- | --- | --- | --- |")
     print(f"| {args.messages} | {stored} | {seconds:.2f} | {stored / seconds:.0f} | {again:.2f} |")
 
 

@@ -8,7 +8,6 @@ Each run is a fresh process, as an agent's shell tool call is.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess

@@ -58,11 +58,12 @@ def cache_dir() -> Path:
 class Embedder:
     """Embeds text with the ONNX export of a sentence-transformers model."""
 
-    def __init__(self, directory: Path, threads: int = 2, batch_size: int = 32):
+    def __init__(self, directory: Path, threads: int = 2, batch_size: int = 32, precision: str = "float32"):
         from tokenizers import Tokenizer
 
         self.directory = directory
-        self.key = model_key(directory)
+        self.precision = precision
+        self.key = model_key(directory) + ("" if precision == "float32" else f"-{precision}")
         self.threads = threads
         self.batch_size = batch_size
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
@@ -77,7 +78,7 @@ class Embedder:
         if self._session is None:
             import onnxruntime
 
-            onnx_path = ensure_onnx(self.directory, self.key)
+            onnx_path = ensure_onnx(self.directory, model_key(self.directory), self.precision)
             options = onnxruntime.SessionOptions()
             options.intra_op_num_threads = self.threads
             options.inter_op_num_threads = 1
@@ -134,19 +135,31 @@ def _max_seq_length(directory: Path) -> int:
     return 256
 
 
-def ensure_onnx(directory: Path, key: str) -> Path:
-    """The cached ONNX export of the model, made on first use (one process at a time)."""
+def ensure_onnx(directory: Path, key: str, precision: str = "float32") -> Path:
+    """The cached ONNX export of the model, made on first use (one process at a time).
+
+    precision "int8" is the export with weights quantised to 8 bits: about
+    twice the speed and half the load time, vectors within cosine ~0.95 of
+    the float32 ones (measured recall in bench/README.md).
+    """
     target = cache_dir() / key
     onnx_path = target / "model.onnx"
-    if onnx_path.exists():
-        return onnx_path
+    wanted = onnx_path if precision == "float32" else target / f"model.{precision}.onnx"
+    if wanted.exists():
+        return wanted
     target.mkdir(parents=True, exist_ok=True)
     with open(target / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not onnx_path.exists():
             print(f"memctl: exporting {directory.name} to ONNX (once per model; about 10 s)", file=sys.stderr)
             _export(directory, onnx_path)
-    return onnx_path
+        if not wanted.exists():
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            partial = wanted.with_name(f".{wanted.name}.{os.getpid()}.tmp")
+            quantize_dynamic(str(onnx_path), str(partial), weight_type=QuantType.QInt8)
+            os.replace(partial, wanted)
+    return wanted
 
 
 def _export(directory: Path, onnx_path: Path) -> None:

@@ -131,20 +131,11 @@ def check(store: Store, now: datetime | None = None) -> list[Problem]:
 
 
 def index_problems(store: Store) -> list[Problem]:
-    """HOOK for the index (the lead's module): is .index/ in step with the files?
+    """Is .index/ in step with the files? A stale or missing index is a warning, never
+    damage: search rebuilds it by itself, and `health --fix` does it now."""
+    from .index import health_problems
 
-    If memctl.index defines `health_problems(store) -> list[(file, line, message)]`
-    it is called here; until then the index is not checked (a stale or
-    missing index is rebuilt by search anyway, so it is never damage).
-    """
-    try:
-        from . import index  # type: ignore[attr-defined]
-    except ImportError:
-        return []
-    hook = getattr(index, "health_problems", None)
-    if hook is None:
-        return []
-    return [Problem(file, line, message, "index", "warning") for file, line, message in hook(store)]
+    return [Problem(file, None, message, "index", "warning", True) for file, message in health_problems(store)]
 
 
 def _check_config(store: Store) -> list[Problem]:
@@ -417,6 +408,12 @@ def fix(store: Store, problems: list[Problem], *, dry_run: bool = False,
             if not dry_run:
                 (store.root / problem.file).unlink(missing_ok=True)
             done.append(f"{problem.file}: removed")
+    if "index" in codes:
+        if not dry_run:
+            from .index import Index
+
+            Index(store).update()
+        done.append(".index: brought up to date with the files")
     if done and not dry_run:
         stamp = clock.format_ts(now or clock.now())
         with store.transaction() as tx:

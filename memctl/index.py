@@ -23,13 +23,15 @@ import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import orjson
 
 from . import clock, config
 from .store import Store, atomic_write
-from .units import Unit, collect, source_files
+
+if TYPE_CHECKING:
+    from .units import Unit
 
 FORMAT = 1
 _TABLE = "units"
@@ -68,7 +70,7 @@ class Index:
     # -- freshness -------------------------------------------------------------
     def stamps(self) -> dict[str, list[int]]:
         out = {}
-        for path in source_files(self.store):
+        for path in self.store.source_files():
             stat = path.stat()
             out[self.store.relative(path)] = [stat.st_size, stat.st_mtime_ns]
         return out
@@ -84,7 +86,12 @@ class Index:
         """True when the index reflects the files as they are now (one stat a file)."""
         manifest = self.manifest()
         return bool(manifest and manifest.get("format") == FORMAT and manifest.get("stamps") == self.stamps()
-                    and manifest.get("model_setting") == self.settings["embedding"]["model"])
+                    and manifest.get("embedding") == self._embedding_settings())
+
+    def _embedding_settings(self) -> dict:
+        """The settings that change what is embedded: a change means re-indexing."""
+        embedding = self.settings["embedding"]
+        return {k: embedding[k] for k in ("model", "precision", "with_previous_turn")}
 
     # -- updating --------------------------------------------------------------
     def update(self, *, rebuild: bool = False, progress: Callable[[str, int, int], None] | None = None) -> UpdateReport:
@@ -98,6 +105,7 @@ class Index:
 
     def _update(self, rebuild: bool, progress) -> UpdateReport:
         from .embedding import Embedder, model_dir
+        from .units import collect
 
         import numpy as np
 
@@ -120,7 +128,8 @@ class Index:
                 self._open_tantivy()
             except (IndexCorrupt, sqlite3.Error, OSError, ValueError) as exc:
                 report.rebuilt, report.reason, old_rows = True, f"corrupt ({exc})", {}
-        embedder = Embedder(directory, threads=embed_settings["threads"], batch_size=embed_settings["batch_size"])
+        embedder = Embedder(directory, threads=embed_settings["threads"], batch_size=embed_settings["batch_size"],
+                            precision=embed_settings["precision"])
         if manifest and manifest.get("model") != embedder.key and not report.rebuilt:
             report.rebuilt, report.reason, old_rows = True, "model changed", {}
         if report.rebuilt:
@@ -160,7 +169,7 @@ class Index:
         _save_npy(self.dir / "vectors.npy", vectors)
         atomic_write(self.dir / "manifest.json", orjson.dumps({
             "format": FORMAT, "model": embedder.key, "model_dir": str(directory),
-            "model_setting": embed_settings["model"], "units": len(units), "stamps": stamps,
+            "embedding": self._embedding_settings(), "units": len(units), "stamps": stamps,
             "updated_at": clock.format_ts(clock.now())}))
         return report
 
@@ -244,6 +253,24 @@ def ensure_fresh(store: Store, say: Callable[[str], None] | None = None) -> Upda
         what = f"rebuilt the index ({report.reason})" if report.rebuilt else "updated the index"
         say(f"memctl: {what}: {report.added} added, {report.changed} changed, {report.removed} removed")
     return report
+
+
+def health_problems(store: Store) -> list[tuple[str, str]]:
+    """(file, message) for each way .index/ is out of step with the store's files."""
+    from .errors import InputError
+
+    try:
+        index = Index(store)
+    except InputError:
+        return []  # a broken memctl.toml is reported by the config check
+    manifest = index.manifest()
+    if manifest is None or index.is_fresh():  # no index yet is no fault: search builds it
+        return []
+    old, now = manifest.get("stamps") or {}, index.stamps()
+    changed = sorted(name for name in set(old) | set(now) if old.get(name) != now.get(name))
+    if not changed:
+        return [(".index", "built with other embedding settings; it will be rebuilt")]
+    return [(name, "changed since the last index") for name in changed]
 
 
 def _unique(units: Iterator[Unit]) -> list[Unit]:

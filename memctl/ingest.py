@@ -18,7 +18,7 @@ import orjson
 
 from . import clock, config, inputs, memoryfile
 from .errors import InputError
-from .memoryfile import Entry, check_field
+from .memoryfile import check_field
 from .noise import noise_reason
 from .sessions import append_daily_log, load_ids, message_line
 from .store import Store

@@ -106,7 +106,7 @@ def search(index: tantivy.Index, text: str, filters: Filters, limit: int) -> lis
 
 
 def _text_query(index: tantivy.Index, text: str):
-    tokens = analyzer().analyze(text)
+    tokens = _QUERY_ANALYZER.analyze(text)
     content = [t for t in tokens if t not in _STEMMED_STOPWORDS]
     terms = Counter(content or tokens)  # a query of stopwords only still searches them
     clauses = [(tantivy.Occur.Should, tantivy.Query.term_query(index.schema, "body", term)) for term in terms]
@@ -136,4 +136,5 @@ def _filter_clauses(schema: tantivy.Schema, filters: Filters) -> list:
     return clauses
 
 
-_STEMMED_STOPWORDS = frozenset(t for word in QUERY_STOPWORDS for t in analyzer().analyze(word))
+_QUERY_ANALYZER = analyzer()
+_STEMMED_STOPWORDS = frozenset(t for word in QUERY_STOPWORDS for t in _QUERY_ANALYZER.analyze(word))

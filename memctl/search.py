@@ -109,7 +109,7 @@ class Searcher:
 
             embedding = self.settings["embedding"]
             self._embedder = Embedder(model_dir(embedding["model"]), threads=embedding["threads"],
-                                      batch_size=embedding["batch_size"])
+                                      batch_size=embedding["batch_size"], precision=embedding["precision"])
         return self._embedder
 
     # -- search ------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ STORE_ENV = "MEMCTL_STORE"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
+_DAY_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
 _JOURNAL_DIR = ".journal"
 _JOURNAL_FILE = "journal.json"
 
@@ -77,6 +79,18 @@ class Store:
 
     def session_file(self, session: str) -> Path:
         return self.sessions_dir / f"{session}.jsonl"
+
+    def daily_logs(self) -> list[Path]:
+        if not self.daily_dir.is_dir():
+            return []
+        return sorted(p for p in self.daily_dir.iterdir() if _DAY_FILE.match(p.name))
+
+    def source_files(self) -> list[Path]:
+        """The files the index is built from: their sizes and times tell when to re-index."""
+        files = [self.memory_md] if self.memory_md.exists() else []
+        if self.sessions_dir.is_dir():
+            files += sorted(self.sessions_dir.glob("*.jsonl"))
+        return files + self.daily_logs()
 
     def relative(self, path: Path) -> str:
         """A path as users see it in output: relative to the store root."""

@@ -9,7 +9,6 @@ only what changed (P2).
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -23,7 +22,6 @@ from .tokens import count_tokens, estimate_tokens, truncate_tokens
 
 CHUNK_TOKENS = 200    # the embedding model reads 256 word pieces; cl100k tokens run a little longer
 CHUNK_OVERLAP = 40
-_DAY_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
 
 
 @dataclass
@@ -64,16 +62,6 @@ def collect(store: Store) -> Iterator[Unit]:
     for unit in _log_units(store):
         if unit.record_id not in message_ids:
             yield unit
-
-
-def source_files(store: Store) -> list[Path]:
-    """The files units come from: their sizes and times tell when to re-index."""
-    files = [store.memory_md] if store.memory_md.exists() else []
-    if store.sessions_dir.is_dir():
-        files += sorted(store.sessions_dir.glob("*.jsonl"))
-    if store.daily_dir.is_dir():
-        files += sorted(p for p in store.daily_dir.iterdir() if _DAY_FILE.match(p.name))
-    return files
 
 
 def _memory_units(store: Store) -> Iterator[Unit]:
@@ -117,9 +105,7 @@ def _message_units(store: Store) -> Iterator[Unit]:
 
 
 def _log_units(store: Store) -> Iterator[Unit]:
-    if not store.daily_dir.is_dir():
-        return
-    for path in sorted(p for p in store.daily_dir.iterdir() if _DAY_FILE.match(p.name)):
+    for path in store.daily_logs():
         day = path.stem
         lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
         heading = None

@@ -191,3 +191,16 @@ def test_governance_commands_start_without_heavy_imports():
             "print(sorted(heavy & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
     assert out.stdout.strip().endswith("[]"), out.stdout + out.stderr
+
+
+def test_stale_index_is_a_fixable_warning(run, demo):
+    assert run("index").returncode == 0
+    assert problems(run) == (0, [])
+    assert run("ingest", "-", input='{"text": "a message after the index was built"}').returncode == 0
+    code, found = problems(run)
+    assert code == 0
+    assert {p["file"].split("/")[0] for p in found} == {"sessions", "memory"}  # the session and daily log
+    assert {(p["code"], p["severity"], p["fixable"]) for p in found} == {("index", "warning", True)}
+    fixed = run("health", "check", "--fix")
+    assert b".index: brought up to date with the files" in fixed.stderr
+    assert problems(run) == (0, [])

@@ -147,7 +147,7 @@ def test_no_search_returns_another_scope(tmp_path_factory, memories, queries):
     scope_of = {f"m{n}": scope for n, (scope, _) in enumerate(memories)}
     batch = [Query(text=" ".join(words), mode=mode, k=20, min_score=0, filters=Filters(scopes=(scope,)))
              for words, scope, mode in queries]
-    for (words, scope, mode), results in zip(queries, search_store(store, batch, count_access=False)):
+    for (words, scope, _mode), results in zip(queries, search_store(store, batch, count_access=False)):
         assert {scope_of[r.record_id] for r in results} <= {scope, "global"}
         layered = layered_search(store, " ".join(words), workspace=scope, budget=4000)
         shown = {i["id"] for layer in layered.layers.values() for i in layer}
