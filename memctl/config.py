@@ -26,7 +26,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "embedding": {
         "model": "",              # a sentence-transformers directory; "" is the bundled all-MiniLM-L6-v2
         "threads": 2,
-        "batch_size": 32,
+        "batch_size": 16,            # short batches pad less: measured fastest for chat turns
         "with_previous_turn": True,  # embed a message together with the turn before it
         "precision": "int8",         # int8 (quantised weights: ~2x faster) | float32 (exactly sentence-transformers)
     },

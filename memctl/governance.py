@@ -328,8 +328,8 @@ class Chain:
     @property
     def tails(self) -> list[str]:
         """Current versions that no current version supersedes (normally exactly one)."""
-        current = {l.id for l in self.links if l.entry is not None and not l.deleted and is_current(l.entry)}
-        replaced = {old for l in self.links if l.id in current for old in l.supersedes}
+        current = {link.id for link in self.links if link.entry is not None and not link.deleted and is_current(link.entry)}
+        replaced = {old for link in self.links if link.id in current for old in link.supersedes}
         return [i for i in self.ids if i in current and i not in replaced]
 
 

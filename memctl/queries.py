@@ -5,8 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-
-
 from . import clock, inputs, memoryfile
 from .errors import InputError
 from .lexical import Filters

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install memctl, then run its main job on the bundled example: ingest a
-# three-session chat and a MEMORY.md into a fresh store and show what it holds.
+# three-session chat and a MEMORY.md into a fresh store, then search it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -9,5 +9,7 @@ store=$(mktemp -d)/memory
 set -x
 memctl --store "$store" ingest fixtures/demo/chat.jsonl
 memctl --store "$store" ingest fixtures/demo/MEMORY.md
-head -n 12 "$store/memory/2026-11-09.md"
-sed -n '/## 待辦/,$p' "$store/MEMORY.md"
+head -n 6 "$store/memory/2026-11-09.md"
+memctl --store "$store" search -k 3 "which database does Kestrel use"
+memctl --store "$store" search -k 2 "店長"
+memctl --store "$store" search --layered --workspace project:kestrel --budget 200 "which queue should the sync use"

@@ -23,7 +23,7 @@ def demo(run, store_dir):
 
 def problems(run, *args):
     result = run("health", "check", "--json", *args)
-    return result.returncode, [orjson.loads(l) for l in result.stdout.splitlines()]
+    return result.returncode, [orjson.loads(line) for line in result.stdout.splitlines()]
 
 
 def edit(path, old, new):
@@ -153,7 +153,7 @@ def test_scores_sorted_with_parts(run, demo):
     env = {"MEMCTL_NOW": "2026-12-04T00:00:00Z"}
     result = run("health", "scores", "--json", env=env)
     assert result.returncode == 0
-    rows = [orjson.loads(l) for l in result.stdout.splitlines()]
+    rows = [orjson.loads(line) for line in result.stdout.splitlines()]
     assert [r["health"] for r in rows] == sorted(r["health"] for r in rows)
     role = next(r for r in rows if r["id"] == "mem-about-role")
     assert set(role) == {"id", "line", "section", "status", "core", "health", "recency_decay", "access_frequency",
