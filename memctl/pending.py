@@ -18,7 +18,7 @@ from typing import Any
 
 from . import clock, config, governance, memoryfile
 from .errors import InputError
-from .store import Store
+from .store import Store, read_jsonl
 
 SOURCE = "pending.jsonl"
 
@@ -26,7 +26,7 @@ SOURCE = "pending.jsonl"
 @dataclass
 class Pending:
     line: int
-    raw: bytes                  # the line as stored, with its newline if it had one
+    raw: bytes                  # the line as stored, without its newline
     item: dict[str, Any] | None  # None: not a JSON object with a text id
 
     @property
@@ -62,28 +62,13 @@ class Pending:
 
 def read(store: Store) -> list[Pending]:
     """Every non-blank line of pending.jsonl, parsed where possible (a last line without newline too)."""
-    import orjson
-
-    try:
-        data = store.pending_file.read_bytes()
-    except FileNotFoundError:
-        return []
-    out = []
-    for number, raw in enumerate(data.splitlines(keepends=True), 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            obj = None
-        ok = isinstance(obj, dict) and isinstance(obj.get("id"), str)
-        out.append(Pending(number, raw, obj if ok else None))
-    return out
+    return [Pending(number, raw, obj if obj is not None and isinstance(obj.get("id"), str) else None)
+            for number, obj, raw in read_jsonl(store.pending_file, unterminated=True)]
 
 
 def _rewrite(store: Store, tx, items: list[Pending], drop: set[int]) -> None:
     """pending.jsonl without the lines numbered in `drop`; the rest unchanged."""
-    kept = [p.raw if p.raw.endswith(b"\n") else p.raw + b"\n" for p in items if p.line not in drop]
+    kept = [p.raw + b"\n" for p in items if p.line not in drop]
     tx.replace(store.pending_file, b"".join(kept))
 
 

@@ -261,18 +261,19 @@ def atomic_write(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
-def read_jsonl(path: Path) -> Iterator[tuple[int, dict | None, bytes]]:
-    """Yield (line number, object or None if unparseable, raw line) per non-blank line.
+def read_jsonl(path: Path, *, unterminated: bool = False) -> Iterator[tuple[int, dict | None, bytes]]:
+    """Yield (line number, object or None if unparseable, raw line without newline) per non-blank line.
 
     A last line without its newline is an append still under way (or cut off by
-    a crash, to be rolled back by the next writer) and is skipped.
+    a crash, to be rolled back by the next writer) and is skipped, unless
+    `unterminated` asks for it (to show or repair a hand-edited file).
     """
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return
     lines = data.split(b"\n")
-    if lines and lines[-1]:
+    if lines and not (lines[-1] and unterminated):  # "" after the last newline, or a line still being written
         lines = lines[:-1]
     for number, raw in enumerate(lines, 1):
         if not raw.strip():
