@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from . import clock, inputs, memoryfile
+from . import clock
 from .errors import InputError
 from .lexical import Filters
 from .search import MODES, Query
@@ -18,13 +18,19 @@ _KINDS = ("memory", "message", "log")
 def filters_from(*, kinds=(), scope=None, sections=(), sources=(), sessions=(), since=None, until=None,
                  where: str = "") -> Filters:
     """Filters from option values; `where` names the flag or line at fault in errors."""
-    if scope is not None and memoryfile.check_field("scope", scope):
+    if scope is not None and _bad_scope(scope):
         raise InputError("must be global, project:<name> or lang:<name>", source=where or "--scope",
                          field="scope")
     return Filters(kinds=tuple(kinds), scopes=(scope,) if scope else (), sections=tuple(sections),
                    sources=tuple(sources), sessions=tuple(sessions),
                    since=_time_bound(since, False, where or "--since"),
                    until=_time_bound(until, True, where or "--until"))
+
+
+def _bad_scope(scope: str) -> bool:
+    from .memoryfile import check_field
+
+    return check_field("scope", scope) is not None
 
 
 def _time_bound(value: str | None, end_of_day: bool, where: str) -> int | None:
@@ -42,6 +48,8 @@ def _time_bound(value: str | None, end_of_day: bool, where: str) -> int | None:
 
 def parse_batch(data: bytes, source: str, default: dict[str, Any]) -> tuple[list[Query], list[Any]]:
     """Queries of a --batch input, one JSON object a line; every line is checked before any runs."""
+    from . import inputs
+
     text = inputs.decode(data, source)
     queries, ids = [], []
     for record in inputs.read_jsonl(text, source):
