@@ -35,8 +35,7 @@ if TYPE_CHECKING:
 
 FORMAT = 1
 _TABLE = "units"
-_COLUMNS = ("row", "id", "record_id", "kind", "text", "source", "line_start", "line_end", "section", "session",
-            "speaker", "ts", "ts_epoch", "scope", "status", "fields", "digest", "embed_digest")
+_TYPES = {"ts_epoch": float, "fields": str, "section": str, "session": str, "speaker": str, "ts": str}
 
 
 class IndexCorrupt(Exception):
@@ -114,7 +113,8 @@ class Index:
         embed_settings = self.settings["embedding"]
         directory = model_dir(embed_settings["model"])
         manifest = self.manifest()
-        old_rows: dict[str, tuple] = {}
+        old_rows: dict[str, tuple[int, str, str]] = {}  # id -> (row, digest, embed digest)
+        old_vectors = None
         if rebuild:
             report.rebuilt, report.reason = True, "asked"
         elif manifest is None or manifest.get("format") != FORMAT:
@@ -123,7 +123,7 @@ class Index:
             try:
                 old_rows = self._old_rows()
                 old_vectors = np.load(self.dir / "vectors.npy", mmap_mode="r")
-                if len(old_vectors) != len(old_rows):
+                if old_rows and len(old_vectors) <= max(row for row, _, _ in old_rows.values()):
                     raise IndexCorrupt("vectors and units disagree")
                 self._open_tantivy()
             except (IndexCorrupt, sqlite3.Error, OSError, ValueError) as exc:
@@ -134,39 +134,54 @@ class Index:
             report.rebuilt, report.reason, old_rows = True, "model changed", {}
         if report.rebuilt:
             shutil.rmtree(self.dir / "tantivy", ignore_errors=True)
+            old_vectors = None
 
         units = _unique(collect(self.store))
         report.units = len(units)
         digests = [u.digest for u in units]
-        embed_texts = [_embed_text(u, embed_settings["with_previous_turn"]) for u in units]
-        embed_digests = [hashlib.sha1(t.encode()).hexdigest() for t in embed_texts]
+        new_ids = {u.id: d for u, d in zip(units, digests)}
+        removed = [uid for uid in old_rows if uid not in new_ids]
+        fresh = [i for i, u in enumerate(units) if old_rows.get(u.id, (0, None))[1] != digests[i]]
+        report.removed = len(removed)
+        report.added = sum(units[i].id not in old_rows for i in fresh)
+        report.changed = len(fresh) - report.added
 
-        # Vectors: reuse the row of any unit whose embedded text is unchanged.
-        reuse = {row[_COLUMNS.index("embed_digest")]: row[0] for row in old_rows.values()}
-        dimension = embedder.dimension
-        vectors = np.zeros((len(units), dimension), dtype=np.float32)
-        missing = [i for i, d in enumerate(embed_digests) if d not in reuse]
-        if old_rows:
-            old_vectors = np.load(self.dir / "vectors.npy", mmap_mode="r")
-            for i, d in enumerate(embed_digests):
-                if d in reuse:
-                    vectors[i] = old_vectors[reuse[d]]
+        # A unit keeps its row while it is unchanged; changed and new units take rows at the
+        # end, and the rows they leave are holes. Once holes would pass a fifth of the rows,
+        # every row is written anew (without embedding anything again).
+        old_count = len(old_vectors) if old_vectors is not None else 0
+        holes = old_count - len(old_rows) + len(removed) + report.changed
+        compact = report.rebuilt or holes > 0.2 * (old_count + len(fresh))
+        todo = range(len(units)) if compact else fresh
+        texts = {i: _embed_text(units[i], embed_settings["with_previous_turn"]) for i in todo}
+        embed_digests = {i: hashlib.sha1(t.encode()).hexdigest() for i, t in texts.items()}
+        reuse = {embed_digest: row for row, _, embed_digest in old_rows.values()}
+        missing = [i for i in todo if embed_digests[i] not in reuse]
+        rows = {i: n for n, i in enumerate(todo)} if compact else {i: old_count + n for n, i in enumerate(fresh)}
+        vectors = np.zeros((len(units) if compact else old_count + len(fresh), embedder.dimension), dtype=np.float32)
+        if not compact and old_count:
+            vectors[:old_count] = old_vectors
+            vectors[[old_rows[uid][0] for uid in removed]
+                    + [old_rows[units[i].id][0] for i in fresh if units[i].id in old_rows]] = 0
+        for i in todo:
+            if embed_digests[i] in reuse:
+                vectors[rows[i]] = old_vectors[reuse[embed_digests[i]]]
         if missing:
             step = (lambda n: progress("embedding", n, len(missing))) if progress else None
-            vectors[missing] = embedder.embed([embed_texts[i] for i in missing], progress=step)
+            vectors[[rows[i] for i in missing]] = embedder.embed([texts[i] for i in missing], progress=step)
         report.embedded = len(missing)
 
-        # Tantivy: replace what changed, drop what is gone.
-        new_ids = {u.id: d for u, d in zip(units, digests)}
-        old_digest = {uid: row[_COLUMNS.index("digest")] for uid, row in old_rows.items()}
-        report.removed = sum(uid not in new_ids for uid in old_digest)
-        report.added = sum(uid not in old_digest for uid in new_ids)
-        report.changed = sum(uid in old_digest and old_digest[uid] != d for uid, d in new_ids.items())
-        self._write_tantivy(units, digests, old_digest, rebuilt=report.rebuilt)
-
-        # Units and vectors, each replaced whole; the manifest last.
-        self._write_units(units, digests, embed_digests)
+        # Vectors first (a superset of what the table names), then Tantivy, then the table:
+        # the table's digests say what is done, so an update cut short is redone from there.
+        # The manifest goes last.
         _save_npy(self.dir / "vectors.npy", vectors)
+        self._write_tantivy(units, digests, {uid: d for uid, (_, d, _) in old_rows.items()},
+                            rebuilt=report.rebuilt)
+        records = [_record(units[i], rows[i], digests[i], embed_digests[i]) for i in todo]
+        if compact:
+            self._write_units(records)
+        else:
+            self._patch_units(records, gone=removed + [units[i].id for i in fresh if units[i].id in old_rows])
         atomic_write(self.dir / "manifest.json", orjson.dumps({
             "format": FORMAT, "model": embedder.key, "model_dir": str(directory),
             "embedding": self._embedding_settings(), "units": len(units), "stamps": stamps,
@@ -194,35 +209,43 @@ class Index:
         writer.commit()
         writer.wait_merging_threads()
 
-    def _write_units(self, units: list[Unit], digests: list[str], embed_digests: list[str]) -> None:
+    def _write_units(self, records: list[dict]) -> None:
+        """The whole unit table, written to a new file that replaces the old one."""
         import sqlite_utils
 
         partial = self.dir / f".units.db.{os.getpid()}.tmp"
         partial.unlink(missing_ok=True)
         db = sqlite_utils.Database(partial)
-        db[_TABLE].insert_all(
-            ({"row": row, "id": u.id, "digest": d, "embed_digest": e, **_meta(u), "text": u.text,
-              "line_start": u.line_start, "line_end": u.line_end, "speaker": u.speaker, "ts": u.ts,
-              "fields": orjson.dumps(u.fields).decode()}
-             for row, (u, d, e) in enumerate(zip(units, digests, embed_digests))),
-            pk="row", batch_size=2000, columns={"ts_epoch": float, "fields": str, "section": str,
-                                                "session": str, "speaker": str, "ts": str})
+        db[_TABLE].insert_all(records, pk="row", batch_size=2000, columns=_TYPES)
         db[_TABLE].create_index(["id"], unique=True)
         db.conn.commit()
         db.close()
         os.chmod(partial, 0o600)
         os.replace(partial, self.dir / "units.db")
 
-    def _old_rows(self) -> dict[str, tuple]:
+    def _patch_units(self, records: list[dict], gone: list[str]) -> None:
+        """Delete and insert rows in one SQLite transaction; readers see before or after."""
+        import sqlite_utils
+
+        db = sqlite_utils.Database(self.dir / "units.db")
+        with db.conn:
+            for start in range(0, len(gone), 500):
+                chunk = gone[start:start + 500]
+                db[_TABLE].delete_where(f"id IN ({', '.join('?' * len(chunk))})", chunk)
+            if records:
+                db[_TABLE].insert_all(records, pk="row", batch_size=2000, columns=_TYPES)
+        db.close()
+
+    def _old_rows(self) -> dict[str, tuple[int, str, str]]:
         path = self.dir / "units.db"
         if not path.exists():
             raise IndexCorrupt("units.db missing")
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            rows = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE}").fetchall()
+            rows = conn.execute(f"SELECT id, row, digest, embed_digest FROM {_TABLE}").fetchall()
         finally:
             conn.close()
-        return {row[1]: row for row in rows}
+        return {uid: (row, digest, embed_digest) for uid, row, digest, embed_digest in rows}
 
     def _open_tantivy(self):
         from . import lexical
@@ -279,6 +302,12 @@ def _unique(units: Iterator[Unit]) -> list[Unit]:
     for unit in units:
         seen.setdefault(unit.id, unit)
     return list(seen.values())
+
+
+def _record(unit: Unit, row: int, digest: str, embed_digest: str) -> dict:
+    return {"row": row, "id": unit.id, "digest": digest, "embed_digest": embed_digest, **_meta(unit),
+            "text": unit.text, "line_start": unit.line_start, "line_end": unit.line_end, "speaker": unit.speaker,
+            "ts": unit.ts, "fields": orjson.dumps(unit.fields).decode()}
 
 
 def _meta(unit: Unit) -> dict:

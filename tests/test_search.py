@@ -276,3 +276,42 @@ def test_cli_index_reports(run, demo):
     assert report["units"] == report["added"] == 26 and report["rebuilt"]
     again = orjson.loads(run("index", "--json", store=demo.root).stdout)
     assert again["added"] == again["embedded"] == 0 and not again["rebuilt"]
+
+
+def test_rows_keep_their_place_until_holes_call_for_compaction(tmp_path):
+    import sqlite3
+
+    import numpy as np
+
+    store = Store(tmp_path / "s")
+    notes(store, *({"id": f"n{i}", "text": f"Fact number {i} about project {'ABCDEFGHIJKL'[i]}"}
+                   for i in range(12)))
+    index = Index(store)
+    index.update()
+
+    def table():
+        conn = sqlite3.connect(store.index_dir / "units.db")
+        try:
+            return dict(conn.execute("SELECT id, row FROM units").fetchall())
+        finally:
+            conn.close()
+
+    before = table()
+    notes(store, {"id": "n12", "text": "Fact number 12 about project M"})
+    index.update()
+    after = table()
+    assert {k: after[k] for k in before} == before and after["n12"] == 12  # appended, nothing moved
+    text = store.memory_md.read_text()
+    store.memory_md.write_text(text.replace("Fact number 3 about project D", "Fact three, edited"))
+    edited = index.update()
+    assert edited.changed == 1 and table()["n3"] == 13  # a changed unit takes a new row; its old one is a hole
+    vectors = np.load(store.index_dir / "vectors.npy")
+    assert len(vectors) == 14 and not vectors[3].any()
+    assert ids(find(store, "Fact three edited", mode="bm25", min_score=0))[0] == "n3"
+    doc_lines = store.memory_md.read_text().split("<!-- memory")
+    store.memory_md.write_text("<!-- memory".join(doc_lines[:1] + doc_lines[6:]))  # five entries gone
+    index.update()
+    compacted = table()
+    assert sorted(compacted.values()) == list(range(len(compacted)))  # holes over a fifth: rows renumbered
+    assert len(np.load(store.index_dir / "vectors.npy")) == len(compacted) == 8
+    assert ids(find(store, "project M", mode="vector", min_score=0, k=1)) == ["n12"]
