@@ -24,6 +24,7 @@ import numpy as np
 from .errors import MemctlError
 
 EXPORT_VERSION = "1"
+_SLICE = 4096  # texts tokenised at once when embedding many
 _CHECK_SENTENCES = ["Kestrel uses PostgreSQL for the recipe metadata.",
                     "淡水分店的店長是陳小姐。", "a", "Mixed 中文 and English, with numbers 42."]
 
@@ -100,16 +101,16 @@ class Embedder:
 
     def embed(self, texts: list[str], progress=None) -> np.ndarray:
         """L2-normalised float32 vectors, one row a text; batches sorted by length to cut padding."""
-        if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        encodings = self.tokenizer.encode_batch(list(texts))
-        order = np.argsort([len(e.ids) for e in encodings], kind="stable")
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start:start + self.batch_size]
-            out[rows] = self._run([encodings[i] for i in rows])
-            if progress:
-                progress(len(rows))
+        # Tokenised a slice at a time: 50k encodings held at once cost hundreds of MB.
+        for first in range(0, len(texts), _SLICE):
+            encodings = self.tokenizer.encode_batch(list(texts[first:first + _SLICE]))
+            order = np.argsort([len(e.ids) for e in encodings], kind="stable")
+            for start in range(0, len(order), self.batch_size):
+                rows = order[start:start + self.batch_size]
+                out[first + rows] = self._run([encodings[i] for i in rows])
+                if progress:
+                    progress(len(rows))
         return out
 
     @property
