@@ -26,10 +26,14 @@ class MemctlGroup(click.Group):
         except MemctlError as exc:
             click.echo(f"memctl: error: {exc}", err=True)
             ctx.exit(exc.exit_code)
-        except BrokenPipeError:
-            # The reader went away (memctl search | head): not an error of ours.
-            sys.stderr.close()
-            ctx.exit(EXIT_OK)
+        except OSError as exc:
+            if isinstance(exc, BrokenPipeError):
+                # The reader went away (memctl search | head): not an error of ours.
+                sys.stderr.close()
+                ctx.exit(EXIT_OK)
+            where = f"{exc.filename}: " if exc.filename else ""
+            click.echo(f"memctl: error: {where}{exc.strerror or exc}", err=True)
+            ctx.exit(EXIT_ERROR)
 
 
 @click.group(cls=MemctlGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -35,7 +35,9 @@ if TYPE_CHECKING:
 
 FORMAT = 1
 _TABLE = "units"
-_TYPES = {"ts_epoch": float, "fields": str, "section": str, "session": str, "speaker": str, "ts": str}
+_SCHEMA = {"row": int, "id": str, "digest": str, "embed_digest": str, "kind": str, "record_id": str, "source": str,
+           "section": str, "session": str, "scope": str, "status": str, "ts_epoch": float, "text": str,
+           "line_start": int, "line_end": int, "speaker": str, "ts": str, "fields": str}
 
 
 class IndexCorrupt(Exception):
@@ -216,7 +218,8 @@ class Index:
         partial = self.dir / f".units.db.{os.getpid()}.tmp"
         partial.unlink(missing_ok=True)
         db = sqlite_utils.Database(partial)
-        db[_TABLE].insert_all(records, pk="row", batch_size=2000, columns=_TYPES)
+        db[_TABLE].create(_SCHEMA, pk="row")
+        db[_TABLE].insert_all(records, batch_size=2000)
         db[_TABLE].create_index(["id"], unique=True)
         db.conn.commit()
         db.close()
@@ -233,7 +236,7 @@ class Index:
                 chunk = gone[start:start + 500]
                 db[_TABLE].delete_where(f"id IN ({', '.join('?' * len(chunk))})", chunk)
             if records:
-                db[_TABLE].insert_all(records, pk="row", batch_size=2000, columns=_TYPES)
+                db[_TABLE].insert_all(records, batch_size=2000)
         db.close()
 
     def _old_rows(self) -> dict[str, tuple[int, str, str]]:

@@ -315,3 +315,13 @@ def test_rows_keep_their_place_until_holes_call_for_compaction(tmp_path):
     assert sorted(compacted.values()) == list(range(len(compacted)))  # holes over a fifth: rows renumbered
     assert len(np.load(store.index_dir / "vectors.npy")) == len(compacted) == 8
     assert ids(find(store, "project M", mode="vector", min_score=0, k=1)) == ["n12"]
+
+
+def test_a_store_with_nothing_to_index_searches_empty(tmp_path, run):
+    store = Store(tmp_path / "empty")
+    store.root.mkdir()
+    assert find(store, "anything") == []
+    store.memory_md.write_text("## Notes\n")  # a heading and no entries
+    assert find(store, "notes") == []
+    result = run("search", "--json", "anything", store=store.root)
+    assert result.returncode == 1 and result.stdout == b""
