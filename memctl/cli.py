@@ -413,9 +413,9 @@ class _progress:
         return False
 
 
-def _later(name: str, issue: str):
+def _later(name: str, summary: str, issue: str):
     @cli.command(name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-                 help=f"({issue}) Not available yet in this version.", add_help_option=True)
+                 help=f"{summary} ({issue}); not available yet in this version.", add_help_option=True)
     def command():
         click.echo(f"memctl: error: '{name}' is not available yet in memctl {__version__}", err=True)
         sys.exit(EXIT_ERROR)
@@ -423,7 +423,7 @@ def _later(name: str, issue: str):
     return command
 
 
-split = _later("split", "T1-T12")
+split = _later("split", "Partition messages into topics", "T1-T12")
 
 
 # -- review (P5, G5) ---------------------------------------------------------

@@ -29,7 +29,7 @@ def test_every_command_has_help_with_examples(run, name):
     assert result.returncode == 0
     text = result.stdout.decode()
     assert text.startswith(f"Usage: memctl {name}")
-    if not cli.commands[name].help.startswith("("):  # placeholders say when they come instead
+    if "not available yet" not in cli.commands[name].help:  # placeholders say so instead
         assert "Examples:" in text and f"memctl {name}" in text.split("Examples:")[1]
 
 
