@@ -527,13 +527,7 @@ def review_confirm(store, ids, allow_conflict, supersedes, dry_run, as_json):
             names = ", ".join(f"'{i}'" for i in row["conflicts"])
             click.echo(f"memctl: warning: '{row['id']}': its canonical_topic already has current memory {names}; "
                        f"added anyway (--add)", err=True)
-    if as_json:
-        _json_lines(rows)
-    else:
-        for row in rows:
-            click.echo(row["id"])
-    if dry_run:
-        click.echo(f"memctl: dry run: {len(rows)} would be confirmed, nothing written", err=True)
+    _print_reviewed(rows, as_json, dry_run, "confirmed")
 
 
 @review.command("reject")
@@ -555,13 +549,18 @@ def review_reject(store, ids, dry_run, as_json):
 
     _drop_expired(store, dry_run=dry_run)
     rows = reject(store, list(ids), dry_run=dry_run)
+    _print_reviewed(rows, as_json, dry_run, "rejected")
+
+
+def _print_reviewed(rows: list[dict], as_json: bool, dry_run: bool, what: str) -> None:
+    """The ids a review step handled (or JSON lines), and what a dry run would have done."""
     if as_json:
         _json_lines(rows)
     else:
         for row in rows:
             click.echo(row["id"])
     if dry_run:
-        click.echo(f"memctl: dry run: {len(rows)} would be rejected, nothing written", err=True)
+        click.echo(f"memctl: dry run: {len(rows)} would be {what}, nothing written", err=True)
 
 
 @review.command("lifecycle")
