@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import re
 
+from .noise import GREETING, HEARTBEAT
+
 _FORCE = re.compile(
     r"記得|记得|上次|之前|以前|曾經|曾经|你忘了|我說過|我说过|"
     r"\b(?:remember|recall|previously|last time|earlier|before|forgot|forget|we talked|you said|i told you|i said)\b",
     re.IGNORECASE)
-_GREETING = re.compile(
-    r"^\W*(?:hi|hello|hey|yo|howdy|good (?:morning|afternoon|evening|night)|你好|您好|哈囉|哈啰|嗨|早安|午安|晚安"
-    r"|早上好|晚上好)\W*$", re.IGNORECASE)
 _ACK_WORD = (r"(?:ok(?:ay)?|k|sure|yes|yep|yeah|no|nope|thanks?|thank you|thx|got it|cool|great|nice|fine"
              r"|alright|好的?|好啊|嗯+|對|对|是的?|謝謝|谢谢|收到|了解|知道了|沒問題|没问题|可以)")
 _ACK = re.compile(rf"^\W*{_ACK_WORD}(?:[\s,.!~，。！]+{_ACK_WORD})*\W*$", re.IGNORECASE)
 _SLASH = re.compile(r"^\s*/[A-Za-z_][\w-]*")
-_HEARTBEAT = re.compile(r"^\W*heartbeat", re.IGNORECASE)
 _EMOJI_ONLY = re.compile(r"^[\s\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D\u2B00-\u2BFF\U000E0000-\U000E007F]+$")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
@@ -33,11 +31,11 @@ def skip_reason(message: str) -> str | None:
         return None
     if not text:
         return "empty message"
-    if _HEARTBEAT.match(text):
+    if HEARTBEAT.match(text):
         return "heartbeat"
     if _SLASH.match(text):
         return "slash command"
-    if _GREETING.match(text):
+    if GREETING.match(text):
         return "greeting"
     if _ACK.match(text):
         return "acknowledgement"

@@ -146,10 +146,7 @@ def ingest(store, file, fmt, kind, session, section, pending, ttl, keep_noise, s
             else:
                 click.echo(f"memctl: warning: {report.warning(outcome.id)}", err=True)
     if as_json:
-        import orjson
-
-        out = b"".join(orjson.dumps(o.as_dict()) + b"\n" for o in result.outcomes)
-        sys.stdout.buffer.write(out)
+        _json_lines(o.as_dict() for o in result.outcomes)
     else:
         for outcome in result.stored:
             click.echo(outcome.id)
@@ -185,7 +182,7 @@ def index(store, rebuild, as_json):
     with _progress() as progress:
         report = Index(store).update(rebuild=rebuild, progress=progress)
     if as_json:
-        click.echo(_json(report.as_dict()))
+        _json_lines([report.as_dict()])
     else:
         rebuilt = f" (rebuilt: {report.reason})" if report.rebuilt else ""
         click.echo(f"{report.units} units: {report.added} added, {report.changed} changed, "
@@ -275,12 +272,8 @@ def search(store, query, k, as_json, batch, mode, kinds, scope, sections, source
                                                                        sources, sessions, since, until,
                                                                        min_score))
         answers = search_store(store, queries, say=_say)
-        import orjson
-
-        out = sys.stdout.buffer
-        for query_id, results in zip(ids, answers):
-            out.write(orjson.dumps({"query_id": query_id,
-                                    "results": [r.as_dict(explain) for r in results]}) + b"\n")
+        _json_lines({"query_id": query_id, "results": [r.as_dict(explain) for r in results]}
+                    for query_id, results in zip(ids, answers))
         sys.exit(EXIT_OK if any(answers) else EXIT_NOTHING)
 
     if plan_message:
@@ -308,9 +301,7 @@ def search(store, query, k, as_json, batch, mode, kinds, scope, sections, source
         options["filters"].exclude_status = ("deprecated", "superseded")
     (results,) = search_store(store, [Query(text=query, rank=rank, **options)], say=_say)
     if as_json:
-        import orjson
-
-        sys.stdout.buffer.write(b"".join(orjson.dumps(r.as_dict(explain)) + b"\n" for r in results))
+        _json_lines(r.as_dict(explain) for r in results)
     else:
         for result in results:
             _print_result(result, explain)
@@ -324,7 +315,7 @@ def _print_history(store, memory_id: str, as_json: bool) -> None:
 
     found = chain(memoryfile.load(store.memory_md), memory_id, load_deleted(store))
     if as_json:
-        sys.stdout.buffer.write(b"".join((_json(link.as_dict()) + "\n").encode() for link in found.links))
+        _json_lines(link.as_dict() for link in found.links)
     else:
         for link in found.links:
             summary = (link.entry.get("summary") or "") if link.entry is not None else ""
@@ -339,7 +330,7 @@ def _print_layered(store, query: str, workspace: str | None, budget: int, as_jso
 
     result = layered_search(store, query, workspace=workspace, budget=budget, say=_say)
     if as_json:
-        click.echo(_json(result.as_dict()))
+        _json_lines([result.as_dict()])
     else:
         names = {"L0": "core", "L1": f"workspace {workspace or '(none)'}", "L2": "query"}
         for layer, items in result.layers.items():
@@ -379,12 +370,6 @@ def _print_result(result, explain: bool) -> None:
 
 def _say(message: str) -> None:
     click.echo(message, err=True)
-
-
-def _json(data) -> str:
-    import orjson
-
-    return orjson.dumps(data).decode()
 
 
 class _progress:
@@ -444,6 +429,7 @@ def review():
 
 
 def _json_lines(rows) -> None:
+    """Data on stdout, one JSON object a line (a single object is a one-line stream)."""
     import orjson
 
     sys.stdout.buffer.write(b"".join(orjson.dumps(r) + b"\n" for r in rows))
@@ -780,7 +766,7 @@ def state_record(store, file, hits, summary, dry_run, as_json):
         sections += hits_from_search_output(data, source)
     result = record(store, sections, summary=summary, dry_run=dry_run)
     if as_json:
-        _print_json(result.as_dict())
+        _json_lines([result.as_dict()])
     else:
         for suggestion in result.suggestions:
             click.echo(suggestion.text)
@@ -836,7 +822,7 @@ def state_plan(store, message, as_json):
         message = decode(data, source)
     result = plan(store, message)
     if as_json:
-        _print_json_lines(p.as_dict() for p in result.sections)
+        _json_lines(p.as_dict() for p in result.sections)
     else:
         for p in result.sections:
             click.echo(p.section)
@@ -868,7 +854,7 @@ def state_show(store, as_json):
                    "(memctl state record starts it)", err=True)
         sys.exit(EXIT_NOTHING)
     if as_json:
-        _print_json(shown)
+        _json_lines([shown])
         return
     click.echo(_state_table(store, shown))
 
@@ -932,26 +918,12 @@ def state_config(store, window, threshold, dry_run, as_json):
     result = configure(store, window=window, threshold=threshold, dry_run=dry_run)
     values = {"window_size": result.window_size, "dominant_threshold": result.dominant_threshold}
     if as_json:
-        _print_json(values)
+        _json_lines([values])
     else:
         for key, value in values.items():
             click.echo(f"{key} {value}")
     if dry_run:
         click.echo("memctl: dry run: nothing written", err=True)
-
-
-def _print_json(obj) -> None:
-    import orjson
-
-    sys.stdout.buffer.write(orjson.dumps(obj) + b"\n")
-    sys.stdout.flush()
-
-
-def _print_json_lines(objs) -> None:
-    import orjson
-
-    sys.stdout.buffer.write(b"".join(orjson.dumps(o) + b"\n" for o in objs))
-    sys.stdout.flush()
 
 
 def _state_table(store, shown: dict) -> str:

@@ -103,6 +103,15 @@ LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
     ("embedding", "threads"): (lambda v: v >= 1, "a whole number >= 1"),
     ("embedding", "batch_size"): (lambda v: v >= 1, "a whole number >= 1"),
     ("embedding", "precision"): (lambda v: v in ("float32", "int8"), "float32 or int8"),
+    **{("governance", key): (lambda v: v > 0, "above 0")
+       for key in ("recency_half_life_days", "access_saturation")},
+    **{("governance", key): (lambda v: 0 <= v <= 10, "from 0 to 10")
+       for key in ("default_user_weight", "core_user_weight")},
+    **{("governance", key): (lambda v: 0 <= v <= 1, "from 0 to 1")
+       for key in ("low_priority_below", "archive_below", "conflict_min_similarity")},
+    **{("governance", key): (lambda v: v >= 0, "0 or more")
+       for key in DEFAULTS["governance"] if key.startswith(("retrieval_weight", "health_weight", "layer_"))
+       or key in ("delete_archived_after_days", "conflict_top_k")},
 }
 
 

@@ -40,30 +40,10 @@ CURRENT = ("active", "low_priority")
 
 
 # -- settings --------------------------------------------------------------
-_RANGES = {  # key: (low, high) inclusive
-    "recency_half_life_days": (1e-9, math.inf),
-    "access_saturation": (1e-9, math.inf),
-    "default_user_weight": (0, 10),
-    "low_priority_below": (0, 1),
-    "archive_below": (0, 1),
-    "delete_archived_after_days": (0, math.inf),
-    "core_user_weight": (0, 10),
-    "layer_core_max": (0, math.inf),
-    "layer_scope_max": (0, math.inf),
-    "layer_query_max": (0, math.inf),
-    "conflict_top_k": (0, math.inf),
-    "conflict_min_similarity": (0, 1),
-}
-
-
 def settings(store: Store | None = None) -> dict[str, Any]:
-    """The [governance] settings of a store (defaults without one), range-checked."""
+    """The [governance] settings of a store (defaults without one); config checks each value's
+    range, this the one rule that ties two values together."""
     values = config.load(store.config_file)["governance"] if store else dict(config.DEFAULTS["governance"])
-    for key, value in values.items():
-        low, high = _RANGES.get(key, (0, math.inf))  # every weight is >= 0
-        if not low <= value <= high:
-            raise InputError(f"governance.{key} must be in [{low:g}, {high:g}], got {value!r}",
-                             source=str(store.config_file) if store else None)
     if values["archive_below"] > values["low_priority_below"]:
         raise InputError("governance.archive_below must not exceed governance.low_priority_below",
                          source=str(store.config_file) if store else None)

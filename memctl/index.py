@@ -104,6 +104,16 @@ class Index:
                 return UpdateReport(units=self.manifest().get("units", 0))
             return self._update(rebuild, progress)
 
+    def refresh(self, say: Callable[[str], None] | None = None) -> UpdateReport:
+        """Index first if the files changed since the last index (what a search does)."""
+        if self.is_fresh():
+            return UpdateReport()
+        report = self.update()
+        if say and report.touched:
+            what = f"rebuilt the index ({report.reason})" if report.rebuilt else "updated the index"
+            say(f"memctl: {what}: {report.added} added, {report.changed} changed, {report.removed} removed")
+        return report
+
     def _update(self, rebuild: bool, progress) -> UpdateReport:
         from .embedding import Embedder, model_dir
         from .units import collect
@@ -267,18 +277,6 @@ class Index:
             yield
         finally:
             os.close(fd)
-
-
-def ensure_fresh(store: Store, say: Callable[[str], None] | None = None) -> UpdateReport:
-    """Index first if the files changed since the last index (what a search does)."""
-    index = Index(store)
-    if index.is_fresh():
-        return UpdateReport()
-    report = index.update()
-    if say and report.touched:
-        what = f"rebuilt the index ({report.reason})" if report.rebuilt else "updated the index"
-        say(f"memctl: {what}: {report.added} added, {report.changed} changed, {report.removed} removed")
-    return report
 
 
 def health_problems(store: Store) -> list[tuple[str, str]]:

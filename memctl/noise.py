@@ -31,13 +31,14 @@ _META_QUESTION = re.compile(
     r"|你(?:記不記得|记不记得))\W*$",
     re.IGNORECASE,
 )
-_GREETING = re.compile(
+# Shared with adaptive retrieval (P7), which skips the same greetings and heartbeats.
+GREETING = re.compile(
     r"^\W*(?:hi|hello|hey|yo|howdy|greetings|good (?:morning|afternoon|evening|night)"
-    r"|你好|您好|哈囉|哈啰|嗨|早安|午安|晚安|早上好|晚上好|heartbeat|heartbeat_ok|ping)"
+    r"|你好|您好|哈囉|哈啰|嗨|早安|午安|晚安|早上好|晚上好)"
     r"(?: there| all| everyone)?\W*$",
     re.IGNORECASE,
 )
-_HEARTBEAT = re.compile(r"^\W*HEARTBEAT\b", re.IGNORECASE)
+HEARTBEAT = re.compile(r"^\W*heartbeat(?:_ok)?\b|^\W*ping\W*$", re.IGNORECASE)
 
 
 def noise_reason(text: str, role: str | None = None) -> str | None:
@@ -47,7 +48,7 @@ def noise_reason(text: str, role: str | None = None) -> str | None:
     that laptop" is a fact, so user text is never taken for a refusal.
     """
     stripped = text.strip()
-    if _GREETING.match(stripped) or _HEARTBEAT.match(stripped):
+    if GREETING.match(stripped) or HEARTBEAT.match(stripped):
         return "greeting"
     if _META_QUESTION.match(stripped):
         return "meta-question"

@@ -80,11 +80,11 @@ class Query:
 class Searcher:
     """An open index, reused for every query of one process (see --batch)."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, settings: dict | None = None):
         from . import lexical
 
         self.store = store
-        self.settings = config.load(store.config_file)
+        self.settings = settings or config.load(store.config_file)
         self.retrieval = self.settings["retrieval"]
         index_dir = store.index_dir
         self.tantivy = lexical.open_index(index_dir / "tantivy")
@@ -324,19 +324,20 @@ def search_store(store: Store, queries: list[Query], *, say=None, count_access: 
     returned counts as an access (G4).
     """
     from . import access
-    from .index import Index, ensure_fresh
+    from .index import Index
 
     if not store.exists():
         return [[] for _ in queries]
-    ensure_fresh(store, say)
+    index = Index(store)
+    index.refresh(say)
     try:
-        searcher = Searcher(store)
+        searcher = Searcher(store, index.settings)
         answers = [searcher.search(q) for q in queries]
     except (ValueError, OSError, sqlite3.Error) as exc:
         if say:
             say(f"memctl: the index is unreadable ({exc}); rebuilding it")
-        Index(store).update(rebuild=True)
-        searcher = Searcher(store)
+        index.update(rebuild=True)
+        searcher = Searcher(store, index.settings)
         answers = [searcher.search(q) for q in queries]
     if count_access:
         access.record(store, [r.record_id or r.id for results in answers for r in results if r.kind == "memory"])
