@@ -53,7 +53,6 @@ from . import clock, config
 from .errors import InputError, StoreError
 from .store import Store, Transaction
 
-WINDOW_SIZES = (3, 5, 10)
 TOPIC_FILE = "MEMORY_TOPIC.md"
 FIELDS = ("window_size", "dominant_threshold", "turns", "proportions", "current_topic",
           "topic_summary", "last_updated", "miss_count")
@@ -180,10 +179,10 @@ def parse_state(data: bytes, source: str, settings: dict[str, Any] | None = None
     defaults = State.new(settings or config.DEFAULTS["state"])
     state = State(window_size=obj.get("window_size", defaults.window_size),
                   dominant_threshold=obj.get("dominant_threshold", defaults.dominant_threshold))
-    if not _is_int(state.window_size) or state.window_size not in WINDOW_SIZES:
-        raise bad(f"must be 3, 5 or 10, got {state.window_size!r}", "window_size")
-    if not _is_number(state.dominant_threshold) or not 0 < state.dominant_threshold <= 1:
-        raise bad(f"must be a number in (0, 1], got {state.dominant_threshold!r}", "dominant_threshold")
+    for name in ("window_size", "dominant_threshold"):
+        problem = _out_of_limits(name, getattr(state, name))
+        if problem:
+            raise bad(problem, name)
     state.dominant_threshold = float(state.dominant_threshold)
 
     turns = obj.get("turns", [])
@@ -244,14 +243,7 @@ def memory_sections(store: Store) -> list[str]:
     """MEMORY.md's section titles (its headings) in file order; [] when it does not exist."""
     from . import memoryfile
 
-    path = store.memory_md
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        return []
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not valid UTF-8 (byte offset {exc.start})", source=str(path)) from None
-    return [s for s in memoryfile.parse(text).sections() if s]
+    return [s for s in memoryfile.load(store.memory_md).sections() if s]
 
 
 def settings_for(store: Store) -> dict[str, Any]:
@@ -606,15 +598,24 @@ def reset(store: Store, *, dry_run: bool = False, settings: dict[str, Any] | Non
 
 
 def check_window(window: Any, source: str = "--window") -> int:
-    if not _is_int(window) or window not in WINDOW_SIZES:
-        raise InputError(f"must be 3, 5 or 10, got {window!r}", source=source)
+    problem = _out_of_limits("window_size", window)
+    if problem:
+        raise InputError(problem, source=source)
     return window
 
 
 def check_threshold(threshold: Any, source: str = "--threshold") -> float:
-    if not _is_number(threshold) or not 0 < threshold <= 1:
-        raise InputError(f"must be a number in (0, 1] (e.g. 0.7), got {threshold!r}", source=source)
+    problem = _out_of_limits("dominant_threshold", threshold)
+    if problem:
+        raise InputError(problem, source=source)
     return float(threshold)
+
+
+def _out_of_limits(name: str, value: Any) -> str | None:
+    """Why a window size or threshold is not allowed; the rule is memctl.toml's own (config.LIMITS)."""
+    test, allowed = config.LIMITS[("state", name)]
+    typed = _is_int(value) if name == "window_size" else _is_number(value)
+    return None if typed and test(value) else f"must be {allowed}, got {value!r}"
 
 
 def configure(store: Store, *, window: int | None = None, threshold: float | None = None,
