@@ -128,7 +128,8 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
             kept.append((line, item))
 
     with store.transaction(dry_run=dry_run) as tx:
-        existing = load_ids(store)
+        memory = memoryfile.load(store.memory_md)  # parsed once: for the ids and for the notes' write
+        existing = load_ids(store, memory)
         new: dict[str, tuple[int, dict]] = {}
         for line, item in kept:
             known = existing.get(item["id"]) or (new[item["id"]][1]["text"] if item["id"] in new else None)
@@ -144,10 +145,11 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
         if item_kind == "message":
             files = _write_messages(store, tx, [item for _, item in fresh])
         elif item_kind == "pending":
-            reports = _check_notes(store, fresh, source)
+            reports = _check_notes(store, memory, fresh, source)
             files = _write_pending(store, tx, [item for _, item in fresh], settings, ttl_hours)
         else:
-            files, reports = _write_notes(store, tx, fresh, source=source, allow_conflict=allow_conflict)
+            files, reports = _write_notes(store, tx, memory, fresh, source=source,
+                                          allow_conflict=allow_conflict)
         for line, item in fresh:
             result.outcomes.append(Outcome(item["id"], item_kind, "stored", line, files[item["id"]],
                                            governance=reports.get(item["id"])))
@@ -323,15 +325,14 @@ def _write_messages(store: Store, tx, messages: list[dict]) -> dict[str, str]:
     return files
 
 
-def _write_notes(store: Store, tx, notes: list[tuple[int, dict]], *, source: str,
+def _write_notes(store: Store, tx, doc: memoryfile.Document, notes: list[tuple[int, dict]], *, source: str,
                  allow_conflict: bool = False) -> tuple[dict[str, str], dict[str, Any]]:
-    """Add notes to MEMORY.md, applying their supersedes links (read inside the transaction)."""
+    """Add notes to `doc` (MEMORY.md as read inside the transaction), applying their supersedes links."""
     from . import governance
 
     if not notes:
         return {}, {}
     path = store.memory_md
-    doc = memoryfile.load(path)
     reports, log = governance.apply_notes(doc, notes, source=source, allow_conflict=allow_conflict,
                                           gov=governance.settings(store))
     tx.replace(path, doc.render().encode("utf-8"))
@@ -339,13 +340,13 @@ def _write_notes(store: Store, tx, notes: list[tuple[int, dict]], *, source: str
     return {note["id"]: store.relative(path) for _, note in notes}, reports
 
 
-def _check_notes(store: Store, notes: list[tuple[int, dict]], source: str) -> dict[str, Any]:
+def _check_notes(store: Store, doc: memoryfile.Document, notes: list[tuple[int, dict]],
+                 source: str) -> dict[str, Any]:
     """Governance of notes held as pending: links must resolve; conflicts are reported, decided on confirm."""
     from . import governance
 
     if not notes:
         return {}
-    doc = memoryfile.load(store.memory_md)
     reports, _ = governance.apply_notes(doc, notes, source=source, allow_conflict=True, hold=True,
                                         gov=governance.settings(store))
     return reports

@@ -46,14 +46,14 @@ def iter_pending(store: Store) -> Iterator[tuple[int, dict]]:
             yield number, item
 
 
-def load_ids(store: Store) -> dict[str, str]:
-    """Every id in the store (messages, memories, pending) mapped to its text."""
+def load_ids(store: Store, memory: memoryfile.Document) -> dict[str, str]:
+    """Every id in the store (messages, pending, and the given parse of MEMORY.md) mapped to its text."""
     ids: dict[str, str] = {}
     for _, _, message in iter_messages(store):
         ids[message["id"]] = message.get("text", "")
     for _, item in iter_pending(store):
         ids[item["id"]] = item.get("text", "")
-    for entry in memoryfile.load(store.memory_md).entries:
+    for entry in memory.entries:
         ids[entry.id] = entry.text
     return ids
 
