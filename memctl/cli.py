@@ -398,19 +398,6 @@ class _progress:
         return False
 
 
-def _later(name: str, summary: str, issue: str):
-    @cli.command(name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-                 help=f"{summary} ({issue}); not available yet in this version.", add_help_option=True)
-    def command():
-        click.echo(f"memctl: error: '{name}' is not available yet in memctl {__version__}", err=True)
-        sys.exit(EXIT_ERROR)
-
-    return command
-
-
-split = _later("split", "Partition messages into topics", "T1-T12")
-
-
 # -- review (P5, G5) ---------------------------------------------------------
 @cli.group()
 def review():
@@ -988,6 +975,9 @@ def _read_input(file: str) -> tuple[bytes, str]:
 def _clip(text: str, width: int = 60) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+from . import cli_topics  # noqa: E402,F401  (registers `split` and `topics`; needs `cli` defined above)
 
 
 def main() -> None:

@@ -70,7 +70,7 @@ def terms_of(text: str) -> Counter:
         terms.update(run[i:i + 2] for i in range(max(1, len(run) - 1)))
     for word in _WORD.findall(CJK_RUN.sub(" ", text).lower()):
         if word not in QUERY_STOPWORDS and (len(word) > 1 or word.isdigit()):
-            terms[word[:-1] if len(word) > 3 and word.endswith("s") else word] += 1
+            terms[word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word] += 1
     return terms
 
 
