@@ -2,7 +2,7 @@
 
 The command is run without a shell (split like a shell would); long inputs go
 in batches of [topics] llm_batch messages, each with the current topic list
-(new topics of earlier batches included). Answers are checked strictly:
+(new topics of earlier batches included, their id "new:<name>"). Answers are checked strictly:
 every message of the batch exactly once, known ids only, one of the three
 kinds of assignment. Anything else raises LLMAnswerError naming the batch
 and what was wrong, before anything is written.
@@ -68,8 +68,7 @@ def _topic_list(listed: dict) -> str:
         return "(none)"
     lines = []
     for tid, (name, summary, state) in listed.items():
-        shown = tid if not tid.startswith("new:") else f"(new in this split) {name}"
-        lines.append(f'<topic id="{shown}" state="{state}" name="{name}">\n{summary}\n</topic>')
+        lines.append(f'<topic id="{tid}" state="{state}" name="{name}">\n{summary}\n</topic>')
     return "\n".join(lines)
 
 
@@ -124,7 +123,7 @@ def parse(answer: str, message_ids: list[str], listed: dict, where: str) -> list
             found[message_id] = (f"new:{name}", name, (summary.text or "").strip() if summary is not None else None)
         else:
             topic_id = item.get("topic_id")
-            if topic_id not in listed or topic_id.startswith("new:"):
+            if topic_id not in listed:
                 raise LLMAnswerError(f"{what}: topic_id {topic_id!r} is not a known topic; nothing was split")
             found[message_id] = (topic_id, None, None)
     missing = [m for m in message_ids if m not in found]
