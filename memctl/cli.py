@@ -198,7 +198,7 @@ def index(store, rebuild, as_json):
               '"k"?, "mode"?, "kind"?, "scope"?, "section"?, "source"?, "since"?, "until"?}.')
 @click.option("--mode", type=click.Choice(["hybrid", "bm25", "vector"]), default="hybrid", show_default=True,
               help="Rank by both, by words only (fastest), or by meaning only.")
-@click.option("--kind", "kinds", multiple=True, type=click.Choice(["memory", "message", "log"]),
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(["memory", "message", "log", "topic"]),
               help="Only results of this kind (repeatable).")
 @click.option("--scope", "--workspace", "scope", metavar="SCOPE", help="Workspace scope, e.g. "
               "project:kestrel: only that scope and global are searched (G7).")

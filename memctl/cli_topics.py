@@ -30,6 +30,12 @@ def split(store, session, system_file, keep_recent, force, dry_run, llm_command,
     --keep-recent messages. Each message goes to an active topic, a dormant
     one (reactivated) or a new one. Re-running changes nothing.
 
+    \b
+    Examples:
+      memctl split --session s1                        split if the context is over 70%
+      memctl split --session s1 --force --dry-run      show the plan, write nothing
+      memctl split --session s1 --llm "llm -m gpt-4o"  let an LLM choose (design 001 §6.4)
+
     Exit status: 0 messages were split, 1 nothing needed splitting, 2 error.
     """
     from .topics import llm, split as topic_split
@@ -59,7 +65,13 @@ def split(store, session, system_file, keep_recent, force, dry_run, llm_command,
 
 @cli.group()
 def topics():
-    """Read topic files: what the conversation's subjects are."""
+    """Read topic files: what the conversation's subjects are.
+
+    \b
+    Examples:
+      memctl topics list
+      memctl topics show t-9da459f266e0 --json
+    """
 
 
 @topics.command("list")

@@ -220,3 +220,14 @@ def test_prompt_template_can_be_overridden_from_the_store(run, store_dir, tmp_pa
     script.write_text(f"import sys; open({str(seen)!r}, 'w').write(sys.stdin.read())\n")
     run("split", "--session", "s1", "--force", "--keep-recent", "0", "--llm", f"{sys.executable} {script}")
     assert seen.read_text().startswith("CUSTOM PROMPT\n<message id=\"m0\"")
+
+
+def test_search_finds_topics_by_their_summary(run, store_dir):
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL))
+    rows = [json.loads(line) for line in run("split", "--session", "s1", "--force", "--keep-recent", "0",
+                                             "--json").stdout.splitlines()]
+    found = run("search", "Acorn Guest House booking", "--kind", "topic", "--json", "-k", "1")
+    assert found.returncode == 0, found.stderr
+    hit = json.loads(found.stdout.splitlines()[0])
+    assert hit["kind"] == "topic" and hit["id"] == rows[-1]["topic_id"]
+    assert hit["source"] == f"topics/{hit['id']}.jsonl"
