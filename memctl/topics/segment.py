@@ -56,11 +56,13 @@ class TopicEvidence:
     terms: Counter = field(default_factory=Counter)
     speakers: set = field(default_factory=set)
     size: int = 0
+    _weighted: dict | None = None   # terms weighted by the split's IDF, kept until the topic grows
 
     def add(self, vector: np.ndarray | None, terms: Counter, speaker: str) -> None:
         if vector is not None:
             self.vector = vector.copy() if self.vector is None else self.vector + vector
         self.terms.update(terms)
+        self._weighted = None
         if speaker:
             self.speakers.add(speaker)
         self.size += 1
@@ -242,7 +244,9 @@ def _rejoined(sim: np.ndarray, blocks: list[tuple[int, int]], settings: Settings
 
 
 def _topic_similarity(topic: TopicEvidence, vector, terms: dict, idf: dict, trust: float) -> float:
-    lexical = _cosine({t: c * idf.get(t, 1.0) for t, c in topic.terms.items()}, terms)
+    if topic._weighted is None:
+        topic._weighted = {t: c * idf.get(t, 1.0) for t, c in topic.terms.items()}
+    lexical = _cosine(topic._weighted, terms)
     if vector is None or topic.vector is None:
         return lexical
     semantic = float(vector @ topic.vector / (np.linalg.norm(vector) * np.linalg.norm(topic.vector) + 1e-9))
