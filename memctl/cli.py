@@ -313,7 +313,8 @@ def _print_history(store, memory_id: str, as_json: bool) -> None:
     from .governance import chain
     from .lifecycle import load_deleted
 
-    found = chain(memoryfile.load(store.memory_md), memory_id, load_deleted(store))
+    with store.reading():
+        found = chain(memoryfile.load(store.memory_md), memory_id, load_deleted(store))
     if as_json:
         _json_lines(link.as_dict() for link in found.links)
     else:

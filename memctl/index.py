@@ -99,7 +99,8 @@ class Index:
         """Bring the index up to date with the files; start over with `rebuild`."""
         if not self.store.exists():
             return UpdateReport()
-        with self._lock():
+        # shared store lock: the files are read as a finished writer left them, never half a batch
+        with self.store.reading(), self._lock():
             if not rebuild and self.is_fresh():
                 return UpdateReport(units=self.manifest().get("units", 0))
             return self._update(rebuild, progress)
@@ -270,12 +271,16 @@ class Index:
 
     @contextmanager
     def _lock(self) -> Iterator[None]:
+        """The index's own lock; while held, new files are private (Tantivy and SQLite create
+        theirs with the process umask, which left .index/tantivy 0755 and its files 0644)."""
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        old_umask = os.umask(0o077)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
+            os.umask(old_umask)
             os.close(fd)
 
 

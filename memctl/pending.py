@@ -91,7 +91,10 @@ def drop_expired(store: Store, *, dry_run: bool = False, now: datetime | None = 
 def listing(store: Store, now: datetime | None = None) -> list[dict]:
     """Pending memories that have not expired, in file order, with age and time left (hours)."""
     now = now or clock.now()
-    return [p.as_dict(now) for p in read(store) if p.item is not None and not p.expired(now)]
+    store.require()
+    with store.reading():
+        items = read(store)
+    return [p.as_dict(now) for p in items if p.item is not None and not p.expired(now)]
 
 
 def _pick(items: list[Pending], ids: list[str], now: datetime) -> list[Pending]:

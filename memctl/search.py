@@ -326,8 +326,7 @@ def search_store(store: Store, queries: list[Query], *, say=None, count_access: 
     from . import access
     from .index import Index
 
-    if not store.exists():
-        return [[] for _ in queries]
+    store.require()
     index = Index(store)
     index.refresh(say)
     try:

@@ -523,7 +523,8 @@ def plan(store: Store, message: str, *, settings: dict[str, Any] | None = None,
     """
     settings = settings if settings is not None else settings_for(store)
     if state is None:
-        state = load_state(store, settings)
+        with store.reading():
+            state = load_state(store, settings)
     has_state = state is not None
     state = state or State.new(settings)
     sections = memory_sections(store)
@@ -551,8 +552,10 @@ def show(store: Store, settings: dict[str, Any] | None = None) -> dict[str, Any]
     missed miss_threshold turns in a row: [{"section", "miss_count",
     "suggestion"}]).
     """
+    store.require()
     settings = settings if settings is not None else settings_for(store)
-    state = load_state(store, settings)
+    with store.reading():
+        state = load_state(store, settings)
     if state is None:
         return None
     suggestions = [Suggestion(s, n).as_dict() for s, n in state.miss_count.items()
