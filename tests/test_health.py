@@ -186,7 +186,7 @@ def test_every_review_and_health_subcommand_has_help_with_examples(run):
 def test_governance_commands_start_without_heavy_imports():
     code = ("import sys\nfrom memctl.cli import main\nsys.argv = ['memctl', '--help']\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "import memctl.governance, memctl.lifecycle, memctl.health, memctl.pending\n"
+            "import memctl.governance.governance, memctl.governance.lifecycle, memctl.governance.health, memctl.governance.review\n"
             "heavy = {'numpy', 'torch', 'tiktoken', 'tantivy', 'sqlite_utils', 'sentence_transformers'}\n"
             "print(sorted(heavy & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)

@@ -93,7 +93,7 @@ def test_legacy_list_journal_is_not_executed(run, store, victim):
 HALF_WRITE = textwrap.dedent("""
     import os, sys
     from pathlib import Path
-    from memctl.store import Store
+    from memctl.store.store import Store
     store = Store(sys.argv[1])
     with store.transaction() as tx:
         tx.append(store.session_file("s1"), sys.argv[2].encode() + b"\\n")

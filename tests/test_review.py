@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from conftest import snapshot
-from memctl import memoryfile
+from memctl.store import memoryfile
 
 T0 = "2026-11-01T00:00:00Z"
 

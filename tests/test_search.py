@@ -9,12 +9,12 @@ import orjson
 import pytest
 
 from conftest import FIXTURES
-from memctl import access
-from memctl.index import Index
-from memctl.ingest import ingest
-from memctl.lexical import Filters
-from memctl.search import Query, search_store
-from memctl.store import Store
+from memctl.store import counters as access
+from memctl.index.index import Index
+from memctl.ingest.ingest import ingest
+from memctl.index.lexical import Filters
+from memctl.search.search import Query, search_store
+from memctl.store.store import Store
 
 NOW = "2026-11-22T12:00:00Z"
 

@@ -27,10 +27,11 @@ from typing import Any
 
 import orjson
 
-from . import clock, config
-from .lexical import Filters
-from .noise import noise_reason
-from .store import Store
+from memctl import clock
+from memctl import config
+from memctl.index.lexical import Filters
+from memctl.text.noise import noise_reason
+from memctl.store.store import Store
 
 MODES = ("hybrid", "bm25", "vector")
 _FIELDS = ("row", "id", "record_id", "kind", "text", "source", "line_start", "line_end", "section", "session",
@@ -81,7 +82,7 @@ class Searcher:
     """An open index, reused for every query of one process (see --batch)."""
 
     def __init__(self, store: Store, settings: dict | None = None):
-        from . import lexical
+        from memctl.index import lexical
 
         self.store = store
         self.settings = settings or config.load(store.config_file)
@@ -105,7 +106,7 @@ class Searcher:
     @property
     def embedder(self):
         if self._embedder is None:
-            from .embedding import Embedder, model_dir
+            from memctl.index.embedding import Embedder, model_dir
 
             embedding = self.settings["embedding"]
             self._embedder = Embedder(model_dir(embedding["model"]), threads=embedding["threads"],
@@ -114,7 +115,7 @@ class Searcher:
 
     # -- search ------------------------------------------------------------------
     def search(self, query: Query) -> list[Result]:
-        from . import lexical
+        from memctl.index import lexical
 
         cfg = self.retrieval
         limit = max(cfg["candidates"], query.k * 3)
@@ -281,7 +282,7 @@ class Searcher:
 
     def _rank_mera(self, results: list[Result]) -> None:
         """Order by G4 retrieval_score, relevance being the fused search score (0..1)."""
-        from .governance import Scorer
+        from memctl.governance.governance import Scorer
 
         scorer = Scorer(self.store)
         for result in results:
@@ -312,7 +313,7 @@ class Searcher:
             # A token is at least one UTF-8 byte: text with no more bytes than the limit fits
             # without loading the encoding (~300 ms).
             if len(result.text.encode()) > limit:
-                from .tokens import truncate_tokens
+                from memctl.text.tokens import truncate_tokens
 
                 result.text = truncate_tokens(result.text, limit)
 
@@ -323,8 +324,8 @@ def search_store(store: Store, queries: list[Query], *, say=None, count_access: 
     A corrupt index is rebuilt and the search tried again; every memory
     returned counts as an access (G4).
     """
-    from . import access
-    from .index import Index
+    from memctl.store import counters as access
+    from memctl.index.index import Index
 
     store.require()
     index = Index(store)

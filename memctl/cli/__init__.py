@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from . import __version__
+from memctl import __version__
 
 EXIT_OK, EXIT_NOTHING, EXIT_ERROR = 0, 1, 2
 
@@ -19,7 +19,7 @@ class MemctlGroup(click.Group):
     """Turns library errors into one line on stderr and exit status 2."""
 
     def invoke(self, ctx: click.Context):
-        from .errors import MemctlError
+        from memctl.errors import MemctlError
 
         try:
             return super().invoke(ctx)
@@ -58,7 +58,7 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
 
     Exit status: 0 found or done, 1 nothing found, 2 usage or input error.
     """
-    from .store import Store
+    from memctl.store.store import Store
 
     ctx.obj = Store.locate(store_path)
 
@@ -125,7 +125,7 @@ def ingest(store, file, fmt, kind, session, section, pending, ttl, keep_noise, s
       memctl ingest --pending --ttl 48 notes.md
       echo '{"text": "Kestrel moves to CockroachDB"}' | memctl ingest --kind memory --supersedes mem-kestrel-db -
     """
-    from .ingest import ingest as run_ingest
+    from memctl.ingest.ingest import ingest as run_ingest
 
     data, source = _read_input(file)
 
@@ -177,7 +177,7 @@ def index(store, rebuild, as_json):
       memctl index
       memctl index --rebuild --json
     """
-    from .index import Index
+    from memctl.index.index import Index
 
     with _progress() as progress:
         report = Index(store).update(rebuild=rebuild, progress=progress)
@@ -257,7 +257,7 @@ def search(store, query, k, as_json, batch, mode, kinds, scope, sections, source
       memctl search --batch queries.jsonl > answers.jsonl
       memctl search --adaptive "$USER_MESSAGE" || echo "no memory needed"
     """
-    from .search import Query, search_store
+    from memctl.search.search import Query, search_store
 
     if history_id:
         _print_history(store, history_id, as_json)
@@ -266,7 +266,7 @@ def search(store, query, k, as_json, batch, mode, kinds, scope, sections, source
         if query or plan_message:
             raise click.UsageError("give either QUERY or --batch, not both")
         data, source = _read_input(batch)
-        from .queries import parse_batch
+        from memctl.search.queries import parse_batch
 
         queries, ids = parse_batch(data, source, default=_query_options(k, mode, kinds, scope, sections,
                                                                        sources, sessions, since, until,
@@ -277,7 +277,7 @@ def search(store, query, k, as_json, batch, mode, kinds, scope, sections, source
         sys.exit(EXIT_OK if any(answers) else EXIT_NOTHING)
 
     if plan_message:
-        from .state import plan
+        from memctl.window.state import plan
 
         sections = tuple(dict.fromkeys((*sections, *plan(store, plan_message).names)))
         query = query or plan_message
@@ -287,7 +287,7 @@ def search(store, query, k, as_json, batch, mode, kinds, scope, sections, source
     if not query or not query.strip():
         raise click.UsageError("give a QUERY (or --batch FILE)")
     if adaptive:
-        from .adaptive import skip_reason
+        from memctl.text.adaptive import skip_reason
 
         reason = skip_reason(query)
         if reason:
@@ -309,9 +309,9 @@ def search(store, query, k, as_json, batch, mode, kinds, scope, sections, source
 
 
 def _print_history(store, memory_id: str, as_json: bool) -> None:
-    from . import memoryfile
-    from .governance import chain
-    from .lifecycle import load_deleted
+    from memctl.store import memoryfile
+    from memctl.governance.governance import chain
+    from memctl.governance.lifecycle import load_deleted
 
     with store.reading():
         found = chain(memoryfile.load(store.memory_md), memory_id, load_deleted(store))
@@ -327,7 +327,7 @@ def _print_history(store, memory_id: str, as_json: bool) -> None:
 
 
 def _print_layered(store, query: str, workspace: str | None, budget: int, as_json: bool) -> None:
-    from .layers import layered_search
+    from memctl.search.layers import layered_search
 
     result = layered_search(store, query, workspace=workspace, budget=budget, say=_say)
     if as_json:
@@ -351,7 +351,7 @@ def _print_layered(store, query: str, workspace: str | None, budget: int, as_jso
 
 
 def _query_options(k, mode, kinds, scope, sections, sources, sessions, since, until, min_score) -> dict:
-    from .queries import filters_from
+    from memctl.search.queries import filters_from
 
     return {"k": k, "mode": mode, "min_score": min_score,
             "filters": filters_from(kinds=kinds, scope=scope, sections=sections, sources=sources,
@@ -438,7 +438,7 @@ def _json_lines(rows) -> None:
 
 
 def _drop_expired(store, dry_run: bool) -> None:
-    from .pending import drop_expired
+    from memctl.governance.review import drop_expired
 
     for item in drop_expired(store, dry_run=dry_run):
         verb = "would drop" if dry_run else "dropped"
@@ -467,7 +467,7 @@ def review_pending(store, as_json):
       memctl review pending
       memctl review pending --json | jq -r 'select(.left_hours < 2) | .id'
     """
-    from .pending import listing
+    from memctl.governance.review import listing
 
     _drop_expired(store, dry_run=False)
     rows = listing(store)
@@ -504,7 +504,7 @@ def review_confirm(store, ids, allow_conflict, supersedes, dry_run, as_json):
       memctl review confirm mem-3f2a9c0d1e --supersedes mem-kestrel-db
       memctl review pending --json | jq -r .id | xargs memctl review confirm
     """
-    from .pending import confirm
+    from memctl.governance.review import confirm
 
     _drop_expired(store, dry_run=dry_run)
     rows = confirm(store, list(ids), dry_run=dry_run, allow_conflict=allow_conflict,
@@ -532,7 +532,7 @@ def review_reject(store, ids, dry_run, as_json):
     Examples:
       memctl review reject mem-3f2a9c0d1e
     """
-    from .pending import reject
+    from memctl.governance.review import reject
 
     _drop_expired(store, dry_run=dry_run)
     rows = reject(store, list(ids), dry_run=dry_run)
@@ -578,7 +578,7 @@ def review_lifecycle(store, dry_run, hard, as_json):
       memctl review lifecycle --json | jq -r 'select(.to == "archived") | .id'
       0 3 * * *  memctl --store ~/agent/.memory review lifecycle 2>>~/agent/memctl.log
     """
-    from .lifecycle import run
+    from memctl.governance.lifecycle import run
 
     _drop_expired(store, dry_run=dry_run)
     changes = run(store, dry_run=dry_run, hard=hard)
@@ -635,7 +635,7 @@ def health_scores(store, sort, as_json):
       memctl health scores
       memctl health scores --json | jq -r 'select(.health < 0.3) | .id'
     """
-    from .health import scores
+    from memctl.governance.health import scores
 
     rows = scores(store, sort=sort)
     if as_json:
@@ -675,7 +675,7 @@ def health_check(store, fix, dry_run, strict, as_json):
       memctl health check --json | jq -r 'select(.severity == "error") | .file'
       memctl health check --fix --dry-run
     """
-    from .health import check, fix as run_fix
+    from memctl.governance.health import check, fix as run_fix
 
     if dry_run and not fix:
         raise click.UsageError("--dry-run goes with --fix (a check alone writes nothing)")
@@ -759,7 +759,7 @@ def state_record(store, file, hits, summary, dry_run, as_json):
       memctl state record --hit Decisions --summary "Choosing the pcai database"
       memctl state record --dry-run --json --hit 待辦
     """
-    from .state import hits_from_search_output, record
+    from memctl.window.state import hits_from_search_output, record
 
     sections = list(hits)
     if file is not None:
@@ -814,11 +814,11 @@ def state_plan(store, message, as_json):
       memctl state plan --json "what is left on the todo list?"
       for s in $(memctl state plan "$MSG"); do memctl search "$MSG" --section "$s"; done
     """
-    from .state import plan
+    from memctl.window.state import plan
 
     if message == "-":
         data, source = _read_input("-")
-        from .inputs import decode
+        from memctl.ingest.inputs import decode
 
         message = decode(data, source)
     result = plan(store, message)
@@ -847,7 +847,7 @@ def state_show(store, as_json):
       memctl state show
       memctl state show --json | jq .proportions
     """
-    from .state import show
+    from memctl.window.state import show
 
     shown = show(store)
     if shown is None:
@@ -877,7 +877,7 @@ def state_reset(store, yes, dry_run):
       memctl state reset --yes      # in scripts
       memctl state reset --dry-run
     """
-    from .state import reset
+    from memctl.window.state import reset
 
     if not (yes or dry_run):
         if not sys.stdin.isatty():
@@ -914,7 +914,7 @@ def state_config(store, window, threshold, dry_run, as_json):
       memctl state config
       memctl state config --window 10 --threshold 0.8
     """
-    from .state import configure
+    from memctl.window.state import configure
 
     result = configure(store, window=window, threshold=threshold, dry_run=dry_run)
     values = {"window_size": result.window_size, "dominant_threshold": result.dominant_threshold}
@@ -975,7 +975,7 @@ def _columns(rows, right=()) -> list[str]:
 
 
 def _read_input(file: str) -> tuple[bytes, str]:
-    from .errors import InputError
+    from memctl.errors import InputError
 
     if file == "-":
         return sys.stdin.buffer.read(), "<stdin>"

@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import orjson
 
-from . import clock, config
-from .store import Store, atomic_write
+from memctl import clock
+from memctl import config
+from memctl.store.store import Store, atomic_write
 
 if TYPE_CHECKING:
-    from .units import Unit
+    from memctl.index.units import Unit
 
 FORMAT = 1
 _TABLE = "units"
@@ -116,8 +117,8 @@ class Index:
         return report
 
     def _update(self, rebuild: bool, progress) -> UpdateReport:
-        from .embedding import Embedder, model_dir
-        from .units import collect
+        from memctl.index.embedding import Embedder, model_dir
+        from memctl.index.units import collect
 
         import numpy as np
 
@@ -202,7 +203,7 @@ class Index:
         return report
 
     def _write_tantivy(self, units: list[Unit], digests: list[str], old_digest: dict[str, str], rebuilt: bool):
-        from . import lexical
+        from memctl.index import lexical
 
         path = self.dir / "tantivy"
         index = lexical.create_index(path) if rebuilt or not path.exists() else self._open_tantivy()
@@ -262,7 +263,7 @@ class Index:
         return {uid: (row, digest, embed_digest) for uid, row, digest, embed_digest in rows}
 
     def _open_tantivy(self):
-        from . import lexical
+        from memctl.index import lexical
 
         try:
             return lexical.open_index(self.dir / "tantivy")
@@ -286,7 +287,7 @@ class Index:
 
 def health_problems(store: Store) -> list[tuple[str, str]]:
     """(file, message) for each way .index/ is out of step with the store's files."""
-    from .errors import InputError
+    from memctl.errors import InputError
 
     try:
         index = Index(store)
@@ -317,7 +318,7 @@ def _record(unit: Unit, row: int, digest: str, embed_digest: str) -> dict:
 
 
 def _meta(unit: Unit) -> dict:
-    from .clock import parse_ts
+    from memctl.clock import parse_ts
 
     try:
         epoch = parse_ts(unit.ts).timestamp() if unit.ts else None

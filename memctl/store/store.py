@@ -26,7 +26,7 @@ from typing import Iterator
 
 import orjson
 
-from .errors import StoreError
+from memctl.errors import StoreError
 
 DEFAULT_STORE = ".memory"
 STORE_ENV = "MEMCTL_STORE"

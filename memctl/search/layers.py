@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 
-from . import memoryfile
-from .governance import Scorer, active_tails, is_core, settings
-from .store import Store, atomic_write
+from memctl.store import memoryfile
+from memctl.governance.governance import Scorer, active_tails, is_core, settings
+from memctl.store.store import Store, atomic_write
 
 COUNTER_FILE = "search_state.json"
 _HISTORY = re.compile(r"之前|上次|歷史|历史|過去|过去|以前|\b(?:before|last time|previously|history|earlier|used to)\b",
@@ -70,9 +70,9 @@ def trigger(query: str, covered_text: str, turn: int) -> str | None:
 
 
 def layered_search(store: Store, query: str, *, workspace: str | None, budget: int, say=None) -> Layered:
-    from .search import Query, search_store
-    from .lexical import Filters
-    from .tokens import count_tokens
+    from memctl.search.search import Query, search_store
+    from memctl.index.lexical import Filters
+    from memctl.text.tokens import count_tokens
 
     gov = settings(store)
     doc = memoryfile.load(store.memory_md)

@@ -31,9 +31,13 @@ from typing import Any, Iterator
 
 import orjson
 
-from . import clock, governance, lifecycle, memoryfile, pending
-from .errors import MemctlError, StoreError
-from .store import DIR_MODE, FILE_MODE, Store, load_journal
+from memctl import clock
+from memctl.governance import governance
+from memctl.governance import lifecycle
+from memctl.store import memoryfile
+from memctl.governance import review as pending
+from memctl.errors import MemctlError, StoreError
+from memctl.store.store import DIR_MODE, FILE_MODE, Store, load_journal
 
 _TEMP = re.compile(r"^\..+\.(\d+)\.tmp$")
 _TOML_LINE = re.compile(r"at line (\d+)")
@@ -115,7 +119,7 @@ def check(store: Store, now: datetime | None = None) -> list[Problem]:
 def index_problems(store: Store) -> list[Problem]:
     """Is .index/ in step with the files? A stale or missing index is a warning, never
     damage: search rebuilds it by itself, and `health --fix` does it now."""
-    from .index import health_problems
+    from memctl.index.index import health_problems
 
     return [Problem(file, None, message, "index", "warning", True) for file, message in health_problems(store)]
 
@@ -397,7 +401,7 @@ def fix(store: Store, problems: list[Problem], *, dry_run: bool = False,
             done.append(f"{problem.file}: removed")
     if "index" in codes:
         if not dry_run:
-            from .index import Index
+            from memctl.index.index import Index
 
             Index(store).update()
         done.append(".index: brought up to date with the files")
