@@ -69,8 +69,11 @@ def trigger(query: str, covered_text: str, turn: int) -> str | None:
     return None
 
 
-def layered_search(store: Store, query: str, *, workspace: str | None, budget: int, say=None) -> Layered:
-    from memctl.search.search import Query, search_store
+def layered_search(store: Store, query: str, *, workspace: str | None, budget: int, say=None,
+                   retriever=None) -> Layered:
+    """L0 core, L1 workspace, then L2 query results when a G3 trigger fires; `retriever` is
+    an open search.Retriever to reuse (a server's), else one is made for this search."""
+    from memctl.search.search import Query, Retriever
     from memctl.index.lexical import Filters
     from memctl.text.tokens import count_tokens
 
@@ -97,8 +100,8 @@ def layered_search(store: Store, query: str, *, workspace: str | None, budget: i
     if result.trigger:
         taken = core_ids | {e.id for e in scoped}
         filters = Filters(kinds=("memory",), scopes=(workspace,) if workspace else ())
-        (found,) = search_store(store, [Query(text=query, k=gov["layer_query_max"] + len(taken), filters=filters)],
-                                say=say)
+        retriever = retriever or Retriever(store, say=say)
+        (found,) = retriever.search([Query(text=query, k=gov["layer_query_max"] + len(taken), filters=filters)])
         for hit in [r for r in found if r.record_id not in taken][:gov["layer_query_max"]]:
             entry = doc.find(hit.record_id)
             if entry is not None:
