@@ -36,6 +36,8 @@ from memctl.store import memoryfile
 from memctl.errors import InputError
 from memctl.store.memoryfile import Document, Entry
 from memctl.store.store import Store
+from memctl.text import cjk
+from memctl.text.words import STOPWORDS
 
 LOG_FILE = "governance.log.jsonl"
 CURRENT = ("active", "low_priority")
@@ -216,9 +218,7 @@ def _id_of(entry: Entry | Mapping[str, Any]) -> str:
 
 
 # -- similarity (G6: "top-K similar memories" on write) ---------------------
-_TOKEN = re.compile(r"[0-9a-z]+|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
-_STOP = frozenset("a an and are as at be by for from has have i in is it its of on or that the this to "
-                  "was were will with we you she he they our".split())
+_TOKEN = re.compile(f"[0-9a-z]+|[{cjk.CJK}]+")
 
 Similarity = Callable[[str, str], float]
 
@@ -229,12 +229,10 @@ def lexical_tokens(text: str) -> set[str]:
     for match in _TOKEN.finditer(text.lower()):
         word = match.group()
         if word[0].isascii():
-            if word not in _STOP:
+            if word not in STOPWORDS:
                 out.add(word)
-        elif len(word) == 1:
-            out.add(word)
         else:
-            out.update(word[i:i + 2] for i in range(len(word) - 1))
+            out.update(cjk.bigrams(word))
     return out
 
 
