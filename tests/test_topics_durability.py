@@ -14,7 +14,7 @@ from collections import Counter
 import orjson
 
 from conftest import memctl_command
-from memctl.store import Store
+from memctl.store.store import Store
 from memctl.topics.files import load_topics
 
 
@@ -43,8 +43,8 @@ def test_concurrent_splits_of_one_session_never_duplicate_a_message(run, store_d
 
 SPLITTER = textwrap.dedent("""
     import sys, orjson
-    from memctl.ingest import ingest
-    from memctl.store import Store
+    from memctl.ingest.ingest import ingest
+    from memctl.store.store import Store
     from memctl.topics.split import split
     store, run = Store(sys.argv[1]), sys.argv[2]
 

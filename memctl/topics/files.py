@@ -25,8 +25,8 @@ from pathlib import Path
 
 import orjson
 
-from ..errors import StoreError
-from ..store import Store, read_jsonl
+from memctl.errors import StoreError
+from memctl.store.store import Store, read_jsonl
 
 COMPACT_AFTER = 8
 STATES = ("active", "dormant", "archived")

@@ -19,9 +19,9 @@ import subprocess
 import xml.etree.ElementTree as ElementTree
 from importlib import resources
 
-from ..errors import MemctlError
-from ..store import Store
-from .files import Topic
+from memctl.errors import MemctlError
+from memctl.store.store import Store
+from memctl.topics.files import Topic
 
 KINDS = ("existing_active", "existing_inactive", "new")
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..lexical import _CJK_RUN as CJK_RUN, QUERY_STOPWORDS
+from memctl.text.cjk import IDEOGRAPHIC_RUN, bigrams
+from memctl.text.words import STOPWORDS
 
 _WORD = re.compile(r"[^\W_]+")
 _WORD_CHARS = re.compile(r"[^\W_]")
@@ -71,17 +72,17 @@ class TopicEvidence:
 def terms_of(text: str) -> Counter:
     """Content words (lower-cased, stop words dropped) and, for CJK, character bigrams."""
     terms: Counter = Counter()
-    for run in CJK_RUN.findall(text):
-        terms.update(run[i:i + 2] for i in range(max(1, len(run) - 1)))
-    for word in _WORD.findall(CJK_RUN.sub(" ", text).lower()):
-        if word not in QUERY_STOPWORDS and (len(word) > 1 or word.isdigit()):
+    for run in IDEOGRAPHIC_RUN.findall(text):
+        terms.update(bigrams(run))
+    for word in _WORD.findall(IDEOGRAPHIC_RUN.sub(" ", text).lower()):
+        if word not in STOPWORDS and (len(word) > 1 or word.isdigit()):
             terms[word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word] += 1
     return terms
 
 
 def readable_share(text: str) -> float:
     """Share of the text outside CJK runs: the part MiniLM's vectors say something about."""
-    cjk = sum(len(run) for run in CJK_RUN.findall(text))
+    cjk = sum(len(run) for run in IDEOGRAPHIC_RUN.findall(text))
     letters = len(_WORD_CHARS.findall(text))
     return 1.0 - cjk / letters if letters else 0.0
 

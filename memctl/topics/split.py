@@ -13,13 +13,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .. import clock, config
-from ..errors import InputError
-from ..store import Store, read_jsonl
-from ..tokens import count_tokens
-from . import files, segment
-from .files import Topic
-from .summary import summarise
+from memctl import clock, config
+from memctl.errors import InputError
+from memctl.store.store import Store, read_jsonl
+from memctl.text.tokens import count_tokens
+from memctl.topics import files, segment
+from memctl.topics.files import Topic
+from memctl.topics.summary import summarise
 
 
 @dataclass
@@ -111,7 +111,7 @@ def builtin_chooser(store: Store) -> Chooser:
 
 
 def embed(texts: list[str], store: Store):
-    from ..embedding import Embedder, model_dir
+    from memctl.index.embedding import Embedder, model_dir
 
     settings = config.load(store.config_file)["embedding"]
     embedder = Embedder(model_dir(settings["model"]), threads=settings["threads"],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from .segment import terms_of
+from memctl.topics.segment import terms_of
 
 
 def distinctive_terms(texts: list[str], background: Counter, documents: int, limit: int) -> list[str]:
