@@ -15,6 +15,7 @@ import click
 from memctl import __version__
 from memctl.cli.health import health
 from memctl.cli.ingest import index, ingest
+from memctl.cli.mcp import mcp
 from memctl.cli.output import EXIT_ERROR, EXIT_OK, say
 from memctl.cli.review import review
 from memctl.cli.search import search
@@ -69,7 +70,7 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
     ctx.obj = Memory(store_path, say=say)
 
 
-for command in (ingest, index, search, review, health, state):
+for command in (ingest, index, search, review, health, state, mcp):
     cli.add_command(command)
 
 
