@@ -65,7 +65,6 @@ class Problem:
 
 
 # -- scores ------------------------------------------------------------------
-SORTS = ("health", "id", "age")
 
 
 def scores(store: Store, *, sort: str = "health", now: datetime | None = None) -> list[dict]:
