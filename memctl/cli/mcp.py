@@ -24,7 +24,7 @@ def mcp(memory):
 
     \b
     Examples:
-      memctl --store ~/agent/.memory mcp
+      MEMCTL_STORE=~/agent/.memory memctl mcp
       claude mcp add memory -- memctl --store ~/agent/.memory mcp
     """
     try:
