@@ -195,7 +195,8 @@ def index(store, rebuild, as_json):
               help="How many results.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a result (JSON lines); schema below.")
 @click.option("--batch", "batch", metavar="FILE|-", help='Many queries, one JSON object a line: {"id", "query", '
-              '"k"?, "mode"?, "kind"?, "scope"?, "section"?, "source"?, "since"?, "until"?}.')
+              '"k"?, "mode"?, "kind"?, "scope"?, "section"?, "source"?, "tool"?, "agent"?, "since"?, '
+              '"until"?}.')
 @click.option("--mode", type=click.Choice(["hybrid", "bm25", "vector"]), default="hybrid", show_default=True,
               help="Rank by both, by words only (fastest), or by meaning only.")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(["memory", "message", "log"]),
@@ -207,6 +208,10 @@ def index(store, rebuild, as_json):
 @click.option("--source", "sources", multiple=True, metavar="PATH", help="Only this file, or folder with a "
               "trailing '/', relative to the store (repeatable).")
 @click.option("--session", "sessions", multiple=True, metavar="ID", help="Only this session (repeatable).")
+@click.option("--tool", "tools", multiple=True, metavar="NAME", help="Only memories consolidated from this "
+              "tool's cached calls (repeatable; see memctl cache).")
+@click.option("--agent", "agents", multiple=True, metavar="ID", help="Only memories consolidated from this "
+              "agent's cached calls (repeatable).")
 @click.option("--since", metavar="TIME", help="Only results at or after TIME (ISO 8601 date or time).")
 @click.option("--until", metavar="TIME", help="Only results at or before TIME (a date means its whole day).")
 @click.option("--plan", "plan_message", metavar="MESSAGE", help="Search the sections `memctl state plan "
@@ -227,8 +232,8 @@ def index(store, rebuild, as_json):
               "first (supersedes links), instead of searching.")
 @click.option("--explain", is_flag=True, help="Show every ranking stage's score for each result.")
 @click.pass_obj
-def search(store, query, k, as_json, batch, mode, kinds, scope, sections, sources, sessions, since, until,
-           plan_message, adaptive, min_score, rank, include_archived, layered, budget, history_id, explain):
+def search(store, query, k, as_json, batch, mode, kinds, scope, sections, sources, sessions, tools, agents, since,
+           until, plan_message, adaptive, min_score, rank, include_archived, layered, budget, history_id, explain):
     """Find memories, messages and log entries: BM25 and meaning, fused.
 
     Results are ranked by fusing BM25 and vector scores (0.7 vector, 0.3
@@ -270,7 +275,7 @@ def search(store, query, k, as_json, batch, mode, kinds, scope, sections, source
 
         queries, ids = parse_batch(data, source, default=_query_options(k, mode, kinds, scope, sections,
                                                                        sources, sessions, since, until,
-                                                                       min_score))
+                                                                       min_score, tools, agents))
         answers = search_store(store, queries, say=_say)
         _json_lines({"query_id": query_id, "results": [r.as_dict(explain) for r in results]}
                     for query_id, results in zip(ids, answers))
@@ -296,7 +301,8 @@ def search(store, query, k, as_json, batch, mode, kinds, scope, sections, source
     if layered:
         _print_layered(store, query, scope, budget, as_json)
         return
-    options = _query_options(k, mode, kinds, scope, sections, sources, sessions, since, until, min_score)
+    options = _query_options(k, mode, kinds, scope, sections, sources, sessions, since, until, min_score, tools,
+                             agents)
     if include_archived:
         options["filters"].exclude_status = ("deprecated", "superseded")
     (results,) = search_store(store, [Query(text=query, rank=rank, **options)], say=_say)
@@ -349,12 +355,13 @@ def _print_layered(store, query: str, workspace: str | None, budget: int, as_jso
     sys.exit(EXIT_OK if found else EXIT_NOTHING)
 
 
-def _query_options(k, mode, kinds, scope, sections, sources, sessions, since, until, min_score) -> dict:
+def _query_options(k, mode, kinds, scope, sections, sources, sessions, since, until, min_score, tools,
+                   agents) -> dict:
     from .queries import filters_from
 
     return {"k": k, "mode": mode, "min_score": min_score,
             "filters": filters_from(kinds=kinds, scope=scope, sections=sections, sources=sources,
-                                    sessions=sessions, since=since, until=until)}
+                                    sessions=sessions, tools=tools, agents=agents, since=since, until=until)}
 
 
 def _print_result(result, explain: bool) -> None:
@@ -988,6 +995,11 @@ def _read_input(file: str) -> tuple[bytes, str]:
 def _clip(text: str, width: int = 60) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+from .cli_cache import cache  # noqa: E402 (below: it uses this module's helpers)
+
+cli.add_command(cache)
 
 
 def main() -> None:

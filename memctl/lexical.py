@@ -26,7 +26,8 @@ ANALYZER = "memctl_cjk_v1"
 _CJK = r"\p{Han}\p{Hiragana}\p{Katakana}"
 TOKEN_PATTERN = rf"[{_CJK}]|[^{_CJK}\W]+"
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
-FILTER_FIELDS = ("kind", "scope", "section", "session", "status", "source", "source_dir")
+FILTER_FIELDS = ("kind", "scope", "section", "session", "status", "source", "source_dir", "tool", "agent",
+                 "cache_scope")
 
 # Words that carry no content in a question; dropped from queries only (in the
 # index they still count towards document length, as BM25 expects).
@@ -74,6 +75,9 @@ class Filters:
     sections: tuple[str, ...] = ()
     sessions: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()      # a file, or a folder ending in '/'
+    tools: tuple[str, ...] = ()        # memories consolidated from the tool cache (H4): which tool,
+    agents: tuple[str, ...] = ()       # which agent ran it,
+    cache_scopes: tuple[str, ...] = ()  # in which run
     exclude_status: tuple[str, ...] = ("deprecated", "superseded", "archived")
     since: int | None = None           # Unix seconds
     until: int | None = None
@@ -82,13 +86,20 @@ class Filters:
     def scope_set(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((*self.scopes, "global"))) if self.scopes else ()
 
+    def term_sets(self) -> list[tuple[str, tuple[str, ...]]]:
+        """(field, values it must be one of) — the same names in Tantivy and in units.db."""
+        return [("kind", self.kinds), ("scope", self.scope_set), ("section", self.sections),
+                ("session", self.sessions), ("tool", self.tools), ("agent", self.agents),
+                ("cache_scope", self.cache_scopes)]
+
 
 def document(unit_id: str, body: str, meta: dict) -> tantivy.Document:
     source = meta["source"]
     fields = {"id": unit_id, "body": body, "kind": meta["kind"], "scope": meta["scope"],
               "section": meta.get("section") or "", "session": meta.get("session") or "",
               "status": meta.get("status") or "active", "source": source,
-              "source_dir": source.rsplit("/", 1)[0] + "/" if "/" in source else ""}
+              "source_dir": source.rsplit("/", 1)[0] + "/" if "/" in source else "",
+              **{name: meta.get(name) or "" for name in ("tool", "agent", "cache_scope")}}
     if meta.get("ts_epoch") is not None:
         fields["ts"] = int(meta["ts_epoch"])
     return tantivy.Document(**fields)
@@ -119,8 +130,7 @@ def _text_query(index: tantivy.Index, text: str):
 def _filter_clauses(schema: tantivy.Schema, filters: Filters) -> list:
     must = tantivy.Occur.Must
     clauses = []
-    for field, values in (("kind", filters.kinds), ("scope", filters.scope_set), ("section", filters.sections),
-                          ("session", filters.sessions)):
+    for field, values in filters.term_sets():
         if values:
             clauses.append((must, tantivy.Query.term_set_query(schema, field, list(values))))
     if filters.sources:

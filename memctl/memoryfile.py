@@ -49,6 +49,9 @@ FIELD_ORDER = (
     # Kept by governance (G5): when `status` last changed, so that "archived
     # for over 60 days" can be measured; and when a memory was soft-deleted.
     "status_changed_at", "deleted_at",
+    # Where a memory consolidated from the tool-output cache came from (H3, H4):
+    # the tool, the agent that ran it, and the cache scope (the run) it was shared in.
+    "tool", "agent", "cache_scope",
 )
 _SCOPE = re.compile(r"^(global|(project|lang):\S+)$")
 _HEADING = re.compile(r"^(#{1,6})(?:[ \t]+(.*?))?[ \t#]*$")
@@ -62,8 +65,8 @@ def check_field(name: str, value: Any) -> str | None:
     def is_number(v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
 
-    if name in ("id", "summary", "canonical_topic", "created_at", "status_changed_at", "deleted_at") \
-            and not isinstance(value, str):
+    if name in ("id", "summary", "canonical_topic", "created_at", "status_changed_at", "deleted_at", "tool",
+                "agent", "cache_scope") and not isinstance(value, str):
         return "must be text"
     if name == "id" and not re.fullmatch(r"[\w.:@+-]{1,128}", value):
         return "must be 1-128 letters, digits or . _ : @ + -"

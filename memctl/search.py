@@ -179,8 +179,7 @@ class Searcher:
     def _allowed_rows(self, filters: Filters):
         """Rows passing the filters, or None when nothing is filtered (G7: scope always admits global)."""
         where, params = [], []
-        for column, values in (("kind", filters.kinds), ("scope", filters.scope_set),
-                               ("section", filters.sections), ("session", filters.sessions)):
+        for column, values in filters.term_sets():
             if values:
                 where.append(f"{column} IN ({', '.join('?' * len(values))})")
                 params += values
