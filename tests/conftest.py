@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -55,51 +56,6 @@ def snapshot(root: Path) -> dict[str, str]:
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"
     }
-
-
-class RedisServer:
-    """A real redis-server of our own: loopback only, no persistence, in a temp dir."""
-
-    def __init__(self, folder: Path):
-        import socket
-
-        self.folder = folder
-        with socket.socket() as probe:  # a free port, asked of the kernel
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        import socket
-        import time
-
-        self.process = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
-             "--dir", str(self.folder), "--protected-mode", "yes"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as conn:
-                    conn.sendall(b"PING\r\n")
-                    if conn.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                time.sleep(0.02)
-        self.stop()
-        raise RuntimeError(f"redis-server did not answer on port {self.port}")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait()
-            self.process = None
-
-    def flush(self) -> None:
-        import redis
-
-        redis.Redis.from_url(self.url).flushall()
 
 
 def _redis_server_or_skip(folder: Path) -> RedisServer:

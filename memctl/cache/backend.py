@@ -8,9 +8,8 @@ machines. memctl/cache/__init__.py holds the behaviour both share.
 
 from __future__ import annotations
 
-import base64
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
 from ..errors import MemctlError
@@ -39,7 +38,6 @@ class Entry:
     duration_ms: float = 0.0
     access_count: int = 1
     consolidated: str | None = None  # the memory id it became
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def negative(self) -> bool:
@@ -52,10 +50,12 @@ class Entry:
 
     def to_json(self) -> dict[str, Any]:
         """The stored form; output that is not UTF-8 is kept in base64."""
-        out = {k: v for k, v in self.__dict__.items() if k not in ("output", "access_count", "consolidated", "extra")}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("output", "access_count", "consolidated")}
         try:
             out["output"] = self.output.decode("utf-8")
         except UnicodeDecodeError:
+            import base64
+
             out["output_base64"] = base64.b64encode(self.output).decode()
         return out
 
@@ -63,6 +63,8 @@ class Entry:
     def from_json(cls, data: dict[str, Any]) -> "Entry":
         values = dict(data)
         if "output_base64" in values:
+            import base64
+
             output = base64.b64decode(values.pop("output_base64"))
         else:
             output = values.pop("output", "").encode("utf-8")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import shutil
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -136,6 +135,8 @@ class FileBackend:
             return 0
         count = sum(1 for _ in self.entries(scope))
         # Renamed first, so the scope disappears at once, even for readers in mid-walk.
+        import shutil
+
         doomed = self.root / f".{scope}.{os.getpid()}.cleared"
         os.rename(folder, doomed)
         shutil.rmtree(doomed)
