@@ -22,6 +22,7 @@ them. `deprecated` (superseded) and `archived` (by the lifecycle) are not.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -221,8 +222,12 @@ _STOP = frozenset("a an and are as at be by for from has have i in is it its of 
 Similarity = Callable[[str, str], float]
 
 
-def lexical_tokens(text: str) -> set[str]:
-    """Words of Latin text, character bigrams of CJK text (a single CJK character stands alone)."""
+@functools.lru_cache(maxsize=8192)
+def lexical_tokens(text: str) -> frozenset[str]:
+    """Words of Latin text, character bigrams of CJK text (a single CJK character stands alone).
+
+    Remembered: writing N notes compares each with every entry, and tokenising
+    each entry again per note took 36 of 40 s for 1,000 notes."""
     out: set[str] = set()
     for match in _TOKEN.finditer(text.lower()):
         word = match.group()
@@ -233,7 +238,7 @@ def lexical_tokens(text: str) -> set[str]:
             out.add(word)
         else:
             out.update(word[i:i + 2] for i in range(len(word) - 1))
-    return out
+    return frozenset(out)
 
 
 def lexical_similarity(a: str, b: str) -> float:

@@ -109,8 +109,11 @@ class Backend(Protocol):
     def entries(self, scope: str) -> Iterable[Entry]:
         """Every unexpired entry of the scope."""
 
-    def mark_consolidated(self, entry: Entry, memory_id: str) -> None:
-        """Remember that this version of the entry became memory `memory_id`."""
+    def mark_consolidated(self, marks: list[tuple[Entry, str]]) -> None:
+        """Remember that these versions of entries became these memory ids.
+
+        A mark saves reading MEMORY.md; it is not what prevents a second copy
+        (the memory id is), so it need not survive a crash."""
 
     def counters(self, scope: str) -> dict[str, dict[str, int]]:
         """tool -> {event: count} for the scope."""

@@ -62,9 +62,10 @@ def consolidate(cache: "Cache", scope: str, *, everything: bool = False, dry_run
     for outcome in result.outcomes:
         entry = notes[outcome.id]
         out.append(Consolidated(entry.key, entry.tool, outcome.id, outcome.status, entry.access_count))
-        if not dry_run:
-            cache.backend.mark_consolidated(entry, outcome.id)
-            entry.consolidated = outcome.id
+    if not dry_run:
+        cache.backend.mark_consolidated([(notes[o.id], o.id) for o in result.outcomes])
+        for outcome in result.outcomes:
+            notes[outcome.id].consolidated = outcome.id
     if index and not dry_run and result.stored:
         from ..index import Index
 

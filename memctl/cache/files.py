@@ -107,10 +107,9 @@ class FileBackend:
             if entry is not None:
                 yield entry
 
-    def mark_consolidated(self, entry: Entry, memory_id: str) -> None:
-        folder = self._dir(entry.scope, "consolidated")
-        _make_dirs(folder)
-        atomic_write(folder / entry.id, memory_id.encode())
+    def mark_consolidated(self, marks: list[tuple[Entry, str]]) -> None:
+        for entry, memory_id in marks:  # no fsync: a lost mark costs a no-op ingest, not a duplicate
+            _append(self._dir(entry.scope, "consolidated") / entry.id, memory_id.encode(), replace=True)
 
     def counters(self, scope: str) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(EVENTS, 0))
@@ -143,13 +142,14 @@ class FileBackend:
         return count
 
 
-def _append(path: Path, data: bytes) -> int:
-    """Append in one write (atomic with O_APPEND); returns the file's size after it."""
+def _append(path: Path, data: bytes, *, replace: bool = False) -> int:
+    """Append in one write (atomic with O_APPEND), or replace the content; returns the file's size after it."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if replace else os.O_APPEND)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+        fd = os.open(path, flags, FILE_MODE)
     except FileNotFoundError:
         _make_dirs(path.parent)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+        fd = os.open(path, flags, FILE_MODE)
     try:
         os.write(fd, data)
         return os.fstat(fd).st_size

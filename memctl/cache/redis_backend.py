@@ -160,10 +160,13 @@ class RedisBackend:
                     if entry is not None:
                         yield entry
 
-    def mark_consolidated(self, entry: Entry, memory_id: str) -> None:
+    def mark_consolidated(self, marks: list[tuple[Entry, str]]) -> None:
         with self._talking():
-            self.client.set(self._prefix(entry.scope) + "c:" + entry.key, f"{entry.id} {memory_id}",
-                            pxat=int(entry.expires_at * 1000))
+            pipe = self.client.pipeline(transaction=False)
+            for entry, memory_id in marks:
+                pipe.set(self._prefix(entry.scope) + "c:" + entry.key, f"{entry.id} {memory_id}",
+                         pxat=int(entry.expires_at * 1000))
+            pipe.execute()
 
     def counters(self, scope: str) -> dict[str, dict[str, int]]:
         with self._talking():
