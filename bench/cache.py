@@ -28,7 +28,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPAT
 MEMCTL = str(Path(sys.executable).parent / "memctl")  # the console script an agent calls
 
 from memctl.cache import Cache, CacheError  # noqa: E402
-from memctl.store import Store  # noqa: E402
+from memctl.store.store import Store  # noqa: E402
 
 
 def command(effect: Path, key: int) -> list[str]:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from conftest import memctl_command
 from memctl.cache import Cache, canonical, key_of
-from memctl.store import Store
+from memctl.store.store import Store
 
 
 def tool_command(side_effect: Path, output: str = "result", status: int = 0, sleep: float = 0.0) -> list[str]:

@@ -25,11 +25,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .. import config
-from ..errors import InputError
-from ..store import Store
-from .backend import EVENTS, Backend, CacheError, Entry
-from .keys import canonical, check_name, key_of, parse_args
+from memctl import config
+from memctl.errors import InputError
+from memctl.store.store import Store
+from memctl.cache.backend import EVENTS, Backend, CacheError, Entry
+from memctl.cache.keys import canonical, check_name, key_of, parse_args
 
 __all__ = ["Cache", "CacheError", "Entry", "RunResult", "canonical", "key_of", "open_backend", "parse_args"]
 
@@ -47,12 +47,12 @@ class RunResult:
 def open_backend(spec: str, store: Store, settings: dict[str, Any]) -> Backend:
     """The backend a [cache] backend setting (or --backend) names."""
     if spec == "files":
-        from .files import FileBackend
+        from memctl.cache.files import FileBackend
 
         return FileBackend(store)
     if spec.startswith(("redis://", "rediss://", "unix://")):
         try:
-            from .redis_backend import RedisBackend
+            from memctl.cache.redis_backend import RedisBackend
         except ImportError:
             raise InputError("the Redis backend needs the redis client: pip install 'memctl[redis]'",
                              source="--backend", field="backend") from None
@@ -87,7 +87,7 @@ class Cache:
     def put(self, scope: str, tool: str, args: Any, output: bytes | str, *, exit_code: int = 0,
             stderr: str = "", agent: str = "", ttl: float | None = None, duration_ms: float = 0.0) -> Entry:
         """Store the result of a tool call the caller made itself; empty or failed results too (H2)."""
-        from .. import clock
+        from memctl import clock
 
         check_name(scope, "scope")
         check_name(tool, "tool")
@@ -189,7 +189,7 @@ class Cache:
                     only: list[Entry] | None = None, index: bool = True):
         """Write what proved useful (access count >= [cache] consolidate_min_access, or everything)
         to long-term memory, once; see memctl/cache/consolidate.py."""
-        from .consolidate import consolidate
+        from memctl.cache.consolidate import consolidate
 
         check_name(scope, "scope")
         return consolidate(self, scope, everything=everything, dry_run=dry_run, only=only, index=index)
@@ -198,8 +198,8 @@ class Cache:
                agents: tuple[str, ...] = (), k: int = 10):
         """Search what the agents of a run already found (design 004's search_shared_memory):
         the consolidated items in long-term memory, by meaning and words."""
-        from ..lexical import Filters
-        from ..search import Query, search_store
+        from memctl.index.lexical import Filters
+        from memctl.search.search import Query, search_store
 
         filters = Filters(kinds=("memory",), cache_scopes=(check_name(scope, "scope"),) if scope else (),
                           tools=tuple(check_name(t, "tool") for t in tools), agents=tuple(agents))

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
-from ..errors import MemctlError
+from memctl.errors import MemctlError
 
 EVENTS = ("hits", "misses", "negative_hits")
 
@@ -73,7 +73,7 @@ class Entry:
 
     def as_dict(self) -> dict[str, Any]:
         """What `memctl cache get --json` prints (docs/cache.md)."""
-        from .. import clock
+        from memctl import clock
 
         out = self.to_json()
         out["expires_at"] = clock.format_ts(clock.parse_ts(round(self.expires_at, 3)))

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .backend import CacheError, Entry
+from memctl.cache.backend import CacheError, Entry
 
 if TYPE_CHECKING:
-    from . import Cache
+    from memctl.cache import Cache
 
 _SUMMARY_MAX = 50  # memoryfile.SUMMARY_MAX, without importing it on the cache's hot path
 
@@ -46,7 +46,7 @@ class Consolidated:
 
 def consolidate(cache: "Cache", scope: str, *, everything: bool = False, dry_run: bool = False,
                 only: list[Entry] | None = None, index: bool = True) -> list[Consolidated]:
-    from ..ingest import ingest
+    from memctl.ingest.ingest import ingest
 
     settings = cache.settings
     entries = only if only is not None else list(cache.backend.entries(scope))
@@ -67,7 +67,7 @@ def consolidate(cache: "Cache", scope: str, *, everything: bool = False, dry_run
         for outcome in result.outcomes:
             notes[outcome.id].consolidated = outcome.id
     if index and not dry_run and result.stored:
-        from ..index import Index
+        from memctl.index.index import Index
 
         Index(cache.store).update()
     return out

@@ -25,8 +25,8 @@ from typing import Iterator
 
 import orjson
 
-from ..store import FILE_MODE, Store, _make_dirs, atomic_write
-from .backend import EVENTS, CacheError, Entry
+from memctl.store.store import FILE_MODE, Store, _make_dirs, atomic_write
+from memctl.cache.backend import EVENTS, CacheError, Entry
 
 _EVENT_CODES = {"hits": b"h", "misses": b"m", "negative_hits": b"n"}
 _EVENT_NAMES = {code: name for name, code in _EVENT_CODES.items()}

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import InputError
+from memctl.errors import InputError
 
 NAME = re.compile(r"[\w.:@+-]{1,128}")
 

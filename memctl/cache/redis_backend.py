@@ -29,7 +29,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from .backend import EVENTS, CacheError, Entry
+from memctl.cache.backend import EVENTS, CacheError, Entry
 
 _SCOPES = "memctl:cache:scopes"
 _POLL_SECONDS = (0.005, 0.05)

@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import orjson
 
-from . import clock, config
-from .store import Store, atomic_write
+from memctl import clock
+from memctl import config
+from memctl.store.store import Store, atomic_write
 
 if TYPE_CHECKING:
-    from .units import Unit
+    from memctl.index.units import Unit
 
 FORMAT = 2  # 2: units carry tool, agent, cache_scope (H4)
 _TABLE = "units"
@@ -100,7 +101,8 @@ class Index:
         """Bring the index up to date with the files; start over with `rebuild`."""
         if not self.store.exists():
             return UpdateReport()
-        with self._lock():
+        # shared store lock: the files are read as a finished writer left them, never half a batch
+        with self.store.reading(), self._lock():
             if not rebuild and self.is_fresh():
                 return UpdateReport(units=self.manifest().get("units", 0))
             return self._update(rebuild, progress)
@@ -116,8 +118,8 @@ class Index:
         return report
 
     def _update(self, rebuild: bool, progress) -> UpdateReport:
-        from .embedding import Embedder, model_dir
-        from .units import collect
+        from memctl.index.embedding import Embedder, model_dir
+        from memctl.index.units import collect
 
         import numpy as np
 
@@ -202,7 +204,7 @@ class Index:
         return report
 
     def _write_tantivy(self, units: list[Unit], digests: list[str], old_digest: dict[str, str], rebuilt: bool):
-        from . import lexical
+        from memctl.index import lexical
 
         path = self.dir / "tantivy"
         index = lexical.create_index(path) if rebuilt or not path.exists() else self._open_tantivy()
@@ -262,7 +264,7 @@ class Index:
         return {uid: (row, digest, embed_digest) for uid, row, digest, embed_digest in rows}
 
     def _open_tantivy(self):
-        from . import lexical
+        from memctl.index import lexical
 
         try:
             return lexical.open_index(self.dir / "tantivy")
@@ -271,18 +273,22 @@ class Index:
 
     @contextmanager
     def _lock(self) -> Iterator[None]:
+        """The index's own lock; while held, new files are private (Tantivy and SQLite create
+        theirs with the process umask, which left .index/tantivy 0755 and its files 0644)."""
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        old_umask = os.umask(0o077)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
+            os.umask(old_umask)
             os.close(fd)
 
 
 def health_problems(store: Store) -> list[tuple[str, str]]:
     """(file, message) for each way .index/ is out of step with the store's files."""
-    from .errors import InputError
+    from memctl.errors import InputError
 
     try:
         index = Index(store)
@@ -313,7 +319,7 @@ def _record(unit: Unit, row: int, digest: str, embed_digest: str) -> dict:
 
 
 def _meta(unit: Unit) -> dict:
-    from .clock import parse_ts
+    from memctl.clock import parse_ts
 
     try:
         epoch = parse_ts(unit.ts).timestamp() if unit.ts else None

@@ -2,8 +2,16 @@
 
 Every change goes through a Transaction, which holds the store lock and keeps
 an undo journal, so that an invocation is all or nothing even across several
-files and even when the process is killed half-way: the next writer to take
-the lock rolls the unfinished transaction back before it does anything.
+files and even when the process is killed half-way: the next process to take
+the lock, writer or reader, rolls the unfinished transaction back before it
+does anything. Readers hold the lock shared, so they never see a write that
+has not been acknowledged.
+
+The journal is data an attacker may have written (a store can be copied,
+unpacked or handed over), so it is never trusted: its paths are relative to
+the store, and before anything is undone every entry is checked to name a
+file inside this store (symlinks resolved). An invalid journal is reported,
+never executed.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from typing import Iterator
 
 import orjson
 
-from .errors import StoreError
+from memctl.errors import StoreError
 
 DEFAULT_STORE = ".memory"
 STORE_ENV = "MEMCTL_STORE"
@@ -27,6 +35,7 @@ FILE_MODE = 0o600
 _DAY_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
 _JOURNAL_DIR = ".journal"
 _JOURNAL_FILE = "journal.json"
+_BACKUP_NAME = re.compile(r"^\d+\.bak$")
 
 
 class Store:
@@ -101,6 +110,11 @@ class Store:
     def exists(self) -> bool:
         return self.root.is_dir()
 
+    def require(self) -> None:
+        """A read command on a store that isn't there is an error, not "nothing found"."""
+        if not self.exists():
+            raise StoreError(f"no store at {self.root}")
+
     # -- locking and transactions ------------------------------------------
     @contextmanager
     def lock(self) -> Iterator[None]:
@@ -113,6 +127,31 @@ class Store:
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the flock
+
+    @contextmanager
+    def reading(self, *, recover: bool = True) -> Iterator[None]:
+        """Hold the lock shared while reading: a writer under way is waited for.
+
+        A writer that died left a journal and released its lock; its half
+        batch is still in the files, so a reader rolls it back first (taking
+        the lock exclusively for that moment), unless `recover` is off (a
+        check that reports the journal instead). Writes nothing else, and
+        creates nothing in a store memctl never wrote to.
+        """
+        try:
+            fd = os.open(self.root / ".lock", os.O_RDONLY)
+        except FileNotFoundError:
+            yield  # no memctl writer ever took the lock here: nothing to wait for
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            if recover and (self.root / _JOURNAL_DIR).exists():
+                fcntl.flock(fd, fcntl.LOCK_EX)  # not atomic: re-check the journal under the lock
+                self._recover()
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
 
     @contextmanager
     def transaction(self, *, dry_run: bool = False) -> Iterator["Transaction"]:
@@ -138,6 +177,15 @@ class Store:
         if journal_dir.exists():
             Transaction(self, resume=True).rollback()
 
+    def inside(self, path: Path) -> bool:
+        """Whether a path, every symlink resolved, is a file of this store (not its journal or lock)."""
+        root = os.path.realpath(self.root)
+        real = os.path.realpath(path)
+        if os.path.commonpath([root, real]) != root or real == root:
+            return False
+        first = Path(os.path.relpath(real, root)).parts[0]
+        return first not in (_JOURNAL_DIR, ".lock")
+
 
 class Transaction:
     """Changes to store files that land together or not at all.
@@ -145,6 +193,10 @@ class Transaction:
     Before each change the journal records how to undo it: the old size of a
     file that is appended to, or a hard link to the old version of a file that
     is replaced. Removing the journal is the commit point.
+
+    The journal file is `{"store": <root when written>, "ops": [...]}`; each
+    op's path is relative to the store root and a backup is a file name in
+    the journal folder, so a moved or copied store undoes its own files.
     """
 
     def __init__(self, store: Store, *, resume: bool = False):
@@ -153,24 +205,19 @@ class Transaction:
         self.ops: list[dict] = []
         self._seen: set[str] = set()
         if resume:
-            try:
-                self.ops = orjson.loads((self.dir / _JOURNAL_FILE).read_bytes())
-            except FileNotFoundError:
-                self.ops = []
-            except orjson.JSONDecodeError as exc:  # torn journal: nothing was done after it
-                raise StoreError(f"{self.dir / _JOURNAL_FILE}: unreadable journal ({exc}); "
-                                 "inspect it, then remove the .journal folder") from exc
+            self.ops = load_journal(store)
 
     def append(self, path: Path, data: bytes) -> None:
         """Append bytes to a file (created if missing), durably."""
         if not data:
             return
-        key = str(path)
+        key = self._key(path)
         if key not in self._seen:
             size = path.stat().st_size if path.exists() else -1
             self._record({"op": "append", "path": key, "size": size})
         _make_dirs(path.parent)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+        # O_NOFOLLOW: a symlink planted in a store must not redirect a write outside it
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
         try:
             _write_all(fd, data)
             os.fsync(fd)
@@ -192,21 +239,31 @@ class Transaction:
         _fsync_dir(path.parent)
 
     def _backup(self, path: Path) -> None:
-        key = str(path)
+        key = self._key(path)
         if key in self._seen:
             return
         backup = None
         if path.exists():
             _make_dirs(self.dir)
-            backup = str(self.dir / f"{len(self.ops)}.bak")
-            os.link(path, backup)
+            backup = f"{len(self.ops)}.bak"
+            os.link(path, self.dir / backup)
         self._record({"op": "replace", "path": key, "backup": backup})
+
+    def _key(self, path: Path) -> str:
+        """A path as the journal names it: relative to the store root, never outside it."""
+        absolute = Path(os.path.abspath(path))
+        root = Path(os.path.abspath(self.store.root))
+        try:
+            return absolute.relative_to(root).as_posix()
+        except ValueError:
+            raise StoreError(f"{path}: not a file of the store at {self.store.root}") from None
 
     def _record(self, op: dict) -> None:
         self._seen.add(op["path"])
         self.ops.append(op)
         _make_dirs(self.dir)
-        atomic_write(self.dir / _JOURNAL_FILE, orjson.dumps(self.ops))
+        journal = {"store": os.path.realpath(self.store.root), "ops": self.ops}
+        atomic_write(self.dir / _JOURNAL_FILE, orjson.dumps(journal))
 
     def commit(self) -> None:
         if self.dir.exists():
@@ -219,17 +276,16 @@ class Transaction:
         self.ops = []
 
     def rollback(self) -> None:
+        """Undo every recorded change, newest first (ops were checked by load_journal)."""
         for op in reversed(self.ops):
-            path = Path(op["path"])
+            path = self.store.root / op["path"]
             if op["op"] == "append":
                 if op["size"] < 0:
                     path.unlink(missing_ok=True)
-                elif path.exists():
-                    with open(path, "r+b") as fh:
-                        fh.truncate(op["size"])
-                        os.fsync(fh.fileno())
+                else:
+                    _truncate(path, op["size"])
             elif op["backup"]:
-                os.replace(op["backup"], path)
+                os.replace(self.dir / op["backup"], path)
                 _fsync_dir(path.parent)
             else:
                 path.unlink(missing_ok=True)
@@ -247,6 +303,67 @@ class DryRun(Transaction):
 
     def delete(self, path: Path) -> None:
         pass
+
+
+def load_journal(store: Store) -> list[dict]:
+    """The ops of an unfinished transaction, each checked to touch only this store.
+
+    Raises StoreError naming the journal and the first bad entry; then nothing
+    is undone, since undoing a journal nobody can trust could destroy data.
+    """
+    journal = store.root / _JOURNAL_DIR / _JOURNAL_FILE
+    advice = f"nothing was rolled back; inspect it, then remove {journal.parent}"
+    try:
+        data = orjson.loads(journal.read_bytes())
+    except FileNotFoundError:
+        return []  # killed before the first record: nothing was changed
+    except orjson.JSONDecodeError as exc:  # torn journal: written atomically, so only by hand
+        raise StoreError(f"{journal}: unreadable journal ({exc}); {advice}") from exc
+    ops = data.get("ops") if isinstance(data, dict) else None
+    if not isinstance(ops, list):
+        raise StoreError(f"{journal}: invalid journal: expected an object with an 'ops' list; {advice}")
+    for number, op in enumerate(ops, 1):
+        problem = _journal_op_problem(store, op)
+        if problem:
+            raise StoreError(f"{journal}: invalid journal: entry {number}: {problem}; {advice}")
+    return ops
+
+
+def _journal_op_problem(store: Store, op) -> str | None:
+    """Why an op of a journal may not be executed, or None."""
+    if not isinstance(op, dict):
+        return "not an object"
+    path = op.get("path")
+    if not isinstance(path, str) or not path:
+        return "'path' missing or not a string"
+    if os.path.isabs(path) or ".." in Path(path).parts:
+        return f"path '{path}' is not relative to the store"
+    if not store.inside(store.root / path):
+        return f"path '{path}' leads outside the store"
+    if op.get("op") == "append":
+        size = op.get("size")
+        if type(size) is not int or size < -1:
+            return "'size' is not a whole number >= -1"
+    elif op.get("op") == "replace":
+        backup = op.get("backup")
+        if backup is not None and not (isinstance(backup, str) and _BACKUP_NAME.match(backup)):
+            return f"backup '{backup}' is not a backup file of the journal"
+    else:
+        return f"unknown op {op.get('op')!r}"
+    return None
+
+
+def _truncate(path: Path, size: int) -> None:
+    """Cut a file back to its old size; never follows a symlink."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write(path: Path, data: bytes) -> None:

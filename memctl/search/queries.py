@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from . import clock
-from .errors import InputError
-from .lexical import Filters
-from .search import MODES, Query
+from memctl import clock
+from memctl.errors import InputError
+from memctl.index.lexical import Filters
+from memctl.search.search import MODES, Query
 
 _BATCH_KEYS = {"id", "query", "k", "mode", "kind", "scope", "section", "source", "session", "since", "until",
                "min_score", "tool", "agent"}
@@ -28,7 +28,7 @@ def filters_from(*, kinds=(), scope=None, sections=(), sources=(), sessions=(), 
 
 
 def _bad_scope(scope: str) -> bool:
-    from .memoryfile import check_field
+    from memctl.store.memoryfile import check_field
 
     return check_field("scope", scope) is not None
 
@@ -48,7 +48,7 @@ def _time_bound(value: str | None, end_of_day: bool, where: str) -> int | None:
 
 def parse_batch(data: bytes, source: str, default: dict[str, Any]) -> tuple[list[Query], list[Any]]:
     """Queries of a --batch input, one JSON object a line; every line is checked before any runs."""
-    from . import inputs
+    from memctl.ingest import inputs
 
     text = inputs.decode(data, source)
     queries, ids = [], []

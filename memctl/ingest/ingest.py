@@ -16,12 +16,15 @@ from typing import Any, Callable
 
 import orjson
 
-from . import clock, config, inputs, memoryfile
-from .errors import InputError
-from .memoryfile import check_field
-from .noise import noise_reason
-from .sessions import append_daily_log, load_ids, message_line
-from .store import Store
+from memctl import clock
+from memctl import config
+from memctl.ingest import inputs
+from memctl.store import memoryfile
+from memctl.errors import InputError
+from memctl.store.memoryfile import check_field
+from memctl.text.noise import noise_reason
+from memctl.store.sessions import append_daily_log, load_ids, message_line
+from memctl.store.store import Store
 
 KINDS = ("auto", "message", "memory")
 _SESSION_ID = re.compile(r"[\w.:@+-]{1,128}")
@@ -328,7 +331,7 @@ def _write_messages(store: Store, tx, messages: list[dict]) -> dict[str, str]:
 def _write_notes(store: Store, tx, doc: memoryfile.Document, notes: list[tuple[int, dict]], *, source: str,
                  allow_conflict: bool = False) -> tuple[dict[str, str], dict[str, Any]]:
     """Add notes to `doc` (MEMORY.md as read inside the transaction), applying their supersedes links."""
-    from . import governance
+    from memctl.governance import governance
 
     if not notes:
         return {}, {}
@@ -343,7 +346,7 @@ def _write_notes(store: Store, tx, doc: memoryfile.Document, notes: list[tuple[i
 def _check_notes(store: Store, doc: memoryfile.Document, notes: list[tuple[int, dict]],
                  source: str) -> dict[str, Any]:
     """Governance of notes held as pending: links must resolve; conflicts are reported, decided on confirm."""
-    from . import governance
+    from memctl.governance import governance
 
     if not notes:
         return {}

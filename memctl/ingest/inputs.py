@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from .errors import InputError
+from memctl.errors import InputError
 
 FORMATS = ("auto", "jsonl", "json", "md", "text")
 _SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",

@@ -49,9 +49,10 @@ from typing import Any, Iterable
 
 import orjson
 
-from . import clock, config
-from .errors import InputError, StoreError
-from .store import Store, Transaction
+from memctl import clock
+from memctl import config
+from memctl.errors import InputError, StoreError
+from memctl.store.store import Store, Transaction
 
 TOPIC_FILE = "MEMORY_TOPIC.md"
 FIELDS = ("window_size", "dominant_threshold", "turns", "proportions", "current_topic",
@@ -241,7 +242,7 @@ def topic_file(store: Store) -> Path:
 
 def memory_sections(store: Store) -> list[str]:
     """MEMORY.md's section titles (its headings) in file order; [] when it does not exist."""
-    from . import memoryfile
+    from memctl.store import memoryfile
 
     return [s for s in memoryfile.load(store.memory_md).sections() if s]
 
@@ -369,7 +370,7 @@ def hits_from_search_output(data: bytes, source: str = "<stdin>") -> list[str]:
     whose section is null or empty (messages, logs) are skipped. A line that
     is not such an object is an InputError naming `source` and the line.
     """
-    from . import inputs
+    from memctl.ingest import inputs
 
     sections: list[str] = []
     for rec in inputs.read_jsonl(inputs.decode(data, source), source):
@@ -523,7 +524,8 @@ def plan(store: Store, message: str, *, settings: dict[str, Any] | None = None,
     """
     settings = settings if settings is not None else settings_for(store)
     if state is None:
-        state = load_state(store, settings)
+        with store.reading():
+            state = load_state(store, settings)
     has_state = state is not None
     state = state or State.new(settings)
     sections = memory_sections(store)
@@ -551,8 +553,10 @@ def show(store: Store, settings: dict[str, Any] | None = None) -> dict[str, Any]
     missed miss_threshold turns in a row: [{"section", "miss_count",
     "suggestion"}]).
     """
+    store.require()
     settings = settings if settings is not None else settings_for(store)
-    state = load_state(store, settings)
+    with store.reading():
+        state = load_state(store, settings)
     if state is None:
         return None
     suggestions = [Suggestion(s, n).as_dict() for s, n in state.miss_count.items()

@@ -20,8 +20,8 @@ from typing import Iterator
 
 import orjson
 
-from . import memoryfile
-from .store import Store, read_jsonl
+from memctl.store import memoryfile
+from memctl.store.store import Store, read_jsonl
 
 LOG_HEADING = re.compile(r"^### (\d\d:\d\d:\d\d) (.*) · (\S+) · (\S+)$")
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 
-from . import memoryfile
-from .governance import Scorer, active_tails, is_core, settings
-from .store import Store, atomic_write
+from memctl.store import memoryfile
+from memctl.governance.governance import Scorer, active_tails, is_core, settings
+from memctl.store.store import Store, atomic_write
 
 COUNTER_FILE = "search_state.json"
 _HISTORY = re.compile(r"之前|上次|歷史|历史|過去|过去|以前|\b(?:before|last time|previously|history|earlier|used to)\b",
@@ -69,10 +69,13 @@ def trigger(query: str, covered_text: str, turn: int) -> str | None:
     return None
 
 
-def layered_search(store: Store, query: str, *, workspace: str | None, budget: int, say=None) -> Layered:
-    from .search import Query, search_store
-    from .lexical import Filters
-    from .tokens import count_tokens
+def layered_search(store: Store, query: str, *, workspace: str | None, budget: int, say=None,
+                   retriever=None) -> Layered:
+    """L0 core, L1 workspace, then L2 query results when a G3 trigger fires; `retriever` is
+    an open search.Retriever to reuse (a server's), else one is made for this search."""
+    from memctl.search.search import Query, Retriever
+    from memctl.index.lexical import Filters
+    from memctl.text.tokens import count_tokens
 
     gov = settings(store)
     doc = memoryfile.load(store.memory_md)
@@ -97,8 +100,8 @@ def layered_search(store: Store, query: str, *, workspace: str | None, budget: i
     if result.trigger:
         taken = core_ids | {e.id for e in scoped}
         filters = Filters(kinds=("memory",), scopes=(workspace,) if workspace else ())
-        (found,) = search_store(store, [Query(text=query, k=gov["layer_query_max"] + len(taken), filters=filters)],
-                                say=say)
+        retriever = retriever or Retriever(store, say=say)
+        (found,) = retriever.search([Query(text=query, k=gov["layer_query_max"] + len(taken), filters=filters)])
         for hit in [r for r in found if r.record_id not in taken][:gov["layer_query_max"]]:
             entry = doc.find(hit.record_id)
             if entry is not None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import orjson
 
-from . import clock
-from .store import Store, atomic_write
+from memctl import clock
+from memctl.store.store import Store, atomic_write
 
 FILE_NAME = "access.json"
 

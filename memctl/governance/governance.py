@@ -31,10 +31,12 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import orjson
 
-from . import clock, config, memoryfile
-from .errors import InputError
-from .memoryfile import Document, Entry
-from .store import Store
+from memctl import clock
+from memctl import config
+from memctl.store import memoryfile
+from memctl.errors import InputError
+from memctl.store.memoryfile import Document, Entry
+from memctl.store.store import Store
 
 LOG_FILE = "governance.log.jsonl"
 CURRENT = ("active", "low_priority")
@@ -110,7 +112,7 @@ def set_status(entry: Entry, status: str, stamp: str) -> None:
     scope from the [ingest] defaults), so the block it gains is complete.
     """
     if not entry.annotated:
-        from .ingest import _summary_of
+        from memctl.ingest.ingest import _summary_of
 
         defaults = config.DEFAULTS["ingest"]
         entry.set("id", entry.derived_id)
@@ -191,7 +193,7 @@ class Scorer:
     """
 
     def __init__(self, store: Store, now: datetime | None = None):
-        from . import access
+        from memctl.store import counters as access
 
         self.gov = settings(store)
         self.now = now or clock.now()

@@ -27,10 +27,11 @@ from typing import Any
 
 import orjson
 
-from . import clock, config
-from .lexical import Filters
-from .noise import noise_reason
-from .store import Store
+from memctl import clock
+from memctl import config
+from memctl.index.lexical import Filters
+from memctl.text.noise import noise_reason
+from memctl.store.store import Store
 
 MODES = ("hybrid", "bm25", "vector")
 _FIELDS = ("row", "id", "record_id", "kind", "text", "source", "line_start", "line_end", "section", "session",
@@ -81,7 +82,7 @@ class Searcher:
     """An open index, reused for every query of one process (see --batch)."""
 
     def __init__(self, store: Store, settings: dict | None = None):
-        from . import lexical
+        from memctl.index import lexical
 
         self.store = store
         self.settings = settings or config.load(store.config_file)
@@ -105,7 +106,7 @@ class Searcher:
     @property
     def embedder(self):
         if self._embedder is None:
-            from .embedding import Embedder, model_dir
+            from memctl.index.embedding import Embedder, model_dir
 
             embedding = self.settings["embedding"]
             self._embedder = Embedder(model_dir(embedding["model"]), threads=embedding["threads"],
@@ -114,7 +115,7 @@ class Searcher:
 
     # -- search ------------------------------------------------------------------
     def search(self, query: Query) -> list[Result]:
-        from . import lexical
+        from memctl.index import lexical
 
         cfg = self.retrieval
         limit = max(cfg["candidates"], query.k * 3)
@@ -280,7 +281,7 @@ class Searcher:
 
     def _rank_mera(self, results: list[Result]) -> None:
         """Order by G4 retrieval_score, relevance being the fused search score (0..1)."""
-        from .governance import Scorer
+        from memctl.governance.governance import Scorer
 
         scorer = Scorer(self.store)
         for result in results:
@@ -311,36 +312,53 @@ class Searcher:
             # A token is at least one UTF-8 byte: text with no more bytes than the limit fits
             # without loading the encoding (~300 ms).
             if len(result.text.encode()) > limit:
-                from .tokens import truncate_tokens
+                from memctl.text.tokens import truncate_tokens
 
                 result.text = truncate_tokens(result.text, limit)
 
 
-def search_store(store: Store, queries: list[Query], *, say=None, count_access: bool = True) -> list[list[Result]]:
-    """Run queries against the store, indexing first if its files changed (C3).
+class Retriever:
+    """Searches a store, indexing first when its files changed (C3); keeps the index open.
 
-    A corrupt index is rebuilt and the search tried again; every memory
-    returned counts as an access (G4).
+    A command line run makes one and searches once; a server (memctl mcp)
+    keeps one, so the model, Tantivy and the vectors stay loaded and a warm
+    search costs milliseconds. A corrupt index is rebuilt and the search
+    tried again; every memory returned counts as an access (G4).
     """
-    from . import access
-    from .index import Index
 
-    if not store.exists():
-        return [[] for _ in queries]
-    index = Index(store)
-    index.refresh(say)
-    try:
-        searcher = Searcher(store, index.settings)
-        answers = [searcher.search(q) for q in queries]
-    except (ValueError, OSError, sqlite3.Error) as exc:
-        if say:
-            say(f"memctl: the index is unreadable ({exc}); rebuilding it")
-        index.update(rebuild=True)
-        searcher = Searcher(store, index.settings)
-        answers = [searcher.search(q) for q in queries]
-    if count_access:
-        access.record(store, [r.record_id or r.id for results in answers for r in results if r.kind == "memory"])
-    return answers
+    def __init__(self, store: Store, *, say=None):
+        self.store = store
+        self.say = say
+        self._searcher: Searcher | None = None
+
+    def search(self, queries: list[Query], *, count_access: bool = True) -> list[list[Result]]:
+        from memctl.index.index import Index
+        from memctl.store import counters
+
+        self.store.require()
+        index = Index(self.store)
+        report = index.refresh(self.say)
+        try:
+            answers = [self._open(index, report.touched).search(q) for q in queries]
+        except (ValueError, OSError, sqlite3.Error) as exc:
+            if self.say:
+                self.say(f"memctl: the index is unreadable ({exc}); rebuilding it")
+            index.update(rebuild=True)
+            answers = [self._open(index, True).search(q) for q in queries]
+        if count_access:
+            counters.record(self.store, [r.record_id or r.id for results in answers for r in results
+                                         if r.kind == "memory"])
+        return answers
+
+    def _open(self, index, changed: bool) -> Searcher:
+        if changed or self._searcher is None or self._searcher.settings != index.settings:
+            self._searcher = Searcher(self.store, index.settings)
+        return self._searcher
+
+
+def search_store(store: Store, queries: list[Query], *, say=None, count_access: bool = True) -> list[list[Result]]:
+    """One search of a store by a fresh Retriever (a command's single run)."""
+    return Retriever(store, say=say).search(queries, count_access=count_access)
 
 
 def _neighbours(a: Result, b: Result) -> bool:

@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from .errors import StoreError
+from memctl.errors import StoreError
 
 META_OPEN = "<!-- memory"
 META_CLOSE = "-->"
@@ -93,7 +93,7 @@ def check_field(name: str, value: Any) -> str | None:
     if name == "claims" and not isinstance(value, list):
         return "must be a list"
     if name in ("created_at", "status_changed_at", "deleted_at"):
-        from .clock import parse_ts
+        from memctl.clock import parse_ts
         try:
             parse_ts(value)
         except ValueError:

@@ -16,9 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from . import clock, config, governance, memoryfile
-from .errors import InputError
-from .store import Store, read_jsonl
+from memctl import clock
+from memctl import config
+from memctl.governance import governance
+from memctl.store import memoryfile
+from memctl.errors import InputError
+from memctl.store.store import Store, read_jsonl
 
 SOURCE = "pending.jsonl"
 
@@ -91,7 +94,10 @@ def drop_expired(store: Store, *, dry_run: bool = False, now: datetime | None = 
 def listing(store: Store, now: datetime | None = None) -> list[dict]:
     """Pending memories that have not expired, in file order, with age and time left (hours)."""
     now = now or clock.now()
-    return [p.as_dict(now) for p in read(store) if p.item is not None and not p.expired(now)]
+    store.require()
+    with store.reading():
+        items = read(store)
+    return [p.as_dict(now) for p in items if p.item is not None and not p.expired(now)]
 
 
 def _pick(items: list[Pending], ids: list[str], now: datetime) -> list[Pending]:
@@ -119,7 +125,7 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
     field, or a governance refusal (see governance.apply_notes).
     Returns one record a memory: {"id", "status": "confirmed"|"duplicate", "file", ...governance}.
     """
-    from .ingest import _complete_note
+    from memctl.ingest.ingest import _complete_note
 
     now = now or clock.now()
     settings = config.load(store.config_file)["ingest"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .noise import GREETING, HEARTBEAT
+from memctl.text.noise import GREETING, HEARTBEAT
 
 _FORCE = re.compile(
     r"記得|记得|上次|之前|以前|曾經|曾经|你忘了|我說過|我说过|"

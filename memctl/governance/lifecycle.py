@@ -29,9 +29,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import clock, governance, memoryfile
-from .memoryfile import Blank, Document, Entry
-from .store import Store
+from memctl import clock
+from memctl.governance import governance
+from memctl.store import memoryfile
+from memctl.store.memoryfile import Blank, Document, Entry
+from memctl.store.store import Store
 
 DELETED_DIR = "deleted"
 

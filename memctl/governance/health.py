@@ -21,11 +21,9 @@ never sees half a write, and it changes nothing.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import stat
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -33,9 +31,13 @@ from typing import Any, Iterator
 
 import orjson
 
-from . import clock, governance, lifecycle, memoryfile, pending
-from .errors import MemctlError, StoreError
-from .store import DIR_MODE, FILE_MODE, Store
+from memctl import clock
+from memctl.governance import governance
+from memctl.governance import lifecycle
+from memctl.store import memoryfile
+from memctl.governance import review as pending
+from memctl.errors import MemctlError, StoreError
+from memctl.store.store import DIR_MODE, FILE_MODE, Store, load_journal
 
 _TEMP = re.compile(r"^\..+\.(\d+)\.tmp$")
 _TOML_LINE = re.compile(r"at line (\d+)")
@@ -90,27 +92,11 @@ def scores(store: Store, *, sort: str = "health", now: datetime | None = None) -
 
 
 # -- check -------------------------------------------------------------------
-@contextmanager
-def _shared_lock(store: Store) -> Iterator[None]:
-    """Wait for any writer to finish and keep writers out while reading; writes nothing."""
-    try:
-        fd = os.open(store.root / ".lock", os.O_RDONLY)
-    except FileNotFoundError:
-        yield  # never written by memctl: no writer to wait for
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)
-
-
 def check(store: Store, now: datetime | None = None) -> list[Problem]:
     """Every problem in the store, in a stable order (by file, then line)."""
-    if not store.exists():
-        raise StoreError(f"{store.root}: no store here (nothing to check)")
+    store.require()
     now = now or clock.now()
-    with _shared_lock(store):
+    with store.reading(recover=False):  # report an unfinished transaction, don't undo it
         problems: list[Problem] = []
         problems += _check_config(store)
         problems += _check_leftovers(store)
@@ -133,7 +119,7 @@ def check(store: Store, now: datetime | None = None) -> list[Problem]:
 def index_problems(store: Store) -> list[Problem]:
     """Is .index/ in step with the files? A stale or missing index is a warning, never
     damage: search rebuilds it by itself, and `health --fix` does it now."""
-    from .index import health_problems
+    from memctl.index.index import health_problems
 
     return [Problem(file, None, message, "index", "warning", True) for file, message in health_problems(store)]
 
@@ -153,8 +139,13 @@ def _check_config(store: Store) -> list[Problem]:
 def _check_leftovers(store: Store) -> list[Problem]:
     out = []
     if (store.root / ".journal").exists():
-        out.append(Problem(".journal", None, "unfinished transaction of a killed writer; the next write rolls "
-                           "it back (or: memctl health check --fix)", "journal", fixable=True))
+        try:
+            load_journal(store)
+        except StoreError as exc:
+            out.append(Problem(".journal/journal.json", None, str(exc).split(": ", 1)[1], "journal-invalid"))
+        else:
+            out.append(Problem(".journal", None, "unfinished transaction of a killed writer; the next command "
+                               "rolls it back (or: memctl health check --fix)", "journal", fixable=True))
     for path in _walk_files(store):
         match = _TEMP.match(path.name)
         if match and not _pid_alive(int(match.group(1))):
@@ -410,7 +401,7 @@ def fix(store: Store, problems: list[Problem], *, dry_run: bool = False,
             done.append(f"{problem.file}: removed")
     if "index" in codes:
         if not dry_run:
-            from .index import Index
+            from memctl.index.index import Index
 
             Index(store).update()
         done.append(".index: brought up to date with the files")

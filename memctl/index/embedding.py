@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import MemctlError
+from memctl.errors import MemctlError
 
 EXPORT_VERSION = "1"
 _SLICE = 4096  # texts tokenised at once when embedding many

@@ -1,8 +1,8 @@
 """`memctl cache`: the shared working memory for tool outputs (H1-H5), on the command line.
 
-Kept apart from cli.py and light: `memctl cache run` answers a hit in one
-short process, importing nothing heavier than click and orjson; consolidate
-and search import the ingest and search machinery when they run.
+Light: `memctl cache run` answers a hit in one short process, importing
+nothing heavier than click and orjson; consolidate and search import the
+ingest and search machinery when they run.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from .cli import EXIT_NOTHING, EXIT_OK, _json_lines, _say
+from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, read_input, say
 
 _SCOPE_HELP = "The run whose agents share the cache (a debate, a job). [env: MEMCTL_CACHE_SCOPE]"
 _AGENT_HELP = "Who is calling, kept with what it stores. [env: MEMCTL_AGENT]"
@@ -34,8 +34,8 @@ def _call_options(func):
 
 
 def _call_args(args_json, argv):
-    from .cache import parse_args
-    from .errors import InputError
+    from memctl.cache import parse_args
+    from memctl.errors import InputError
 
     if args_json is not None:
         return parse_args(args_json)
@@ -70,22 +70,8 @@ def cache(ctx, backend):
       memctl cache consolidate --scope debate-7
       memctl cache clear --scope debate-7
     """
-    from .cache import Cache
-
-    store = ctx.obj
-    ctx.obj = _Lazy(lambda: Cache(store, backend=backend))
-
-
-class _Lazy:
-    """The Cache, opened by the first subcommand that needs it (so --help opens nothing)."""
-
-    def __init__(self, make):
-        self._make, self._cache = make, None
-
-    def __call__(self):
-        if self._cache is None:
-            self._cache = self._make()
-        return self._cache
+    memory = ctx.obj
+    ctx.obj = lambda: memory.cache(backend)  # opened by the subcommand that uses it: --help opens nothing
 
 
 @cache.command("run", context_settings={"allow_interspersed_args": False})
@@ -118,14 +104,14 @@ def cache_run(cache, scope, tool, args_json, ttl, refresh, agent, timeout, as_js
       memctl cache run --scope job-1 --tool grep --ttl 60 -- grep -rn TODO src/
       memctl cache run --scope debate-7 --tool search --args '{"q": "TSMC"}' -- ./search.py TSMC
     """
-    from .cache import parse_args
+    from memctl.cache import parse_args
 
     args = parse_args(args_json) if args_json is not None else None
     result = cache().run(scope, tool, list(command), args=args, ttl=ttl, refresh=refresh, agent=agent,
                          timeout=timeout)
     entry = result.entry
     if as_json:
-        _json_lines([result.as_dict()])
+        json_lines([result.as_dict()])
     else:
         sys.stdout.buffer.write(entry.output)
         sys.stdout.flush()
@@ -156,7 +142,7 @@ def cache_get(cache, scope, tool, args_json, argv, agent, as_json):
     if entry is None:
         sys.exit(EXIT_NOTHING)
     if as_json:
-        _json_lines([entry.as_dict()])
+        json_lines([entry.as_dict()])
     else:
         sys.stdout.buffer.write(entry.output)
         sys.stdout.flush()
@@ -188,13 +174,11 @@ def cache_put(cache, scope, tool, args_json, argv, source, exit_code, error, ttl
       memctl cache put --scope debate-7 --tool stock --args '{"symbol": "3444"}' --exit-code 1 \\
           --error "no such company" --input /dev/null
     """
-    from .cli import _read_input
-
-    output, _ = _read_input(source)
+    output, _ = read_input(source)
     entry = cache().put(scope, tool, _call_args(args_json, argv), output, exit_code=exit_code, stderr=error,
                         agent=agent, ttl=ttl)
     if as_json:
-        _json_lines([entry.as_dict()])
+        json_lines([entry.as_dict()])
     else:
         click.echo(entry.key)
 
@@ -215,15 +199,13 @@ def cache_stats(cache, scope, as_json):
       memctl cache stats
       memctl cache stats --scope debate-7 --json
     """
-    from .cli import _columns
-
     rows = cache().stats(scope)
     if as_json:
-        _json_lines(rows)
+        json_lines(rows)
     elif rows:
         names = ("scope", "tool", "hits", "misses", "negative_hits", "keys", "bytes", "consolidated")
         table = [list(names)] + [[str(row[n]) for n in names] for row in rows]
-        for line in _columns(table, right=range(2, len(names))):
+        for line in columns(table, right=range(2, len(names))):
             click.echo(line.rstrip())
     sys.exit(EXIT_OK if rows else EXIT_NOTHING)
 
@@ -247,10 +229,10 @@ def cache_clear(cache, scope, dry_run, as_json):
     """
     report = cache().clear(scope, dry_run=dry_run)
     if as_json:
-        _json_lines([report])
+        json_lines([report])
     else:
         verb = "would remove" if dry_run else "removed"
-        _say(f"memctl: {verb} {report['entries']} entries of scope {scope}; "
+        say(f"memctl: {verb} {report['entries']} entries of scope {scope}; "
              f"{len(report['consolidated'])} consolidated")
 
 
@@ -279,13 +261,13 @@ def cache_consolidate(cache, scope, everything, dry_run, as_json):
     """
     rows = cache().consolidate(scope, everything=everything, dry_run=dry_run)
     if as_json:
-        _json_lines(r.as_dict() for r in rows)
+        json_lines(r.as_dict() for r in rows)
     else:
         for row in rows:
             if row.status == "stored":
                 click.echo(row.memory_id)
         done = sum(r.status == "stored" for r in rows)
-        _say(f"memctl: {'would write' if dry_run else 'wrote'} {done} memories; "
+        say(f"memctl: {'would write' if dry_run else 'wrote'} {done} memories; "
              f"{len(rows) - done} consolidated before")
     sys.exit(EXIT_OK if rows else EXIT_NOTHING)
 
@@ -310,11 +292,11 @@ def cache_search(cache, query, scope, tools, agents, k, as_json):
       memctl cache search --scope debate-7 "TSMC share price last month"
       memctl cache search --scope debate-7 --tool stock --json 2330
     """
-    from .cli import _print_result
+    from memctl.cli.search import _print_result
 
     results = cache().search(query, scope=scope, tools=tools, agents=agents, k=k)
     if as_json:
-        _json_lines(r.as_dict() for r in results)
+        json_lines(r.as_dict() for r in results)
     else:
         for result in results:
             _print_result(result, False)

@@ -15,10 +15,10 @@ from typing import Any, Iterator
 
 import orjson
 
-from . import memoryfile
-from .sessions import LOG_HEADING, iter_messages
-from .store import Store
-from .tokens import count_tokens, estimate_tokens, truncate_tokens
+from memctl.store import memoryfile
+from memctl.store.sessions import LOG_HEADING, iter_messages
+from memctl.store.store import Store
+from memctl.text.tokens import count_tokens, estimate_tokens, truncate_tokens
 
 CHUNK_TOKENS = 200    # the embedding model reads 256 word pieces; cl100k tokens run a little longer
 CHUNK_OVERLAP = 40
@@ -63,7 +63,7 @@ def collect(store: Store) -> Iterator[Unit]:
 
 
 def _memory_units(store: Store) -> Iterator[Unit]:
-    from .governance import active_tails, is_current
+    from memctl.governance.governance import active_tails, is_current
 
     doc = memoryfile.load(store.memory_md)
     source = store.relative(store.memory_md)
