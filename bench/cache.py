@@ -132,7 +132,7 @@ def restart_midway(server, store: Path, down_seconds: float = 1.0):
 
 
 def consolidation(store: Path, backend: str, items: int) -> dict:
-    from memctl.index import Index
+    from memctl.index.index import Index
 
     cache = Cache(Store(store), backend=backend)
     for n in range(items):
