@@ -254,3 +254,15 @@ def test_a_dead_redis_server_is_a_one_line_error_and_recovers(run, own_redis_ser
     own_redis_server.start()  # an empty server again: the call runs anew, and works
     again = run("cache", "run", "--scope", "s", "--tool", "t", "--", *command, env=env)
     assert again.returncode == 0 and again.stdout == b"value" and runs(effect) == 2
+
+
+def test_consolidate_on_hit_writes_an_item_when_it_reaches_the_threshold(cache_run, tmp_path, store_dir):
+    effect = tmp_path / "effect"
+    command = tool_command(effect, output="Harbour bakery opens at seven\n")
+    env = {"MEMCTL_CACHE_CONSOLIDATE_ON": '["hit"]'}
+    cache_run("run", "--scope", "s", "--tool", "hours", "--", *command, env=env)
+    assert not (store_dir / "MEMORY.md").exists()
+    hit = orjson.loads(cache_run("run", "--scope", "s", "--tool", "hours", "--json", "--", *command, env=env).stdout)
+    assert hit["consolidated"] is not None and f"id: {hit['consolidated']}" in (store_dir / "MEMORY.md").read_text()
+    cache_run("run", "--scope", "s", "--tool", "hours", "--", *command, env=env)  # a third access: not again
+    assert (store_dir / "MEMORY.md").read_text().count("<!-- memory") == 1
