@@ -17,7 +17,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -180,7 +179,8 @@ def main() -> None:
             hit, help_ms = cold_hit_ms(fresh("cold"), backend, args.runs)
             rows.append((name, "`memctl cache run` hit, cold process, p50", f"{hit:.0f} ms (`memctl --help`: "
                          f"{help_ms:.0f} ms)"))
-            rows.append((name, "hit through the API, p50", f"{api_hit_ms(fresh('api'), backend, args.api_calls):.3f} ms"))
+            api = api_hit_ms(fresh("api"), backend, args.api_calls)
+            rows.append((name, "hit through the API, p50", f"{api:.3f} ms"))
             got = crowd(fresh("crowd"), backend, args.procs, args.calls, args.keys)
             rows.append((name, f"{args.procs} processes x {args.calls} calls over {args.keys} keys",
                          f"{got['seconds']:.1f} s; {got['runs']} runs, {got['keys_run_once']}/{args.keys} keys ran "

@@ -298,9 +298,9 @@ class Memory:
             self._caches[backend] = Cache(self.store, backend=backend)
         return self._caches[backend]
 
-    def cache_get(self, scope: str, tool: str, args: Any, *, agent: str = "") -> "Entry | None":
+    def cache_get(self, scope: str, tool: str, args: Any) -> "Entry | None":
         """The stored result of tool(args) in the run `scope` (a hit), or None (a miss)."""
-        return self.cache().get(scope, tool, args, agent=agent)
+        return self.cache().get(scope, tool, args)
 
     def cache_put(self, scope: str, tool: str, args: Any, output: bytes | str, *, exit_code: int = 0,
                   error: str = "", agent: str = "", ttl: float | None = None) -> "Entry":

@@ -232,7 +232,8 @@ def test_bad_settings_and_names_are_one_line_errors(run, tmp_path):
     bad_backend = run("cache", "stats", env={"MEMCTL_CACHE_BACKEND": "memcached://x"})
     bad_scope = run("cache", "run", "--scope", "../up", "--tool", "t", "--", "true")
     missing = run("cache", "run", "--scope", "s", "--tool", "t", "--", str(tmp_path / "no-such-program"))
-    for result in (bad_backend, bad_scope, missing):
+    bad_agent = run("cache", "run", "--scope", "s", "--tool", "t", "--agent", "two\nlines", "--", "true")
+    for result in (bad_backend, bad_scope, missing, bad_agent):
         assert result.returncode == 2
         assert len(result.stderr.decode().strip().splitlines()) == 1, result.stderr
 
@@ -266,3 +267,14 @@ def test_consolidate_on_hit_writes_an_item_when_it_reaches_the_threshold(cache_r
     assert hit["consolidated"] is not None and f"id: {hit['consolidated']}" in (store_dir / "MEMORY.md").read_text()
     cache_run("run", "--scope", "s", "--tool", "hours", "--", *command, env=env)  # a third access: not again
     assert (store_dir / "MEMORY.md").read_text().count("<!-- memory") == 1
+
+
+def test_an_entry_file_edited_into_nonsense_is_a_miss_and_is_replaced(run, tmp_path, store_dir):
+    effect = tmp_path / "effect"
+    command = tool_command(effect, output="fine")
+    run("cache", "run", "--scope", "s", "--tool", "t", "--", *command)
+    (entry_file,) = (store_dir / "cache" / "s" / "entries").iterdir()
+    entry_file.write_text("{not json")
+    again = run("cache", "run", "--scope", "s", "--tool", "t", "--", *command)
+    assert again.returncode == 0 and again.stdout == b"fine" and runs(effect) == 2
+    assert orjson.loads(entry_file.read_bytes())["output"] == "fine"

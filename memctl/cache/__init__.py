@@ -73,7 +73,7 @@ class Cache:
         self.backend: Backend = open_backend(spec, store, self.settings) if isinstance(spec, str) else spec
 
     # -- one call ----------------------------------------------------------------
-    def get(self, scope: str, tool: str, args: Any, *, agent: str = "") -> Entry | None:
+    def get(self, scope: str, tool: str, args: Any) -> Entry | None:
         """The stored result of tool(args) in scope, counted as a hit; None (a miss) if there is none."""
         check_name(scope, "scope")
         check_name(tool, "tool")
@@ -91,6 +91,8 @@ class Cache:
 
         check_name(scope, "scope")
         check_name(tool, "tool")
+        if agent:
+            check_name(agent, "agent")
         entry = Entry(id=os.urandom(8).hex(), key=key_of(tool, args), scope=scope, tool=tool, args=args,
                       output=output.encode() if isinstance(output, str) else bytes(output),
                       stderr_tail=_tail(stderr, self.settings["stderr_lines"]), exit_code=exit_code,
@@ -135,7 +137,8 @@ class Cache:
             # Killed by a signal: the shell's convention, 128 + the signal's number.
             status = done.returncode if done.returncode >= 0 else 128 - done.returncode
             entry = self.put(scope, tool, list(argv) if args is None else args, done.stdout, exit_code=status,
-                             stderr=done.stderr.decode("utf-8", errors="replace"), agent=agent, ttl=ttl, duration_ms=(time.perf_counter() - began) * 1000)
+                             stderr=done.stderr.decode("utf-8", errors="replace"), agent=agent, ttl=ttl,
+                             duration_ms=(time.perf_counter() - began) * 1000)
         return RunResult(entry, hit=False, waited=waited)
 
     def _count_hit(self, entry: Entry) -> None:

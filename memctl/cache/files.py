@@ -44,10 +44,11 @@ class FileBackend:
 
     def load(self, scope: str, key: str) -> Entry | None:
         try:
-            data = (self._dir(scope, "entries") / f"{key}.json").read_bytes()
+            entry = Entry.from_json(orjson.loads((self._dir(scope, "entries") / f"{key}.json").read_bytes()))
         except FileNotFoundError:
             return None
-        entry = Entry.from_json(orjson.loads(data))
+        except (ValueError, TypeError):  # an entry edited by hand into nonsense: a miss, replaced by the next run
+            return None
         if entry.expires_at <= time.time():
             return None
         try:

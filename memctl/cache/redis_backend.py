@@ -77,7 +77,10 @@ class RedisBackend:
     def _entry(data, accesses, mark) -> Entry | None:
         if data is None:
             return None
-        entry = Entry.from_json(orjson.loads(data))
+        try:
+            entry = Entry.from_json(orjson.loads(data))
+        except (ValueError, TypeError):  # not an entry of ours: a miss, replaced by the next run
+            return None
         entry.access_count = 1 + int(accesses or 0)
         if mark:
             entry_id, _, memory_id = mark.decode().partition(" ")

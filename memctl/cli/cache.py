@@ -123,10 +123,9 @@ def cache_run(cache, scope, tool, args_json, ttl, refresh, agent, timeout, as_js
 @cache.command("get")
 @_scope_option()
 @_call_options
-@click.option("--agent", envvar="MEMCTL_AGENT", default="", metavar="ID", help=_AGENT_HELP)
 @click.option("--json", "as_json", is_flag=True, help=f"Print the entry: {_ENTRY_SCHEMA}.")
 @click.pass_obj
-def cache_get(cache, scope, tool, args_json, argv, agent, as_json):
+def cache_get(cache, scope, tool, args_json, argv, as_json):
     """The stored result of a tool call, for tools that are not commands.
 
     An agent framework calls get before its own tool call and put after it.
@@ -138,7 +137,7 @@ def cache_get(cache, scope, tool, args_json, argv, agent, as_json):
       memctl cache get --scope debate-7 --tool search --args '{"q": "TSMC", "limit": 5}' --json
       memctl cache get --scope debate-7 --tool stock -- ./stock.sh 2330
     """
-    entry = cache().get(scope, tool, _call_args(args_json, argv), agent=agent)
+    entry = cache().get(scope, tool, _call_args(args_json, argv))
     if entry is None:
         sys.exit(EXIT_NOTHING)
     if as_json:
