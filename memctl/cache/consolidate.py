@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from memctl.cache.backend import CacheError, Entry
+from memctl.store.memoryfile import SUMMARY_MAX
+from memctl.text.clip import clip
 
 if TYPE_CHECKING:
     from memctl.cache import Cache
-
-_SUMMARY_MAX = 50  # memoryfile.SUMMARY_MAX, without importing it on the cache's hot path
 
 
 @dataclass
@@ -90,7 +90,7 @@ def note(entry: Entry, memory_id: str, settings: dict[str, Any]) -> dict[str, An
         found = summarise(entry.text, settings)
     text = f"{call}\n{found}"
     return {"id": memory_id, "text": text, "section": settings["section"],
-            "summary": _clip(f"{entry.tool}: {' '.join(found.split())}", _SUMMARY_MAX),
+            "summary": clip(f"{entry.tool}: {found}", SUMMARY_MAX),
             "memory_class": "episodic", "created_at": entry.created_at, "access_count": entry.access_count,
             "tool": entry.tool, **({"agent": entry.agent} if entry.agent else {}), "cache_scope": entry.scope}
 
@@ -105,7 +105,7 @@ def summarise(text: str, settings: dict[str, Any]) -> str:
             raise CacheError(f"[cache] summary_command {command!r}: {exc}") from None
         if done.returncode != 0 or not done.stdout.strip():
             raise CacheError(f"[cache] summary_command {command!r} failed (exit {done.returncode}): "
-                             f"{_clip(done.stderr.decode(errors='replace'), 200)}")
+                             f"{clip(done.stderr.decode(errors='replace'), 200)}")
         return done.stdout.decode(errors="replace").strip()
     budget = settings["summary_chars"]
     kept: list[str] = []
@@ -116,7 +116,7 @@ def summarise(text: str, settings: dict[str, Any]) -> str:
             continue
         if used + len(line) > budget:
             if not kept:
-                kept.append(_clip(line, budget))
+                kept.append(clip(line, budget))
             else:
                 kept.append("…")
             break
@@ -129,8 +129,3 @@ def _call_args(args: Any) -> str:
     if isinstance(args, list) and all(isinstance(a, str) for a in args):
         return shlex.join(args)
     return orjson.dumps(args, option=orjson.OPT_SORT_KEYS).decode()
-
-
-def _clip(text: str, width: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
