@@ -19,6 +19,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import click  # noqa: E402
 
 from memctl import __version__
+from memctl.cli.cache import cache
 from memctl.cli.health import health
 from memctl.cli.ingest import index, ingest
 from memctl.cli.mcp import mcp
@@ -76,7 +77,7 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
     ctx.obj = Memory(store_path, say=say)
 
 
-for command in (ingest, index, search, review, health, state, mcp):
+for command in (ingest, index, search, review, health, state, cache, mcp):
     cli.add_command(command)
 
 
