@@ -118,3 +118,23 @@ def test_plain_cli_does_not_import_the_sdk():
     probe = "import sys; from memctl.cli import cli; print(any(m == 'mcp' or m.startswith('mcp.') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_cache_tools_share_a_call_between_agents(store_dir):
+    call = {"scope": "debate-7", "tool": "quote", "args": {"symbol": "2330"}}
+
+    async def body(session):
+        miss = payload(await session.call_tool("cache_get", call))
+        put = payload(await session.call_tool("cache_put", {**call, "output": "2330 TSMC: close 1032 TWD",
+                                                            "agent": "pro"}))
+        hit = payload(await session.call_tool("cache_get", call))
+        other = payload(await session.call_tool("cache_get", {**call, "args": {"symbol": "3444"}}))
+        stats = payload(await session.call_tool("cache_stats", {"scope": "debate-7"}))
+        return miss, put, hit, other, stats
+
+    miss, put, hit, other, stats = anyio.run(session_run, store_dir, body)
+    assert miss == {"hit": False, "entry": None} and other["hit"] is False
+    assert hit["hit"] is True and hit["entry"]["output"] == "2330 TSMC: close 1032 TWD"
+    assert hit["entry"]["id"] == put["entry"]["id"] and hit["entry"]["agent"] == "pro"
+    (row,) = stats["stats"]
+    assert (row["tool"], row["hits"], row["misses"]) == ("quote", 1, 2)

@@ -16,8 +16,9 @@ def mcp(memory):
     stdin closes; notes go to stderr. One store stays open, so the index and
     the embedding model load once and later searches take milliseconds.
     Tools: search, layered_search, history, ingest, index, review_pending,
-    confirm, reject, state_plan, state_record, health; each carries its JSON
-    schema and what it returns. Bad arguments get a tool error, and the
+    confirm, reject, state_plan, state_record, health, and the shared tool
+    cache's cache_get, cache_put, cache_search, cache_stats; each carries its
+    JSON schema and what it returns. Bad arguments get a tool error, and the
     server goes on.
 
     Needs the MCP SDK: pip install 'memctl[mcp]'.

@@ -76,6 +76,8 @@ FILTERS = {
     "section": texts("Only these MEMORY.md sections (its headings)."),
     "source": texts("Only these store files, or folders with a trailing '/' (e.g. 'sessions/')."),
     "session": texts("Only these session ids."),
+    "tool": texts("Only tool results consolidated from the cache of these tools."),
+    "agent": texts("Only tool results consolidated from the cache that these agents stored."),
     "since": text("Only results at or after this ISO 8601 date or time."),
     "until": text("Only results at or before this ISO 8601 date or time (a date means its whole day)."),
     "include_archived": flag("Also search memories the lifecycle archived."),
@@ -105,9 +107,10 @@ RESULT = ('{"id", "kind": "memory"|"message"|"log", "text", "score", "source", "
                     "'skipped' then says why."),
       explain=flag("Add each result's score at every ranking stage under 'explain'."),
       **FILTERS)
-def search(memory: Memory, query: str, kind=(), section=(), source=(), session=(), explain=False,
-           **options) -> dict[str, Any]:
-    found = memory.search(query, kinds=kind, sections=section, sources=source, sessions=session, **options)
+def search(memory: Memory, query: str, kind=(), section=(), source=(), session=(), tool=(), agent=(),
+           explain=False, **options) -> dict[str, Any]:
+    found = memory.search(query, kinds=kind, sections=section, sources=source, sessions=session, tools=tool,
+                          agents=agent, **options)
     return {"results": [r.as_dict(explain) for r in found], "skipped": found.skipped}
 
 
@@ -259,3 +262,58 @@ def health(memory: Memory, scores: bool = False) -> dict[str, Any]:
     if scores:
         out["scores"] = memory.health_scores()
     return out
+
+
+# -- shared tool-output cache (H1-H5, docs/cache.md) -----------------------------------
+ENTRY = ('{"id", "key", "scope", "tool", "args", "output" | "output_base64", "stderr_tail", "exit_code", '
+         '"agent", "created_at", "expires_at", "duration_ms", "negative", "access_count", "consolidated"}')
+CALL = {"scope": text("The run the agents share (a debate, a job): its agents share one cache.", minLength=1),
+        "tool": text("The tool's name.", minLength=1),
+        "args": {"description": "The tool call's arguments, any JSON: the same arguments are the same call."}}
+
+
+@tool("cache_get", f"""
+    Before calling a slow or paid tool: has any agent of this run already made the same
+    call? Returns {{"hit": true, "entry": {ENTRY}}} (the stored output, failed and empty
+    results included: 'negative' says so, so do not repeat the call) or
+    {{"hit": false, "entry": null}}: then call the tool and store its result with cache_put.
+    """, required=("scope", "tool", "args"), **CALL)
+def cache_get(memory: Memory, scope: str, tool: str, args: Any) -> dict[str, Any]:
+    entry = memory.cache_get(scope, tool, args)
+    return {"hit": entry is not None, "entry": None if entry is None else entry.as_dict()}
+
+
+@tool("cache_put", f"""
+    After calling a tool that cache_get missed: store its result for every agent of the
+    run, failures and empty results too (they are kept for a shorter time). Returns
+    {{"entry": {ENTRY}}}.
+    """, required=("scope", "tool", "args", "output"), **CALL,
+      output=text("What the tool returned, as text."),
+      exit_code={"type": "integer", "default": 0, "description": "The tool's exit status; not 0 is a failure."},
+      error=text("The tool's error message, if it failed."),
+      agent=text("Who made the call (kept with the result and in long-term memory)."),
+      ttl={"type": "number", "exclusiveMinimum": 0, "description": "Seconds to keep it (default: [cache] ttl)."})
+def cache_put(memory: Memory, scope: str, tool: str, args: Any, output: str, **options) -> dict[str, Any]:
+    return {"entry": memory.cache_put(scope, tool, args, output, **options).as_dict()}
+
+
+@tool("cache_search", f"""
+    What the run's agents already found: tool results consolidated into long-term memory,
+    searched by meaning and words. Returns {{"results": [{RESULT}, ...]}}, best first.
+    """, required=("query",),
+      query=text("What to look for.", minLength=1),
+      scope=text("Only results of this run."),
+      tool=texts("Only results of these tools."),
+      agent=texts("Only results these agents stored."),
+      k=count("How many results at most.", 5))
+def cache_search(memory: Memory, query: str, tool=(), agent=(), **options) -> dict[str, Any]:
+    return {"results": [r.as_dict() for r in memory.cache_search(query, tools=tool, agents=agent, **options)]}
+
+
+@tool("cache_stats", """
+    How the shared cache is doing: hits, misses, negative hits, keys and bytes per run
+    and tool. Returns {"stats": [{"scope", "tool", "hits", "misses", "negative_hits",
+    "keys", "negative_keys", "bytes", "consolidated"}]}.
+    """, read_only=True, scope=text("Only this run."))
+def cache_stats(memory: Memory, scope: str | None = None) -> dict[str, Any]:
+    return {"stats": memory.cache_stats(scope)}
