@@ -15,6 +15,7 @@ mapping of names to lists of words, written as a sub-table, e.g.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import tomllib
 from pathlib import Path
@@ -95,6 +96,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 # Settings whose values are limited further than by their type: (test, what is allowed).
 LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
     ("state", "window_size"): (lambda v: v in (3, 5, 10), "3, 5 or 10"),
+    # Ten years: further out, an expiry time overflows the calendar (1e308 hours did).
+    ("ingest", "pending_ttl_hours"): (lambda v: 0 < v <= 87_600, "hours above 0, at most 87600 (ten years)"),
     ("state", "dominant_threshold"): (lambda v: 0 < v <= 1, "a number in (0, 1]"),
     ("state", "miss_threshold"): (lambda v: v >= 1, "a whole number >= 1"),
     ("state", "topic_after_turns"): (lambda v: v >= 1, "a whole number >= 1"),
@@ -129,12 +132,12 @@ def load(config_file: Path) -> dict[str, dict[str, Any]]:
         if table not in settings or not isinstance(values, dict):
             raise InputError(f"unknown table [{table}]; known: {', '.join(settings)}", source=source)
         for key, value in values.items():
-            settings[table][key] = _checked(table, key, value, source)
+            settings[table][key] = check(table, key, value, source)
     for table, values in settings.items():
         for key in values:
             env = f"MEMCTL_{table}_{key}".upper()
             if env in os.environ:
-                values[key] = _checked(table, key, _from_env(os.environ[env]), f"${env}")
+                values[key] = check(table, key, _from_env(os.environ[env]), f"${env}")
     return settings
 
 
@@ -145,7 +148,8 @@ def _from_env(text: str) -> Any:
         return text  # a bare word is a string
 
 
-def _checked(table: str, key: str, value: Any, source: str) -> Any:
+def check(table: str, key: str, value: Any, source: str) -> Any:
+    """A setting's value, checked against its default's type and its limits; source names where it came from."""
     if key not in DEFAULTS[table]:
         raise InputError(f"unknown key '{key}' in [{table}]; known: {', '.join(DEFAULTS[table])}",
                          source=source)
@@ -156,6 +160,8 @@ def _checked(table: str, key: str, value: Any, source: str) -> Any:
         return _checked_word_lists(table, key, value, source)
     if type(value) is not type(default):
         raise InputError(f"{table}.{key} must be {type(default).__name__}, got {value!r}", source=source)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{table}.{key} must be a finite number, got {value!r}", source=source)
     limit = LIMITS.get((table, key))
     if limit and not limit[0](value):
         raise InputError(f"{table}.{key} must be {limit[1]}, got {value!r}", source=source)

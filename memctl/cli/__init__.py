@@ -16,7 +16,26 @@ EXIT_OK, EXIT_NOTHING, EXIT_ERROR = 0, 1, 2
 
 
 class MemctlGroup(click.Group):
-    """Turns library errors into one line on stderr and exit status 2."""
+    """Turns library and usage errors into one line on stderr and exit status 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()  # bare `memctl` or a bare group: the help is the answer
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            # click's own form is four lines (Usage, Try, blank, Error); the README promises one.
+            usage = getattr(exc, "ctx", None)
+            hint = f" (see '{usage.command_path} --help')" if usage is not None else ""
+            click.echo(f"memctl: error: {exc.format_message()}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("memctl: aborted", err=True)
+            sys.exit(EXIT_NOTHING)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
 
     def invoke(self, ctx: click.Context):
         from memctl.errors import MemctlError
@@ -975,15 +994,9 @@ def _columns(rows, right=()) -> list[str]:
 
 
 def _read_input(file: str) -> tuple[bytes, str]:
-    from memctl.errors import InputError
+    from memctl.ingest.inputs import read_source
 
-    if file == "-":
-        return sys.stdin.buffer.read(), "<stdin>"
-    try:
-        with open(file, "rb") as fh:
-            return fh.read(), file
-    except OSError as exc:
-        raise InputError(exc.strerror or str(exc), source=file) from None
+    return read_source(file)
 
 
 def _clip(text: str, width: int = 60) -> str:

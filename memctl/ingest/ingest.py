@@ -82,6 +82,8 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
     them decides).
     """
     settings = config.load(store.config_file)["ingest"]
+    if ttl_hours is not None:
+        ttl_hours = config.check("ingest", "pending_ttl_hours", float(ttl_hours), "--ttl")
     if keep_noise is None:
         keep_noise = not settings["filter_noise"]
     text = inputs.decode(data, source)
