@@ -154,6 +154,8 @@ def ingest(store, file, fmt, kind, session, section, pending, ttl, keep_noise, s
     result = run_ingest(store, data, source=source, fmt=fmt, kind=kind, session=session, pending=pending,
                         keep_noise=keep_noise, ttl_hours=ttl, section=section, dry_run=dry_run,
                         on_noise=report_noise, supersedes=list(supersedes), allow_conflict=allow_conflict)
+    for warning in result.warnings:
+        click.echo(f"memctl: warning: {warning}", err=True)
     for outcome in result.stored:
         report = outcome.governance
         if report is not None and report.conflicts:

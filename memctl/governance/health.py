@@ -210,7 +210,7 @@ def _check_memory_md(store: Store, problems: list[Problem], ids: dict[str, str])
         return None
     for issue in doc.issues:
         code = "field" if issue.message.startswith("field ") else "parse"
-        problems.append(Problem("MEMORY.md", issue.line, issue.message, code))
+        problems.append(Problem("MEMORY.md", issue.line, issue.message, code, issue.severity))
     for entry in doc.entries:
         _note_id(ids, entry.id, "MEMORY.md", entry.line, problems)
         if entry.annotated and "id" in entry.fields:
@@ -334,7 +334,7 @@ def _check_deleted(store: Store, problems: list[Problem]) -> list[memoryfile.Ent
         except StoreError as exc:
             problems.append(Problem(rel, None, str(exc).split(": ", 1)[-1], "parse"))
             continue
-        problems += [Problem(rel, issue.line, issue.message, "parse") for issue in doc.issues]
+        problems += [Problem(rel, issue.line, issue.message, "parse", issue.severity) for issue in doc.issues]
         entries += doc.entries
     return entries
 

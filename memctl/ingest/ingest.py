@@ -58,6 +58,7 @@ class Outcome:
 @dataclass
 class IngestResult:
     outcomes: list[Outcome] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # kept, but worth a look: "file:line: what"
 
     @property
     def stored(self) -> list[Outcome]:
@@ -95,6 +96,7 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
         raise InputError("must be 1-128 letters, digits or . _ : @ + -", source="--session", field="session")
     default_session = session or _session_from_source(source)
 
+    result = IngestResult()
     if kind == "message":
         if fmt == "md":
             raise InputError("a Markdown file holds notes; use --kind memory (or no --kind)", source=source)
@@ -103,10 +105,10 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
         item_kind = "message"
     else:
         if fmt == "md":
-            items = _notes_from_markdown(text, source, settings, section)
+            items = _notes_from_markdown(text, source, settings, section, result.warnings)
         else:
             records = _records(text, source, fmt, by="paragraph")
-            items = [_note(r, source, settings, section) for r in records]
+            items = [_note(r, source, settings, section, result.warnings) for r in records]
         item_kind = "pending" if pending else "memory"
     if supersedes:
         if kind != "memory":
@@ -120,7 +122,6 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
         if problem:
             raise InputError(problem, source="--supersedes")
 
-    result = IngestResult()
     kept = []
     for line, item, role in items:
         reason = None if keep_noise else noise_reason(item["text"], role)
@@ -259,16 +260,19 @@ def _derived_id(prefix: str, *parts: Any) -> str:
     return f"{prefix}-{digest[:16]}"
 
 
-def _note(record: inputs.Record, source: str, settings: dict, section: str | None) -> tuple[int, dict, None]:
+def _note(record: inputs.Record, source: str, settings: dict, section: str | None,
+          warnings: list[str]) -> tuple[int, dict, None]:
     line, value = record.line, record.value
     if isinstance(value, str):
         value = {"text": value}
-    unknown = sorted(set(value) - _NOTE_KEYS)
-    if unknown:
-        raise InputError(f"not a memory field; known: {', '.join(sorted(_NOTE_KEYS))}",
-                         source=source, line=line, field=unknown[0])
+    # Unknown fields are kept, as in MEMORY.md itself, and reported: a typo shows, nothing is lost.
+    for name in sorted(set(value) - _NOTE_KEYS):
+        if not memoryfile.FIELD_NAME.fullmatch(name):
+            raise InputError("not a field name (letters, digits, _ and -, not first a digit)",
+                             source=source, line=line, field=name)
+        warnings.append(f"{source}:{line}: field '{name}': unknown field (kept as written)")
     text = _text_of(value, source, line)
-    fields = {k: v for k, v in value.items() if k in memoryfile.FIELD_ORDER}
+    fields = {k: v for k, v in value.items() if k not in _NOTE_KEYS or k in memoryfile.FIELD_ORDER}
     if "ts" in value and "created_at" not in fields:
         fields["created_at"] = value["ts"]
     note_section = value.get("section", section or settings["default_section"])
@@ -301,19 +305,23 @@ def _summary_of(text: str) -> str:
     return first if len(first) <= memoryfile.SUMMARY_MAX else first[: memoryfile.SUMMARY_MAX - 1] + "…"
 
 
-def _notes_from_markdown(text: str, source: str, settings: dict, section: str | None) -> list[tuple[int, dict, None]]:
+def _notes_from_markdown(text: str, source: str, settings: dict, section: str | None,
+                         warnings: list[str]) -> list[tuple[int, dict, None]]:
     doc = memoryfile.parse(text)
-    if doc.issues:
-        issue = doc.issues[0]
-        raise InputError(issue.message, source=source, line=issue.line)
+    for issue in doc.issues:
+        if issue.severity == "error":
+            raise InputError(issue.message, source=source, line=issue.line)
+        warnings.append(f"{source}:{issue.line}: {issue.message}")
     notes = []
     for entry in doc.entries:
         if not entry.text.strip():
             raise InputError("entry has no text", source=source, line=entry.line)
         fields = dict(entry.fields)
-        note_section = section or entry.section
-        notes.append((entry.line, _complete_note(fields, entry.text, note_section, settings, source, entry.line),
-                      None))
+        note = _complete_note(fields, entry.text, section or entry.section, settings, source, entry.line)
+        note["list_item"] = entry.list_item
+        if section is None:
+            note["headings"] = entry.headings  # the new section keeps its level and parents (memoryfile.add)
+        notes.append((entry.line, note, None))
     return notes
 
 
