@@ -382,9 +382,10 @@ def _query_options(k, mode, kinds, scope, sections, sources, sessions, since, un
 def _print_result(result, explain: bool) -> None:
     first, last = result.lines
     where = f"{result.source}:{first}" + (f"-{last}" if last != first else "")
-    # One rule for the column: a memory's section; for anything said, who said it (the role if unnamed).
+    # One rule for the column: a memory's section; for anything said, who said it: the speaker, else the
+    # role (a message without one is a user's, as the daily log has it).
     role = (result.fields or {}).get("role") if result.kind != "memory" else None
-    label = f"[{result.section}]" if result.kind == "memory" else (result.speaker or role or "-")
+    label = f"[{result.section}]" if result.kind == "memory" else (result.speaker or role or "user")
     click.echo(f"{where}  {label}  {result.score:.3f}  {result.record_id or result.id}")
     snippet = " ".join(result.text.split())
     click.echo("    " + (snippet if len(snippet) <= 300 else snippet[:299] + "…"))
