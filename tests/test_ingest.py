@@ -260,5 +260,5 @@ def test_duplicate_inside_one_input(store_dir):
 def test_bad_memctl_toml_is_named(store_dir):
     store_dir.mkdir()
     (store_dir / "memctl.toml").write_text("[ingest]\npending_ttl_hours = 'soon'\n")
-    with pytest.raises(InputError, match="memctl.toml: ingest.pending_ttl_hours must be float"):
+    with pytest.raises(InputError, match="memctl.toml:2: ingest.pending_ttl_hours must be float"):
         ingest(Store(store_dir), b"text to store", source="<stdin>")

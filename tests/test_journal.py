@@ -7,7 +7,6 @@ nothing outside the store is touched and the command says what is wrong.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys

@@ -21,7 +21,8 @@ from memctl import config
 from memctl.governance import governance
 from memctl.store import memoryfile
 from memctl.errors import InputError
-from memctl.store.store import Store, read_jsonl
+from memctl.store import jsonl
+from memctl.store.store import Store
 
 SOURCE = "pending.jsonl"
 
@@ -65,8 +66,9 @@ class Pending:
 
 def read(store: Store) -> list[Pending]:
     """Every non-blank line of pending.jsonl, parsed where possible (a last line without newline too)."""
-    return [Pending(number, raw, obj if obj is not None and isinstance(obj.get("id"), str) else None)
-            for number, obj, raw in read_jsonl(store.pending_file, unterminated=True)]
+    return [Pending(line.number, line.raw, line.value if line.value is not None
+                    and isinstance(line.value.get("id"), str) else None)
+            for line in jsonl.read(store.pending_file, unterminated=True)]
 
 
 def _rewrite(store: Store, tx, items: list[Pending], drop: set[int]) -> None:
@@ -166,7 +168,7 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
 def note_of(p: Pending, settings: dict, supersedes: list[str] | tuple = ()) -> dict:
     """The note a pending line would write to MEMORY.md, checked as `ingest` checks one; InputError names
     the line and field. `memctl health` calls this too, so it reports exactly what confirm would refuse."""
-    from memctl.ingest.ingest import _complete_note
+    from memctl.ingest.notes import complete_note
 
     item = p.item
     fields = item.get("fields", {})
@@ -183,7 +185,7 @@ def note_of(p: Pending, settings: dict, supersedes: list[str] | tuple = ()) -> d
     fields = dict(fields, id=p.id)
     if supersedes:
         fields["supersedes"] = list(dict.fromkeys([*governance.supersedes_of(fields), *supersedes]))
-    return _complete_note(fields, text.strip(), section.strip(), settings, SOURCE, p.line)
+    return complete_note(fields, text.strip(), section.strip(), settings, SOURCE, p.line)
 
 
 def reject(store: Store, ids: list[str], *, dry_run: bool = False, now: datetime | None = None) -> list[dict]:

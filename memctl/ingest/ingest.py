@@ -6,7 +6,6 @@ the store is touched, and the writes happen in one store transaction.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -19,6 +18,8 @@ import orjson
 from memctl import clock
 from memctl import config
 from memctl.ingest import inputs
+from memctl.store.jsonl import json_type
+from memctl.ingest.notes import complete_note, derived_id, normal_ts
 from memctl.store import memoryfile
 from memctl.errors import InputError
 from memctl.store.memoryfile import check_field
@@ -26,7 +27,6 @@ from memctl.text.noise import noise_reason
 from memctl.store.sessions import append_daily_log, load_ids, message_line
 from memctl.store.store import Store
 
-KINDS = ("auto", "message", "memory")
 _SESSION_ID = re.compile(r"[\w.:@+-]{1,128}")
 _MESSAGE_KEYS = ("id", "session", "role", "speaker", "ts", "text")
 _NOTE_KEYS = {"id", "text", "content", "section", "ts"} | set(memoryfile.FIELD_ORDER)
@@ -194,18 +194,10 @@ def _text_of(value: dict[str, Any], source: str, line: int) -> str:
                              source=source, line=line, field=name)
         text = "\n".join(parts)
     if not isinstance(text, str):
-        raise InputError(f"must be text, got {inputs._json_type(text)}", source=source, line=line, field=name)
+        raise InputError(f"must be text, got {json_type(text)}", source=source, line=line, field=name)
     if not text.strip():
         raise InputError("is empty", source=source, line=line, field=name)
     return text.strip()
-
-
-def _normal_ts(value: Any, source: str, line: int, name: str) -> str:
-    try:
-        return clock.format_ts(clock.parse_ts(value))
-    except (ValueError, TypeError, OverflowError, OSError) as exc:
-        raise InputError(f"not a time ({exc}); use ISO 8601 or Unix seconds",
-                         source=source, line=line, field=name) from None
 
 
 def _message(record: inputs.Record, source: str, default_session: str,
@@ -217,7 +209,7 @@ def _message(record: inputs.Record, source: str, default_session: str,
     text = _text_of(value, source, line)
     for name in ("id", "session", "role", "speaker"):
         if name in value and not isinstance(value[name], str):
-            raise InputError(f"must be text, got {inputs._json_type(value[name])}",
+            raise InputError(f"must be text, got {json_type(value[name])}",
                              source=source, line=line, field=name)
     if "id" in value and not _SESSION_ID.fullmatch(value["id"]):
         raise InputError("must be 1-128 letters, digits or . _ : @ + -", source=source, line=line, field="id")
@@ -227,12 +219,12 @@ def _message(record: inputs.Record, source: str, default_session: str,
         raise InputError("must be 1-128 letters, digits or . _ : @ + -", source=source, line=line,
                          field="session")
     raw_ts = value.get("ts", defaults.get("ts"))
-    ts = _normal_ts(raw_ts, source, line, "ts") if raw_ts is not None else clock.format_ts(clock.now())
+    ts = normal_ts(raw_ts, source, line, "ts") if raw_ts is not None else clock.format_ts(clock.now())
     role = value.get("role")
     # Without a caller's time the id includes the input line, so two messages
     # with the same text in one second of one input stay two messages.
     message = {
-        "id": value.get("id") or _derived_id("m", session, role or "", value.get("speaker") or "",
+        "id": value.get("id") or derived_id("m", session, role or "", value.get("speaker") or "",
                                              ts, text, "" if raw_ts is not None else line),
         "session": session,
     }
@@ -254,12 +246,6 @@ def _canonical_key(key: str) -> str:
     return lowered if lowered in ("id", "role", "content", "text", "speaker", "session", "ts") else key
 
 
-def _derived_id(prefix: str, *parts: Any) -> str:
-    """A stable id from content, so that ingesting the same input twice is a no-op."""
-    digest = hashlib.sha1("\x1f".join(str(p) for p in parts).encode()).hexdigest()
-    return f"{prefix}-{digest[:16]}"
-
-
 def _note(record: inputs.Record, source: str, settings: dict, section: str | None,
           warnings: list[str]) -> tuple[int, dict, None]:
     line, value = record.line, record.value
@@ -278,31 +264,7 @@ def _note(record: inputs.Record, source: str, settings: dict, section: str | Non
     note_section = value.get("section", section or settings["default_section"])
     if not isinstance(note_section, str) or not note_section.strip() or "\n" in note_section:
         raise InputError("must be one line of text", source=source, line=line, field="section")
-    return line, _complete_note(fields, text, note_section.strip(), settings, source, line), None
-
-
-def _complete_note(fields: dict, text: str, section: str, settings: dict, source: str, line: int) -> dict:
-    """Fill a note's required schema fields with defaults and check every field."""
-    fields.setdefault("id", _derived_id("mem", section, text))
-    fields.setdefault("summary", _summary_of(text))
-    fields.setdefault("memory_class", settings["default_memory_class"])
-    fields.setdefault("scope", settings["default_scope"])
-    if "created_at" in fields:
-        fields["created_at"] = _normal_ts(fields["created_at"], source, line, "created_at")
-    else:
-        fields["created_at"] = clock.format_ts(clock.now())
-    for name, value in fields.items():
-        problem = check_field(name, value)
-        if problem:
-            raise InputError(problem, source=source, line=line, field=name)
-    if "enforcement_level" in fields and fields["memory_class"] != "policy":
-        raise InputError("applies to policy memories only", source=source, line=line, field="enforcement_level")
-    return {"id": fields["id"], "section": section, "text": text, "fields": fields}
-
-
-def _summary_of(text: str) -> str:
-    first = " ".join(text.split())
-    return first if len(first) <= memoryfile.SUMMARY_MAX else first[: memoryfile.SUMMARY_MAX - 1] + "…"
+    return line, complete_note(fields, text, note_section.strip(), settings, source, line), None
 
 
 def _notes_from_markdown(text: str, source: str, settings: dict, section: str | None,
@@ -317,7 +279,7 @@ def _notes_from_markdown(text: str, source: str, settings: dict, section: str | 
         if not entry.text.strip():
             raise InputError("entry has no text", source=source, line=entry.line)
         fields = dict(entry.fields)
-        note = _complete_note(fields, entry.text, section or entry.section, settings, source, entry.line)
+        note = complete_note(fields, entry.text, section or entry.section, settings, source, entry.line)
         note["list_item"] = entry.list_item
         if section is None:
             note["headings"] = entry.headings  # the new section keeps its level and parents (memoryfile.add)

@@ -23,10 +23,9 @@ import orjson
 from memctl.store import memoryfile
 from memctl.governance.governance import Scorer, active_tails, is_core, settings
 from memctl.store.store import Store, atomic_write
+from memctl.text.words import MEMORY_WORDS
 
 COUNTER_FILE = "search_state.json"
-_HISTORY = re.compile(r"之前|上次|歷史|历史|過去|过去|以前|\b(?:before|last time|previously|history|earlier|used to)\b",
-                      re.IGNORECASE)
 _DECISION = re.compile(r"選擇|选择|比較|比较|決策|决策|決定|决定|還是|还是|哪個|哪个|"
                        r"\b(?:which|should|compare|comparison|versus|vs\.?|choose|choice|decide|decision|better)\b",
                        re.IGNORECASE)
@@ -52,7 +51,7 @@ class Layered:
 
 def trigger(query: str, covered_text: str, turn: int) -> str | None:
     """Which G3 rule, if any, calls for the query layer (L2)."""
-    if m := _HISTORY.search(query):
+    if m := MEMORY_WORDS.search(query):
         return f"history word '{m.group(0)}'"
     if m := _DECISION.search(query):
         return f"decision question '{m.group(0)}'"
@@ -69,9 +68,12 @@ def trigger(query: str, covered_text: str, turn: int) -> str | None:
     return None
 
 
-def layered_search(store: Store, query: str, *, workspace: str | None, budget: int, say=None) -> Layered:
-    from memctl.search.search import Query, search_store
-    from memctl.index.lexical import Filters
+def layered_search(store: Store, query: str, *, workspace: str | None, budget: int, say=None,
+                   retriever=None) -> Layered:
+    """L0 core, L1 workspace, then L2 query results when a G3 trigger fires; `retriever` is
+    an open search.Retriever to reuse (a server's), else one is made for this search."""
+    from memctl.search.search import Query, Retriever
+    from memctl.search.filters import Filters
     from memctl.text.tokens import count_tokens
 
     gov = settings(store)
@@ -97,8 +99,8 @@ def layered_search(store: Store, query: str, *, workspace: str | None, budget: i
     if result.trigger:
         taken = core_ids | {e.id for e in scoped}
         filters = Filters(kinds=("memory",), scopes=(workspace,) if workspace else ())
-        (found,) = search_store(store, [Query(text=query, k=gov["layer_query_max"] + len(taken), filters=filters)],
-                                say=say)
+        retriever = retriever or Retriever(store, say=say)
+        (found,) = retriever.search([Query(text=query, k=gov["layer_query_max"] + len(taken), filters=filters)])
         for hit in [r for r in found if r.record_id not in taken][:gov["layer_query_max"]]:
             entry = doc.find(hit.record_id)
             if entry is not None:

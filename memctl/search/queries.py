@@ -7,7 +7,7 @@ from typing import Any
 
 from memctl import clock
 from memctl.errors import InputError
-from memctl.index.lexical import Filters
+from memctl.search.filters import Filters
 from memctl.search.search import MODES, Query
 
 _BATCH_KEYS = {"id", "query", "k", "mode", "kind", "scope", "section", "source", "session", "since", "until",

@@ -30,7 +30,7 @@ import orjson
 from memctl import clock
 from memctl import config
 from memctl.errors import InputError
-from memctl.index.lexical import Filters
+from memctl.search.filters import Filters
 from memctl.text.noise import noise_reason
 from memctl.store.store import Store
 
@@ -188,28 +188,8 @@ class Searcher:
         return {int(row): float(scores[row]) for row in top if np.isfinite(scores[row])}
 
     def _allowed_rows(self, filters: Filters):
-        """Rows passing the filters, or None when nothing is filtered (G7: scope always admits global)."""
-        where, params = [], []
-        for column, values in (("kind", filters.kinds), ("scope", filters.scope_set),
-                               ("section", filters.sections), ("session", filters.sessions)):
-            if values:
-                where.append(f"{column} IN ({', '.join('?' * len(values))})")
-                params += values
-        if filters.sources:
-            either = []
-            for source in filters.sources:
-                either.append("substr(source, 1, ?) = ?" if source.endswith("/") else "source = ?")
-                params += [len(source), source] if source.endswith("/") else [source]
-            where.append(f"({' OR '.join(either)})")
-        if filters.exclude_status:
-            where.append(f"status NOT IN ({', '.join('?' * len(filters.exclude_status))})")
-            params += filters.exclude_status
-        if filters.since is not None:
-            where.append("ts_epoch >= ?")
-            params.append(filters.since)
-        if filters.until is not None:
-            where.append("ts_epoch <= ?")
-            params.append(filters.until)
+        """Rows passing the filters, or None when nothing is filtered."""
+        where, params = filters.sql_where()
         if not where:
             return None
         sql = f"SELECT row FROM units WHERE {' AND '.join(where)}"
@@ -328,30 +308,48 @@ class Searcher:
                 result.text = truncate_tokens(result.text, limit)
 
 
-def search_store(store: Store, queries: list[Query], *, say=None, count_access: bool = True) -> list[list[Result]]:
-    """Run queries against the store, indexing first if its files changed (C3).
+class Retriever:
+    """Searches a store, indexing first when its files changed (C3); keeps the index open.
 
-    A corrupt index is rebuilt and the search tried again; every memory
-    returned counts as an access (G4).
+    A command line run makes one and searches once; a server (memctl mcp)
+    keeps one, so the model, Tantivy and the vectors stay loaded and a warm
+    search costs milliseconds. A corrupt index is rebuilt and the search
+    tried again; every memory returned counts as an access (G4).
     """
-    from memctl.store import counters as access
-    from memctl.index.index import Index
 
-    store.require()
-    index = Index(store)
-    index.refresh(say)
-    try:
-        searcher = Searcher(store, index.settings)
-        answers = [searcher.search(q) for q in queries]
-    except (ValueError, OSError, sqlite3.Error) as exc:
-        if say:
-            say(f"memctl: the index is unreadable ({exc}); rebuilding it")
-        index.update(rebuild=True)
-        searcher = Searcher(store, index.settings)
-        answers = [searcher.search(q) for q in queries]
-    if count_access:
-        access.record(store, [r.record_id or r.id for results in answers for r in results if r.kind == "memory"])
-    return answers
+    def __init__(self, store: Store, *, say=None):
+        self.store = store
+        self.say = say
+        self._searcher: Searcher | None = None
+
+    def search(self, queries: list[Query], *, count_access: bool = True) -> list[list[Result]]:
+        from memctl.index.index import Index
+        from memctl.store import counters
+
+        self.store.require()
+        index = Index(self.store)
+        report = index.refresh(self.say)
+        try:
+            answers = [self._open(index, report.touched).search(q) for q in queries]
+        except (ValueError, OSError, sqlite3.Error) as exc:
+            if self.say:
+                self.say(f"memctl: the index is unreadable ({exc}); rebuilding it")
+            index.update(rebuild=True)
+            answers = [self._open(index, True).search(q) for q in queries]
+        if count_access:
+            counters.record(self.store, [r.record_id or r.id for results in answers for r in results
+                                         if r.kind == "memory"])
+        return answers
+
+    def _open(self, index, changed: bool) -> Searcher:
+        if changed or self._searcher is None or self._searcher.settings != index.settings:
+            self._searcher = Searcher(self.store, index.settings)
+        return self._searcher
+
+
+def search_store(store: Store, queries: list[Query], *, say=None, count_access: bool = True) -> list[list[Result]]:
+    """One search of a store by a fresh Retriever (a command's single run)."""
+    return Retriever(store, say=say).search(queries, count_access=count_access)
 
 
 def _neighbours(a: Result, b: Result) -> bool:

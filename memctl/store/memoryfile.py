@@ -33,6 +33,7 @@ from typing import Any
 import orjson
 
 from memctl.errors import StoreError
+from memctl.text.clip import clip
 
 META_OPEN = "<!-- memory"
 META_CLOSE = "-->"
@@ -435,3 +436,8 @@ def escape_body(text: str) -> str:
 def unescape_body(text: str) -> str:
     return "\n".join(line[1:] if line.startswith("\\") else line for line in text.split("\n"))
 
+
+def summary_of(entry: Entry) -> str:
+    """What a memory shows as its summary: its summary field, else its text cut to SUMMARY_MAX."""
+    summary = entry.get("summary")
+    return summary if isinstance(summary, str) else clip(entry.text, SUMMARY_MAX)

@@ -378,30 +378,6 @@ def atomic_write(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
-def read_jsonl(path: Path, *, unterminated: bool = False) -> Iterator[tuple[int, dict | None, bytes]]:
-    """Yield (line number, object or None if unparseable, raw line without newline) per non-blank line.
-
-    A last line without its newline is an append still under way (or cut off by
-    a crash, to be rolled back by the next writer) and is skipped, unless
-    `unterminated` asks for it (to show or repair a hand-edited file).
-    """
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return
-    lines = data.split(b"\n")
-    if lines and not (lines[-1] and unterminated):  # "" after the last newline, or a line still being written
-        lines = lines[:-1]
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            obj = None
-        yield number, obj if isinstance(obj, dict) else None, raw
-
-
 def _make_dirs(path: Path) -> None:
     if path.is_dir():
         return

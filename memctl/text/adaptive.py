@@ -10,24 +10,21 @@ from __future__ import annotations
 
 import re
 
+from memctl.text.cjk import has_cjk
 from memctl.text.noise import GREETING, HEARTBEAT
+from memctl.text.words import MEMORY_WORDS
 
-_FORCE = re.compile(
-    r"記得|记得|上次|之前|以前|曾經|曾经|你忘了|我說過|我说过|"
-    r"\b(?:remember|recall|previously|last time|earlier|before|forgot|forget|we talked|you said|i told you|i said)\b",
-    re.IGNORECASE)
 _ACK_WORD = (r"(?:ok(?:ay)?|k|sure|yes|yep|yeah|no|nope|thanks?|thank you|thx|got it|cool|great|nice|fine"
              r"|alright|好的?|好啊|嗯+|對|对|是的?|謝謝|谢谢|收到|了解|知道了|沒問題|没问题|可以)")
 _ACK = re.compile(rf"^\W*{_ACK_WORD}(?:[\s,.!~，。！]+{_ACK_WORD})*\W*$", re.IGNORECASE)
 _SLASH = re.compile(r"^\s*/[A-Za-z_][\w-]*")
 _EMOJI_ONLY = re.compile(r"^[\s\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D\u2B00-\u2BFF\U000E0000-\U000E007F]+$")
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
 def skip_reason(message: str) -> str | None:
     """Why no search is needed for `message`, or None when one is."""
     text = message.strip()
-    if _FORCE.search(text):
+    if MEMORY_WORDS.search(text):
         return None
     if not text:
         return "empty message"
@@ -42,7 +39,7 @@ def skip_reason(message: str) -> str | None:
     if _EMOJI_ONLY.match(text):
         return "emoji only"
     has_question = "?" in text or "？" in text
-    is_cjk = bool(_CJK.search(text))
+    is_cjk = has_cjk(text)
     if not has_question and len(text) < (6 if is_cjk else 15):
         return f"short message without a question mark (under {6 if is_cjk else 15} characters)"
     return None

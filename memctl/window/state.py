@@ -53,6 +53,8 @@ from memctl import clock
 from memctl import config
 from memctl.errors import InputError, StoreError
 from memctl.store.store import Store, Transaction
+from memctl.text.cjk import CJK
+from memctl.text.words import STOPWORDS
 
 TOPIC_FILE = "MEMORY_TOPIC.md"
 FIELDS = ("window_size", "dominant_threshold", "turns", "proportions", "current_topic",
@@ -404,16 +406,8 @@ def _section_of(result: Any, source: str, line: int, prefix: str) -> list[str]:
 
 # -- start of a turn: the plan (W3) ------------------------------------------
 
-# Words that say nothing about a section: "About Bob" is about Bob, not about "about".
-STOPWORDS = frozenset("""
-a about after all an and any are as at be before by for from has have how i in into is it its
-me my of on or our re some than that the their them these this those to up us was we were what
-when where which who why will with you your
-""".split())
 # CJK prefixes that mean "about"; 關於老蔡 is about 老蔡.
 _CJK_ABOUT = ("關於", "关于", "有關", "有关", "對於", "对于", "について")
-_CJK = "\u1100-\u11ff\u2e80-\u2fdf\u3040-\u30ff\u3100-\u312f\u3130-\u318f\u31f0-\u31ff" \
-       "\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\U00020000-\U0003134f"
 _LATIN = "0-9a-z\u00b5\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff"  # letters after casefold, digits
 
 
@@ -421,8 +415,8 @@ _LATIN = "0-9a-z\u00b5\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff"  # letters after 
 def _re(name: str) -> re.Pattern[str]:
     """The keyword patterns, compiled on first use (record and show need none of them)."""
     return re.compile({
-        "pieces": rf"[{_CJK}]+|(?:(?![{_CJK}])[^\W_])+",  # CJK runs, other word runs
-        "cjk": rf"[{_CJK}]",
+        "pieces": rf"[{CJK}]+|(?:(?![{CJK}])[^\W_])+",  # CJK runs, other word runs
+        "cjk": rf"[{CJK}]",
         "latin": rf"[{_LATIN}]",
     }[name])
 
