@@ -87,40 +87,18 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
         ttl_hours = config.check("ingest", "pending_ttl_hours", float(ttl_hours), "--ttl")
     if keep_noise is None:
         keep_noise = not settings["filter_noise"]
+    if session is not None and not _SESSION_ID.fullmatch(session):
+        raise InputError("must be 1-128 letters, digits or . _ : @ + -", source="--session", field="session")
     text = inputs.decode(data, source)
     if fmt == "auto":
         fmt = inputs.detect_format(text, source)
     if kind == "auto":
         kind = "memory" if (fmt == "md" or pending) else "message"
-    if session is not None and not _SESSION_ID.fullmatch(session):
-        raise InputError("must be 1-128 letters, digits or . _ : @ + -", source="--session", field="session")
-    default_session = session or _session_from_source(source)
-
     result = IngestResult()
-    if kind == "message":
-        if fmt == "md":
-            raise InputError("a Markdown file holds notes; use --kind memory (or no --kind)", source=source)
-        records = _records(text, source, fmt, by="line")
-        items = [_message(r, source, default_session, forced=session) for r in records]
-        item_kind = "message"
-    else:
-        if fmt == "md":
-            items = _notes_from_markdown(text, source, settings, section, result.warnings)
-        else:
-            records = _records(text, source, fmt, by="paragraph")
-            items = [_note(r, source, settings, section, result.warnings) for r in records]
-        item_kind = "pending" if pending else "memory"
+    items = _items(text, source, fmt, kind, session, section, settings, result.warnings)
     if supersedes:
-        if kind != "memory":
-            raise InputError("applies to notes (--kind memory)", source="--supersedes")
-        if len(items) != 1:
-            raise InputError(f"names what one note replaces; the input has {len(items)} notes",
-                             source="--supersedes")
-        fields = items[0][1]["fields"]
-        fields["supersedes"] = list(dict.fromkeys([*fields.get("supersedes", []), *supersedes]))
-        problem = check_field("supersedes", fields["supersedes"])
-        if problem:
-            raise InputError(problem, source="--supersedes")
+        _add_supersedes(items, kind, supersedes)
+    item_kind = "message" if kind == "message" else ("pending" if pending else "memory")
 
     kept = []
     for line, item, role in items:
@@ -132,35 +110,67 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
                 on_noise(outcome, item["text"])
         else:
             kept.append((line, item))
-
     with store.transaction(dry_run=dry_run) as tx:
-        memory = memoryfile.load(store.memory_md)  # parsed once: for the ids and for the notes' write
-        existing = load_ids(store, memory)
-        new: dict[str, tuple[int, dict]] = {}
-        for line, item in kept:
-            known = existing.get(item["id"]) or (new[item["id"]][1]["text"] if item["id"] in new else None)
-            if known is None:
-                new[item["id"]] = (line, item)
-                continue
-            if known != item["text"]:
-                raise InputError(f"duplicate id '{item['id']}' with different text", source=source,
-                                 line=line, field="id")
-            result.outcomes.append(Outcome(item["id"], item_kind, "duplicate", line))
-        fresh = [(line, item) for line, item in new.values()]
-        reports: dict[str, Any] = {}
-        if item_kind == "message":
-            files = _write_messages(store, tx, [item for _, item in fresh])
-        elif item_kind == "pending":
-            reports = _check_notes(store, memory, fresh, source)
-            files = _write_pending(store, tx, [item for _, item in fresh], settings, ttl_hours)
-        else:
-            files, reports = _write_notes(store, tx, memory, fresh, source=source,
-                                          allow_conflict=allow_conflict)
-        for line, item in fresh:
-            result.outcomes.append(Outcome(item["id"], item_kind, "stored", line, files[item["id"]],
-                                           governance=reports.get(item["id"])))
+        _store_items(store, tx, kept, item_kind, result, source=source, settings=settings, ttl_hours=ttl_hours,
+                     allow_conflict=allow_conflict)
     result.outcomes.sort(key=lambda o: o.line)
     return result
+
+
+def _items(text: str, source: str, fmt: str, kind: str, session: str | None, section: str | None,
+           settings: dict, warnings: list[str]) -> list[tuple[int, dict, str | None]]:
+    """(line, message or note, role) for every record of the input, each checked."""
+    if kind == "message":
+        if fmt == "md":
+            raise InputError("a Markdown file holds notes; use --kind memory (or no --kind)", source=source)
+        default_session = session or _session_from_source(source)
+        return [_message(r, source, default_session, forced=session)
+                for r in _records(text, source, fmt, by="line")]
+    if fmt == "md":
+        return _notes_from_markdown(text, source, settings, section, warnings)
+    return [_note(r, source, settings, section, warnings) for r in _records(text, source, fmt, by="paragraph")]
+
+
+def _add_supersedes(items: list[tuple[int, dict, str | None]], kind: str, supersedes: list[str]) -> None:
+    """--supersedes: the input's one note replaces these ids (G6)."""
+    if kind != "memory":
+        raise InputError("applies to notes (--kind memory)", source="--supersedes")
+    if len(items) != 1:
+        raise InputError(f"names what one note replaces; the input has {len(items)} notes", source="--supersedes")
+    fields = items[0][1]["fields"]
+    fields["supersedes"] = list(dict.fromkeys([*fields.get("supersedes", []), *supersedes]))
+    problem = check_field("supersedes", fields["supersedes"])
+    if problem:
+        raise InputError(problem, source="--supersedes")
+
+
+def _store_items(store: Store, tx, kept: list[tuple[int, dict]], item_kind: str, result: IngestResult, *,
+                 source: str, settings: dict, ttl_hours: float | None, allow_conflict: bool) -> None:
+    """Write what is new under the store lock; an id already stored with other text is an error."""
+    memory = memoryfile.load(store.memory_md)  # parsed once: for the ids and for the notes' write
+    existing = load_ids(store, memory)
+    new: dict[str, tuple[int, dict]] = {}
+    for line, item in kept:
+        known = existing.get(item["id"]) or (new[item["id"]][1]["text"] if item["id"] in new else None)
+        if known is None:
+            new[item["id"]] = (line, item)
+            continue
+        if known != item["text"]:
+            raise InputError(f"duplicate id '{item['id']}' with different text", source=source,
+                             line=line, field="id")
+        result.outcomes.append(Outcome(item["id"], item_kind, "duplicate", line))
+    fresh = list(new.values())
+    reports: dict[str, Any] = {}
+    if item_kind == "message":
+        files = _write_messages(store, tx, [item for _, item in fresh])
+    elif item_kind == "pending":
+        reports = _check_notes(store, memory, fresh, source)
+        files = _write_pending(store, tx, [item for _, item in fresh], settings, ttl_hours)
+    else:
+        files, reports = _write_notes(store, tx, memory, fresh, source=source, allow_conflict=allow_conflict)
+    for line, item in fresh:
+        result.outcomes.append(Outcome(item["id"], item_kind, "stored", line, files[item["id"]],
+                                       governance=reports.get(item["id"])))
 
 
 def _records(text: str, source: str, fmt: str, by: str) -> list[inputs.Record]:
