@@ -28,7 +28,7 @@ CHUNK_OVERLAP = 40
 class Unit:
     id: str                 # the record's id; chunks of a long record add "#2", "#3", ...
     record_id: str          # the message or memory id the unit came from
-    kind: str               # memory | message | log
+    kind: str               # memory | message | log | topic
     text: str
     source: str             # file relative to the store
     line_start: int
@@ -60,6 +60,22 @@ def collect(store: Store) -> Iterator[Unit]:
     # A daily log repeats what users said; only its entries that are not also
     # a stored message (written by hand, or from elsewhere) are units of their own.
     yield from _log_units(store, skip=message_ids)
+    yield from _topic_units(store)
+
+
+def _topic_units(store: Store) -> Iterator[Unit]:
+    """A topic is found by its name and summary (T1); its messages are units already."""
+    from memctl.topics.files import load_topics
+
+    for topic in load_topics(store).values():
+        header = topic.header
+        text = f"{header.get('name', '')}\n{header.get('summary', '')}".strip()
+        if text:
+            yield from _chunks(Unit(
+                id=topic.id, record_id=topic.id, kind="topic", text=text,
+                source=store.relative(store.topics_dir / f"{topic.id}.jsonl"), line_start=1, line_end=1,
+                ts=_text_or_none(header.get("updated")),
+                fields={"state": header.get("state"), "messages": header.get("messages")}))
 
 
 def _memory_units(store: Store) -> Iterator[Unit]:
