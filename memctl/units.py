@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Container, Iterator
 
 import orjson
 
@@ -52,17 +52,15 @@ class Unit:
 
 def collect(store: Store) -> Iterator[Unit]:
     """Every unit of the store, memories first, in file order."""
-    yield from _memory_units(store)
+    yield from memory_units(store)
     message_ids = set()
-    for unit in _message_units(store):
+    for unit in message_units(store):
         message_ids.add(unit.record_id)
         yield unit
-    # A daily log repeats what users said; only its entries that are not also
-    # a stored message (written by hand, or from elsewhere) are units of their own.
-    yield from _log_units(store, skip=message_ids)
+    yield from log_units(store, skip=message_ids)
 
 
-def _memory_units(store: Store) -> Iterator[Unit]:
+def memory_units(store: Store) -> Iterator[Unit]:
     from .governance import active_tails, is_current
 
     doc = memoryfile.load(store.memory_md)
@@ -85,10 +83,11 @@ def _memory_units(store: Store) -> Iterator[Unit]:
         yield from _chunks(base)
 
 
-def _message_units(store: Store) -> Iterator[Unit]:
+def message_units(store: Store, paths: list[Path] | None = None) -> Iterator[Unit]:
+    """The units of the session files (all of them, or the given ones)."""
     previous: dict[Path, str] = {}
     relative: dict[Path, str] = {}
-    for path, number, message in iter_messages(store):
+    for path, number, message in iter_messages(store, paths):
         text = message.get("text")
         if not isinstance(text, str) or not text.strip():
             continue
@@ -104,8 +103,13 @@ def _message_units(store: Store) -> Iterator[Unit]:
             fields={"role": message.get("role")}))
 
 
-def _log_units(store: Store, skip: set[str]) -> Iterator[Unit]:
-    for path in store.daily_logs():
+def log_units(store: Store, skip: Container[str], paths: list[Path] | None = None) -> Iterator[Unit]:
+    """The units of the daily logs (all, or the given ones).
+
+    A daily log repeats what users said; only its entries whose id is not in
+    `skip`, the stored messages, (written by hand, or from elsewhere) are units of their own.
+    """
+    for path in store.daily_logs() if paths is None else paths:
         day = path.stem
         lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
         heading = None
