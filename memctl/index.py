@@ -38,7 +38,7 @@ from .store import Store, atomic_write
 if TYPE_CHECKING:
     from .units import Unit
 
-FORMAT = 2  # 2: stamps with inodes, the model named by content, the table names its vectors file
+FORMAT = 2  # 2: stamps with inodes, the model named by content
 _TABLE = "units"
 _COLUMNS = {"row": "INTEGER PRIMARY KEY", "id": "TEXT", "digest": "TEXT", "embed_digest": "TEXT", "kind": "TEXT",
             "record_id": "TEXT", "source": "TEXT", "section": "TEXT", "session": "TEXT", "scope": "TEXT",
@@ -93,8 +93,11 @@ class Index:
 
     def is_fresh(self) -> bool:
         """True when the index reflects the files as they are now (one stat a file)."""
+        return self._fresh(self.stamps())
+
+    def _fresh(self, stamps: dict[str, list[int]]) -> bool:
         manifest = self.manifest()
-        return bool(manifest and manifest.get("format") == FORMAT and manifest.get("stamps") == self.stamps()
+        return bool(manifest and manifest.get("format") == FORMAT and manifest.get("stamps") == stamps
                     and manifest.get("embedding") == self._embedding_settings())
 
     def _embedding_settings(self) -> dict:
@@ -108,9 +111,11 @@ class Index:
         if not self.store.exists():
             return UpdateReport()
         with self._lock():
-            if not rebuild and self.is_fresh():
+            # Stamped before reading: a write during the update leaves the index stale, not wrong.
+            stamps = self.stamps()
+            if not rebuild and self._fresh(stamps):
                 return UpdateReport(units=self.manifest().get("units", 0))
-            return self._update(rebuild, progress)
+            return self._update(stamps, rebuild, progress)
 
     def refresh(self, say: Callable[[str], None] | None = None) -> UpdateReport:
         """Index first if the files changed since the last index (what a search does)."""
@@ -122,9 +127,8 @@ class Index:
             say(f"memctl: {what}: {report.added} added, {report.changed} changed, {report.removed} removed")
         return report
 
-    def _update(self, rebuild: bool, progress) -> UpdateReport:
+    def _update(self, stamps: dict[str, list[int]], rebuild: bool, progress) -> UpdateReport:
         """Read what changed, work out the units' new rows and vectors, then write them."""
-        stamps = self.stamps()  # before reading: a write during the update leaves the index stale, not wrong
         model = _Model(self.settings["embedding"])
         table, reason = (None, "asked") if rebuild else self._previous(model)
         try:
@@ -151,6 +155,8 @@ class Index:
             return None, "missing"
         if manifest.get("format") != FORMAT:
             return None, "old format"
+        if manifest.get("compacting"):
+            return None, "corrupt (a compaction was cut short)"
         built_with = manifest.get("model") or {}
         if not model.same_vectors(built_with):
             return None, f"model changed: {built_with.get('name')} ({built_with.get('precision')}) to " \
@@ -267,7 +273,7 @@ class Index:
         return kept + len(change.fresh)
 
     def _write_compacted(self, table: _Table | None, change: _Change, new_vectors, embed_digests) -> None:
-        """New files for the vectors and the table, rows renumbered; each names the other."""
+        """New files for the vectors and the table, rows renumbered."""
         import numpy as np
 
         from . import vectors
@@ -281,9 +287,10 @@ class Index:
             shutil.rmtree(self.dir / "tantivy", ignore_errors=True)
         self._write_tantivy(change.fresh, change.gone, start_over=table is None)
         records = _records(change, range(len(kept_rows), len(kept_rows) + len(change.fresh)), embed_digests)
-        partial_table = _Table.write_new(self.dir / "units.db", records, previous=table, gone=change.gone,
-                                         vectors_inode=partial_vectors.stat().st_ino)
-        # A crash between these two leaves a table naming the other vectors file: seen as corrupt, rebuilt.
+        partial_table = _Table.write_new(self.dir / "units.db", records, previous=table, gone=change.gone)
+        # Two files cannot be replaced at once: until the manifest is written anew, this one
+        # says that the table and the vectors may not belong together (then it is rebuilt).
+        atomic_write(self.dir / "manifest.json", orjson.dumps({"format": FORMAT, "compacting": True}))
         os.replace(partial_vectors, path)
         os.replace(partial_table, self.dir / "units.db")
 
@@ -410,9 +417,6 @@ class _Table:
     def check(self, vectors_path: Path) -> None:
         from . import vectors
 
-        named = self.conn.execute("SELECT value FROM meta WHERE key = 'vectors_inode'").fetchone()
-        if named is None or int(named[0]) != vectors_path.stat().st_ino:
-            raise IndexCorrupt("units.db names another vectors.npy")
         top = self.conn.execute(f"SELECT max(row) FROM {_TABLE}").fetchone()[0]
         if top is not None and vectors.shape(vectors_path)[0] <= top:
             raise IndexCorrupt("vectors and units disagree")
@@ -464,8 +468,7 @@ class _Table:
             _insert(self.conn, records)
 
     @staticmethod
-    def write_new(path: Path, records: list[dict], previous: _Table | None, gone: list[str],
-                  vectors_inode: int) -> Path:
+    def write_new(path: Path, records: list[dict], previous: _Table | None, gone: list[str]) -> Path:
         """A new table beside `path`: the previous one's rows but `gone`, renumbered in order, then
         `records`. Returns the new file, for the caller to put in place."""
         partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -474,8 +477,6 @@ class _Table:
         try:
             columns = ", ".join(f"{name} {kind}" for name, kind in _COLUMNS.items())
             conn.execute(f"CREATE TABLE {_TABLE} ({columns})")
-            conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
-            conn.execute("INSERT INTO meta VALUES ('vectors_inode', ?)", (str(vectors_inode),))
             if previous is not None:
                 conn.execute("ATTACH DATABASE ? AS old", (str(previous.path),))
                 conn.execute("CREATE TEMP TABLE gone (id TEXT PRIMARY KEY)")

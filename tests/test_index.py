@@ -173,12 +173,31 @@ def test_a_changed_embedding_model_embeds_everything_again(store):
     assert Index(store).update().embedded == 0  # and then it is fresh again
 
 
-def test_vectors_of_another_compaction_are_not_trusted(store):
-    """A compaction replaces vectors.npy, then units.db: cut between the two, the table names
-    another file and the index is rebuilt rather than pairing rows with the wrong vectors."""
-    vectors = store.index_dir / "vectors.npy"
-    shutil.copy(vectors, vectors.with_name("copy.npy"))
-    os.replace(vectors.with_name("copy.npy"), vectors)  # same bytes, another file
-    chat(store, "gamma", 4, 1)
+def test_a_compaction_cut_short_is_rebuilt(store):
+    """A compaction replaces vectors.npy, then units.db: cut between the two, the table's rows
+    would point into another layout of vectors, so the index is rebuilt."""
+    store.memory_md.unlink()
+    store.session_file("alpha").unlink()  # 6 of 14 rows become holes: over a fifth
+    chat(store, "omega", 0, 10)  # and the new vectors file is longer than the old table's rows
+    real_replace = os.replace
+
+    def cut_after_vectors(source, target):
+        real_replace(source, target)
+        if str(target).endswith("vectors.npy"):
+            raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "replace", cut_after_vectors)
+        with pytest.raises(KeyboardInterrupt):
+            Index(store).update()
     report = Index(store).update()
-    assert report.rebuilt and report.reason.startswith("corrupt")
+    assert report.rebuilt and report.reason == "corrupt (a compaction was cut short)"
+    assert sorted(table(store)) == sorted([f"{s}-{n}" for s in ("alpha", "beta", "gamma") for n in range(4)]
+                                          + [f"omega-{n}" for n in range(10)])
+
+
+def test_a_copied_store_is_read_again_but_not_embedded_again(store, tmp_path):
+    copy = Store(tmp_path / "copy")
+    shutil.copytree(store.root, copy.root)  # new inodes everywhere
+    report = Index(copy).update()
+    assert not report.rebuilt and report.files_read == len(Index(copy).stamps()) and report.embedded == 0
