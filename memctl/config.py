@@ -20,7 +20,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from memctl.errors import InputError
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "embedding": {

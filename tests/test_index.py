@@ -12,10 +12,10 @@ import orjson
 import pytest
 import tantivy
 
-from memctl import lexical
-from memctl.index import Index
-from memctl.ingest import ingest
-from memctl.store import Store, atomic_write
+from memctl.index import lexical
+from memctl.index.index import Index
+from memctl.ingest.ingest import ingest
+from memctl.store.store import Store, atomic_write
 
 NOW = "2026-11-22T12:00:00Z"
 TOPICS = ["the boiler in the basement", "a trip to Lisbon", "sourdough starters", "the quarterly budget",
