@@ -66,15 +66,20 @@ def turns(data: Path) -> tuple[list[dict], list[str]]:
     return messages, questions
 
 
-def build(store: str, count: int, base: list[dict]) -> None:
+def build_store(store: str, messages: int, data: Path) -> list[str]:
+    """Ingest `messages` LoCoMo turns into `store` and index it; returns the LoCoMo questions."""
+    base, questions = turns(data)
     lines = []
-    for n in range(count):
+    for n in range(messages):
         turn = base[n % len(base)]
         lines.append(orjson.dumps({"id": f"m{n}", "session": f"{turn['session']}-r{n // len(base)}",
                                    "speaker": turn["speaker"], "role": "user", "text": turn["text"],
-                                   "ts": f"2026-{1 + n * 11 // count:02d}-15T10:00:00Z"}))
-    subprocess.run([MEMCTL, "--store", store, "ingest", "--keep-noise", "-f", "jsonl", "-"],
-                   input=b"\n".join(lines), check=True, capture_output=True)
+                                   "ts": f"2026-{1 + n * 11 // messages:02d}-15T10:00:00Z"}))
+    common = [MEMCTL, "--store", store]
+    subprocess.run([*common, "ingest", "--keep-noise", "-f", "jsonl", "-"], input=b"\n".join(lines),
+                   check=True, capture_output=True)
+    subprocess.run([*common, "index"], check=True, capture_output=True, cwd=Path(store).parent)  # warms the model export
+    return questions
 
 
 def updates(common: list[str], rounds: int) -> list[tuple[float, int]]:
@@ -111,14 +116,14 @@ def main() -> None:
     parser.add_argument("--store", type=Path, help="build the store here once and reuse it")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     args = parser.parse_args()
-    base, questions = turns(args.data)
     with tempfile.TemporaryDirectory() as tmp:
         store = str(args.store or Path(tmp) / "store")
         common = [MEMCTL, "--store", store]
         fresh = None
-        if not Path(store).exists():
-            build(store, args.messages, base)
-            subprocess.run([*common, "index"], check=True, capture_output=True, cwd=tmp)  # warms the model export
+        if Path(store).exists():
+            _, questions = turns(args.data)
+        else:
+            questions = build_store(store, args.messages, args.data)  # its index warms the model export
             subprocess.run(["rm", "-rf", str(Path(store) / ".index")], check=True)
             fresh = measure([*common, "index"])
         subprocess.run([*common, "index"], check=True, capture_output=True)  # a reused store: up to date first

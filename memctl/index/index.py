@@ -39,12 +39,12 @@ from memctl.store.store import Store, atomic_write
 if TYPE_CHECKING:
     from memctl.index.units import Unit
 
-FORMAT = 2  # 2: stamps with inodes, the model named by content
+FORMAT = 3  # 2: units carry tool, agent, cache_scope (H4); 3: stamps with inodes, the model named by content
 _TABLE = "units"
 _COLUMNS = {"row": "INTEGER PRIMARY KEY", "id": "TEXT", "digest": "TEXT", "embed_digest": "TEXT", "kind": "TEXT",
             "record_id": "TEXT", "source": "TEXT", "section": "TEXT", "session": "TEXT", "scope": "TEXT",
             "status": "TEXT", "ts_epoch": "FLOAT", "text": "TEXT", "line_start": "INTEGER", "line_end": "INTEGER",
-            "speaker": "TEXT", "ts": "TEXT", "fields": "TEXT"}
+            "speaker": "TEXT", "ts": "TEXT", "fields": "TEXT", "tool": "TEXT", "agent": "TEXT", "cache_scope": "TEXT"}
 _CHUNK = 500  # SQLite parameters a statement
 
 
@@ -565,7 +565,9 @@ def _meta(unit: Unit) -> dict:
         epoch = None
     status = unit.fields.get("status") if unit.kind == "memory" else None
     return {"kind": unit.kind, "record_id": unit.record_id, "source": unit.source, "section": unit.section,
-            "session": unit.session, "scope": unit.scope, "status": status or "active", "ts_epoch": epoch}
+            "session": unit.session, "scope": unit.scope, "status": status or "active", "ts_epoch": epoch,
+            **{name: unit.fields.get(name) if unit.kind == "memory" else None
+               for name in ("tool", "agent", "cache_scope")}}
 
 
 def _bm25_text(unit: Unit) -> str:

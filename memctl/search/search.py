@@ -109,7 +109,7 @@ class Searcher:
             from memctl.index.embedding import Embedder, model_dir
 
             embedding = self.settings["embedding"]
-            self._embedder = Embedder(model_dir(embedding["model"]), threads=embedding["threads"],
+            self._embedder = Embedder(model_dir(embedding["model"]), threads=embedding["query_threads"],
                                       batch_size=embedding["batch_size"], precision=embedding["precision"])
         return self._embedder
 
