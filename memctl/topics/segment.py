@@ -181,7 +181,8 @@ def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf) -> list
     readable = np.array([readable_share(m.get("text", "")) for m in messages])
     existing = list(topics)
     keys = [""] * n
-    for rows in _clusters(sim, settings):
+    units = _exchanges([m.get("role") for m in messages], vectors, readable)
+    for rows in _clusters(sim, settings, units):
         vector = vectors[rows].sum(0) if vectors is not None else None
         terms = _add([weighted[i] for i in rows])
         best, best_score = None, settings.return_threshold
@@ -198,16 +199,38 @@ def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf) -> list
     return keys
 
 
-def _clusters(sim: np.ndarray, settings: Settings) -> list[list[int]]:
+def _clusters(sim: np.ndarray, settings: Settings, units: list[tuple[int, int]]) -> list[list[int]]:
     """Clusters of message rows, in order of their first message."""
-    return _rejoined(sim, _merged_blocks(sim, settings), settings)
+    return _rejoined(sim, _merged_blocks(sim, settings, units), settings)
 
 
-def _merged_blocks(sim: np.ndarray, settings: Settings) -> list[tuple[int, int]]:
-    """Neighbouring blocks merge, most similar first (mean similarity of their messages), while above
+def _exchanges(roles: list, vectors: np.ndarray | None, readable: np.ndarray) -> list[tuple[int, int]]:
+    """Exchanges no cut splits: each starts at a message of the party that opens subjects here.
+
+    That party is the one whose messages are least like the message before them (sentence vectors):
+    on DialSeg711 dev 97% of gold boundaries fall before a user message and this finds the opener in
+    174 of 178 conversations; cutting only there took ARI .687 -> .702, Pk .263 -> .247. On ZYS
+    (Chinese, the agent opens) the vectors read too little to tell (56 of 127, ARI .546 -> .539), so
+    mostly unreadable conversations keep single messages as units."""
+    n = len(roles)
+    singles = [(i, i + 1) for i in range(n)]
+    if vectors is None or len(set(roles)) != 2 or readable.mean() < 0.5:
+        return singles
+    before: dict = {role: [] for role in set(roles)}
+    for i in range(1, n):
+        if roles[i] != roles[i - 1]:
+            before[roles[i]].append(float(vectors[i - 1] @ vectors[i]))
+    if not all(before.values()):
+        return singles
+    opener = min(before, key=lambda role: np.mean(before[role]))
+    starts = [0] + [i for i in range(1, n) if roles[i] == opener and roles[i - 1] != opener]
+    return list(zip(starts, starts[1:] + [n]))
+
+
+def _merged_blocks(sim: np.ndarray, settings: Settings, blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Neighbouring blocks (at first the exchanges) merge, most similar first (mean similarity of their messages), while above
     merge_threshold; only the two scores beside a merge change, so this is O(n) merges of O(block) work."""
-    n = len(sim)
-    blocks = [(i, i + 1) for i in range(n)]
+    n = len(blocks)
 
     def link(a, b):
         return sim[a[0]:a[1], b[0]:b[1]].mean()
