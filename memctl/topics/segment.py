@@ -45,6 +45,8 @@ class Settings:
     """Tuned on the dev parts of ../shared/bench/topics (bench/README.md has the figures)."""
     near_bonus: float = 6.0        # added to the similarity of neighbours (in standard deviations), decaying
     near_decay: float = 1.0        # ... by e per this many messages apart
+    alternation_scale: float = 0.2  # ... in full when neighbouring exchanges are this much more alike than ones two apart
+    near_floor: float = 0.3        # ... and never less than this share of it
     merge_threshold: float = 0.8   # neighbouring blocks merge while their mean similarity is above this
     rejoin_threshold: float = 1.2  # a later block rejoins an earlier one of this split above this
     return_threshold: float = 0.55  # a new block goes back to a topic of an earlier split above this cosine
@@ -176,12 +178,12 @@ def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf) -> list
     if n > 2:  # in standard deviations of this conversation's own similarities: Chinese bigrams and
         off = ~np.eye(n, dtype=bool)  # English vectors then share one threshold
         sim = (sim - sim[off].mean()) / (sim[off].std() + 1e-9)
-    distance = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
-    sim += settings.near_bonus * np.exp(-(distance - 1) / settings.near_decay)
     readable = np.array([readable_share(m.get("text", "")) for m in messages])
+    units = _exchanges([m.get("role") for m in messages], vectors, readable)
+    distance = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
+    sim += settings.near_bonus * _interleaving_scale(sim, units, settings) * np.exp(-(distance - 1) / settings.near_decay)
     existing = list(topics)
     keys = [""] * n
-    units = _exchanges([m.get("role") for m in messages], vectors, readable)
     for rows in _clusters(sim, settings, units):
         vector = vectors[rows].sum(0) if vectors is not None else None
         terms = _add([weighted[i] for i in rows])
@@ -197,6 +199,18 @@ def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf) -> list
             best.add(vectors[i] if vectors is not None else None, bags[i], speaker_of(messages[i]))
             keys[i] = best.key
     return keys
+
+
+def _interleaving_scale(sim: np.ndarray, units: list[tuple[int, int]], settings: Settings) -> float:
+    """How far to trust nearness here (0..1): in a conversation whose subjects alternate, an exchange
+    is about as like the one after next as like the next, and the bonus for neighbours glues
+    alternating subjects together. Scaled by how much more alike neighbouring exchanges are than
+    exchanges two apart (DialSeg711 dev: median .41 standard deviations; the interleaved data .19).
+    Interleaved dev ARI .378 -> .405 and Pk .416 -> .327; DialSeg711 .702 -> .705."""
+    if len(units) < 4 or len(units) == len(sim):
+        return 1.0   # single messages as units (Chinese, several speakers in a row): no exchange lags
+    lags = [np.mean([sim[a:b, c:e].mean() for (a, b), (c, e) in zip(units, units[d:])]) for d in (1, 2)]
+    return float(np.clip((lags[0] - lags[1]) / settings.alternation_scale, settings.near_floor, 1.0))
 
 
 def _clusters(sim: np.ndarray, settings: Settings, units: list[tuple[int, int]]) -> list[list[int]]:
