@@ -365,7 +365,23 @@ def _print_result(result, explain: bool) -> None:
     snippet = " ".join(result.text.split())
     click.echo("    " + (snippet if len(snippet) <= 300 else snippet[:299] + "…"))
     if explain:
-        click.echo("    " + "  ".join(f"{k}={v}" for k, v in result.explain.items()))
+        for line in _explain_lines(result.explain):
+            click.echo("    " + line)
+
+
+def _explain_lines(stages: dict) -> list[str]:
+    """The inputs, then each stage's own factor beside the running score."""
+    inputs = "  ".join(f"{k}={stages[k]}" for k in ("bm25", "bm25_norm", "bm25_coverage", "cosine",
+                                                    "cosine_calibrated", "vector_weight", "bm25_weight",
+                                                    "unknown_share", "age_days") if k in stages)
+    lines = [inputs, f"relevance {stages['relevance']} (the minimum judges this)",
+             f"fused {stages['fused']} ({stages['fusion']})"]
+    if "recency" in stages:
+        lines += [f"recency     +{stages['recency_bonus']:<7} -> {stages['recency']}"]
+        lines += [f"{name:<11} x{stages[name + '_factor']:<7} -> {stages[name]}"
+                  for name in ("importance", "length", "time_decay")]
+    lines += [f"{k} {v}" for k, v in stages.items() if k in ("mmr", "mera")]
+    return lines
 
 
 def _say(message: str) -> None:

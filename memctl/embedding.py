@@ -63,6 +63,7 @@ class Embedder:
         from tokenizers import Tokenizer
 
         self.directory = directory
+        self.source = str(directory)
         self.precision = precision
         self.key = model_key(directory) + ("" if precision == "float32" else f"-{precision}")
         self.threads = threads
@@ -112,6 +113,9 @@ class Embedder:
                 if progress:
                     progress(len(rows))
         return out
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self.embed(texts)
 
     @property
     def dimension(self) -> int:

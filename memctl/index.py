@@ -115,7 +115,7 @@ class Index:
         return report
 
     def _update(self, rebuild: bool, progress) -> UpdateReport:
-        from .embedding import Embedder, model_dir
+        from .embedders import open_embedder
         from .units import collect
 
         import numpy as np
@@ -123,7 +123,6 @@ class Index:
         report = UpdateReport()
         stamps = self.stamps()  # before reading: a write during the update leaves the index stale, not wrong
         embed_settings = self.settings["embedding"]
-        directory = model_dir(embed_settings["model"])
         manifest = self.manifest()
         old_rows: dict[str, tuple[int, str, str]] = {}  # id -> (row, digest, embed digest)
         old_vectors = None
@@ -140,8 +139,7 @@ class Index:
                 self._open_tantivy()
             except (IndexCorrupt, sqlite3.Error, OSError, ValueError) as exc:
                 report.rebuilt, report.reason, old_rows = True, f"corrupt ({exc})", {}
-        embedder = Embedder(directory, threads=embed_settings["threads"], batch_size=embed_settings["batch_size"],
-                            precision=embed_settings["precision"])
+        embedder = open_embedder(embed_settings)
         if manifest and manifest.get("model") != embedder.key and not report.rebuilt:
             report.rebuilt, report.reason, old_rows = True, "model changed", {}
         if report.rebuilt:
@@ -195,7 +193,7 @@ class Index:
         else:
             self._patch_units(records, gone=removed + [units[i].id for i in fresh if units[i].id in old_rows])
         atomic_write(self.dir / "manifest.json", orjson.dumps({
-            "format": FORMAT, "model": embedder.key, "model_dir": str(directory),
+            "format": FORMAT, "model": embedder.key, "model_dir": embedder.source,
             "embedding": self._embedding_settings(), "units": len(units), "stamps": stamps,
             "updated_at": clock.format_ts(clock.now())}))
         return report
