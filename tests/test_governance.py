@@ -8,9 +8,12 @@ from datetime import timedelta
 import pytest
 from hypothesis import given, strategies as st
 
-from memctl import access, clock, governance, memoryfile
+from memctl.store import counters as access
+from memctl import clock
+from memctl.governance import governance
+from memctl.store import memoryfile
 from memctl.errors import InputError
-from memctl.store import Store
+from memctl.store.store import Store
 
 NOW = clock.parse_ts("2026-12-01T00:00:00Z")
 

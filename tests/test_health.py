@@ -97,7 +97,7 @@ def test_fix_repairs_what_is_safe_and_dry_run_does_not(run, demo):
     held = run("ingest", "--pending", "--ttl", "1", "-", input="Waiting for a yes", env={"MEMCTL_NOW": "2026-01-01T00:00:00Z"})
     assert held.returncode == 0
     (demo / ".journal").mkdir(mode=0o700)   # after the ingest: any writer would roll it back first
-    (demo / ".journal" / "journal.json").write_bytes(b"[]")
+    (demo / ".journal" / "journal.json").write_bytes(b'{"ops": []}')
     (demo / ".journal" / "journal.json").chmod(0o600)
 
     code, found = problems(run)
@@ -137,7 +137,7 @@ def test_pending_and_config_problems(run, demo):
 
 def test_no_store_and_usage_errors_exit_2(run, tmp_path):
     missing = run("health", "check", store=tmp_path / "nowhere")
-    assert missing.returncode == 2 and b"no store here" in missing.stderr
+    assert missing.returncode == 2 and b"no store at" in missing.stderr
     assert not (tmp_path / "nowhere").exists()
     assert run("health", "check", "--dry-run").returncode == 2
     assert run("health", "scores", "--sort", "size").returncode == 2
@@ -186,7 +186,7 @@ def test_every_review_and_health_subcommand_has_help_with_examples(run):
 def test_governance_commands_start_without_heavy_imports():
     code = ("import sys\nfrom memctl.cli import main\nsys.argv = ['memctl', '--help']\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "import memctl.governance, memctl.lifecycle, memctl.health, memctl.pending\n"
+            "import memctl.governance.governance, memctl.governance.lifecycle, memctl.governance.health, memctl.governance.review\n"
             "heavy = {'numpy', 'torch', 'tiktoken', 'tantivy', 'sqlite_utils', 'sentence_transformers'}\n"
             "print(sorted(heavy & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)

@@ -9,11 +9,11 @@ import orjson
 import pytest
 
 from conftest import FIXTURES, snapshot
-from memctl import memoryfile
+from memctl.store import memoryfile
 from memctl.errors import InputError
-from memctl.ingest import ingest
-from memctl.sessions import iter_messages
-from memctl.store import Store
+from memctl.ingest.ingest import ingest
+from memctl.store.sessions import iter_messages
+from memctl.store.store import Store
 
 
 def lines_of(path):

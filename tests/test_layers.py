@@ -7,12 +7,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memctl import memoryfile
-from memctl.ingest import ingest
-from memctl.layers import layered_search, trigger
-from memctl.lexical import Filters
-from memctl.search import Query, search_store
-from memctl.store import Store
+from memctl.store import memoryfile
+from memctl.ingest.ingest import ingest
+from memctl.search.layers import layered_search, trigger
+from memctl.search.filters import Filters
+from memctl.search.search import Query, search_store
+from memctl.store.store import Store
 
 NOW = "2026-11-22T12:00:00Z"
 

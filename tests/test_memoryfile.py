@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import FIXTURES
-from memctl import memoryfile
-from memctl.memoryfile import Entry
+from memctl.store import memoryfile
+from memctl.store.memoryfile import Entry
 
 
 def test_fixture_round_trips_byte_for_byte():

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from conftest import snapshot
-from memctl import memoryfile
+from memctl.store import memoryfile
 
 T0 = "2026-11-01T00:00:00Z"
 
@@ -253,7 +253,7 @@ def test_thresholds_come_from_memctl_toml(run, aged_store):
 def test_review_on_a_missing_store_creates_nothing(run, tmp_path):
     nowhere = tmp_path / "nowhere"
     assert run("review", "lifecycle", store=nowhere).returncode == 0
-    assert run("review", "pending", store=nowhere).returncode == 1
+    assert run("review", "pending", store=nowhere).returncode == 2  # a read of no store: an error, not "none"
     assert run("review", "confirm", "x", store=nowhere).returncode == 2
     assert run("review", "reject", "x", store=nowhere).returncode == 2
     assert not nowhere.exists()

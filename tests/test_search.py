@@ -9,12 +9,12 @@ import orjson
 import pytest
 
 from conftest import FIXTURES
-from memctl import access
-from memctl.index import Index
-from memctl.ingest import ingest
-from memctl.lexical import Filters
-from memctl.search import Query, search_store
-from memctl.store import Store
+from memctl.store import counters as access
+from memctl.index.index import Index
+from memctl.ingest.ingest import ingest
+from memctl.search.filters import Filters
+from memctl.search.search import Query, search_store
+from memctl.store.store import Store
 
 NOW = "2026-11-22T12:00:00Z"
 
@@ -266,8 +266,8 @@ def test_cli_adaptive_and_usage_errors(run, demo):
     assert run("search", store=demo.root).returncode == 2
     assert run("search", "--scope", "team:x", "db", store=demo.root).returncode == 2
     assert run("search", "--since", "last tuesday", "db", store=demo.root).returncode == 2
-    empty = run("search", "anything", store=demo.root.parent / "no-store")
-    assert empty.returncode == 1 and empty.stdout == b""
+    missing = run("search", "anything", store=demo.root.parent / "no-store")
+    assert missing.returncode == 2 and missing.stdout == b"" and b"no store at" in missing.stderr
 
 
 def test_cli_index_reports(run, demo):

@@ -16,9 +16,9 @@ import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from memctl import state as S
+from memctl.window import state as S
 from memctl.errors import InputError
-from memctl.store import Store
+from memctl.store.store import Store
 
 WORKTREE = str(Path(__file__).resolve().parents[1])
 NOW = "2026-02-08T12:00:00Z"

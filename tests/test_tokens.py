@@ -7,7 +7,7 @@ import sys
 
 import tiktoken
 
-from memctl import tokens
+from memctl.text import tokens
 
 SAMPLES = ["Kestrel uses PostgreSQL for JSONB recipe metadata.",
            "淡水分店的店長是陳小姐，她希望每天早上七點收到庫存報表。",
@@ -37,7 +37,7 @@ def test_estimate_never_undercounts():
 
 
 FALLBACK = """
-from memctl import tokens
+from memctl.text import tokens
 text = "淡水分店的店長是陳小姐 and some English words"
 print(tokens.count_tokens(text), tokens.count_tokens(text), tokens.estimate_tokens(text))
 print(tokens.truncate_tokens(text, 10))

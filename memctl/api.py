@@ -1,0 +1,306 @@
+"""`Memory`: the whole of memctl as one object, as `Database` is the whole of sqlite-utils.
+
+The command line and the MCP server call nothing else: they parse, call a
+method and print what it returns. Results are dataclasses whose `as_dict()`
+is the documented JSON schema (docs/api.md), or plain dicts of that schema.
+
+Every heavy import happens inside the method that needs it, so that making a
+Memory costs nothing and `memctl --help` stays fast. A Memory keeps its
+search index and embedding model open between calls (a server's searches are
+warm); a command line run makes one and uses it once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from memctl.store.store import Store
+
+if TYPE_CHECKING:
+    from memctl.governance.governance import Chain
+    from memctl.governance.health import Problem
+    from memctl.governance.lifecycle import Change
+    from memctl.index.index import UpdateReport
+    from memctl.ingest.ingest import IngestResult, Outcome
+    from memctl.search.layers import Layered
+    from memctl.search.search import Result
+    from memctl.window.state import Plan, RecordResult, ResetResult, State
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class Found:
+    """What a search returns: the results, or why no search was needed (`skipped`)."""
+
+    results: list["Result"] = field(default_factory=list)
+    skipped: str | None = None
+
+    def __iter__(self):
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __bool__(self) -> bool:
+        return bool(self.results)
+
+    def __getitem__(self, index):
+        return self.results[index]
+
+
+@dataclass
+class Reviewed:
+    """Rows of a review step and the pending memories that expired first (P5)."""
+
+    rows: list[dict[str, Any]]
+    expired: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Memory:
+    """A memory store: a directory of plain files, and everything memctl does with it.
+
+    >>> memory = Memory("/tmp/agent/.memory")
+    >>> memory.ingest('{"text": "Kestrel uses PostgreSQL"}', kind="memory")
+    >>> [r.text for r in memory.search("which database")]
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, *, say: Say | None = None):
+        """The store at `path`, else $MEMCTL_STORE, else ./.memory. `say` gets progress notes
+        meant for a person (re-indexing, rebuilds); by default they are dropped."""
+        self.store = Store.locate(path)
+        self.say = say
+        self._retriever = None
+
+    @property
+    def path(self):
+        return self.store.root
+
+    # -- writing -------------------------------------------------------------------
+    def ingest(self, data: bytes | str, *, source: str = "<input>", fmt: str = "auto", kind: str = "auto",
+               session: str | None = None, section: str | None = None, pending: bool = False,
+               ttl_hours: float | None = None, keep_noise: bool | None = None,
+               supersedes: Iterable[str] = (), allow_conflict: bool = False, dry_run: bool = False,
+               on_noise: Callable[["Outcome", str], None] | None = None) -> "IngestResult":
+        """Store messages or notes (all or nothing); see `memctl ingest --help` for the formats."""
+        from memctl.ingest.ingest import ingest
+
+        if isinstance(data, str):
+            data = data.encode()
+        return ingest(self.store, data, source=source, fmt=fmt, kind=kind, session=session, pending=pending,
+                      keep_noise=keep_noise, ttl_hours=ttl_hours, section=section, dry_run=dry_run,
+                      on_noise=on_noise, supersedes=list(supersedes), allow_conflict=allow_conflict)
+
+    def index(self, *, rebuild: bool = False,
+              progress: Callable[[str, int, int], None] | None = None) -> "UpdateReport":
+        """Bring .index/ up to date with the files (a search does this by itself)."""
+        from memctl.index.index import Index
+
+        report = Index(self.store).update(rebuild=rebuild, progress=progress)
+        self._retriever = None  # reopen on the next search
+        return report
+
+    # -- searching -----------------------------------------------------------------
+    def search(self, query: str, *, k: int = 10, mode: str = "hybrid", kinds: Iterable[str] = (),
+               scope: str | None = None, sections: Iterable[str] = (), sources: Iterable[str] = (),
+               sessions: Iterable[str] = (), since: str | None = None, until: str | None = None,
+               min_score: float | None = None, rank: str = "pipeline", include_archived: bool = False,
+               plan: str | None = None, adaptive: bool = False) -> Found:
+        """Hybrid search (P3). `plan`: search the sections `state_plan(plan)` picks (and query
+        defaults to it); `adaptive`: skip messages that need no memory (P7). When nothing is
+        searched, `Found.skipped` says why."""
+        from memctl.search.search import Query
+
+        sections = tuple(sections)
+        if plan is not None:
+            sections = tuple(dict.fromkeys((*sections, *self.state_plan(plan).names)))
+            query = query or plan
+            if not sections:
+                return Found(skipped="the plan names no section; nothing to search")
+        self._need_query(query)
+        if adaptive:
+            reason = self.search_needed(query)
+            if reason:
+                return Found(skipped=f"no search needed: {reason}")
+        filters = self.filters(kinds=kinds, scope=scope, sections=sections, sources=sources,
+                               sessions=sessions, since=since, until=until, include_archived=include_archived)
+        (results,) = self._retrieve([Query(text=query, k=k, mode=mode, filters=filters, min_score=min_score,
+                                           rank=rank)])
+        return Found(results)
+
+    def search_batch(self, data: bytes | str, *, source: str = "<input>",
+                     **defaults: Any) -> list[tuple[Any, list["Result"]]]:
+        """Many queries, one JSON object a line (`memctl search --batch`); every line is checked
+        before any runs. `defaults` are search()'s filter keywords for lines that name none."""
+        from memctl.search.queries import parse_batch
+
+        if isinstance(data, str):
+            data = data.encode()
+        options = {"k": defaults.pop("k", 10), "mode": defaults.pop("mode", "hybrid"),
+                   "min_score": defaults.pop("min_score", None), "filters": self.filters(**defaults)}
+        queries, ids = parse_batch(data, source, default=options)
+        return list(zip(ids, self._retrieve(queries)))
+
+    @staticmethod
+    def filters(*, kinds: Iterable[str] = (), scope: str | None = None, sections: Iterable[str] = (),
+                sources: Iterable[str] = (), sessions: Iterable[str] = (), since: str | None = None,
+                until: str | None = None, include_archived: bool = False):
+        """The one filter definition of a search, from option values (checked: InputError)."""
+        from memctl.search.queries import filters_from
+
+        filters = filters_from(kinds=kinds, scope=scope, sections=sections, sources=sources,
+                               sessions=sessions, since=since, until=until)
+        if include_archived:  # archived means "not searched by default" (G5), superseded means never
+            filters.exclude_status = tuple(s for s in filters.exclude_status if s != "archived")
+        return filters
+
+    @staticmethod
+    def search_needed(message: str) -> str | None:
+        """Why `message` needs no memory search (greeting, acknowledgement, ...), or None (P7)."""
+        from memctl.text.adaptive import skip_reason
+
+        return skip_reason(message)
+
+    def layered_search(self, query: str, *, workspace: str | None = None, budget: int = 2000) -> "Layered":
+        """Layered result (G1): L0 core, L1 workspace, L2 query within `budget` tokens."""
+        from memctl.search.layers import layered_search
+
+        self._need_query(query)
+        self.store.require()
+        return layered_search(self.store, query, workspace=workspace, budget=budget, say=self.say,
+                              retriever=self._retriever_open())
+
+    def history(self, memory_id: str) -> "Chain":
+        """The version chain of a memory, oldest first (G6 supersedes links)."""
+        from memctl.governance.governance import chain
+        from memctl.governance.lifecycle import load_deleted
+        from memctl.store import memoryfile
+
+        self.store.require()
+        with self.store.reading():
+            return chain(memoryfile.load(self.store.memory_md), memory_id, load_deleted(self.store))
+
+    # -- review (P5, G5) -------------------------------------------------------------
+    def drop_expired(self, *, dry_run: bool = False) -> list[dict[str, Any]]:
+        """Remove pending memories whose time ran out; every review step does this first."""
+        from memctl.governance.review import drop_expired
+
+        dropped = drop_expired(self.store, dry_run=dry_run)
+        verb = "would drop" if dry_run else "dropped"
+        for item in dropped:  # said now: the review step after this may still fail
+            self._say(f"memctl: {verb} expired pending memory '{item['id']}' (expired {item['expires_at']})")
+        return dropped
+
+    def review_pending(self) -> Reviewed:
+        """Pending memories with their age and time left (hours), after dropping expired ones."""
+        from memctl.governance.review import listing
+
+        self.store.require()
+        expired = self.drop_expired()
+        return Reviewed(listing(self.store), expired)
+
+    def confirm(self, ids: Iterable[str], *, allow_conflict: bool = False, supersedes: Iterable[str] = (),
+                dry_run: bool = False) -> Reviewed:
+        """Write pending memories to MEMORY.md (all or nothing)."""
+        from memctl.governance.review import confirm
+
+        expired = self.drop_expired(dry_run=dry_run)
+        rows = confirm(self.store, list(ids), dry_run=dry_run, allow_conflict=allow_conflict,
+                       supersedes=list(supersedes))
+        return Reviewed(rows, expired)
+
+    def reject(self, ids: Iterable[str], *, dry_run: bool = False) -> Reviewed:
+        """Drop pending memories without writing them (all or nothing)."""
+        from memctl.governance.review import reject
+
+        expired = self.drop_expired(dry_run=dry_run)
+        return Reviewed(reject(self.store, list(ids), dry_run=dry_run), expired)
+
+    def lifecycle(self, *, dry_run: bool = False, hard: bool = False) -> tuple[list["Change"], list[dict]]:
+        """Demote, archive and delete memories by health score (G5); (changes, expired pending)."""
+        from memctl.governance.lifecycle import run
+
+        expired = self.drop_expired(dry_run=dry_run)
+        return run(self.store, dry_run=dry_run, hard=hard), expired
+
+    # -- health ----------------------------------------------------------------------
+    def health_scores(self, *, sort: str = "health") -> list[dict[str, Any]]:
+        """Health score of every memory with its parts (G4)."""
+        from memctl.governance.health import scores
+
+        self.store.require()
+        with self.store.reading():
+            return scores(self.store, sort=sort)
+
+    def health_check(self) -> list["Problem"]:
+        """Every problem of the store, like git fsck; writes nothing."""
+        from memctl.governance.health import check
+
+        return check(self.store)
+
+    def health_fix(self, problems: list["Problem"], *, dry_run: bool = False) -> list[str]:
+        """Repair what is safe among `problems`; one line per repair (made or, dry, that would be)."""
+        from memctl.governance.health import fix
+
+        return fix(self.store, problems, dry_run=dry_run)
+
+    # -- the section window (W) ------------------------------------------------------
+    def state_plan(self, message: str) -> "Plan":
+        """The MEMORY.md sections worth searching for `message` (start of a turn)."""
+        from memctl.window.state import plan
+
+        return plan(self.store, message)
+
+    def state_record(self, sections: Iterable[str] = (), *, search_output: bytes | None = None,
+                     source: str = "<input>", summary: str | None = None,
+                     dry_run: bool = False) -> "RecordResult":
+        """Record the sections a turn used (end of a turn): `sections`, plus those of
+        `memctl search --json` output given as `search_output`."""
+        from memctl.window.state import hits_from_search_output, record
+
+        hits = list(sections)
+        if search_output is not None:
+            hits += hits_from_search_output(search_output, source)
+        return record(self.store, hits, summary=summary, dry_run=dry_run)
+
+    def state_show(self) -> dict[str, Any] | None:
+        """index_state.json as `state show --json` prints it, or None before the first turn."""
+        from memctl.window.state import show
+
+        return show(self.store)
+
+    def state_reset(self, *, dry_run: bool = False) -> "ResetResult":
+        from memctl.window.state import reset
+
+        return reset(self.store, dry_run=dry_run)
+
+    def state_config(self, *, window: int | None = None, threshold: float | None = None,
+                     dry_run: bool = False) -> "State":
+        from memctl.window.state import configure
+
+        return configure(self.store, window=window, threshold=threshold, dry_run=dry_run)
+
+    # -- inside ----------------------------------------------------------------------
+    def _say(self, message: str) -> None:
+        if self.say is not None:
+            self.say(message)
+
+    def _retriever_open(self):
+        from memctl.search.search import Retriever
+
+        if self._retriever is None:
+            self._retriever = Retriever(self.store, say=self.say)
+        return self._retriever
+
+    def _retrieve(self, queries) -> list[list["Result"]]:
+        return self._retriever_open().search(queries)
+
+    @staticmethod
+    def _need_query(query: str | None) -> None:
+        from memctl.errors import InputError
+
+        if not query or not query.strip():
+            raise InputError("give a query", source="query")
+

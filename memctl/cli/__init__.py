@@ -1,0 +1,93 @@
+"""The `memctl` command line: parse, call `memctl.Memory`, print.
+
+One module a command group; this one holds the group, the one translator of
+errors into a line on stderr and an exit status, and `main`. Imports of
+anything heavier than click happen inside the commands, so that `memctl
+--help` and `memctl ingest` start fast; memctl runs once per agent turn.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from memctl import __version__
+from memctl.cli.health import health
+from memctl.cli.ingest import index, ingest
+from memctl.cli.output import EXIT_ERROR, EXIT_OK, say
+from memctl.cli.review import review
+from memctl.cli.search import search
+from memctl.cli.state import state
+
+
+class MemctlGroup(click.Group):
+    """Turns library errors into one line on stderr and exit status 2."""
+
+    def invoke(self, ctx: click.Context):
+        from memctl.errors import MemctlError
+
+        try:
+            return super().invoke(ctx)
+        except MemctlError as exc:
+            say(f"memctl: error: {exc}")
+            ctx.exit(exc.exit_code)
+        except OSError as exc:
+            if isinstance(exc, BrokenPipeError):
+                # The reader went away (memctl search | head): not an error of ours.
+                sys.stderr.close()
+                ctx.exit(EXIT_OK)
+            where = f"{exc.filename}: " if exc.filename else ""
+            say(f"memctl: error: {where}{exc.strerror or exc}")
+            ctx.exit(EXIT_ERROR)
+
+
+@click.group(cls=MemctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="memctl")
+@click.option("--store", "store_path", metavar="DIR", type=click.Path(file_okay=False),
+              help="The memory store. [default: $MEMCTL_STORE, else ./.memory]")
+@click.pass_context
+def cli(ctx: click.Context, store_path: str | None) -> None:
+    """Long-term memory for LLM agents, kept in plain files.
+
+    A store is a directory of files a person can read and edit: MEMORY.md
+    (long-term memory, sections are its headings), memory/YYYY-MM-DD.md
+    (daily logs), sessions/*.jsonl (messages), pending.jsonl, memctl.toml.
+    Everything under .index/ is derived and can be deleted.
+
+    \b
+    Examples:
+      memctl ingest chat.jsonl                  store a chat's messages
+      memctl ingest --kind memory notes.md      add notes to MEMORY.md
+      echo "I moved to Taipei" | memctl ingest -
+      memctl --store ~/agent/.memory search "where does Bob live"
+
+    Exit status: 0 found or done, 1 nothing found, 2 usage or input error.
+    """
+    from memctl.api import Memory
+
+    ctx.obj = Memory(store_path, say=say)
+
+
+for command in (ingest, index, search, review, health, state):
+    cli.add_command(command)
+
+
+def _later(name: str, summary: str, issue: str):
+    @cli.command(name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+                 help=f"{summary} ({issue}); not available yet in this version.", add_help_option=True)
+    def command():
+        say(f"memctl: error: '{name}' is not available yet in memctl {__version__}")
+        sys.exit(EXIT_ERROR)
+
+    return command
+
+
+split = _later("split", "Partition messages into topics", "T1-T12")
+
+
+def main() -> None:
+    try:
+        cli(prog_name="memctl")
+    except KeyboardInterrupt:
+        sys.exit(130)

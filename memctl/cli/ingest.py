@@ -1,0 +1,129 @@
+"""`memctl ingest` and `memctl index`: files in, index up to date."""
+
+from __future__ import annotations
+
+import click
+
+from memctl.cli.output import dry_run_note, json_lines, progress, read_input, say
+from memctl.text.clip import clip
+
+
+@click.command()
+@click.argument("file", default="-", metavar="[FILE|-]")
+@click.option("-f", "--format", "fmt", default="auto", show_default=True,
+              type=click.Choice(["auto", "jsonl", "json", "md", "text"]),
+              help="Input format; auto goes by the file name, then by the content.")
+@click.option("--kind", default="auto", show_default=True, type=click.Choice(["auto", "message", "memory"]),
+              help="message: chat messages into sessions/ and the daily log. memory: notes into "
+                   "MEMORY.md. auto: memory for Markdown and --pending, else message.")
+@click.option("--session", metavar="ID", help="Session of messages that name none. [default: the file "
+              "name, or 'default' for stdin]")
+@click.option("--section", metavar="NAME", help="MEMORY.md section of notes that name none. "
+              "[default: memctl.toml ingest.default_section, 'General']")
+@click.option("--pending", is_flag=True, help="Hold notes in pending.jsonl until confirmed "
+              "(memctl review) instead of writing MEMORY.md.")
+@click.option("--ttl", type=click.FloatRange(min=0, min_open=True), metavar="HOURS",
+              help="Hours a pending note waits for confirmation. [default: 24]")
+@click.option("--keep-noise", is_flag=True, default=None,
+              help="Keep greetings, refusals, memory questions and text under 5 characters.")
+@click.option("--supersedes", "supersedes", multiple=True, metavar="ID",
+              help="The note replaces memory ID (repeatable): ID becomes deprecated, the note lists it "
+                   "in 'supersedes'. Needs an input of one note.")
+@click.option("--add", "allow_conflict", is_flag=True,
+              help="Write a note even when its canonical_topic already has a current memory "
+                   "(otherwise that is refused; a warning remains).")
+@click.option("-n", "--dry-run", is_flag=True, help="Check and report; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a line for each record: "
+              '{"id", "kind", "status", "line", "file"?, "reason"?, "supersedes"?, "conflicts"?, '
+              '"similar"?}.')
+@click.pass_obj
+def ingest(memory, file, fmt, kind, session, section, pending, ttl, keep_noise, supersedes, allow_conflict,
+           dry_run, as_json):
+    """Store messages or notes from a file or stdin.
+
+    All or nothing: any bad record stops the run with one line naming the
+    file, line and field, and the store is left as it was. Prints the id of
+    each stored record, one a line. Records with an id already in the store
+    and the same text are skipped; the same id with other text is an error.
+
+    \b
+    Accepted input:
+      JSON lines     {"id"?, "session"?, "role"?, "speaker"?, "text"|"content", "ts"?, ...}
+      JSON           a list of such objects, an OpenAI-style list of {"role", "content"},
+                     or a session object {"ID", "Messages": [...], "LastUpdate"}
+      Markdown       notes in MEMORY.md form (sections are headings)
+      text           one message a line; with --kind memory, one note a paragraph
+    Notes may carry section and the schema fields summary, memory_class,
+    scope, canonical_topic, supersedes, status, claims, is_core,
+    enforcement_level, user_weight, importance, created_at.
+
+    Version chains (G6): a note that supersedes others (--supersedes or its
+    own supersedes field) marks them deprecated in the same write. A note
+    whose canonical_topic already has a current memory is refused (exit 2,
+    nothing written) unless --add or --supersedes says which you mean.
+
+    \b
+    Examples:
+      memctl ingest chat.jsonl
+      memctl ingest --session telegram_42 -f json history.json
+      echo '{"text": "Prefers tea", "section": "About me"}' | memctl ingest --kind memory -
+      memctl ingest --pending --ttl 48 notes.md
+      echo '{"text": "Kestrel moves to CockroachDB"}' | memctl ingest --kind memory --supersedes mem-kestrel-db -
+    """
+    data, source = read_input(file)
+
+    def report_noise(outcome, text):
+        say(f"memctl: skipped {source}:{outcome.line} ({outcome.reason}): {clip(text, 60)}")
+
+    result = memory.ingest(data, source=source, fmt=fmt, kind=kind, session=session, pending=pending,
+                           keep_noise=keep_noise, ttl_hours=ttl, section=section, dry_run=dry_run,
+                           on_noise=report_noise, supersedes=supersedes, allow_conflict=allow_conflict)
+    for outcome in result.stored:
+        report = outcome.governance
+        if report is not None and report.conflicts:
+            if outcome.kind == "pending":
+                ids = ", ".join(f"'{i}'" for i in report.conflicts)
+                say(f"memctl: warning: '{outcome.id}': canonical_topic '{report.topic}' already has "
+                    f"current memory {ids}; confirm with --add, or --supersedes {report.conflicts[0]}")
+            else:
+                say(f"memctl: warning: {report.warning(outcome.id)}")
+    if as_json:
+        json_lines(o.as_dict() for o in result.outcomes)
+    else:
+        for outcome in result.stored:
+            click.echo(outcome.id)
+    duplicates = sum(o.status == "duplicate" for o in result.outcomes)
+    if duplicates:
+        say(f"memctl: {duplicates} already stored, skipped")
+    if dry_run:
+        dry_run_note(len(result.stored), "stored")
+
+
+@click.command()
+@click.option("--rebuild", is_flag=True, help="Start over instead of updating what changed.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"units", "added", "changed", "removed", "embedded", "rebuilt", "reason"}.')
+@click.pass_obj
+def index(memory, rebuild, as_json):
+    """Bring the search index up to date with the store's files.
+
+    The index (.index/) is derived: Tantivy for BM25, the units' vectors and
+    their metadata. It is updated incrementally: files whose size and time
+    are unchanged are not read, and only units whose text changed are
+    embedded again. A search indexes first by itself when the files changed,
+    so this command is for doing that work ahead of time (in cron, say) or
+    for starting over with --rebuild.
+
+    \b
+    Examples:
+      memctl index
+      memctl index --rebuild --json
+    """
+    with progress() as advance:
+        report = memory.index(rebuild=rebuild, progress=advance)
+    if as_json:
+        json_lines([report.as_dict()])
+    else:
+        rebuilt = f" (rebuilt: {report.reason})" if report.rebuilt else ""
+        click.echo(f"{report.units} units: {report.added} added, {report.changed} changed, "
+                   f"{report.removed} removed, {report.embedded} embedded{rebuilt}")

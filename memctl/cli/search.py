@@ -1,0 +1,177 @@
+"""`memctl search`: hybrid, layered, batch and history searches."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
+
+
+@click.command()
+@click.argument("query", required=False)
+@click.option("-k", "--limit", "k", type=click.IntRange(min=1), default=10, show_default=True,
+              help="How many results.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a result (JSON lines); schema below.")
+@click.option("--batch", "batch", metavar="FILE|-", help='Many queries, one JSON object a line: {"id", "query", '
+              '"k"?, "mode"?, "kind"?, "scope"?, "section"?, "source"?, "since"?, "until"?}.')
+@click.option("--mode", type=click.Choice(["hybrid", "bm25", "vector"]), default="hybrid", show_default=True,
+              help="Rank by both, by words only (fastest), or by meaning only.")
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(["memory", "message", "log"]),
+              help="Only results of this kind (repeatable).")
+@click.option("--scope", "--workspace", "scope", metavar="SCOPE", help="Workspace scope, e.g. "
+              "project:kestrel: only that scope and global are searched (G7).")
+@click.option("--section", "sections", multiple=True, metavar="NAME", help="Only this MEMORY.md section "
+              "(repeatable).")
+@click.option("--source", "sources", multiple=True, metavar="PATH", help="Only this file, or folder with a "
+              "trailing '/', relative to the store (repeatable).")
+@click.option("--session", "sessions", multiple=True, metavar="ID", help="Only this session (repeatable).")
+@click.option("--since", metavar="TIME", help="Only results at or after TIME (ISO 8601 date or time).")
+@click.option("--until", metavar="TIME", help="Only results at or before TIME (a date means its whole day).")
+@click.option("--plan", "plan_message", metavar="MESSAGE", help="Search the sections `memctl state plan "
+              "MESSAGE` picks; QUERY defaults to MESSAGE.")
+@click.option("--adaptive", is_flag=True, help="Skip greetings, acknowledgements, slash commands, emoji and "
+              "short messages (exit 1, reason on stderr); memory words always search (P7).")
+@click.option("--min-score", type=click.FloatRange(min=0), metavar="X",
+              help="Drop results whose relevance (calibrated, 0-1, before age counts) is below X; "
+              "0 keeps every candidate. [default: retrieval.hard_min_score, 0.2, and nothing at all "
+              "when no result reaches retrieval.min_best_relevance, 0.35]")
+@click.option("--rank", type=click.Choice(["pipeline", "mera"]), default="pipeline", show_default=True,
+              help="pipeline: the scoring stages above; mera: G4 retrieval_score (0.4 relevance, 0.25 "
+              "recency, 0.2 access, 0.15 user weight).")
+@click.option("--include-archived", is_flag=True, help="Also search memories the lifecycle archived.")
+@click.option("--layered", is_flag=True, help="Layered result (G1): L0 core, L1 workspace, L2 query, "
+              "within --budget tokens.")
+@click.option("--budget", type=click.IntRange(min=1), default=2000, show_default=True, metavar="TOKENS",
+              help="Token budget of --layered.")
+@click.option("--history", "history_id", metavar="ID", help="Print the version chain of memory ID, oldest "
+              "first (supersedes links), instead of searching.")
+@click.option("--explain", is_flag=True, help="Show each ranking stage's factor and score for each result.")
+@click.pass_obj
+def search(memory, query, k, as_json, batch, mode, kinds, scope, sections, sources, sessions, since, until,
+           plan_message, adaptive, min_score, rank, include_archived, layered, budget, history_id, explain):
+    """Find memories, messages and log entries: BM25 and meaning, fused.
+
+    A minimum on calibrated relevance (meaning and the share of the
+    query's words matched) drops what is unrelated, before age counts; the
+    rest are ordered by fusing BM25 and vector scores (0.7 vector, 0.3 BM25,
+    less vector for text the model cannot read), then recency, importance,
+    length and time decay (which reorder, never erase), the noise filter and
+    near-duplicate demotion; --explain shows each stage's factor and score. The query is taken
+    as words: quotes, colons and AND are not syntax. Chinese, Japanese and
+    Korean are matched by character and character pair, so a word inside a
+    sentence is found.
+
+    \b
+    --json prints one object a result:
+      {"id", "kind": "memory"|"message"|"log", "text", "score", "source",
+       "lines": [first, last], "section", "session", "ts", "speaker", "scope",
+       "fields"? (memories: schema fields), "explain"? (with --explain)}
+    --batch prints one line a query: {"query_id", "results": [...]}.
+
+    Exit status: 0 results, 1 none (or the query needs no search), 2 error.
+
+    \b
+    Examples:
+      memctl search "which database does Kestrel use"
+      memctl search -k 3 --json --scope project:kestrel "database choice"
+      memctl search --mode bm25 --kind memory 淡水分店
+      memctl search --json "what did we decide" | memctl state record -
+      memctl search --batch queries.jsonl > answers.jsonl
+      memctl search --adaptive "$USER_MESSAGE" || echo "no memory needed"
+    """
+    if history_id:
+        _print_history(memory, history_id, as_json)
+        return
+    filters = {"kinds": kinds, "scope": scope, "sections": sections, "sources": sources, "sessions": sessions,
+               "since": since, "until": until}
+    if batch:
+        if query or plan_message:
+            raise click.UsageError("give either QUERY or --batch, not both")
+        data, source = read_input(batch)
+        answers = memory.search_batch(data, source=source, k=k, mode=mode, min_score=min_score,
+                                      include_archived=include_archived, **filters)
+        json_lines({"query_id": query_id, "results": [r.as_dict(explain) for r in results]}
+                   for query_id, results in answers)
+        sys.exit(EXIT_OK if any(results for _, results in answers) else EXIT_NOTHING)
+    if not (query or plan_message) or not (query or plan_message).strip():
+        raise click.UsageError("give a QUERY (or --batch FILE)")
+    if layered:
+        reason = memory.search_needed(query) if adaptive else None
+        if reason:
+            say(f"memctl: no search needed: {reason}")
+            sys.exit(EXIT_NOTHING)
+        _print_layered(memory, query, scope, budget, as_json)
+        return
+    found = memory.search(query, k=k, mode=mode, min_score=min_score, rank=rank, include_archived=include_archived,
+                          plan=plan_message, adaptive=adaptive, **filters)
+    if found.skipped:
+        say(f"memctl: {found.skipped}")
+    if as_json:
+        json_lines(r.as_dict(explain) for r in found)
+    else:
+        for result in found:
+            _print_result(result, explain)
+    sys.exit(EXIT_OK if found else EXIT_NOTHING)
+
+
+def _print_history(memory, memory_id: str, as_json: bool) -> None:
+    found = memory.history(memory_id)
+    if as_json:
+        json_lines(link.as_dict() for link in found.links)
+    else:
+        for link in found.links:
+            summary = (link.entry.get("summary") or "") if link.entry is not None else ""
+            created = (link.entry.get("created_at") or "") if link.entry is not None else ""
+            click.echo(f"{link.id}  {link.status}  {created}  {summary}".rstrip())
+    for problem in found.problems:
+        say(f"memctl: chain of {memory_id}: {problem}")
+
+
+def _print_layered(memory, query: str, workspace: str | None, budget: int, as_json: bool) -> None:
+    result = memory.layered_search(query, workspace=workspace, budget=budget)
+    if as_json:
+        json_lines([result.as_dict()])
+    else:
+        names = {"L0": "core", "L1": f"workspace {workspace or '(none)'}", "L2": "query"}
+        for layer, items in result.layers.items():
+            note = f" ({result.trigger})" if layer == "L2" and result.trigger else (
+                " (no trigger fired)" if layer == "L2" else "")
+            click.echo(f"{layer} {names[layer]}{note}")
+            for item in items:
+                shown = " ".join(item["text"].split())
+                click.echo(f"  {item['id']}  [{item['section']}]  {item['tokens']} tokens"
+                           f"{' (summary)' if item['content'] == 'summary' else ''}")
+                click.echo(f"    {shown}")
+        click.echo(f"tokens: {result.tokens_used} / {result.budget}")
+    if result.left_out:
+        say(f"memctl: over the budget, left out: {', '.join(result.left_out)}")
+    sys.exit(EXIT_OK if any(result.layers.values()) else EXIT_NOTHING)
+
+
+def _print_result(result, explain: bool) -> None:
+    first, last = result.lines
+    where = f"{result.source}:{first}" + (f"-{last}" if last != first else "")
+    label = f"[{result.section}]" if result.section else (result.speaker or result.session or "")
+    click.echo(f"{where}  {label}  {result.score:.3f}  {result.record_id or result.id}")
+    snippet = " ".join(result.text.split())
+    click.echo("    " + (snippet if len(snippet) <= 300 else snippet[:299] + "…"))
+    if explain:
+        for line in _explain_lines(result.explain):
+            click.echo("    " + line)
+
+
+def _explain_lines(stages: dict) -> list[str]:
+    """The inputs, then each stage's own factor beside the running score."""
+    inputs = "  ".join(f"{k}={stages[k]}" for k in ("bm25", "bm25_norm", "bm25_coverage", "cosine",
+                                                    "cosine_calibrated", "vector_weight", "bm25_weight",
+                                                    "unknown_share", "age_days") if k in stages)
+    lines = [inputs, f"relevance {stages['relevance']} (the minimum judges this)",
+             f"fused {stages['fused']} ({stages['fusion']})"]
+    if "recency" in stages:
+        lines += [f"recency     +{stages['recency_bonus']:<7} -> {stages['recency']}"]
+        lines += [f"{name:<11} x{stages[name + '_factor']:<7} -> {stages[name]}"
+                  for name in ("importance", "length", "time_decay")]
+    lines += [f"{k} {v}" for k, v in stages.items() if k in ("mmr", "mera")]
+    return lines

@@ -1,0 +1,1 @@
+"""Governance: scores, version chains, pending review, lifecycle, health."""

@@ -1,0 +1,561 @@
+"""MERA governance (G4, G6): scores, version chains and conflicts on write.
+
+Scores (G4), each in [0, 1] with its parts kept for --explain:
+
+    retrieval_score = 0.4 relevance + 0.25 recency_decay + 0.2 access_frequency + 0.15 user_weight/10
+    health_score    =                 0.4 recency_decay + 0.35 access_frequency + 0.25 user_weight/10
+    recency_decay    = exp(-ln2 / 14 * days since created_at)   (1.0 when created_at is missing)
+    access_frequency = min(access_count / 20, 1), access_count = the entry's own
+                       `access_count` (a base) + the searches counted in access.json
+    user_weight      = the entry's, else 5 (the middle of 0..10)
+
+Every constant is a setting of the [governance] table of memctl.toml.
+
+Version chains (G6): an entry's `supersedes: [ids]` names the entries it
+replaces; those are `status: deprecated`. A chain is every entry connected by
+such links; its tail is the newest version. Hand edits can break a chain (a
+deleted entry, a cycle): the functions here report that and never fail on it.
+
+Statuses: `active` (or none) and `low_priority` are *current*: search returns
+them. `deprecated` (superseded) and `archived` (by the lifecycle) are not.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import orjson
+
+from memctl import clock
+from memctl import config
+from memctl.store import memoryfile
+from memctl.errors import InputError
+from memctl.store.memoryfile import Document, Entry
+from memctl.store.store import Store
+from memctl.text import cjk
+from memctl.text.words import STOPWORDS
+
+LOG_FILE = "governance.log.jsonl"
+CURRENT = ("active", "low_priority")
+
+
+# -- settings --------------------------------------------------------------
+def settings(store: Store | None = None) -> dict[str, Any]:
+    """The [governance] settings of a store (defaults without one); config checks each value's
+    range, this the one rule that ties two values together."""
+    values = config.load(store.config_file)["governance"] if store else dict(config.DEFAULTS["governance"])
+    if values["archive_below"] > values["low_priority_below"]:
+        raise InputError("governance.archive_below must not exceed governance.low_priority_below",
+                         source=str(store.config_file) if store else None)
+    return values
+
+
+# -- field access, lenient about hand edits ---------------------------------
+def fields_of(entry: Entry | Mapping[str, Any]) -> Mapping[str, Any]:
+    """Schema fields of a MEMORY.md entry, or of anything that is a field dict (an index unit's)."""
+    return entry.fields if hasattr(entry, "fields") else entry
+
+
+def status_of(entry: Entry | Mapping[str, Any]) -> str:
+    """The entry's status; missing or malformed counts as active (health check reports the latter)."""
+    status = fields_of(entry).get("status")
+    return status if status in memoryfile.STATUSES else "active"
+
+
+def is_current(entry: Entry | Mapping[str, Any]) -> bool:
+    return status_of(entry) in CURRENT
+
+
+def supersedes_of(entry: Entry | Mapping[str, Any]) -> list[str]:
+    """Ids an entry supersedes; a single id written by hand as plain text counts too."""
+    value = fields_of(entry).get("supersedes")
+    if isinstance(value, str):
+        return [value] if value else []
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, str)]
+    return []
+
+
+def _number(value: Any, low: float, high: float) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high:
+        return float(value)
+    return None
+
+
+def user_weight_of(entry: Entry | Mapping[str, Any], gov: Mapping[str, Any]) -> float:
+    weight = _number(fields_of(entry).get("user_weight"), 0, 10)
+    return gov["default_user_weight"] if weight is None else weight
+
+
+def is_core(entry: Entry | Mapping[str, Any], gov: Mapping[str, Any]) -> bool:
+    """Layer 0: is_core, or user_weight at least core_user_weight (9). Never demoted."""
+    fields = fields_of(entry)
+    weight = _number(fields.get("user_weight"), 0, 10)
+    return fields.get("is_core") is True or (weight is not None and weight >= gov["core_user_weight"])
+
+
+def parse_time(value: Any) -> datetime | None:
+    try:
+        return clock.parse_ts(value) if isinstance(value, str) else None
+    except (ValueError, TypeError):
+        return None
+
+
+def set_status(entry: Entry, status: str, stamp: str) -> None:
+    """Change an entry's status and record when (status_changed_at).
+
+    A hand-written entry (no metadata block) gets one, with the required
+    schema fields filled as ingest would (summary from its text, class and
+    scope from the [ingest] defaults), so the block it gains is complete.
+    """
+    if not entry.annotated:
+
+        defaults = config.DEFAULTS["ingest"]
+        entry.set("id", entry.derived_id)
+        entry.set("summary", memoryfile.summary_of(entry))
+        entry.set("memory_class", defaults["default_memory_class"])
+        entry.set("scope", defaults["default_scope"])
+    entry.set("status", status)
+    entry.set("status_changed_at", stamp)
+
+
+# -- scores (G4) -------------------------------------------------------------
+@dataclass
+class Score:
+    """A score and the parts it was made of (each in [0, 1] but user_weight, 0..10)."""
+    total: float
+    recency_decay: float
+    access_frequency: float
+    user_weight: float          # 0..10 as used (the entry's, else the default); the formulas use /10
+    access_count: int
+    age_days: float | None      # None when created_at is missing or unreadable
+    relevance: float | None = None  # retrieval scores only
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"score": round(self.total, 6), "recency_decay": round(self.recency_decay, 6),
+               "access_frequency": round(self.access_frequency, 6), "user_weight": round(self.user_weight, 6),
+               "access_count": self.access_count,
+               "age_days": None if self.age_days is None else round(self.age_days, 3)}
+        if self.relevance is not None:
+            out["relevance"] = round(self.relevance, 6)
+        return out
+
+
+def _parts(entry: Entry | Mapping[str, Any], now: datetime | None, accesses: int,
+           gov: Mapping[str, Any]) -> tuple[float, float, float, int, float | None]:
+    fields = fields_of(entry)
+    created = parse_time(fields.get("created_at"))
+    age = None if created is None else clock.age_days(created, now or clock.now())
+    recency = 1.0 if age is None else math.exp(-math.log(2) / gov["recency_half_life_days"] * age)
+    base = fields.get("access_count")
+    base = base if isinstance(base, int) and not isinstance(base, bool) and base >= 0 else 0
+    count = base + max(0, int(accesses))
+    frequency = min(count / gov["access_saturation"], 1.0)
+    return recency, frequency, user_weight_of(entry, gov), count, age
+
+
+def health_score(entry: Entry | Mapping[str, Any], now: datetime | None = None, *, accesses: int = 0,
+                 gov: Mapping[str, Any] | None = None) -> Score:
+    """Health (no query): 0.4 recency + 0.35 access frequency + 0.25 user_weight/10.
+
+    `accesses` is the entry's count in access.json (see Scorer, which looks it up).
+    """
+    gov = gov or settings()
+    recency, frequency, weight, count, age = _parts(entry, now, accesses, gov)
+    total = (gov["health_weight_recency"] * recency + gov["health_weight_access"] * frequency
+             + gov["health_weight_user"] * weight / 10)
+    return Score(total, recency, frequency, weight, count, age)
+
+
+def retrieval_score(relevance: float, entry: Entry | Mapping[str, Any], now: datetime | None = None, *,
+                    accesses: int = 0, gov: Mapping[str, Any] | None = None) -> Score:
+    """Ranking with a query: 0.4 relevance + 0.25 recency + 0.2 access frequency + 0.15 user_weight/10.
+
+    `relevance` is the search's own score, clamped to [0, 1].
+    """
+    gov = gov or settings()
+    relevance = min(max(float(relevance), 0.0), 1.0)
+    recency, frequency, weight, count, age = _parts(entry, now, accesses, gov)
+    total = (gov["retrieval_weight_relevance"] * relevance + gov["retrieval_weight_recency"] * recency
+             + gov["retrieval_weight_access"] * frequency + gov["retrieval_weight_user"] * weight / 10)
+    return Score(total, recency, frequency, weight, count, age, relevance)
+
+
+class Scorer:
+    """Scores for one store: reads the settings and access.json once, for many entries.
+
+        scorer = Scorer(store)
+        scorer.retrieval(0.82, unit.fields, unit.record_id).total
+    """
+
+    def __init__(self, store: Store, now: datetime | None = None):
+        from memctl.store import counters as access
+
+        self.gov = settings(store)
+        self.now = now or clock.now()
+        self.counts = access.load(store)
+
+    def accesses(self, memory_id: str) -> int:
+        entry = self.counts.get(memory_id)
+        count = entry.get("count", 0) if isinstance(entry, dict) else 0
+        return count if isinstance(count, int) and not isinstance(count, bool) else 0
+
+    def health(self, entry: Entry | Mapping[str, Any], memory_id: str | None = None) -> Score:
+        return health_score(entry, self.now, accesses=self.accesses(memory_id or _id_of(entry)), gov=self.gov)
+
+    def retrieval(self, relevance: float, entry: Entry | Mapping[str, Any], memory_id: str | None = None) -> Score:
+        return retrieval_score(relevance, entry, self.now, accesses=self.accesses(memory_id or _id_of(entry)),
+                               gov=self.gov)
+
+
+def _id_of(entry: Entry | Mapping[str, Any]) -> str:
+    return entry.id if isinstance(entry, Entry) else str(fields_of(entry).get("id", ""))
+
+
+# -- similarity (G6: "top-K similar memories" on write) ---------------------
+_TOKEN = re.compile(f"[0-9a-z]+|[{cjk.CJK}]+")
+
+Similarity = Callable[[str, str], float]
+
+
+def lexical_tokens(text: str) -> set[str]:
+    """Words of Latin text, character bigrams of CJK text (a single CJK character stands alone)."""
+    out: set[str] = set()
+    for match in _TOKEN.finditer(text.lower()):
+        word = match.group()
+        if word[0].isascii():
+            if word not in STOPWORDS:
+                out.add(word)
+        else:
+            out.update(cjk.bigrams(word))
+    return out
+
+
+def lexical_similarity(a: str, b: str) -> float:
+    """Jaccard similarity of lexical_tokens; dependency-free, the default until embeddings replace it."""
+    ta, tb = lexical_tokens(a), lexical_tokens(b)
+    if not ta or not tb:
+        return 0.0
+    return len(ta & tb) / len(ta | tb)
+
+
+def _entry_text(entry: Entry) -> str:
+    summary = entry.get("summary")
+    return f"{summary}\n{entry.text}" if isinstance(summary, str) else entry.text
+
+
+def similar(entries: Iterable[Entry], text: str, *, k: int = 5, min_score: float = 0.0,
+            similarity: Similarity = lexical_similarity, exclude: Iterable[str] = ()) -> list[tuple[str, float]]:
+    """The k current entries most similar to `text`, as (id, score), best first.
+
+    `similarity(a, b) -> [0, 1]` is pluggable (e.g. embedding cosine).
+    """
+    skip = set(exclude)
+    scored = []
+    for entry in entries:
+        if entry.id in skip or not is_current(entry):
+            continue
+        score = similarity(text, _entry_text(entry))
+        if score >= min_score and score > 0:
+            scored.append((entry.id, score))
+    scored.sort(key=lambda pair: (-pair[1], pair[0]))
+    return scored[:k]
+
+
+# -- version chains (G6) -----------------------------------------------------
+@dataclass
+class Link:
+    """One version in a chain. `entry` is None when the id is named but found nowhere."""
+    id: str
+    entry: Entry | None
+    supersedes: list[str] = field(default_factory=list)
+    superseded_by: list[str] = field(default_factory=list)
+    deleted: bool = False   # found only among soft-deleted entries (deleted/*.md)
+
+    @property
+    def status(self) -> str:
+        if self.entry is None:
+            return "missing"
+        return "deleted" if self.deleted else status_of(self.entry)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "status": self.status, "supersedes": self.supersedes,
+                               "superseded_by": self.superseded_by}
+        if self.entry is not None:
+            for key in ("summary", "canonical_topic", "created_at", "status_changed_at"):
+                if key in self.entry.fields:
+                    out[key] = self.entry.fields[key]
+            out["section"] = self.entry.section
+            out["text"] = self.entry.text
+        return out
+
+
+@dataclass
+class Chain:
+    """Every version connected to one memory, oldest first, and what is wrong with the chain."""
+    links: list[Link]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ids(self) -> list[str]:
+        return [link.id for link in self.links]
+
+    @property
+    def tails(self) -> list[str]:
+        """Current versions that no current version supersedes (normally exactly one)."""
+        return chain_tails((link.id, link.entry is not None and not link.deleted and is_current(link.entry),
+                            link.supersedes) for link in self.links)
+
+
+class Graph:
+    """The supersedes links of a set of entries (MEMORY.md, plus soft-deleted ones if given)."""
+
+    def __init__(self, entries: Iterable[Entry], deleted: Iterable[Entry] = ()):
+        self.entries: dict[str, Entry] = {}
+        self.deleted: set[str] = set()
+        self.order: dict[str, int] = {}
+        for entry in entries:
+            self.entries.setdefault(entry.id, entry)
+            self.order.setdefault(entry.id, len(self.order))
+        for entry in deleted:
+            if entry.id not in self.entries:
+                self.entries[entry.id] = entry
+                self.deleted.add(entry.id)
+                self.order[entry.id] = len(self.order)
+        self.older: dict[str, list[str]] = {i: list(dict.fromkeys(supersedes_of(e)))
+                                            for i, e in self.entries.items()}
+        self.newer: dict[str, list[str]] = {}
+        for new, olds in self.older.items():
+            for old in olds:
+                self.newer.setdefault(old, []).append(new)
+
+    def dangling(self) -> list[tuple[str, str]]:
+        """(entry, id it supersedes) for every link to an id that is nowhere."""
+        return [(new, old) for new, olds in self.older.items() for old in olds if old not in self.entries]
+
+    def cycles(self) -> list[list[str]]:
+        """Each supersedes cycle once, as a list of ids (a self-link is a cycle of one)."""
+        cycles, color = [], {}
+        for start in self.entries:
+            if color.get(start):
+                continue
+            path, on_path = [], {}
+            stack: list[tuple[str, Iterator[str]]] = [(start, iter(self.older.get(start, [])))]
+            color[start] = 1
+            path.append(start)
+            on_path[start] = 0
+            while stack:
+                node, children = stack[-1]
+                child = next(children, None)
+                if child is None:
+                    stack.pop()
+                    path.pop()
+                    on_path.pop(node, None)
+                    color[node] = 2
+                elif child in on_path:
+                    cycles.append(path[on_path[child]:])
+                elif child in self.entries and not color.get(child):
+                    color[child] = 1
+                    on_path[child] = len(path)
+                    path.append(child)
+                    stack.append((child, iter(self.older.get(child, []))))
+        return cycles
+
+    def chain(self, memory_id: str) -> Chain:
+        if memory_id not in self.entries and memory_id not in self.newer:
+            raise InputError(f"no memory with id '{memory_id}'", source="MEMORY.md")
+        seen, todo = {memory_id}, [memory_id]
+        while todo:
+            node = todo.pop()
+            for other in self.older.get(node, []) + self.newer.get(node, []):
+                if other not in seen:
+                    seen.add(other)
+                    todo.append(other)
+        problems = []
+        links = {}
+        for node in seen:
+            entry = self.entries.get(node)
+            links[node] = Link(node, entry, [o for o in self.older.get(node, [])],
+                               list(self.newer.get(node, [])), node in self.deleted)
+            if entry is None:
+                by = ", ".join(f"'{n}'" for n in self.newer.get(node, []))
+                problems.append(f"'{node}' is superseded by {by} but is not in MEMORY.md (deleted by hand?)")
+        for cycle in self.cycles():
+            if cycle[0] in seen:
+                problems.append("supersedes cycle: " + " -> ".join(cycle + [cycle[0]]))
+        forks = [n for n in seen if len(self.newer.get(n, [])) > 1]
+        for node in sorted(forks, key=self._key):
+            problems.append(f"'{node}' is superseded by more than one memory: "
+                            + ", ".join(self.newer[node]))
+        return Chain([links[n] for n in self._oldest_first(seen)], problems)
+
+    def _key(self, node: str) -> tuple:
+        entry = self.entries.get(node)
+        created = parse_time(entry.get("created_at")) if entry is not None else None
+        return (created is None, created.timestamp() if created else 0.0, self.order.get(node, -1), node)
+
+    def _oldest_first(self, nodes: set[str]) -> list[str]:
+        """Topological order (what is superseded comes first); a cycle's members follow in file order."""
+        waiting = {n: sum(1 for o in self.older.get(n, []) if o in nodes) for n in nodes}
+        ready = sorted((n for n, w in waiting.items() if w == 0), key=self._key)
+        out: list[str] = []
+        while ready:
+            node = ready.pop(0)
+            out.append(node)
+            for new in self.newer.get(node, []):
+                if new in waiting:
+                    waiting[new] -= 1
+                    if waiting[new] == 0:
+                        ready.append(new)
+                        ready.sort(key=self._key)
+        out += sorted((n for n in nodes if n not in out), key=self._key)
+        return out
+
+
+def chain(doc: Document, memory_id: str, deleted: Iterable[Entry] = ()) -> Chain:
+    """The whole version chain of a memory, oldest first (G6 "archaeology").
+
+    Follows `supersedes` both ways. Links to ids found nowhere appear with
+    entry None, cycles and forks are listed in `problems`; nothing raises
+    except an id that neither exists nor is named by any link (InputError).
+    Pass soft-deleted entries (lifecycle.load_deleted) to follow links into them.
+    """
+    return Graph(doc.entries, deleted).chain(memory_id)
+
+
+def chain_tails(versions: Iterable[tuple[str, bool, list[str]]]) -> list[str]:
+    """Ids of the current versions that no current version supersedes, in order (G6).
+
+    `versions` are (id, is current, ids it supersedes). This is the one rule of
+    what a chain shows: search returns only these, and only these conflict.
+    """
+    versions = list(versions)
+    replaced = {old for _, current, olds in versions if current for old in olds}
+    return list(dict.fromkeys(i for i, current, _ in versions if current and i not in replaced))
+
+
+def active_tails(doc: Document) -> list[str]:
+    """Ids search may return: current (active or low_priority) and not superseded by a current entry."""
+    return chain_tails((e.id, is_current(e), supersedes_of(e)) for e in doc.entries)
+
+
+def topic_conflicts(doc: Document) -> dict[str, list[str]]:
+    """canonical_topic -> ids, for every topic with more than one current entry that is a chain tail."""
+    tails = set(active_tails(doc))
+    by_topic: dict[str, list[str]] = {}
+    for entry in doc.entries:
+        topic = entry.get("canonical_topic")
+        if isinstance(topic, str) and topic and entry.id in tails:
+            by_topic.setdefault(topic, []).append(entry.id)
+    return {t: ids for t, ids in by_topic.items() if len(ids) > 1}
+
+
+# -- writing notes with chains and conflict checks --------------------------
+@dataclass
+class NoteReport:
+    """What governance found about one note written (or held as pending)."""
+    supersedes: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)   # current ids with the same canonical_topic
+    similar: list[tuple[str, float]] = field(default_factory=list)
+    topic: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.supersedes:
+            out["supersedes"] = self.supersedes
+        if self.conflicts:
+            out["conflicts"] = self.conflicts
+        if self.similar:
+            out["similar"] = [{"id": i, "score": round(s, 3)} for i, s in self.similar]
+        return out
+
+    def warning(self, memory_id: str) -> str | None:
+        if not self.conflicts:
+            return None
+        ids = ", ".join(f"'{i}'" for i in self.conflicts)
+        return (f"'{memory_id}': canonical_topic '{self.topic}' already has current memory {ids}; "
+                f"it was added anyway (--add); to replace instead: --supersedes {self.conflicts[0]}")
+
+
+def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, allow_conflict: bool,
+                now: datetime | None = None, gov: Mapping[str, Any] | None = None,
+                hold: bool = False) -> tuple[dict[str, NoteReport], list[dict]]:
+    """Add notes to `doc` in memory, deprecating what each supersedes; nothing is written here.
+
+    A note is {"id", "section", "text", "fields"} with its input line. Raises
+    InputError (the caller's transaction then writes nothing) when a note
+    supersedes an id not in MEMORY.md (or this input), itself, or a version
+    another memory already superseded; or, without allow_conflict, when its
+    canonical_topic already has a current memory. With `hold` (pending
+    notes) the links are checked and conflicts reported, and the document
+    is left unchanged. Returns a report per note id and governance log records.
+    """
+    gov = gov or settings()
+    stamp = clock.format_ts(now or clock.now())
+    by_id = {e.id: e for e in doc.entries}
+    replaced_by = {old: e.id for e in doc.entries for old in supersedes_of(e)}
+    # Every note of the input can be named by any other, in any order (an
+    # exported MEMORY.md may list a new version before the one it replaces).
+    staged = {note["id"]: Entry(text=note["text"], fields=note["fields"], section=note["section"])
+              for _, note in notes}
+    reports: dict[str, NoteReport] = {}
+    log: list[dict] = []
+    for line, note in notes:
+        fields = note["fields"]
+        note_id = note["id"]
+        olds = list(dict.fromkeys(supersedes_of(fields)))
+        report = NoteReport(supersedes=olds)
+        for old in olds:
+            target = by_id.get(old) or staged.get(old)
+            if old == note_id:
+                raise InputError("a memory cannot supersede itself", source=source, line=line, field="supersedes")
+            if target is None:
+                raise InputError(f"'{old}': no memory with that id in MEMORY.md", source=source, line=line,
+                                 field="supersedes")
+            if replaced_by.get(old, note_id) != note_id:
+                raise InputError(f"'{old}' is already superseded by '{replaced_by[old]}'; supersede the newest "
+                                 f"version instead", source=source, line=line, field="supersedes")
+            if "canonical_topic" not in fields and isinstance(target.get("canonical_topic"), str):
+                fields["canonical_topic"] = target.get("canonical_topic")  # a new version stays in its topic
+            if not hold and target.get("status") != "deprecated":
+                log.append({"ts": stamp, "action": "supersede", "id": old, "by": note_id,
+                            "from": status_of(target), "to": "deprecated"})
+                set_status(target, "deprecated", stamp)
+            replaced_by[old] = note_id
+        topic = fields.get("canonical_topic")
+        if isinstance(topic, str) and topic and is_current(fields):
+            report.topic = topic
+            tails = set(active_tails(doc))
+            report.conflicts = [e.id for e in doc.entries if e.get("canonical_topic") == topic
+                                and e.id in tails and e.id != note_id and e.id not in olds]
+            if report.conflicts and not allow_conflict and not hold:
+                ids = ", ".join(f"'{i}'" for i in report.conflicts)
+                raise InputError(f"'{topic}' already has current memory {ids}; add this one anyway with --add, "
+                                 f"or replace it with --supersedes {report.conflicts[0]}",
+                                 source=source, line=line, field="canonical_topic")
+        report.similar = similar(doc.entries, f"{fields.get('summary', '')}\n{note['text']}",
+                                 k=int(gov["conflict_top_k"]), min_score=gov["conflict_min_similarity"],
+                                 exclude=[note_id, *olds])
+        if report.conflicts and not hold:
+            log.append({"ts": stamp, "action": "add-conflict", "id": note_id, "topic": topic,
+                        "conflicts": report.conflicts})
+        entry = staged[note_id]
+        by_id[note_id] = entry
+        if not hold:
+            doc.add(entry)
+        reports[note_id] = report
+    return reports, log
+
+
+def log_records(records: list[dict]) -> bytes:
+    """Governance log lines (governance.log.jsonl at the store root), one JSON object each."""
+    return b"".join(orjson.dumps(r) + b"\n" for r in records)
+
+
+def log_path(store: Store):
+    return store.root / LOG_FILE
+

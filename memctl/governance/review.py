@@ -1,0 +1,198 @@
+"""Pending memories (P5): list, confirm into MEMORY.md, reject, drop expired.
+
+`memctl ingest --pending` holds notes in pending.jsonl, one a line:
+
+    {"id", "section", "text", "fields": {...}, "pending_since", "expires_at"}
+
+Confirming writes the note to MEMORY.md exactly as `ingest --kind memory`
+would (supersedes links applied, canonical_topic conflicts refused unless
+allowed) and removes its line from pending.jsonl, in one transaction. Every
+other line of pending.jsonl is kept byte for byte, hand edits included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from memctl import clock
+from memctl import config
+from memctl.governance import governance
+from memctl.store import memoryfile
+from memctl.errors import InputError
+from memctl.store import jsonl
+from memctl.store.store import Store
+
+SOURCE = "pending.jsonl"
+
+
+@dataclass
+class Pending:
+    line: int
+    raw: bytes                  # the line as stored, without its newline
+    item: dict[str, Any] | None  # None: not a JSON object with a text id
+
+    @property
+    def id(self) -> str | None:
+        return self.item["id"] if self.item else None
+
+    def expires(self) -> datetime | None:
+        value = self.item.get("expires_at") if self.item else None
+        try:
+            return clock.parse_ts(value) if isinstance(value, str) else None
+        except ValueError:
+            return None
+
+    def expired(self, now: datetime) -> bool:
+        expires = self.expires()
+        return expires is not None and expires <= now
+
+    def as_dict(self, now: datetime) -> dict[str, Any]:
+        item = self.item or {}
+        fields = item.get("fields") if isinstance(item.get("fields"), dict) else {}
+        since, expires = item.get("pending_since"), self.expires()
+        try:
+            age = clock.age_days(since, now) * 24 if isinstance(since, str) else None
+        except ValueError:
+            age = None
+        left = None if expires is None else (expires - now).total_seconds() / 3600
+        return {"id": self.id, "line": self.line, "section": item.get("section"),
+                "summary": fields.get("summary"), "text": item.get("text"),
+                "pending_since": since, "expires_at": item.get("expires_at"),
+                "age_hours": None if age is None else round(age, 2),
+                "left_hours": None if left is None else round(left, 2)}
+
+
+def read(store: Store) -> list[Pending]:
+    """Every non-blank line of pending.jsonl, parsed where possible (a last line without newline too)."""
+    return [Pending(line.number, line.raw, line.value if line.value is not None
+                    and isinstance(line.value.get("id"), str) else None)
+            for line in jsonl.read(store.pending_file, unterminated=True)]
+
+
+def _rewrite(store: Store, tx, items: list[Pending], drop: set[int]) -> None:
+    """pending.jsonl without the lines numbered in `drop`; the rest unchanged."""
+    kept = [p.raw + b"\n" for p in items if p.line not in drop]
+    tx.replace(store.pending_file, b"".join(kept))
+
+
+def drop_expired(store: Store, *, dry_run: bool = False, now: datetime | None = None) -> list[dict]:
+    """Remove every expired pending memory, in one transaction; returns what was (or would be) dropped."""
+    now = now or clock.now()
+    if not store.pending_file.exists():
+        return []
+    with store.transaction(dry_run=dry_run) as tx:
+        items = read(store)
+        gone = [p for p in items if p.expired(now)]
+        if gone:
+            _rewrite(store, tx, items, {p.line for p in gone})
+            stamp = clock.format_ts(now)
+            tx.append(governance.log_path(store), governance.log_records(
+                [{"ts": stamp, "action": "expire", "id": p.id, "expires_at": p.item["expires_at"]} for p in gone]))
+    return [{"id": p.id, "line": p.line, "expires_at": p.item["expires_at"]} for p in gone]
+
+
+def listing(store: Store, now: datetime | None = None) -> list[dict]:
+    """Pending memories that have not expired, in file order, with age and time left (hours)."""
+    now = now or clock.now()
+    store.require()
+    with store.reading():
+        items = read(store)
+    return [p.as_dict(now) for p in items if p.item is not None and not p.expired(now)]
+
+
+def _pick(items: list[Pending], ids: list[str], now: datetime) -> list[Pending]:
+    by_id: dict[str, Pending] = {}
+    for p in items:
+        if p.id is not None:
+            by_id.setdefault(p.id, p)
+    picked = []
+    for memory_id in dict.fromkeys(ids):
+        p = by_id.get(memory_id)
+        if p is None:
+            raise InputError(f"no pending memory with id '{memory_id}' (see: memctl review pending)", source=SOURCE)
+        if p.expired(now):
+            raise InputError(f"pending memory '{memory_id}' expired at {p.item['expires_at']}",
+                             source=SOURCE, line=p.line)
+        picked.append(p)
+    return picked
+
+
+def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_conflict: bool = False,
+            supersedes: list[str] | None = None, now: datetime | None = None) -> list[dict]:
+    """Write pending memories to MEMORY.md and remove them from pending.jsonl, all in one transaction.
+
+    Raises InputError (nothing written) for an unknown or expired id, a bad
+    field, or a governance refusal (see governance.apply_notes).
+    Returns one record a memory: {"id", "status": "confirmed"|"duplicate", "file", ...governance}.
+    """
+    from memctl.ingest.notes import complete_note
+
+    now = now or clock.now()
+    settings = config.load(store.config_file)["ingest"]
+    if supersedes and len(set(ids)) != 1:
+        raise InputError("names what one memory replaces; confirm one id with it", source="--supersedes")
+    if not store.pending_file.exists():
+        _pick([], ids, now)  # raises: nothing is pending (and no store is created to say so)
+    with store.transaction(dry_run=dry_run) as tx:
+        items = read(store)
+        picked = _pick(items, ids, now)
+        doc = memoryfile.load(store.memory_md)
+        notes, out = [], []
+        for p in picked:
+            item = p.item
+            fields = item.get("fields", {})
+            if not isinstance(fields, dict):
+                raise InputError("must be an object of schema fields", source=SOURCE, line=p.line, field="fields")
+            unknown = sorted(set(fields) - set(memoryfile.FIELD_ORDER))
+            if unknown:
+                raise InputError("not a memory field", source=SOURCE, line=p.line, field=f"fields.{unknown[0]}")
+            text, section = item.get("text"), item.get("section", settings["default_section"])
+            if not isinstance(text, str) or not text.strip():
+                raise InputError("must be non-empty text", source=SOURCE, line=p.line, field="text")
+            if not isinstance(section, str) or not section.strip() or "\n" in section:
+                raise InputError("must be one line of text", source=SOURCE, line=p.line, field="section")
+            fields = dict(fields, id=p.id)
+            if supersedes:
+                fields["supersedes"] = list(dict.fromkeys([*governance.supersedes_of(fields), *supersedes]))
+            note = complete_note(fields, text.strip(), section.strip(), settings, SOURCE, p.line)
+            existing = doc.find(p.id)
+            if existing is not None:
+                if existing.text != note["text"]:
+                    raise InputError(f"id '{p.id}' is already in MEMORY.md with different text",
+                                     source=SOURCE, line=p.line, field="id")
+                out.append({"id": p.id, "status": "duplicate", "file": store.relative(store.memory_md)})
+                continue
+            notes.append((p.line, note))
+        reports, log = governance.apply_notes(doc, notes, source=SOURCE, allow_conflict=allow_conflict,
+                                              now=now, gov=governance.settings(store))
+        if notes:
+            tx.replace(store.memory_md, doc.render().encode("utf-8"))
+        _rewrite(store, tx, items, {p.line for p in items if p.id in {q.id for q in picked}})
+        stamp = clock.format_ts(now)
+        log += [{"ts": stamp, "action": "confirm", "id": p.id} for p in picked]
+        tx.append(governance.log_path(store), governance.log_records(log))
+        for _, note in notes:
+            record = {"id": note["id"], "status": "confirmed", "file": store.relative(store.memory_md)}
+            record.update(reports[note["id"]].as_dict())
+            out.append(record)
+    order = {memory_id: n for n, memory_id in enumerate(dict.fromkeys(ids))}
+    out.sort(key=lambda r: order[r["id"]])
+    return out
+
+
+def reject(store: Store, ids: list[str], *, dry_run: bool = False, now: datetime | None = None) -> list[dict]:
+    """Remove pending memories without writing them anywhere (logged). Unknown or expired id: InputError."""
+    now = now or clock.now()
+    if not store.pending_file.exists():
+        _pick([], ids, now)
+    with store.transaction(dry_run=dry_run) as tx:
+        items = read(store)
+        picked = _pick(items, ids, now)
+        names = {p.id for p in picked}
+        _rewrite(store, tx, items, {p.line for p in items if p.id in names})
+        stamp = clock.format_ts(now)
+        tx.append(governance.log_path(store), governance.log_records(
+            [{"ts": stamp, "action": "reject", "id": p.id} for p in picked]))
+    return [{"id": p.id, "status": "rejected"} for p in picked]

@@ -1,0 +1,1 @@
+"""The derived index: units, Tantivy BM25, embeddings; everything under .index/."""

@@ -1,0 +1,128 @@
+"""BM25 with Tantivy, CJK-aware (P1).
+
+Tantivy's default tokenizer keeps a run of Han characters as one token, so
+a word inside a Chinese sentence is never found. memctl's analyzer makes each
+Han or kana character a token and keeps other words whole, lower-cased and
+stemmed (English); a query then adds each adjacent pair of CJK characters as
+a phrase, so a two-character word ranks its exact occurrences first. On the
+MADial Chinese data this beat jieba segmentation (recall@5 .525 vs .468) and
+costs no dictionary load. Tantivy does not store registered analyzers in the
+index: `open_index` registers it after every open.
+
+Queries are built from analysed tokens, never parsed, so user text such as
+`foo:bar`, an unbalanced quote or a bare AND is searched as words.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import tantivy
+
+from memctl.search.filters import Filters
+from memctl.text.cjk import IDEOGRAPHIC, IDEOGRAPHIC_RUN
+from memctl.text.words import STOPWORDS
+
+ANALYZER = "memctl_cjk_v1"
+# One token per ideographic character, other words whole (Hangul words among them).
+TOKEN_PATTERN = f"[{IDEOGRAPHIC}]|[^{IDEOGRAPHIC}\\W]+"
+FILTER_FIELDS = ("kind", "scope", "section", "session", "status", "source", "source_dir")
+
+def analyzer() -> tantivy.TextAnalyzer:
+    return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(TOKEN_PATTERN))
+            .filter(tantivy.Filter.remove_long(40))
+            .filter(tantivy.Filter.lowercase())
+            .filter(tantivy.Filter.stemmer("english"))
+            .build())
+
+
+def schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("id", stored=True, tokenizer_name="raw")
+    builder.add_text_field("body", stored=False, tokenizer_name=ANALYZER)
+    for name in FILTER_FIELDS:
+        builder.add_text_field(name, stored=False, tokenizer_name="raw")
+    builder.add_integer_field("ts", stored=False, indexed=True, fast=True)
+    return builder.build()
+
+
+def create_index(path: Path) -> tantivy.Index:
+    path.mkdir(parents=True, exist_ok=True)
+    index = tantivy.Index(schema(), path=str(path))
+    index.register_tokenizer(ANALYZER, analyzer())
+    return index
+
+
+def open_index(path: Path) -> tantivy.Index:
+    index = tantivy.Index.open(str(path))
+    index.register_tokenizer(ANALYZER, analyzer())  # not persisted: needed after every open
+    return index
+
+
+def document(unit_id: str, body: str, meta: dict) -> tantivy.Document:
+    source = meta["source"]
+    fields = {"id": unit_id, "body": body, "kind": meta["kind"], "scope": meta["scope"],
+              "section": meta.get("section") or "", "session": meta.get("session") or "",
+              "status": meta.get("status") or "active", "source": source,
+              "source_dir": source.rsplit("/", 1)[0] + "/" if "/" in source else ""}
+    if meta.get("ts_epoch") is not None:
+        fields["ts"] = int(meta["ts_epoch"])
+    return tantivy.Document(**fields)
+
+
+@dataclass
+class Hits:
+    """BM25 matches, and the score a document holding each query word once would get.
+
+    Max-normalised BM25 makes the best hit 1.0 whatever it matched. `ideal`
+    is Σ idf over the query's words and CJK pairs (BM25 with tf = 1 at the
+    average length), so score / ideal is the share of the query's weight a
+    hit matched: a calibrated relevance, near 0 when only a common word or
+    nothing of the query occurs in the store. A long query (a whole dialogue
+    so far) is judged as if it held `ideal_terms` words of its average
+    weight: no single memory can hold all of a dialogue's words.
+    """
+    scores: dict[str, float]
+    ideal: float
+
+    def coverage(self, unit_id: str) -> float:
+        return min(1.0, self.scores.get(unit_id, 0.0) / self.ideal) if self.ideal > 0 else 0.0
+
+
+def search(index: tantivy.Index, text: str, filters: Filters, limit: int, ideal_terms: int = 8) -> Hits:
+    """The best `limit` matches of `text` within `filters`, by unit id."""
+    terms, pairs = _query_terms(text)
+    if not terms and not pairs:
+        return Hits({}, 0.0)
+    clauses = [(tantivy.Occur.Should, tantivy.Query.term_query(index.schema, "body", term)) for term in terms]
+    clauses += [(tantivy.Occur.Should, tantivy.Query.phrase_query(index.schema, "body", list(pair)))
+                for pair in pairs]
+    clauses = [(tantivy.Occur.Must, tantivy.Query.boolean_query(clauses))] + filters.tantivy_clauses(index.schema)
+    searcher = index.searcher()
+    hits = searcher.search(tantivy.Query.boolean_query(clauses), limit=limit, count=False).hits
+    documents = searcher.num_docs
+    idf = {}
+    for term in {*terms, *(c for pair in pairs for c in pair)}:
+        found = searcher.doc_freq("body", term)
+        idf[term] = math.log(1 + (documents - found + 0.5) / (found + 0.5))
+    ideal = sum(idf[t] for t in terms) + sum(idf[a] + idf[b] for a, b in pairs)
+    words = len(terms) + 2 * len(pairs)
+    if words > ideal_terms:
+        ideal *= ideal_terms / words
+    return Hits({searcher.doc(address)["id"][0]: score for score, address in hits}, ideal)
+
+
+def _query_terms(text: str) -> tuple[list[str], list[str]]:
+    """The query's analysed words (stopwords dropped unless nothing else is left) and CJK pairs."""
+    tokens = _QUERY_ANALYZER.analyze(text)
+    content = [t for t in tokens if t not in _STEMMED_STOPWORDS]
+    terms = list(Counter(content or tokens))  # a query of stopwords only still searches them
+    pairs = list({run[i:i + 2]: None for run in IDEOGRAPHIC_RUN.findall(text) for i in range(len(run) - 1)})
+    return terms, pairs
+
+
+_QUERY_ANALYZER = analyzer()
+_STEMMED_STOPWORDS = frozenset(t for word in STOPWORDS for t in _QUERY_ANALYZER.analyze(word))

@@ -1,0 +1,168 @@
+"""What the index holds: the store's files cut into searchable units.
+
+A memory entry, a message and a daily-log entry are each a unit; a long one
+is cut into overlapping chunks (P9 token counts). Each unit carries what
+search filters and ranks on, and a content hash, so that re-indexing touches
+only what changed (P2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import orjson
+
+from memctl.store import memoryfile
+from memctl.store.sessions import LOG_HEADING, iter_messages
+from memctl.store.store import Store
+from memctl.text.tokens import count_tokens, estimate_tokens, truncate_tokens
+
+CHUNK_TOKENS = 200    # the embedding model reads 256 word pieces; cl100k tokens run a little longer
+CHUNK_OVERLAP = 40
+
+
+@dataclass
+class Unit:
+    id: str                 # the record's id; chunks of a long record add "#2", "#3", ...
+    record_id: str          # the message or memory id the unit came from
+    kind: str               # memory | message | log
+    text: str
+    source: str             # file relative to the store
+    line_start: int
+    line_end: int
+    section: str | None = None
+    session: str | None = None
+    speaker: str | None = None
+    ts: str | None = None
+    scope: str = "global"
+    fields: dict[str, Any] = field(default_factory=dict)  # a memory's schema fields
+    context: str | None = None  # the turn before a message, read with it by the embedding model
+
+    def as_record(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
+
+    @property
+    def digest(self) -> str:
+        """Changes whenever anything search depends on changes."""
+        return hashlib.sha1(orjson.dumps(self.as_record(), option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def collect(store: Store) -> Iterator[Unit]:
+    """Every unit of the store, memories first, in file order."""
+    yield from _memory_units(store)
+    message_ids = set()
+    for unit in _message_units(store):
+        message_ids.add(unit.record_id)
+        yield unit
+    # A daily log repeats what users said; only its entries that are not also
+    # a stored message (written by hand, or from elsewhere) are units of their own.
+    yield from _log_units(store, skip=message_ids)
+
+
+def _memory_units(store: Store) -> Iterator[Unit]:
+    from memctl.governance.governance import active_tails, is_current
+
+    doc = memoryfile.load(store.memory_md)
+    source = store.relative(store.memory_md)
+    tails = set(active_tails(doc))
+    for entry in doc.entries:
+        if not entry.text.strip():
+            continue
+        end = entry.line + len((entry.raw or "").rstrip("\n").split("\n")) - 1
+        scope = entry.get("scope")
+        fields = {k: v for k, v in entry.fields.items() if k != "id"}
+        # A current entry that a current one supersedes (a chain edited by hand, say) is
+        # searched as superseded: search returns only the tails of chains (G6).
+        if is_current(entry) and entry.id not in tails:
+            fields["status"] = "superseded"
+        base = Unit(id=entry.id, record_id=entry.id, kind="memory", text=entry.text, source=source,
+                    line_start=entry.text_line, line_end=max(end, entry.text_line), section=entry.section,
+                    ts=entry.get("created_at"), scope=scope if isinstance(scope, str) else "global",
+                    fields=fields)
+        yield from _chunks(base)
+
+
+def _message_units(store: Store) -> Iterator[Unit]:
+    previous: dict[Path, str] = {}
+    relative: dict[Path, str] = {}
+    for path, number, message in iter_messages(store):
+        text = message.get("text")
+        if not isinstance(text, str) or not text.strip():
+            continue
+        speaker = _text_or_none(message.get("speaker")) or _text_or_none(message.get("role"))
+        context = previous.get(path)
+        previous[path] = f"{speaker}: {text}" if speaker else text
+        yield from _chunks(Unit(
+            id=message["id"], record_id=message["id"], kind="message", text=text,
+            source=relative.get(path) or relative.setdefault(path, store.relative(path)),
+            line_start=number, line_end=number,
+            session=_text_or_none(message.get("session")), speaker=_text_or_none(message.get("speaker")),
+            ts=_text_or_none(message.get("ts")), scope=_scope_of(message), context=context,
+            fields={"role": message.get("role")}))
+
+
+def _log_units(store: Store, skip: set[str]) -> Iterator[Unit]:
+    for path in store.daily_logs():
+        day = path.stem
+        lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+        heading = None
+        body: list[str] = []
+        for number, line in enumerate(lines + ["### end"], 1):
+            match = LOG_HEADING.match(line) if line.startswith("### ") else None
+            if line.startswith("### ") or number == len(lines) + 1:
+                if heading is not None and heading[1][3] not in skip and "\n".join(body).strip():
+                    start, (clock, speaker, session, record_id) = heading
+                    text = memoryfile.unescape_body("\n".join(body).strip("\n"))
+                    yield from _chunks(Unit(
+                        id=record_id, record_id=record_id, kind="log", text=text, source=store.relative(path),
+                        line_start=start, line_end=start + len(body), session=session, speaker=speaker,
+                        ts=f"{day}T{clock}"))
+                heading = (number, match.groups()) if match else None
+                body = []
+            elif heading is not None:
+                body.append(line)
+
+
+def _chunks(unit: Unit) -> Iterator[Unit]:
+    """The unit itself, or overlapping chunks of it when its text is long."""
+    # No more UTF-8 bytes than tokens allowed means it fits: a token is at least a byte.
+    if (len(unit.text.encode()) <= CHUNK_TOKENS or estimate_tokens(unit.text) <= CHUNK_TOKENS
+            or count_tokens(unit.text) <= CHUNK_TOKENS):
+        yield unit
+        return
+    rest, part = unit.text, 1
+    while rest:
+        piece = truncate_tokens(rest, CHUNK_TOKENS)
+        cut = _soft_cut(piece) if len(piece) < len(rest) else len(piece)
+        piece = rest[:cut]
+        chunk = Unit(**{**unit.__dict__, "text": piece.strip(), "fields": dict(unit.fields)})
+        if part > 1:
+            chunk.id = f"{unit.id}#{part}"
+        yield chunk
+        if cut >= len(rest):
+            break
+        overlap = cut * CHUNK_OVERLAP // CHUNK_TOKENS  # characters, in proportion to the tokens
+        rest = rest[max(1, cut - overlap):]
+        part += 1
+
+
+def _soft_cut(piece: str) -> int:
+    """Cut at the last sentence or line end of the piece's second half, if any."""
+    for mark in ("\n\n", "\n", "。", ". ", "！", "？", "! ", "? "):
+        at = piece.rfind(mark, len(piece) // 2)
+        if at > 0:
+            return at + len(mark)
+    return len(piece)
+
+
+def _scope_of(message: dict) -> str:
+    """A message may name its scope (G7); without a valid one it is global."""
+    scope = message.get("scope")
+    return scope if scope and memoryfile.check_field("scope", scope) is None else "global"
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

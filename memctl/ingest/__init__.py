@@ -1,0 +1,1 @@
+"""Ingest: input formats in, messages and notes into the store."""

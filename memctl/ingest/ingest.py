@@ -1,0 +1,340 @@
+"""`ingest`: messages into sessions and daily logs, notes into MEMORY.md or pending.
+
+An invocation is all or nothing: the whole input is read and checked before
+the store is touched, and the writes happen in one store transaction.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+
+from memctl import clock
+from memctl import config
+from memctl.ingest import inputs
+from memctl.store.jsonl import json_type
+from memctl.ingest.notes import complete_note, derived_id, normal_ts
+from memctl.store import memoryfile
+from memctl.errors import InputError
+from memctl.store.memoryfile import check_field
+from memctl.text.noise import noise_reason
+from memctl.store.sessions import append_daily_log, load_ids, message_line
+from memctl.store.store import Store
+
+_SESSION_ID = re.compile(r"[\w.:@+-]{1,128}")
+_MESSAGE_KEYS = ("id", "session", "role", "speaker", "ts", "text")
+_NOTE_KEYS = {"id", "text", "content", "section", "ts"} | set(memoryfile.FIELD_ORDER)
+_LOGGED_ROLES = (None, "user", "human")
+
+
+@dataclass
+class Outcome:
+    """What became of one input record."""
+    id: str
+    kind: str        # message | memory | pending
+    status: str      # stored | duplicate | noise
+    line: int
+    file: str = ""   # store-relative file it went to
+    reason: str = ""  # for noise: which kind
+    governance: Any = None  # for notes: governance.NoteReport (supersedes, conflicts, similar)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"id": self.id, "kind": self.kind, "status": self.status, "line": self.line}
+        if self.file:
+            out["file"] = self.file
+        if self.reason:
+            out["reason"] = self.reason
+        if self.governance is not None:
+            out.update(self.governance.as_dict())
+        return out
+
+
+@dataclass
+class IngestResult:
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def stored(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "stored"]
+
+
+def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "auto", kind: str = "auto",
+           session: str | None = None, pending: bool = False, keep_noise: bool | None = None,
+           ttl_hours: float | None = None, section: str | None = None, dry_run: bool = False,
+           on_noise: Callable[[Outcome, str], None] | None = None, supersedes: list[str] | None = None,
+           allow_conflict: bool = False) -> IngestResult:
+    """Read `data` (the bytes of `source`) and store it; see the module doc.
+
+    Raises InputError, with the store unchanged, for any bad record. With
+    dry_run, everything is checked and reported but nothing is written.
+
+    Notes go through governance (G6, memctl/governance.py): `supersedes`
+    (the one note of the input replaces these ids, which become deprecated)
+    and a note's own `supersedes` field are applied in the same transaction;
+    a note whose canonical_topic already has a current memory is refused
+    unless `allow_conflict` (pending notes are only reported: confirming
+    them decides).
+    """
+    settings = config.load(store.config_file)["ingest"]
+    if keep_noise is None:
+        keep_noise = not settings["filter_noise"]
+    if session is not None and not _SESSION_ID.fullmatch(session):
+        raise InputError("must be 1-128 letters, digits or . _ : @ + -", source="--session", field="session")
+    text = inputs.decode(data, source)
+    if fmt == "auto":
+        fmt = inputs.detect_format(text, source)
+    if kind == "auto":
+        kind = "memory" if (fmt == "md" or pending) else "message"
+    items = _items(text, source, fmt, kind, session, section, settings)
+    if supersedes:
+        _add_supersedes(items, kind, supersedes)
+    item_kind = "message" if kind == "message" else ("pending" if pending else "memory")
+
+    result = IngestResult()
+    kept = []
+    for line, item, role in items:
+        reason = None if keep_noise else noise_reason(item["text"], role)
+        if reason:
+            outcome = Outcome(item["id"], item_kind, "noise", line, reason=reason)
+            result.outcomes.append(outcome)
+            if on_noise:
+                on_noise(outcome, item["text"])
+        else:
+            kept.append((line, item))
+    with store.transaction(dry_run=dry_run) as tx:
+        _store_items(store, tx, kept, item_kind, result, source=source, settings=settings, ttl_hours=ttl_hours,
+                     allow_conflict=allow_conflict)
+    result.outcomes.sort(key=lambda o: o.line)
+    return result
+
+
+def _items(text: str, source: str, fmt: str, kind: str, session: str | None, section: str | None,
+           settings: dict) -> list[tuple[int, dict, str | None]]:
+    """(line, message or note, role) for every record of the input, each checked."""
+    if kind == "message":
+        if fmt == "md":
+            raise InputError("a Markdown file holds notes; use --kind memory (or no --kind)", source=source)
+        default_session = session or _session_from_source(source)
+        return [_message(r, source, default_session, forced=session)
+                for r in _records(text, source, fmt, by="line")]
+    if fmt == "md":
+        return _notes_from_markdown(text, source, settings, section)
+    return [_note(r, source, settings, section) for r in _records(text, source, fmt, by="paragraph")]
+
+
+def _add_supersedes(items: list[tuple[int, dict, str | None]], kind: str, supersedes: list[str]) -> None:
+    """--supersedes: the input's one note replaces these ids (G6)."""
+    if kind != "memory":
+        raise InputError("applies to notes (--kind memory)", source="--supersedes")
+    if len(items) != 1:
+        raise InputError(f"names what one note replaces; the input has {len(items)} notes", source="--supersedes")
+    fields = items[0][1]["fields"]
+    fields["supersedes"] = list(dict.fromkeys([*fields.get("supersedes", []), *supersedes]))
+    problem = check_field("supersedes", fields["supersedes"])
+    if problem:
+        raise InputError(problem, source="--supersedes")
+
+
+def _store_items(store: Store, tx, kept: list[tuple[int, dict]], item_kind: str, result: IngestResult, *,
+                 source: str, settings: dict, ttl_hours: float | None, allow_conflict: bool) -> None:
+    """Write what is new under the store lock; an id already stored with other text is an error."""
+    memory = memoryfile.load(store.memory_md)  # parsed once: for the ids and for the notes' write
+    existing = load_ids(store, memory)
+    new: dict[str, tuple[int, dict]] = {}
+    for line, item in kept:
+        known = existing.get(item["id"]) or (new[item["id"]][1]["text"] if item["id"] in new else None)
+        if known is None:
+            new[item["id"]] = (line, item)
+            continue
+        if known != item["text"]:
+            raise InputError(f"duplicate id '{item['id']}' with different text", source=source,
+                             line=line, field="id")
+        result.outcomes.append(Outcome(item["id"], item_kind, "duplicate", line))
+    fresh = list(new.values())
+    reports: dict[str, Any] = {}
+    if item_kind == "message":
+        files = _write_messages(store, tx, [item for _, item in fresh])
+    elif item_kind == "pending":
+        reports = _check_notes(store, memory, fresh, source)
+        files = _write_pending(store, tx, [item for _, item in fresh], settings, ttl_hours)
+    else:
+        files, reports = _write_notes(store, tx, memory, fresh, source=source, allow_conflict=allow_conflict)
+    for line, item in fresh:
+        result.outcomes.append(Outcome(item["id"], item_kind, "stored", line, files[item["id"]],
+                                       governance=reports.get(item["id"])))
+
+
+def _records(text: str, source: str, fmt: str, by: str) -> list[inputs.Record]:
+    if fmt == "jsonl":
+        return inputs.read_jsonl(text, source)
+    if fmt == "json":
+        return inputs.read_json(text, source)
+    if fmt == "text":
+        return inputs.read_text(text, by)
+    raise InputError(f"unknown format '{fmt}'; use one of {', '.join(inputs.FORMATS)}", source=source)
+
+
+def _session_from_source(source: str) -> str:
+    if source in ("<stdin>", "-", ""):
+        return "default"
+    stem = Path(source).name.split(".")[0]
+    cleaned = re.sub(r"[^\w.:@+-]", "_", stem)[:128]
+    return cleaned or "default"
+
+
+def _text_of(value: dict[str, Any], source: str, line: int) -> str:
+    """The text of a JSON record: 'text', else 'content' (a string or OpenAI-style parts)."""
+    name = "text" if "text" in value else "content"
+    if name not in value:
+        raise InputError("missing (a record needs 'text' or 'content')", source=source, line=line, field="text")
+    text = value[name]
+    if isinstance(text, list):  # OpenAI content parts: keep the text parts
+        parts = [p.get("text") for p in text if isinstance(p, dict) and p.get("type") == "text"]
+        if len(parts) != len(text) or not all(isinstance(p, str) for p in parts):
+            raise InputError("content parts must all be {\"type\": \"text\", \"text\": ...}",
+                             source=source, line=line, field=name)
+        text = "\n".join(parts)
+    if not isinstance(text, str):
+        raise InputError(f"must be text, got {json_type(text)}", source=source, line=line, field=name)
+    if not text.strip():
+        raise InputError("is empty", source=source, line=line, field=name)
+    return text.strip()
+
+
+def _message(record: inputs.Record, source: str, default_session: str,
+             forced: str | None) -> tuple[int, dict, str | None]:
+    line, value = record.line, record.value
+    if isinstance(value, str):
+        value = {"text": value, "role": "user"}
+    value = {_canonical_key(k): v for k, v in value.items()}
+    text = _text_of(value, source, line)
+    for name in ("id", "session", "role", "speaker"):
+        if name in value and not isinstance(value[name], str):
+            raise InputError(f"must be text, got {json_type(value[name])}",
+                             source=source, line=line, field=name)
+    if "id" in value and not _SESSION_ID.fullmatch(value["id"]):
+        raise InputError("must be 1-128 letters, digits or . _ : @ + -", source=source, line=line, field="id")
+    defaults = record.defaults or {}
+    session = forced or value.get("session") or defaults.get("session") or default_session
+    if not _SESSION_ID.fullmatch(session):
+        raise InputError("must be 1-128 letters, digits or . _ : @ + -", source=source, line=line,
+                         field="session")
+    raw_ts = value.get("ts", defaults.get("ts"))
+    ts = normal_ts(raw_ts, source, line, "ts") if raw_ts is not None else clock.format_ts(clock.now())
+    role = value.get("role")
+    # Without a caller's time the id includes the input line, so two messages
+    # with the same text in one second of one input stay two messages.
+    message = {
+        "id": value.get("id") or derived_id("m", session, role or "", value.get("speaker") or "",
+                                             ts, text, "" if raw_ts is not None else line),
+        "session": session,
+    }
+    if role is not None:
+        message["role"] = role
+    if "speaker" in value:
+        message["speaker"] = value["speaker"]
+    message["ts"] = ts
+    message["text"] = text
+    for key, extra in value.items():
+        if key not in _MESSAGE_KEYS and key != "content":
+            message[key] = extra
+    return line, message, role
+
+
+def _canonical_key(key: str) -> str:
+    """Keys of Go-style session files (Role, Content) as the lower-case names."""
+    lowered = key.lower()
+    return lowered if lowered in ("id", "role", "content", "text", "speaker", "session", "ts") else key
+
+
+def _note(record: inputs.Record, source: str, settings: dict, section: str | None) -> tuple[int, dict, None]:
+    line, value = record.line, record.value
+    if isinstance(value, str):
+        value = {"text": value}
+    unknown = sorted(set(value) - _NOTE_KEYS)
+    if unknown:
+        raise InputError(f"not a memory field; known: {', '.join(sorted(_NOTE_KEYS))}",
+                         source=source, line=line, field=unknown[0])
+    text = _text_of(value, source, line)
+    fields = {k: v for k, v in value.items() if k in memoryfile.FIELD_ORDER}
+    if "ts" in value and "created_at" not in fields:
+        fields["created_at"] = value["ts"]
+    note_section = value.get("section", section or settings["default_section"])
+    if not isinstance(note_section, str) or not note_section.strip() or "\n" in note_section:
+        raise InputError("must be one line of text", source=source, line=line, field="section")
+    return line, complete_note(fields, text, note_section.strip(), settings, source, line), None
+
+
+def _notes_from_markdown(text: str, source: str, settings: dict, section: str | None) -> list[tuple[int, dict, None]]:
+    doc = memoryfile.parse(text)
+    if doc.issues:
+        issue = doc.issues[0]
+        raise InputError(issue.message, source=source, line=issue.line)
+    notes = []
+    for entry in doc.entries:
+        if not entry.text.strip():
+            raise InputError("entry has no text", source=source, line=entry.line)
+        fields = dict(entry.fields)
+        note_section = section or entry.section
+        notes.append((entry.line, complete_note(fields, entry.text, note_section, settings, source, entry.line),
+                      None))
+    return notes
+
+
+def _write_messages(store: Store, tx, messages: list[dict]) -> dict[str, str]:
+    by_session: dict[str, list[bytes]] = defaultdict(list)
+    files = {}
+    for message in messages:
+        path = store.session_file(message["session"])
+        by_session[message["session"]].append(message_line(message))
+        files[message["id"]] = store.relative(path)
+    for session, lines in by_session.items():
+        tx.append(store.session_file(session), b"".join(lines))
+    append_daily_log(store, tx, [m for m in messages if m.get("role") in _LOGGED_ROLES])
+    return files
+
+
+def _write_notes(store: Store, tx, doc: memoryfile.Document, notes: list[tuple[int, dict]], *, source: str,
+                 allow_conflict: bool = False) -> tuple[dict[str, str], dict[str, Any]]:
+    """Add notes to `doc` (MEMORY.md as read inside the transaction), applying their supersedes links."""
+    from memctl.governance import governance
+
+    if not notes:
+        return {}, {}
+    path = store.memory_md
+    reports, log = governance.apply_notes(doc, notes, source=source, allow_conflict=allow_conflict,
+                                          gov=governance.settings(store))
+    tx.replace(path, doc.render().encode("utf-8"))
+    tx.append(governance.log_path(store), governance.log_records(log))
+    return {note["id"]: store.relative(path) for _, note in notes}, reports
+
+
+def _check_notes(store: Store, doc: memoryfile.Document, notes: list[tuple[int, dict]],
+                 source: str) -> dict[str, Any]:
+    """Governance of notes held as pending: links must resolve; conflicts are reported, decided on confirm."""
+    from memctl.governance import governance
+
+    if not notes:
+        return {}
+    reports, _ = governance.apply_notes(doc, notes, source=source, allow_conflict=True, hold=True,
+                                        gov=governance.settings(store))
+    return reports
+
+
+def _write_pending(store: Store, tx, notes: list[dict], settings: dict, ttl_hours: float | None) -> dict[str, str]:
+    ttl = settings["pending_ttl_hours"] if ttl_hours is None else ttl_hours
+    created = clock.now()
+    expires = clock.format_ts(created + timedelta(hours=ttl))
+    lines = []
+    for note in notes:
+        item = {"id": note["id"], "section": note["section"], "text": note["text"],
+                "fields": note["fields"], "pending_since": clock.format_ts(created), "expires_at": expires}
+        lines.append(orjson.dumps(item) + b"\n")
+    tx.append(store.pending_file, b"".join(lines))
+    return {note["id"]: store.relative(store.pending_file) for note in notes}

@@ -1,0 +1,1 @@
+"""Retrieval: queries, filters, hybrid ranking, layered search."""

@@ -1,0 +1,112 @@
+"""Turning what users type (flags, batch lines) into search queries."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from memctl import clock
+from memctl.errors import InputError
+from memctl.search.filters import Filters
+from memctl.search.search import MODES, Query
+
+_BATCH_KEYS = {"id", "query", "k", "mode", "kind", "scope", "section", "source", "session", "since", "until",
+               "min_score"}
+_KINDS = ("memory", "message", "log")
+
+
+def filters_from(*, kinds=(), scope=None, sections=(), sources=(), sessions=(), since=None, until=None,
+                 where: str = "") -> Filters:
+    """Filters from option values; `where` names the flag or line at fault in errors."""
+    if scope is not None and _bad_scope(scope):
+        raise InputError("must be global, project:<name> or lang:<name>", source=where or "--scope",
+                         field="scope")
+    return Filters(kinds=tuple(kinds), scopes=(scope,) if scope else (), sections=tuple(sections),
+                   sources=tuple(sources), sessions=tuple(sessions),
+                   since=_time_bound(since, False, where or "--since"),
+                   until=_time_bound(until, True, where or "--until"))
+
+
+def _bad_scope(scope: str) -> bool:
+    from memctl.store.memoryfile import check_field
+
+    return check_field("scope", scope) is not None
+
+
+def _time_bound(value: str | None, end_of_day: bool, where: str) -> int | None:
+    """Unix seconds of an ISO date or time; a bare date as an upper bound means its whole day."""
+    if value is None:
+        return None
+    try:
+        moment = clock.parse_ts(value)
+    except (ValueError, TypeError):
+        raise InputError(f"not an ISO 8601 date or time: {value!r}", source=where) from None
+    if end_of_day and isinstance(value, str) and len(value.strip()) == 10:
+        moment += timedelta(days=1, seconds=-1)
+    return int(moment.timestamp())
+
+
+def parse_batch(data: bytes, source: str, default: dict[str, Any]) -> tuple[list[Query], list[Any]]:
+    """Queries of a --batch input, one JSON object a line; every line is checked before any runs."""
+    from memctl.ingest import inputs
+
+    text = inputs.decode(data, source)
+    queries, ids = [], []
+    for record in inputs.read_jsonl(text, source):
+        line, item = record.line, record.value
+        unknown = sorted(set(item) - _BATCH_KEYS)
+        if unknown:
+            raise InputError(f"not a batch field; known: {', '.join(sorted(_BATCH_KEYS))}", source=source,
+                             line=line, field=unknown[0])
+        query = item.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise InputError("must be non-empty text", source=source, line=line, field="query")
+        options = dict(default)
+        if "k" in item:
+            if not isinstance(item["k"], int) or isinstance(item["k"], bool) or item["k"] < 1:
+                raise InputError("must be a whole number >= 1", source=source, line=line, field="k")
+            options["k"] = item["k"]
+        if "mode" in item:
+            if item["mode"] not in MODES:
+                raise InputError(f"must be one of {', '.join(MODES)}", source=source, line=line, field="mode")
+            options["mode"] = item["mode"]
+        if "min_score" in item:
+            if not isinstance(item["min_score"], (int, float)) or isinstance(item["min_score"], bool):
+                raise InputError("must be a number", source=source, line=line, field="min_score")
+            options["min_score"] = float(item["min_score"])
+        if any(key in item for key in ("kind", "scope", "section", "source", "session", "since", "until")):
+            options["filters"] = _batch_filters(item, source, line, default["filters"])
+        queries.append(Query(text=query, **options))
+        ids.append(item.get("id", line))
+    return queries, ids
+
+
+def _batch_filters(item: dict, source: str, line: int, default: Filters) -> Filters:
+    def many(name: str, current: tuple) -> tuple:
+        value = item.get(name)
+        if value is None:
+            return current
+        values = [value] if isinstance(value, str) else value
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise InputError("must be text or a list of text", source=source, line=line, field=name)
+        return tuple(values)
+
+    kinds = many("kind", default.kinds)
+    bad = [k for k in kinds if k not in _KINDS]
+    if bad:
+        raise InputError(f"must be one of {', '.join(_KINDS)}", source=source, line=line, field="kind")
+    where = f"{source}:{line}"
+    scope = item.get("scope", default.scopes[0] if default.scopes else None)
+    try:
+        filters = filters_from(kinds=kinds, scope=scope, sections=many("section", default.sections),
+                               sources=many("source", default.sources), sessions=many("session", default.sessions),
+                               since=item.get("since"), until=item.get("until"), where=where)
+    except InputError as exc:
+        raise InputError(exc.message, source=source, line=line, field=exc.field) from None
+    if "since" not in item:
+        filters.since = default.since
+    if "until" not in item:
+        filters.until = default.until
+    return filters
+
+

@@ -1,0 +1,73 @@
+"""Messages on disk: sessions/<id>.jsonl and the daily logs memory/YYYY-MM-DD.md (P4).
+
+A session file holds one message a line, `id` first:
+    {"id": "m-…", "session": "s1", "role": "user", "ts": "2026-11-20T10:03:12Z", "text": "…", …}
+
+A daily log holds what users said that day (the day of the message's own
+time), one heading a message, so a person can read a day at a glance and the
+index can cite a line range:
+
+    ### 10:03:12 Caroline · conv-26 · m-3f2a9c0d1e2f4a5b
+    I moved to Taipei last month.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterator
+
+import orjson
+
+from memctl.store import memoryfile
+from memctl.store import jsonl
+from memctl.store.store import Store
+
+LOG_HEADING = re.compile(r"^### (\d\d:\d\d:\d\d) (.*) · (\S+) · (\S+)$")
+
+
+def message_line(message: dict) -> bytes:
+    return orjson.dumps(message) + b"\n"
+
+
+def iter_messages(store: Store) -> Iterator[tuple[Path, int, dict]]:
+    """(file, line, message) for every parseable message of every session."""
+    if not store.sessions_dir.is_dir():
+        return
+    for path in sorted(store.sessions_dir.glob("*.jsonl")):
+        for line in jsonl.read(path):
+            if line.value is not None and isinstance(line.value.get("id"), str):
+                yield path, line.number, line.value
+
+
+def iter_pending(store: Store) -> Iterator[tuple[int, dict]]:
+    for line in jsonl.read(store.pending_file):
+        if line.value is not None and isinstance(line.value.get("id"), str):
+            yield line.number, line.value
+
+
+def load_ids(store: Store, memory: memoryfile.Document) -> dict[str, str]:
+    """Every id in the store (messages, pending, and the given parse of MEMORY.md) mapped to its text."""
+    ids: dict[str, str] = {}
+    for _, _, message in iter_messages(store):
+        ids[message["id"]] = message.get("text", "")
+    for _, item in iter_pending(store):
+        ids[item["id"]] = item.get("text", "")
+    for entry in memory.entries:
+        ids[entry.id] = entry.text
+    return ids
+
+
+def append_daily_log(store: Store, tx, messages: list[dict]) -> None:
+    """Append messages to the daily log of the day each was said."""
+    by_day: dict[str, list[str]] = defaultdict(list)
+    for message in messages:
+        day, clock_time = message["ts"][:10], message["ts"][11:19]
+        speaker = " ".join(str(message.get("speaker") or message.get("role") or "user").split())
+        body = memoryfile.escape_body(message["text"])
+        by_day[day].append(f"### {clock_time} {speaker} · {message['session']} · {message['id']}\n{body}\n\n")
+    for day, chunks in sorted(by_day.items()):
+        path = store.daily_log(day)
+        header = "" if path.exists() else f"# {day}\n\n"
+        tx.append(path, (header + "".join(chunks)).encode("utf-8"))

@@ -1,0 +1,404 @@
+"""The store: a directory of plain files, and safe ways to change them.
+
+Every change goes through a Transaction, which holds the store lock and keeps
+an undo journal, so that an invocation is all or nothing even across several
+files and even when the process is killed half-way: the next process to take
+the lock, writer or reader, rolls the unfinished transaction back before it
+does anything. Readers hold the lock shared, so they never see a write that
+has not been acknowledged.
+
+The journal is data an attacker may have written (a store can be copied,
+unpacked or handed over), so it is never trusted: its paths are relative to
+the store, and before anything is undone every entry is checked to name a
+file inside this store (symlinks resolved). An invalid journal is reported,
+never executed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import orjson
+
+from memctl.errors import StoreError
+
+DEFAULT_STORE = ".memory"
+STORE_ENV = "MEMCTL_STORE"
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+_DAY_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
+_JOURNAL_DIR = ".journal"
+_JOURNAL_FILE = "journal.json"
+_BACKUP_NAME = re.compile(r"^\d+\.bak$")
+
+
+class Store:
+    """A memory store rooted at a directory; knows where every file lives."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    @classmethod
+    def locate(cls, path: str | os.PathLike | None = None) -> "Store":
+        """The store named by `path`, else $MEMCTL_STORE, else ./.memory."""
+        return cls(path or os.environ.get(STORE_ENV) or DEFAULT_STORE)
+
+    # -- layout (SPEC section 0) -------------------------------------------
+    @property
+    def memory_md(self) -> Path:
+        return self.root / "MEMORY.md"
+
+    @property
+    def daily_dir(self) -> Path:
+        return self.root / "memory"
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.root / "sessions"
+
+    @property
+    def topics_dir(self) -> Path:
+        return self.root / "topics"
+
+    @property
+    def pending_file(self) -> Path:
+        return self.root / "pending.jsonl"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "index_state.json"
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / "memctl.toml"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.root / ".index"
+
+    def daily_log(self, day: str) -> Path:
+        return self.daily_dir / f"{day}.md"
+
+    def session_file(self, session: str) -> Path:
+        return self.sessions_dir / f"{session}.jsonl"
+
+    def daily_logs(self) -> list[Path]:
+        if not self.daily_dir.is_dir():
+            return []
+        return sorted(p for p in self.daily_dir.iterdir() if _DAY_FILE.match(p.name))
+
+    def source_files(self) -> list[Path]:
+        """The files the index is built from: their sizes and times tell when to re-index."""
+        files = [self.memory_md] if self.memory_md.exists() else []
+        if self.sessions_dir.is_dir():
+            files += sorted(self.sessions_dir.glob("*.jsonl"))
+        return files + self.daily_logs()
+
+    def relative(self, path: Path) -> str:
+        """A path as users see it in output: relative to the store root."""
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
+
+    def exists(self) -> bool:
+        return self.root.is_dir()
+
+    def require(self) -> None:
+        """A read command on a store that isn't there is an error, not "nothing found"."""
+        if not self.exists():
+            raise StoreError(f"no store at {self.root}")
+
+    # -- locking and transactions ------------------------------------------
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the store's exclusive lock; repairs an unfinished transaction."""
+        _make_dirs(self.root)
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._recover()
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    @contextmanager
+    def reading(self, *, recover: bool = True) -> Iterator[None]:
+        """Hold the lock shared while reading: a writer under way is waited for.
+
+        A writer that died left a journal and released its lock; its half
+        batch is still in the files, so a reader rolls it back first (taking
+        the lock exclusively for that moment), unless `recover` is off (a
+        check that reports the journal instead). Writes nothing else, and
+        creates nothing in a store memctl never wrote to.
+        """
+        try:
+            fd = os.open(self.root / ".lock", os.O_RDONLY)
+        except FileNotFoundError:
+            yield  # no memctl writer ever took the lock here: nothing to wait for
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            if recover and (self.root / _JOURNAL_DIR).exists():
+                fcntl.flock(fd, fcntl.LOCK_EX)  # not atomic: re-check the journal under the lock
+                self._recover()
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
+
+    @contextmanager
+    def transaction(self, *, dry_run: bool = False) -> Iterator["Transaction"]:
+        """Lock the store and give a Transaction; commit on success, undo on error.
+
+        With dry_run the Transaction writes nothing, so a command can go
+        through all its steps and report what it would have changed.
+        """
+        if dry_run and not self.exists():  # nothing to lock, nothing to create
+            yield DryRun(self)
+            return
+        with self.lock():
+            tx = DryRun(self) if dry_run else Transaction(self)
+            try:
+                yield tx
+            except BaseException:
+                tx.rollback()
+                raise
+            tx.commit()
+
+    def _recover(self) -> None:
+        journal_dir = self.root / _JOURNAL_DIR
+        if journal_dir.exists():
+            Transaction(self, resume=True).rollback()
+
+    def inside(self, path: Path) -> bool:
+        """Whether a path, every symlink resolved, is a file of this store (not its journal or lock)."""
+        root = os.path.realpath(self.root)
+        real = os.path.realpath(path)
+        if os.path.commonpath([root, real]) != root or real == root:
+            return False
+        first = Path(os.path.relpath(real, root)).parts[0]
+        return first not in (_JOURNAL_DIR, ".lock")
+
+
+class Transaction:
+    """Changes to store files that land together or not at all.
+
+    Before each change the journal records how to undo it: the old size of a
+    file that is appended to, or a hard link to the old version of a file that
+    is replaced. Removing the journal is the commit point.
+
+    The journal file is `{"store": <root when written>, "ops": [...]}`; each
+    op's path is relative to the store root and a backup is a file name in
+    the journal folder, so a moved or copied store undoes its own files.
+    """
+
+    def __init__(self, store: Store, *, resume: bool = False):
+        self.store = store
+        self.dir = store.root / _JOURNAL_DIR
+        self.ops: list[dict] = []
+        self._seen: set[str] = set()
+        if resume:
+            self.ops = load_journal(store)
+
+    def append(self, path: Path, data: bytes) -> None:
+        """Append bytes to a file (created if missing), durably."""
+        if not data:
+            return
+        key = self._key(path)
+        if key not in self._seen:
+            size = path.stat().st_size if path.exists() else -1
+            self._record({"op": "append", "path": key, "size": size})
+        _make_dirs(path.parent)
+        # O_NOFOLLOW: a symlink planted in a store must not redirect a write outside it
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def replace(self, path: Path, data: bytes) -> None:
+        """Replace a file's whole content atomically (temp file, fsync, rename)."""
+        self._backup(path)
+        _make_dirs(path.parent)
+        atomic_write(path, data)
+
+    def delete(self, path: Path) -> None:
+        """Remove a file; undone by restoring it if the transaction fails."""
+        if not path.exists():
+            return
+        self._backup(path)
+        path.unlink()
+        _fsync_dir(path.parent)
+
+    def _backup(self, path: Path) -> None:
+        key = self._key(path)
+        if key in self._seen:
+            return
+        backup = None
+        if path.exists():
+            _make_dirs(self.dir)
+            backup = f"{len(self.ops)}.bak"
+            os.link(path, self.dir / backup)
+        self._record({"op": "replace", "path": key, "backup": backup})
+
+    def _key(self, path: Path) -> str:
+        """A path as the journal names it: relative to the store root, never outside it."""
+        absolute = Path(os.path.abspath(path))
+        root = Path(os.path.abspath(self.store.root))
+        try:
+            return absolute.relative_to(root).as_posix()
+        except ValueError:
+            raise StoreError(f"{path}: not a file of the store at {self.store.root}") from None
+
+    def _record(self, op: dict) -> None:
+        self._seen.add(op["path"])
+        self.ops.append(op)
+        _make_dirs(self.dir)
+        journal = {"store": os.path.realpath(self.store.root), "ops": self.ops}
+        atomic_write(self.dir / _JOURNAL_FILE, orjson.dumps(journal))
+
+    def commit(self) -> None:
+        if self.dir.exists():
+            (self.dir / _JOURNAL_FILE).unlink(missing_ok=True)
+            _fsync_dir(self.dir)
+            shutil.rmtree(self.dir)
+            _fsync_dir(self.store.root)
+        self.ops = []
+
+    def rollback(self) -> None:
+        """Undo every recorded change, newest first (ops were checked by load_journal)."""
+        for op in reversed(self.ops):
+            path = self.store.root / op["path"]
+            if op["op"] == "append":
+                if op["size"] < 0:
+                    path.unlink(missing_ok=True)
+                else:
+                    _truncate(path, op["size"])
+            elif op["backup"]:
+                os.replace(self.dir / op["backup"], path)
+                _fsync_dir(path.parent)
+            else:
+                path.unlink(missing_ok=True)
+        self.commit()
+
+
+class DryRun(Transaction):
+    """A Transaction that records nothing and writes nothing."""
+
+    def append(self, path: Path, data: bytes) -> None:
+        pass
+
+    def replace(self, path: Path, data: bytes) -> None:
+        pass
+
+    def delete(self, path: Path) -> None:
+        pass
+
+
+def load_journal(store: Store) -> list[dict]:
+    """The ops of an unfinished transaction, each checked to touch only this store.
+
+    Raises StoreError naming the journal and the first bad entry; then nothing
+    is undone, since undoing a journal nobody can trust could destroy data.
+    """
+    journal = store.root / _JOURNAL_DIR / _JOURNAL_FILE
+    advice = f"nothing was rolled back; inspect it, then remove {journal.parent}"
+    try:
+        data = orjson.loads(journal.read_bytes())
+    except FileNotFoundError:
+        return []  # killed before the first record: nothing was changed
+    except orjson.JSONDecodeError as exc:  # torn journal: written atomically, so only by hand
+        raise StoreError(f"{journal}: unreadable journal ({exc}); {advice}") from exc
+    ops = data.get("ops") if isinstance(data, dict) else None
+    if not isinstance(ops, list):
+        raise StoreError(f"{journal}: invalid journal: expected an object with an 'ops' list; {advice}")
+    for number, op in enumerate(ops, 1):
+        problem = _journal_op_problem(store, op)
+        if problem:
+            raise StoreError(f"{journal}: invalid journal: entry {number}: {problem}; {advice}")
+    return ops
+
+
+def _journal_op_problem(store: Store, op) -> str | None:
+    """Why an op of a journal may not be executed, or None."""
+    if not isinstance(op, dict):
+        return "not an object"
+    path = op.get("path")
+    if not isinstance(path, str) or not path:
+        return "'path' missing or not a string"
+    if os.path.isabs(path) or ".." in Path(path).parts:
+        return f"path '{path}' is not relative to the store"
+    if not store.inside(store.root / path):
+        return f"path '{path}' leads outside the store"
+    if op.get("op") == "append":
+        size = op.get("size")
+        if type(size) is not int or size < -1:
+            return "'size' is not a whole number >= -1"
+    elif op.get("op") == "replace":
+        backup = op.get("backup")
+        if backup is not None and not (isinstance(backup, str) and _BACKUP_NAME.match(backup)):
+            return f"backup '{backup}' is not a backup file of the journal"
+    else:
+        return f"unknown op {op.get('op')!r}"
+    return None
+
+
+def _truncate(path: Path, size: int) -> None:
+    """Cut a file back to its old size; never follows a symlink."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write a whole file so that readers see the old or the new, never a mix."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _make_dirs(path: Path) -> None:
+    if path.is_dir():
+        return
+    _make_dirs(path.parent)
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        return
+    _fsync_dir(path.parent)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,1 @@
+"""Text rules shared by every stage: CJK, words, tokens, noise, when to search."""

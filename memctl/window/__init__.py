@@ -1,0 +1,1 @@
+"""The section-hit window (index_state.json) and the per-turn plan."""
