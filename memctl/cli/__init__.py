@@ -13,6 +13,7 @@ import sys
 import click
 
 from memctl import __version__
+from memctl.cli.cache import cache
 from memctl.cli.health import health
 from memctl.cli.ingest import index, ingest
 from memctl.cli.output import EXIT_ERROR, EXIT_OK, say
@@ -69,7 +70,7 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
     ctx.obj = Memory(store_path, say=say)
 
 
-for command in (ingest, index, search, review, health, state):
+for command in (ingest, index, search, review, health, state, cache):
     cli.add_command(command)
 
 

@@ -29,7 +29,8 @@ from memctl.text.words import STOPWORDS
 ANALYZER = "memctl_cjk_v1"
 # One token per ideographic character, other words whole (Hangul words among them).
 TOKEN_PATTERN = f"[{IDEOGRAPHIC}]|[^{IDEOGRAPHIC}\\W]+"
-FILTER_FIELDS = ("kind", "scope", "section", "session", "status", "source", "source_dir")
+FILTER_FIELDS = ("kind", "scope", "section", "session", "status", "source", "source_dir", "tool", "agent",
+                 "cache_scope")
 
 def analyzer() -> tantivy.TextAnalyzer:
     return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(TOKEN_PATTERN))
@@ -67,7 +68,8 @@ def document(unit_id: str, body: str, meta: dict) -> tantivy.Document:
     fields = {"id": unit_id, "body": body, "kind": meta["kind"], "scope": meta["scope"],
               "section": meta.get("section") or "", "session": meta.get("session") or "",
               "status": meta.get("status") or "active", "source": source,
-              "source_dir": source.rsplit("/", 1)[0] + "/" if "/" in source else ""}
+              "source_dir": source.rsplit("/", 1)[0] + "/" if "/" in source else "",
+              **{name: meta.get(name) or "" for name in ("tool", "agent", "cache_scope")}}
     if meta.get("ts_epoch") is not None:
         fields["ts"] = int(meta["ts_epoch"])
     return tantivy.Document(**fields)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Filter attribute -> the name of its field in Tantivy and its column in units.db.
-_EXACT = (("kinds", "kind"), ("scope_set", "scope"), ("sections", "section"), ("sessions", "session"))
+_EXACT = (("kinds", "kind"), ("scope_set", "scope"), ("sections", "section"), ("sessions", "session"),
+          ("tools", "tool"), ("agents", "agent"), ("cache_scopes", "cache_scope"))
 
 
 @dataclass
@@ -21,6 +22,9 @@ class Filters:
     sections: tuple[str, ...] = ()
     sessions: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()      # a file, or a folder ending in '/'
+    tools: tuple[str, ...] = ()        # memories consolidated from the tool cache (H4): which tool,
+    agents: tuple[str, ...] = ()       # which agent ran it,
+    cache_scopes: tuple[str, ...] = ()  # in which run
     exclude_status: tuple[str, ...] = ("deprecated", "superseded", "archived")
     since: int | None = None           # Unix seconds
     until: int | None = None

@@ -19,7 +19,6 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -270,6 +269,8 @@ class Transaction:
         if self.dir.exists():
             (self.dir / _JOURNAL_FILE).unlink(missing_ok=True)
             _fsync_dir(self.dir)
+            import shutil  # here: shutil loads bz2 and lzma, and most commands never commit (a cache hit)
+
             shutil.rmtree(self.dir)
             _fsync_dir(self.store.root)
         self.ops = []
