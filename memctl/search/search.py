@@ -339,17 +339,18 @@ class Searcher:
         line = np.array([r.lines[0] for r in results])
         neighbours = (message[:, None] & message[None, :] & (source[:, None] == source[None, :])
                       & (np.abs(line[:, None] - line[None, :]) == 1))
-        twins = (vectors @ vectors.T > threshold) & ~neighbours
-        kept_mask = np.zeros(len(results), dtype=bool)
+        earlier_twins = np.tril((vectors @ vectors.T > threshold) & ~neighbours, k=-1)
+        kept_mask = np.ones(len(results), dtype=bool)
         demoted: list[Result] = []
-        for i, result in enumerate(results):
-            better = np.flatnonzero(twins[i] & kept_mask)
+        # Only a result with a twin ranked above it can be demoted; in rank order, so each
+        # twin's own fate is settled before it is asked.
+        for i in np.flatnonzero(earlier_twins.any(axis=1)):
+            better = np.flatnonzero(earlier_twins[i] & kept_mask)
             if better.size:
                 twin = results[better[0]]
-                result.explain["mmr"] = f"demoted: cosine > {threshold} to {twin.record_id or twin.id}"
-                demoted.append(result)
-            else:
-                kept_mask[i] = True
+                results[i].explain["mmr"] = f"demoted: cosine > {threshold} to {twin.record_id or twin.id}"
+                demoted.append(results[i])
+                kept_mask[i] = False
         return [r for r, keep in zip(results, kept_mask) if keep] + demoted
 
     def _snippets(self, results: list[Result]) -> None:
