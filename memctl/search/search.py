@@ -119,7 +119,9 @@ class Searcher:
         if self._embedder is None:
             from memctl.index.embedders import open_embedder
 
-            self._embedder = open_embedder(self.settings["embedding"], self.retrieval)
+            # A search embeds a query or a few lines: it runs on [embedding] query_threads.
+            embedding = {**self.settings["embedding"], "threads": self.settings["embedding"]["query_threads"]}
+            self._embedder = open_embedder(embedding, self.retrieval)
         return self._embedder
 
     # -- search ------------------------------------------------------------------
