@@ -23,14 +23,33 @@ from memctl.cli.cache import cache
 from memctl.cli.health import health
 from memctl.cli.ingest import index, ingest
 from memctl.cli.mcp import mcp
-from memctl.cli.output import EXIT_ERROR, EXIT_OK, say
+from memctl.cli.output import EXIT_ERROR, EXIT_NOTHING, EXIT_OK, say
 from memctl.cli.review import review
 from memctl.cli.search import search
 from memctl.cli.state import state
 
 
 class MemctlGroup(click.Group):
-    """Turns library errors into one line on stderr and exit status 2."""
+    """Turns library and usage errors into one line on stderr and exit status 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()  # bare `memctl` or a bare group: the help is the answer
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            # click's own form is four lines (Usage, Try, blank, Error); the README promises one.
+            usage = getattr(exc, "ctx", None)
+            hint = f" (see '{usage.command_path} --help')" if usage is not None else ""
+            say(f"memctl: error: {exc.format_message()}{hint}")
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            say("memctl: aborted")
+            sys.exit(EXIT_NOTHING)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
 
     def invoke(self, ctx: click.Context):
         from memctl.errors import MemctlError

@@ -158,25 +158,15 @@ def _print_layered(memory, query: str, workspace: str | None, budget: int, as_js
 def _print_result(result, explain: bool) -> None:
     first, last = result.lines
     where = f"{result.source}:{first}" + (f"-{last}" if last != first else "")
-    label = f"[{result.section}]" if result.section else (result.speaker or result.session or "")
+    # One rule for the column: a memory's section; for anything said, who said it: the speaker, else the
+    # role (a message without one is a user's, as the daily log has it).
+    role = (result.fields or {}).get("role") if result.kind != "memory" else None
+    label = f"[{result.section}]" if result.kind == "memory" else (result.speaker or role or "user")
     click.echo(f"{where}  {label}  {result.score:.3f}  {result.record_id or result.id}")
     snippet = " ".join(result.text.split())
     click.echo("    " + (snippet if len(snippet) <= 300 else snippet[:299] + "…"))
     if explain:
-        for line in _explain_lines(result.explain):
+        from memctl.search.explain import explain_lines
+
+        for line in explain_lines(result.explain):
             click.echo("    " + line)
-
-
-def _explain_lines(stages: dict) -> list[str]:
-    """The inputs, then each stage's own factor beside the running score."""
-    inputs = "  ".join(f"{k}={stages[k]}" for k in ("bm25", "bm25_norm", "bm25_coverage", "cosine",
-                                                    "cosine_calibrated", "vector_weight", "bm25_weight",
-                                                    "unknown_share", "age_days") if k in stages)
-    lines = [inputs, f"relevance {stages['relevance']} (the minimum judges this)",
-             f"fused {stages['fused']} ({stages['fusion']})"]
-    if "recency" in stages:
-        lines += [f"recency     +{stages['recency_bonus']:<7} -> {stages['recency']}"]
-        lines += [f"{name:<11} x{stages[name + '_factor']:<7} -> {stages[name]}"
-                  for name in ("importance", "length", "time_decay")]
-    lines += [f"{k} {v}" for k, v in stages.items() if k in ("mmr", "mera")]
-    return lines
