@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from memctl.ingest.ingest import IngestResult, Outcome
     from memctl.search.layers import Layered
     from memctl.search.search import Result
+    from memctl.topics.files import Topic
+    from memctl.topics.split import SplitReport
     from memctl.window.state import Plan, RecordResult, ResetResult, State
 
 Say = Callable[[str], None]
@@ -287,6 +289,41 @@ class Memory:
         from memctl.window.state import configure
 
         return configure(self.store, window=window, threshold=threshold, dry_run=dry_run)
+
+    # -- topics (T) ------------------------------------------------------------------
+    def split(self, session: str, *, system_text: str = "", keep_recent: int | None = None, force: bool = False,
+              dry_run: bool = False, llm_command: str | None = None,
+              progress: Say | None = None) -> "SplitReport":
+        """Move the session's older unsplit messages into topic files when its context is over the
+        threshold (or `force`); with an LLM command ([topics] llm_command unless given) it chooses.
+        `progress` hears what a long split is doing."""
+        from memctl.topics import llm
+        from memctl.topics.split import settings_of, split
+
+        settings = settings_of(self.store)
+        command = llm_command if llm_command is not None else settings["llm_command"]
+        choose = llm.chooser(self.store, command, settings["llm_timeout"], settings["llm_batch"]) if command else None
+        return split(self.store, session, system_text=system_text, keep_recent=keep_recent, force=force,
+                     dry_run=dry_run, choose=choose, progress=progress)
+
+    def topics(self) -> list["Topic"]:
+        """Every topic, oldest first."""
+        from memctl.topics.files import load_topics
+
+        with self.store.reading():
+            return list(load_topics(self.store).values())
+
+    def topic(self, topic_id: str) -> "Topic":
+        """One topic (header and messages); InputError when there is none."""
+        from memctl.errors import InputError
+        from memctl.topics.files import load_topic, topic_path
+
+        path = topic_path(self.store, topic_id)
+        with self.store.reading():
+            found = load_topic(path) if "/" not in topic_id else None
+        if found is None:
+            raise InputError(f"no topic '{topic_id}'", source=str(path))
+        return found
 
     # -- shared working memory for tool outputs (H1-H5, docs/cache.md) --------------------
     def cache(self, backend: str | None = None) -> "Cache":

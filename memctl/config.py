@@ -108,6 +108,17 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "conflict_top_k": 5,                # similar memories reported on write
         "conflict_min_similarity": 0.2,     # ... when at least this similar (0..1)
     },
+    # Topic partitioning (SPEC T, memctl/topics/).
+    "topics": {
+        "context_limit": 200000,     # tokens of the main context; split when over 70% of it (T2)
+        "split_at": 0.7,             # ... this share
+        "keep_recent": 20,           # the last messages a split always leaves in the main context
+        "topic_limit": 50000,        # tokens of one topic's messages before it splits into sub-topics (T8)
+        "summary_bytes": 1000,       # a topic summary's budget (UTF-8 bytes)
+        "llm_command": "",           # split with this command (prompt on stdin, answer on stdout); "" is built-in
+        "llm_timeout": 300.0,        # seconds one LLM call may take
+        "llm_batch": 60,             # messages per LLM call
+    },
     # Shared working memory for tool outputs (H1-H5, memctl/cache/).
     "cache": {
         "backend": "files",             # files (in the store) | redis://host:port/db
@@ -145,6 +156,11 @@ LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
     **{("retrieval", key): (lambda v: 0 <= v <= 1, "from 0 to 1")
        for key in ("importance_base", "time_decay_floor", "hard_min_score", "min_best_relevance",
                    "min_share_of_best")},
+    ("topics", "split_at"): (lambda v: 0 < v <= 1, "a number in (0, 1]"),
+    **{("topics", key): (lambda v: v >= 1, "a whole number >= 1")
+       for key in ("context_limit", "topic_limit", "summary_bytes", "llm_batch")},
+    ("topics", "keep_recent"): (lambda v: v >= 0, "0 or more"),
+    ("topics", "llm_timeout"): (lambda v: v > 0, "above 0"),
     ("embedding", "threads"): (lambda v: v >= 1, "a whole number >= 1"),
     ("embedding", "query_threads"): (lambda v: v >= 1, "a whole number >= 1"),
     ("embedding", "batch_size"): (lambda v: v >= 1, "a whole number >= 1"),

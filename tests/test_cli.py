@@ -112,10 +112,10 @@ def test_store_from_environment_and_flag(tmp_path):
     assert len((env_store / "sessions" / "default.jsonl").read_bytes().splitlines()) == 1
 
 
-def test_placeholder_commands_say_so(run):
+def test_split_without_a_session_is_a_usage_error(run):
     result = run("split")
     assert result.returncode == 2
-    assert b"not available yet" in result.stderr
+    assert b"--session" in result.stderr
 
 
 def test_man_pages_and_completions_are_up_to_date():

@@ -27,6 +27,7 @@ from memctl.cli.output import EXIT_ERROR, EXIT_NOTHING, EXIT_OK, say
 from memctl.cli.review import review
 from memctl.cli.search import search
 from memctl.cli.state import state
+from memctl.cli.topics import split, topics
 
 
 class MemctlGroup(click.Group):
@@ -96,21 +97,8 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
     ctx.obj = Memory(store_path, say=say)
 
 
-for command in (ingest, index, search, review, health, state, cache, mcp):
+for command in (ingest, index, search, split, topics, review, health, state, cache, mcp):
     cli.add_command(command)
-
-
-def _later(name: str, summary: str, issue: str):
-    @cli.command(name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-                 help=f"{summary} ({issue}); not available yet in this version.", add_help_option=True)
-    def command():
-        say(f"memctl: error: '{name}' is not available yet in memctl {__version__}")
-        sys.exit(EXIT_ERROR)
-
-    return command
-
-
-split = _later("split", "Partition messages into topics", "T1-T12")
 
 
 def main() -> None:

@@ -104,15 +104,16 @@ def ingest(memory, file, fmt, kind, session, section, pending, ttl, keep_noise, 
 @click.command()
 @click.option("--rebuild", is_flag=True, help="Start over instead of updating what changed.")
 @click.option("--json", "as_json", is_flag=True,
-              help='Print {"units", "added", "changed", "removed", "embedded", "rebuilt", "reason"}.')
+              help='Print {"units", "added", "changed", "removed", "embedded", "files_read", "rebuilt", '
+                   '"reason"}.')
 @click.pass_obj
 def index(memory, rebuild, as_json):
     """Bring the search index up to date with the store's files.
 
     The index (.index/) is derived: Tantivy for BM25, the units' vectors and
-    their metadata. It is updated incrementally: files whose size and time
-    are unchanged are not read, and only units whose text changed are
-    embedded again. A search indexes first by itself when the files changed,
+    their metadata. It is updated incrementally: files whose size, time and
+    inode are unchanged are not read, and only units whose text changed are
+    embedded again; a change of embedding model embeds everything again. A search indexes first by itself when the files changed,
     so this command is for doing that work ahead of time (in cron, say) or
     for starting over with --rebuild.
 
@@ -128,4 +129,5 @@ def index(memory, rebuild, as_json):
     else:
         rebuilt = f" (rebuilt: {report.reason})" if report.rebuilt else ""
         click.echo(f"{report.units} units: {report.added} added, {report.changed} changed, "
-                   f"{report.removed} removed, {report.embedded} embedded{rebuilt}")
+                   f"{report.removed} removed, {report.embedded} embedded, "
+                   f"{report.files_read} files read{rebuilt}")

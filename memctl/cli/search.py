@@ -19,7 +19,7 @@ from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
               '"until"?}.')
 @click.option("--mode", type=click.Choice(["hybrid", "bm25", "vector"]), default="hybrid", show_default=True,
               help="Rank by both, by words only (fastest), or by meaning only.")
-@click.option("--kind", "kinds", multiple=True, type=click.Choice(["memory", "message", "log"]),
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(["memory", "message", "log", "topic"]),
               help="Only results of this kind (repeatable).")
 @click.option("--scope", "--workspace", "scope", metavar="SCOPE", help="Workspace scope, e.g. "
               "project:kestrel: only that scope and global are searched (G7).")
@@ -70,7 +70,7 @@ def search(memory, query, k, as_json, batch, mode, kinds, scope, sections, sourc
 
     \b
     --json prints one object a result:
-      {"id", "kind": "memory"|"message"|"log", "text", "score", "source",
+      {"id", "kind": "memory"|"message"|"log"|"topic", "text", "score", "source",
        "lines": [first, last], "section", "session", "ts", "speaker", "scope",
        "fields"? (memories: schema fields), "explain"? (with --explain)}
     --batch prints one line a query: {"query_id", "results": [...]}.

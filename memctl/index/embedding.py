@@ -76,6 +76,36 @@ def model_key(directory: Path) -> str:
     return key
 
 
+def model_identity(directory: Path, precision: str, name: str = "") -> dict:
+    """What names the vectors a model makes: the content hash of the exported graph that
+    computes them and its precision (the index re-embeds everything when either changes,
+    so vectors of two models are never mixed), and a name for people."""
+    onnx_path = ensure_onnx(directory, model_key(directory), precision)
+    return {"name": name or "all-MiniLM-L6-v2 (bundled)", "precision": precision, "sha256": _sha256(onnx_path)}
+
+
+def _sha256(path: Path) -> str:
+    """The file's sha256, kept beside it until the file changes: hashing the 90 MB float32
+    export takes about 0.1 s, reading the kept one a few microseconds."""
+    stat = path.stat()
+    stamp = f"{stat.st_size}:{stat.st_mtime_ns}"
+    kept = path.with_name(path.name + ".sha256")
+    try:
+        kept_stamp, kept_digest = kept.read_text().split()
+        if kept_stamp == stamp:
+            return kept_digest
+    except (FileNotFoundError, ValueError):
+        pass
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    partial = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
+    partial.write_text(f"{stamp} {digest.hexdigest()}\n")
+    os.replace(partial, kept)
+    return digest.hexdigest()
+
+
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "memctl" / "models"
@@ -91,7 +121,6 @@ class Embedder:
         self.source = str(directory)
         self.precision = precision
         self.model_key = model_key(directory)
-        self.key = self.model_key + ("" if precision == "float32" else f"-{precision}")
         self.threads = threads
         self.batch_size = batch_size
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))

@@ -6,11 +6,16 @@
     .index/vectors.npy     float32 unit vectors, memory-mapped by search
 
 Everything here can be deleted and rebuilt from the store's files. An update
-re-reads the files only when their sizes or times changed, and re-embeds only
-units whose text changed (content hashes): an unchanged store costs one
-stat per file. Updates hold .index/.lock; readers never block, since each
-file is replaced atomically and Tantivy commits atomically. The manifest is
-written last, so an update cut short is simply done again.
+reads only the files whose stamp changed: size, modification time and inode
+(an append changes the size; a rewrite through a Transaction, as governance
+rewrites MEMORY.md, makes a new inode even when size and time stay the same).
+Units of those files whose content is unchanged keep their rows; only new
+text is embedded (content hashes). An unchanged store costs one stat per
+file; 20 new messages in a store of 50k read one session file and one daily
+log. Updates hold .index/.lock; readers never block: the table changes in one
+SQLite transaction, Tantivy commits atomically, new vector rows are appended
+past the ones readers use, and a compaction replaces files whole. The
+manifest is written last, so an update cut short is simply done again.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import orjson
 
@@ -34,12 +39,14 @@ from memctl.store.store import Store, atomic_write
 if TYPE_CHECKING:
     from memctl.index.units import Unit
 
-FORMAT = 2  # 2: units carry tool, agent, cache_scope (H4)
+FORMAT = 3  # 2: units carry tool, agent, cache_scope (H4); 3: stamps with inodes, the model named by content
 _TABLE = "units"
-_SCHEMA = {"row": int, "id": str, "digest": str, "embed_digest": str, "kind": str, "record_id": str, "source": str,
-           "section": str, "session": str, "scope": str, "status": str, "ts_epoch": float, "text": str,
-           "line_start": int, "line_end": int, "speaker": str, "ts": str, "fields": str, "tool": str, "agent": str,
-           "cache_scope": str}
+_COLUMNS = {"row": int, "id": str, "digest": str, "embed_digest": str, "kind": str, "record_id": str,
+            "source": str, "section": str, "session": str, "scope": str, "status": str, "ts_epoch": float,
+            "text": str, "line_start": int, "line_end": int, "speaker": str, "ts": str, "fields": str,
+            "tool": str, "agent": str, "cache_scope": str}
+_INDEXED = (("id", True), ("embed_digest", False), ("source", False), ("record_id", False))
+_CHUNK = 500  # SQLite parameters a statement
 
 
 class IndexCorrupt(Exception):
@@ -53,6 +60,7 @@ class UpdateReport:
     changed: int = 0
     removed: int = 0
     embedded: int = 0
+    files_read: int = 0   # source files read: those whose stamps changed, or all of them
     rebuilt: bool = False
     reason: str = ""   # why a rebuild happened: missing, corrupt, model changed, asked
 
@@ -75,7 +83,7 @@ class Index:
         out = {}
         for path in self.store.source_files():
             stat = path.stat()
-            out[self.store.relative(path)] = [stat.st_size, stat.st_mtime_ns]
+            out[self.store.relative(path)] = [stat.st_size, stat.st_mtime_ns, stat.st_ino]
         return out
 
     def manifest(self) -> dict | None:
@@ -87,8 +95,11 @@ class Index:
 
     def is_fresh(self) -> bool:
         """True when the index reflects the files as they are now (one stat a file)."""
+        return self._fresh(self.stamps())
+
+    def _fresh(self, stamps: dict[str, list[int]]) -> bool:
         manifest = self.manifest()
-        return bool(manifest and manifest.get("format") == FORMAT and manifest.get("stamps") == self.stamps()
+        return bool(manifest and manifest.get("format") == FORMAT and manifest.get("stamps") == stamps
                     and manifest.get("embedding") == self._embedding_settings())
 
     def _embedding_settings(self) -> dict:
@@ -103,9 +114,11 @@ class Index:
             return UpdateReport()
         # shared store lock: the files are read as a finished writer left them, never half a batch
         with self.store.reading(), self._lock():
-            if not rebuild and self.is_fresh():
+            # Stamped before reading: a write during the update leaves the index stale, not wrong.
+            stamps = self.stamps()
+            if not rebuild and self._fresh(stamps):
                 return UpdateReport(units=self.manifest().get("units", 0))
-            return self._update(rebuild, progress)
+            return self._update(stamps, rebuild, progress)
 
     def refresh(self, say: Callable[[str], None] | None = None) -> UpdateReport:
         """Index first if the files changed since the last index (what a search does)."""
@@ -117,149 +130,190 @@ class Index:
             say(f"memctl: {what}: {report.added} added, {report.changed} changed, {report.removed} removed")
         return report
 
-    def _update(self, rebuild: bool, progress) -> UpdateReport:
-        from memctl.index.embedders import open_embedder
-        from memctl.index.units import collect
-
-        import numpy as np
-
-        report = UpdateReport()
-        stamps = self.stamps()  # before reading: a write during the update leaves the index stale, not wrong
-        embed_settings = self.settings["embedding"]
-        manifest = self.manifest()
-        old_rows: dict[str, tuple[int, str, str]] = {}  # id -> (row, digest, embed digest)
-        old_vectors = None
-        if rebuild:
-            report.rebuilt, report.reason = True, "asked"
-        elif manifest is None or manifest.get("format") != FORMAT:
-            report.rebuilt, report.reason = True, "missing" if manifest is None else "old format"
-        else:
-            try:
-                old_rows = self._old_rows()
-                old_vectors = np.load(self.dir / "vectors.npy", mmap_mode="r")
-                if old_rows and len(old_vectors) <= max(row for row, _, _ in old_rows.values()):
-                    raise IndexCorrupt("vectors and units disagree")
-                self._open_tantivy()
-            except (IndexCorrupt, sqlite3.Error, OSError, ValueError) as exc:
-                report.rebuilt, report.reason, old_rows = True, f"corrupt ({exc})", {}
-        embedder = open_embedder(embed_settings)
-        if manifest and manifest.get("model") != embedder.key and not report.rebuilt:
-            report.rebuilt, report.reason, old_rows = True, "model changed", {}
-        if report.rebuilt:
-            shutil.rmtree(self.dir / "tantivy", ignore_errors=True)
-            old_vectors = None
-
-        units = _unique(collect(self.store))
-        report.units = len(units)
-        digests = [u.digest for u in units]
-        new_ids = {u.id: d for u, d in zip(units, digests)}
-        removed = [uid for uid in old_rows if uid not in new_ids]
-        fresh = [i for i, u in enumerate(units) if old_rows.get(u.id, (0, None))[1] != digests[i]]
-        report.removed = len(removed)
-        report.added = sum(units[i].id not in old_rows for i in fresh)
-        report.changed = len(fresh) - report.added
-
-        # A unit keeps its row while it is unchanged; changed and new units take rows at the
-        # end, and the rows they leave are holes. Once holes would pass a fifth of the rows,
-        # every row is written anew (without embedding anything again).
-        old_count = len(old_vectors) if old_vectors is not None else 0
-        holes = old_count - len(old_rows) + len(removed) + report.changed
-        compact = report.rebuilt or holes > 0.2 * (old_count + len(fresh))
-        todo = range(len(units)) if compact else fresh
-        texts = {i: _embed_text(units[i], embed_settings["with_previous_turn"]) for i in todo}
-        embed_digests = {i: hashlib.sha1(t.encode()).hexdigest() for i, t in texts.items()}
-        reuse = {embed_digest: row for row, _, embed_digest in old_rows.values()}
-        missing = [i for i in todo if embed_digests[i] not in reuse]
-        rows = {i: n for n, i in enumerate(todo)} if compact else {i: old_count + n for n, i in enumerate(fresh)}
-        vectors = np.zeros((len(units) if compact else old_count + len(fresh), embedder.dimension), dtype=np.float32)
-        if not compact and old_count:
-            vectors[:old_count] = old_vectors
-            vectors[[old_rows[uid][0] for uid in removed]
-                    + [old_rows[units[i].id][0] for i in fresh if units[i].id in old_rows]] = 0
-        for i in todo:
-            if embed_digests[i] in reuse:
-                vectors[rows[i]] = old_vectors[reuse[embed_digests[i]]]
-        if missing:
-            step = (lambda n: progress("embedding", n, len(missing))) if progress else None
-            vectors[[rows[i] for i in missing]] = embedder.embed([texts[i] for i in missing], progress=step)
-        report.embedded = len(missing)
-
-        # Vectors first (a superset of what the table names), then Tantivy, then the table:
-        # the table's digests say what is done, so an update cut short is redone from there.
-        # The manifest goes last.
-        _save_npy(self.dir / "vectors.npy", vectors)
-        self._write_tantivy(units, digests, {uid: d for uid, (_, d, _) in old_rows.items()},
-                            rebuilt=report.rebuilt)
-        records = [_record(units[i], rows[i], digests[i], embed_digests[i]) for i in todo]
-        if compact:
-            self._write_units(records)
-        else:
-            self._patch_units(records, gone=removed + [units[i].id for i in fresh if units[i].id in old_rows])
+    def _update(self, stamps: dict[str, list[int]], rebuild: bool, progress) -> UpdateReport:
+        """Read what changed, work out the units' new rows and vectors, then write them."""
+        model = _Model(self.settings["embedding"])
+        table, reason = (None, "asked") if rebuild else self._previous(model)
+        try:
+            reading = self._read(table, stamps)
+            change = _Change.between(reading.old, reading.units)
+            report = UpdateReport(added=change.added, changed=len(change.gone) - change.removed,
+                                  removed=change.removed, files_read=reading.files, rebuilt=table is None,
+                                  reason=reason)
+            new_vectors, embed_digests = self._vectors_for(change.fresh, table, model, progress, report)
+            report.units = self._write(table, change, new_vectors, embed_digests)
+        finally:
+            if table is not None:
+                table.close()
         atomic_write(self.dir / "manifest.json", orjson.dumps({
-            "format": FORMAT, "model": embedder.key, "model_dir": embedder.source,
-            "embedding": self._embedding_settings(), "units": len(units), "stamps": stamps,
+            "format": FORMAT, "model": model.identity, "embedding": self._embedding_settings(),
+            "units": report.units, "stamps": stamps, "shared_ids": reading.shared_ids,
             "updated_at": clock.format_ts(clock.now())}))
         return report
 
-    def _write_tantivy(self, units: list[Unit], digests: list[str], old_digest: dict[str, str], rebuilt: bool):
+    def _previous(self, model: _Model) -> tuple[_Table | None, str]:
+        """The index as it stands, or None and why it is built from scratch."""
+        manifest = self.manifest()
+        if manifest is None:
+            return None, "missing"
+        if manifest.get("format") != FORMAT:
+            return None, "old format"
+        if manifest.get("compacting"):
+            return None, "corrupt (a compaction was cut short)"
+        built_with = manifest.get("model") or {}
+        if not model.same_vectors(built_with):
+            return None, f"model changed: {built_with.get('name')} ({built_with.get('precision')}) to " \
+                         f"{model.identity['name']} ({model.identity['precision']})"
+        if (manifest.get("embedding") or {}).get("with_previous_turn") != model.settings["with_previous_turn"]:
+            return None, "embedding settings changed"
+        try:
+            table = _Table(self.dir / "units.db")
+            try:
+                table.check(self.dir / "vectors.npy")
+                self._open_tantivy()
+            except BaseException:
+                table.close()
+                raise
+        except (IndexCorrupt, sqlite3.Error, OSError, ValueError) as exc:
+            return None, f"corrupt ({exc})"
+        table.manifest = manifest
+        return table, ""
+
+    # -- reading ---------------------------------------------------------------
+    def _read(self, table: _Table | None, stamps: dict) -> _Reading:
+        """Only the files whose stamps changed are read, unless an id is shared
+        between files: which copy counts depends on every file, so such a store
+        is read whole (`memctl health` reports the shared ids).
+        """
+        from memctl.index.units import collect
+
+        if table is not None and not table.manifest.get("shared_ids"):
+            old_stamps = table.manifest.get("stamps") or {}
+            changed = {name for name in set(old_stamps) | set(stamps) if old_stamps.get(name) != stamps.get(name)}
+            partial = self._read_files(table, changed)
+            if partial is not None:
+                return partial
+        units, shared_ids = _unique(collect(self.store))
+        return _Reading(units, table.rows() if table is not None else {}, shared_ids, len(stamps))
+
+    def _read_files(self, table: _Table, names: set[str]) -> _Reading | None:
+        """The units of the named files (and of the daily logs their messages affect); None if
+        an id is shared with a file not read."""
+        from memctl.index.units import log_units, memory_units, message_units, topic_units
+
+        store = self.store
+        sessions_prefix = store.relative(store.sessions_dir) + "/"
+        sessions = sorted(name for name in names if name.startswith(sessions_prefix))
+        logs = {name for name in names if name.startswith(store.relative(store.daily_dir) + "/")}
+        units = list(memory_units(store)) if store.relative(store.memory_md) in names else []
+        messages = list(message_units(store, self._existing(sessions)))
+        now, before = {u.record_id for u in messages}, table.message_ids(sessions)
+        # A daily log's entry is a unit only while no stored message has its id: a new
+        # message hides an entry (found through the table), a message gone may uncover
+        # one in any daily log (rare: memctl only appends to session files).
+        logs |= table.log_sources(now - before)
+        if before - now:
+            logs |= {store.relative(path) for path in store.daily_logs()}
+        skip = _MessageIds(table, just_read=now, outside=set(sessions))
+        units += messages + list(log_units(store, skip, self._existing(sorted(logs))))
+        topics = sorted(name for name in names if name.startswith(store.relative(store.topics_dir) + "/"))
+        units += topic_units(store, self._existing(topics))
+        units, shared_ids = _unique(units)
+        read = names | logs
+        if shared_ids or any(source not in read for source in table.sources_of([u.id for u in units]).values()):
+            return None
+        return _Reading(units, table.rows(sorted(read)), False, files=len(self._existing(sorted(read))))
+
+    def _existing(self, names: list[str]) -> list[Path]:
+        return [path for path in (self.store.root / name for name in names) if path.exists()]
+
+    # -- vectors -----------------------------------------------------------------
+    def _vectors_for(self, fresh: list[Unit], table: _Table | None, model: _Model, progress,
+                     report: UpdateReport):
+        """Vectors of the new and changed units: copied where the table holds the same
+        text's vector (an unchanged text under new metadata), embedded otherwise."""
+        import numpy as np
+
+        from memctl.index import vectors
+
+        texts = [_embed_text(unit, model.settings["with_previous_turn"]) for unit in fresh]
+        embed_digests = [hashlib.sha1(text.encode()).hexdigest() for text in texts]
+        donors = table.donors(set(embed_digests)) if table is not None else {}
+        missing = [i for i, digest in enumerate(embed_digests) if digest not in donors]
+        dimension = vectors.shape(self.dir / "vectors.npy")[1] if table is not None else model.embedder.dimension
+        out = np.zeros((len(fresh), dimension), dtype=np.float32)
+        if len(missing) < len(fresh):
+            old = vectors.open_readonly(self.dir / "vectors.npy")
+            copied = [i for i, digest in enumerate(embed_digests) if digest in donors]
+            out[copied] = old[[donors[embed_digests[i]] for i in copied]]
+        if missing:
+            step = (lambda n: progress("embedding", n, len(missing))) if progress else None
+            out[missing] = model.embedder.embed([texts[i] for i in missing], progress=step)
+        report.embedded = len(missing)
+        return out, embed_digests
+
+    # -- writing -----------------------------------------------------------------
+    def _write(self, table: _Table | None, change: _Change, new_vectors, embed_digests: list[str]) -> int:
+        """Write vectors, Tantivy, then the table (whose digests say what is done); the unit count.
+
+        A unit keeps its row while it is unchanged; changed and new units take rows at
+        the end, and the rows they leave are holes. Once holes would pass a fifth of
+        the rows, every row is written anew (without embedding anything again).
+        """
+        from memctl.index import vectors
+
+        path = self.dir / "vectors.npy"
+        old_count = vectors.shape(path)[0] if table is not None else 0
+        kept = table.count() - len(change.gone) if table is not None else 0
+        holes = old_count - kept  # rows of the vectors file that no unit will name
+        if table is None or holes > 0.2 * (old_count + len(change.fresh)):
+            self._write_compacted(table, change, new_vectors, embed_digests)
+        elif change.fresh or change.gone:
+            hole_rows = table.rows_of(change.gone)
+            vectors.append(path, new_vectors)
+            self._write_tantivy(change.fresh, change.gone, start_over=False)
+            table.patch(change.gone, _records(change, range(old_count, old_count + len(change.fresh)),
+                                              embed_digests))
+            vectors.clear(path, hole_rows)
+        return kept + len(change.fresh)
+
+    def _write_compacted(self, table: _Table | None, change: _Change, new_vectors, embed_digests) -> None:
+        """New files for the vectors and the table, rows renumbered."""
+        import numpy as np
+
+        from memctl.index import vectors
+
+        path = self.dir / "vectors.npy"
+        kept_rows = table.rows_in_order(excluding=change.gone) if table is not None else []
+        matrix = np.concatenate([vectors.open_readonly(path)[kept_rows], new_vectors]) if kept_rows else new_vectors
+        partial_vectors = vectors.save_partial(path, matrix)
+        del matrix
+        if table is None:
+            shutil.rmtree(self.dir / "tantivy", ignore_errors=True)
+        self._write_tantivy(change.fresh, change.gone, start_over=table is None)
+        records = _records(change, range(len(kept_rows), len(kept_rows) + len(change.fresh)), embed_digests)
+        partial_table = _Table.write_new(self.dir / "units.db", records, previous=table, gone=change.gone)
+        # Two files cannot be replaced at once: until the manifest is written anew, this one
+        # says that the table and the vectors may not belong together (then it is rebuilt).
+        atomic_write(self.dir / "manifest.json", orjson.dumps({"format": FORMAT, "compacting": True}))
+        os.replace(partial_vectors, path)
+        os.replace(partial_table, self.dir / "units.db")
+
+    def _write_tantivy(self, fresh: list[Unit], gone: list[str], start_over: bool) -> None:
         from memctl.index import lexical
 
         path = self.dir / "tantivy"
-        index = lexical.create_index(path) if rebuilt or not path.exists() else self._open_tantivy()
+        index = lexical.create_index(path) if start_over or not path.exists() else self._open_tantivy()
         writer = index.writer(heap_size=64_000_000, num_threads=1)
-        if rebuilt:
+        if start_over:
             writer.delete_all_documents()
-        new_ids = set()
-        for unit, digest in zip(units, digests):
-            new_ids.add(unit.id)
-            if old_digest.get(unit.id) == digest:
-                continue
-            if unit.id in old_digest:
-                writer.delete_documents_by_term("id", unit.id)
+        else:  # every unit written is deleted first: an update cut short and done again adds no twins
+            for unit_id in {*gone, *(unit.id for unit in fresh)}:
+                writer.delete_documents_by_term("id", unit_id)
+        for unit in fresh:
             writer.add_document(lexical.document(unit.id, _bm25_text(unit), _meta(unit)))
-        for gone in set(old_digest) - new_ids:
-            writer.delete_documents_by_term("id", gone)
         writer.commit()
         writer.wait_merging_threads()
-
-    def _write_units(self, records: list[dict]) -> None:
-        """The whole unit table, written to a new file that replaces the old one."""
-        import sqlite_utils
-
-        partial = self.dir / f".units.db.{os.getpid()}.tmp"
-        partial.unlink(missing_ok=True)
-        db = sqlite_utils.Database(partial)
-        db[_TABLE].create(_SCHEMA, pk="row")
-        db[_TABLE].insert_all(records, batch_size=2000)
-        db[_TABLE].create_index(["id"], unique=True)
-        db.conn.commit()
-        db.close()
-        os.chmod(partial, 0o600)
-        os.replace(partial, self.dir / "units.db")
-
-    def _patch_units(self, records: list[dict], gone: list[str]) -> None:
-        """Delete and insert rows in one SQLite transaction; readers see before or after."""
-        import sqlite_utils
-
-        db = sqlite_utils.Database(self.dir / "units.db")
-        with db.conn:
-            for start in range(0, len(gone), 500):
-                chunk = gone[start:start + 500]
-                db[_TABLE].delete_where(f"id IN ({', '.join('?' * len(chunk))})", chunk)
-            if records:
-                db[_TABLE].insert_all(records, batch_size=2000)
-        db.close()
-
-    def _old_rows(self) -> dict[str, tuple[int, str, str]]:
-        path = self.dir / "units.db"
-        if not path.exists():
-            raise IndexCorrupt("units.db missing")
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            rows = conn.execute(f"SELECT id, row, digest, embed_digest FROM {_TABLE}").fetchall()
-        finally:
-            conn.close()
-        return {uid: (row, digest, embed_digest) for uid, row, digest, embed_digest in rows}
 
     def _open_tantivy(self):
         from memctl.index import lexical
@@ -282,6 +336,202 @@ class Index:
         finally:
             os.umask(old_umask)
             os.close(fd)
+
+
+class _Model:
+    """The configured embedding model: named cheaply, loaded only when something is embedded."""
+
+    def __init__(self, settings: dict):
+        from memctl.index.embedders import BACKENDS, BUNDLED, open_embedder
+        from memctl.index.embedding import model_dir, model_identity
+
+        self.settings = settings
+        self._embedder = None
+        name = settings["model"]
+        if name in BACKENDS and name != BUNDLED:
+            # A packaged model (embedders.py) is named by its package's version: opening one
+            # reads no weights yet.
+            self._embedder = open_embedder(settings)
+            self.identity = {"name": name, "sha256": self._embedder.key, "precision": "package"}
+        else:
+            self.directory = model_dir("" if name == BUNDLED else name)
+            self.identity = model_identity(self.directory, settings["precision"], name)
+
+    def same_vectors(self, identity: dict) -> bool:
+        """Vectors made under `identity` are this model's: the same exported graph at the same precision."""
+        return all(identity.get(key) == self.identity[key] for key in ("sha256", "precision"))
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            from memctl.index.embedders import open_embedder
+
+            self._embedder = open_embedder(self.settings)
+        return self._embedder
+
+
+@dataclass
+class _Reading:
+    units: list[Unit]                      # the units of the files read
+    old: dict[str, tuple[int, str, str]]   # the table's rows of the same files: id -> (row, digest, embed digest)
+    shared_ids: bool                       # an id sits in two files
+    files: int                             # how many files were read
+
+
+@dataclass
+class _Change:
+    """What an update does to the units of the files it read."""
+    fresh: list[Unit]         # new or changed units: each takes a new row
+    digests: list[str]        # their content digests
+    gone: list[str]           # ids whose rows become holes: removed units, then changed ones
+    added: int
+    removed: int
+
+    @classmethod
+    def between(cls, old: dict[str, tuple[int, str, str]], units: list[Unit]) -> _Change:
+        current = {unit.id for unit in units}
+        fresh, digests = [], []
+        for unit in units:
+            digest = unit.digest
+            if old.get(unit.id, (0, None))[1] != digest:
+                fresh.append(unit)
+                digests.append(digest)
+        removed = [unit_id for unit_id in old if unit_id not in current]
+        changed = [unit.id for unit in fresh if unit.id in old]
+        return cls(fresh, digests, removed + changed, added=len(fresh) - len(changed), removed=len(removed))
+
+
+class _MessageIds:
+    """The ids of stored messages, asked one at a time (a daily log's entries are checked against it):
+    those of the session files just read, else the table's from other session files."""
+
+    def __init__(self, table: _Table, just_read: set[str], outside: set[str]):
+        self.table, self.just_read, self.outside = table, just_read, outside
+
+    def __contains__(self, record_id: object) -> bool:
+        if record_id in self.just_read:
+            return True
+        source = self.table.message_source(record_id)
+        return source is not None and source not in self.outside
+
+
+class _Table:
+    """units.db: one row a unit, its `row` being its row in vectors.npy.
+
+    Written whole (rebuild, compaction) with sqlite-utils; patched and read with
+    plain sqlite3, since importing sqlite_utils costs 0.2 s and an update of a
+    few messages, or a search, must not pay it."""
+
+    manifest: dict
+
+    def __init__(self, path: Path):
+        if not path.exists():
+            raise IndexCorrupt("units.db missing")
+        self.path = path
+        self.conn = sqlite3.connect(path)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def check(self, vectors_path: Path) -> None:
+        from memctl.index import vectors
+
+        top = self.conn.execute(f"SELECT max(row) FROM {_TABLE}").fetchone()[0]
+        if top is not None and vectors.shape(vectors_path)[0] <= top:
+            raise IndexCorrupt("vectors and units disagree")
+
+    def count(self) -> int:
+        return self.conn.execute(f"SELECT count(*) FROM {_TABLE}").fetchone()[0]
+
+    def rows(self, sources: list[str] | None = None) -> dict[str, tuple[int, str, str]]:
+        """id -> (row, digest, embed digest) of every unit, or of the units from `sources`."""
+        columns = "id, row, digest, embed_digest"
+        found = self._select(columns, "source", sources) if sources is not None else \
+            self.conn.execute(f"SELECT {columns} FROM {_TABLE}")
+        return {unit_id: (row, digest, embed_digest) for unit_id, row, digest, embed_digest in found}
+
+    def rows_of(self, ids: list[str]) -> list[int]:
+        return [row for (row,) in self._select("row", "id", ids)]
+
+    def rows_in_order(self, excluding: list[str]) -> list[int]:
+        gone = set(excluding)
+        return [row for unit_id, row in self.conn.execute(f"SELECT id, row FROM {_TABLE} ORDER BY row")
+                if unit_id not in gone]
+
+    def sources_of(self, ids: list[str]) -> dict[str, str]:
+        return dict(self._select("id, source", "id", ids))
+
+    def donors(self, embed_digests: set[str]) -> dict[str, int]:
+        """embed digest -> a row holding the vector of that text."""
+        return dict(self._select("embed_digest, row", "embed_digest", sorted(embed_digests)))
+
+    def message_ids(self, sources: list[str]) -> set[str]:
+        return {record_id for record_id, kind in self._select("record_id, kind", "source", sources)
+                if kind == "message"}
+
+    def message_source(self, record_id) -> str | None:
+        found = self.conn.execute(f"SELECT source FROM {_TABLE} WHERE id = ? AND kind = 'message'",
+                                  (record_id,)).fetchone()
+        return found[0] if found else None
+
+    def log_sources(self, record_ids: set[str]) -> set[str]:
+        return {source for source, kind in self._select("source, kind", "record_id", sorted(record_ids))
+                if kind == "log"}
+
+    def patch(self, gone: list[str], records: list[dict]) -> None:
+        """Delete and insert rows in one SQLite transaction; readers see before or after."""
+        with self.conn:
+            for start in range(0, len(gone), _CHUNK):
+                chunk = gone[start:start + _CHUNK]
+                self.conn.execute(f"DELETE FROM {_TABLE} WHERE id IN ({', '.join('?' * len(chunk))})", chunk)
+            _insert(self.conn, records)
+
+    @staticmethod
+    def write_new(path: Path, records: list[dict], previous: _Table | None, gone: list[str]) -> Path:
+        """A new table beside `path`: the previous one's rows but `gone`, renumbered in order, then
+        `records`. Returns the new file, for the caller to put in place."""
+        partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        partial.unlink(missing_ok=True)
+        import sqlite_utils
+
+        conn = sqlite3.connect(partial)
+        try:
+            db = sqlite_utils.Database(conn)
+            db[_TABLE].create(_COLUMNS, pk="row")
+            if previous is not None:
+                conn.execute("ATTACH DATABASE ? AS old", (str(previous.path),))
+                conn.execute("CREATE TEMP TABLE gone (id TEXT PRIMARY KEY)")
+                conn.executemany("INSERT OR IGNORE INTO gone VALUES (?)", ((unit_id,) for unit_id in gone))
+                rest = ", ".join(name for name in _COLUMNS if name != "row")
+                conn.execute(f"INSERT INTO {_TABLE} SELECT ROW_NUMBER() OVER (ORDER BY row) - 1, {rest} "
+                             f"FROM old.{_TABLE} WHERE id NOT IN (SELECT id FROM gone) ORDER BY row")
+                conn.commit()
+                conn.execute("DETACH DATABASE old")
+            _insert(conn, records)
+            for column, unique in _INDEXED:
+                db[_TABLE].create_index([column], index_name=f"{_TABLE}_{column}", unique=unique)
+            conn.commit()
+        finally:
+            conn.close()
+        os.chmod(partial, 0o600)
+        return partial
+
+    def _select(self, columns: str, key: str, values: list) -> Iterator[tuple]:
+        for start in range(0, len(values), _CHUNK):
+            chunk = values[start:start + _CHUNK]
+            yield from self.conn.execute(
+                f"SELECT {columns} FROM {_TABLE} WHERE {key} IN ({', '.join('?' * len(chunk))})", chunk)
+
+
+def _insert(conn: sqlite3.Connection, records: list[dict]) -> None:
+    names = list(_COLUMNS)
+    conn.executemany(f"INSERT INTO {_TABLE} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                     ([record[name] for name in names] for record in records))
+
+
+def _records(change: _Change, rows: range, embed_digests: list[str]) -> list[dict]:
+    return [_record(unit, row, digest, embed_digest)
+            for unit, row, digest, embed_digest in zip(change.fresh, rows, change.digests, embed_digests)]
 
 
 def health_problems(store: Store) -> list[tuple[str, str]]:
@@ -310,12 +560,15 @@ def health_problems(store: Store) -> list[tuple[str, str]]:
     return []
 
 
-def _unique(units: Iterator[Unit]) -> list[Unit]:
-    """Units with distinct ids; a repeated id (a hand-copied entry) keeps its first place."""
+def _unique(units: Iterable[Unit]) -> tuple[list[Unit], bool]:
+    """Units with distinct ids, and whether an id sat in two files; a repeated id (a hand-copied
+    entry) keeps its first place."""
     seen: dict[str, Unit] = {}
+    shared = False
     for unit in units:
-        seen.setdefault(unit.id, unit)
-    return list(seen.values())
+        first = seen.setdefault(unit.id, unit)
+        shared = shared or first.source != unit.source
+    return list(seen.values()), shared
 
 
 def _record(unit: Unit, row: int, digest: str, embed_digest: str) -> dict:
@@ -349,15 +602,3 @@ def _embed_text(unit: Unit, with_previous_turn: bool) -> str:
     lacks its subject); on LoCoMo this lifted vector recall@10 from .43 to .48."""
     own = f"{unit.speaker}: {unit.text}" if unit.speaker else unit.text
     return f"{unit.context}\n{own}" if unit.context and with_previous_turn else own
-
-
-def _save_npy(path: Path, array) -> None:
-    import numpy as np
-
-    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(partial, "wb") as fh:
-        np.save(fh, array)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(partial, 0o600)
-    os.replace(partial, path)

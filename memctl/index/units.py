@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Container, Iterator
 
 import orjson
 
@@ -28,7 +28,7 @@ CHUNK_OVERLAP = 40
 class Unit:
     id: str                 # the record's id; chunks of a long record add "#2", "#3", ...
     record_id: str          # the message or memory id the unit came from
-    kind: str               # memory | message | log
+    kind: str               # memory | message | log | topic
     text: str
     source: str             # file relative to the store
     line_start: int
@@ -52,17 +52,34 @@ class Unit:
 
 def collect(store: Store) -> Iterator[Unit]:
     """Every unit of the store, memories first, in file order."""
-    yield from _memory_units(store)
+    yield from memory_units(store)
     message_ids = set()
-    for unit in _message_units(store):
+    for unit in message_units(store):
         message_ids.add(unit.record_id)
         yield unit
     # A daily log repeats what users said; only its entries that are not also
     # a stored message (written by hand, or from elsewhere) are units of their own.
-    yield from _log_units(store, skip=message_ids)
+    yield from log_units(store, skip=message_ids)
+    yield from topic_units(store)
 
 
-def _memory_units(store: Store) -> Iterator[Unit]:
+def topic_units(store: Store, paths: list[Path] | None = None) -> Iterator[Unit]:
+    """A topic is found by its name and summary (T1); its messages are units already."""
+    from memctl.topics.files import load_topic, load_topics
+
+    topics = load_topics(store).values() if paths is None else filter(None, map(load_topic, paths))
+    for topic in topics:
+        header = topic.header
+        text = f"{header.get('name', '')}\n{header.get('summary', '')}".strip()
+        if text:
+            yield from _chunks(Unit(
+                id=topic.id, record_id=topic.id, kind="topic", text=text,
+                source=store.relative(store.topics_dir / f"{topic.id}.jsonl"), line_start=1, line_end=1,
+                ts=_text_or_none(header.get("updated")),
+                fields={"state": header.get("state"), "messages": header.get("messages")}))
+
+
+def memory_units(store: Store) -> Iterator[Unit]:
     from memctl.governance.governance import active_tails, is_current
 
     doc = memoryfile.load(store.memory_md)
@@ -85,10 +102,11 @@ def _memory_units(store: Store) -> Iterator[Unit]:
         yield from _chunks(base)
 
 
-def _message_units(store: Store) -> Iterator[Unit]:
+def message_units(store: Store, paths: list[Path] | None = None) -> Iterator[Unit]:
+    """The units of the session files (all of them, or the given ones)."""
     previous: dict[Path, str] = {}
     relative: dict[Path, str] = {}
-    for path, number, message in iter_messages(store):
+    for path, number, message in iter_messages(store, paths):
         text = message.get("text")
         if not isinstance(text, str) or not text.strip():
             continue
@@ -104,8 +122,13 @@ def _message_units(store: Store) -> Iterator[Unit]:
             fields={"role": message.get("role")}))
 
 
-def _log_units(store: Store, skip: set[str]) -> Iterator[Unit]:
-    for path in store.daily_logs():
+def log_units(store: Store, skip: Container[str], paths: list[Path] | None = None) -> Iterator[Unit]:
+    """The units of the daily logs (all, or the given ones).
+
+    A daily log repeats what users said; only its entries whose id is not in
+    `skip`, the stored messages, (written by hand, or from elsewhere) are units of their own.
+    """
+    for path in store.daily_logs() if paths is None else paths:
         day = path.stem
         lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
         heading = None

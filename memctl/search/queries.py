@@ -12,7 +12,7 @@ from memctl.search.search import MODES, Query
 
 _BATCH_KEYS = {"id", "query", "k", "mode", "kind", "scope", "section", "source", "session", "since", "until",
                "min_score", "tool", "agent"}
-_KINDS = ("memory", "message", "log")
+_KINDS = ("memory", "message", "log", "topic")
 
 
 def filters_from(*, kinds=(), scope=None, sections=(), sources=(), sessions=(), since=None, until=None,

@@ -31,11 +31,11 @@ def message_line(message: dict) -> bytes:
     return orjson.dumps(message) + b"\n"
 
 
-def iter_messages(store: Store) -> Iterator[tuple[Path, int, dict]]:
-    """(file, line, message) for every parseable message of every session."""
-    if not store.sessions_dir.is_dir():
-        return
-    for path in sorted(store.sessions_dir.glob("*.jsonl")):
+def iter_messages(store: Store, paths: list[Path] | None = None) -> Iterator[tuple[Path, int, dict]]:
+    """(file, line, message) for every parseable message of every session (or of the given files)."""
+    if paths is None:
+        paths = sorted(store.sessions_dir.glob("*.jsonl")) if store.sessions_dir.is_dir() else []
+    for path in paths:
         for line in jsonl.read(path):
             if line.value is not None and isinstance(line.value.get("id"), str):
                 yield path, line.number, line.value

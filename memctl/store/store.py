@@ -98,6 +98,8 @@ class Store:
         files = [self.memory_md] if self.memory_md.exists() else []
         if self.sessions_dir.is_dir():
             files += sorted(self.sessions_dir.glob("*.jsonl"))
+        if self.topics_dir.is_dir():
+            files += sorted(self.topics_dir.glob("t-*.jsonl"))
         return files + self.daily_logs()
 
     def relative(self, path: Path) -> str:

@@ -1,0 +1,112 @@
+"""`memctl split` and `memctl topics`: parse, call `memctl.Memory`, print."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, read_input, say
+from memctl.text.clip import clip
+
+
+@click.command()
+@click.option("--session", required=True, metavar="ID", help="The session whose older messages are split.")
+@click.option("--system", "system_file", metavar="FILE", help="The system prompt, counted in the main context.")
+@click.option("--keep-recent", type=click.IntRange(min=0), metavar="N",
+              help="Messages always left in the main context. [default: [topics] keep_recent, 20]")
+@click.option("--force", is_flag=True, help="Split even when the context is under the threshold.")
+@click.option("-n", "--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option("--llm", "llm_command", metavar="CMD", help="Split with this command: the prompt on stdin, the "
+              "design 001 §6.4 XML on stdout. [default: [topics] llm_command, else built-in]")
+@click.option("--json", "as_json", is_flag=True, help='One JSON object a message: {"message_id", "topic_id", '
+              '"action": "active" | "reactivated" | "new"}.')
+@click.pass_obj
+def split(memory, session, system_file, keep_recent, force, dry_run, llm_command, as_json):
+    """Move a session's older unsplit messages into topic files (topics/<id>.jsonl).
+
+    Splits when the main context (system prompt, active topics' summaries,
+    unsplit messages; counted with the real tokenizer) is over [topics]
+    split_at (70%) of [topics] context_limit, always leaving the last
+    --keep-recent messages. Each message goes to an active topic, a dormant
+    one (reactivated) or a new one. Re-running changes nothing.
+
+    \b
+    Examples:
+      memctl split --session s1                        split if the context is over 70%
+      memctl split --session s1 --force --dry-run      show the plan, write nothing
+      memctl split --session s1 --llm "llm -m gpt-4o"  let an LLM choose (design 001 §6.4)
+
+    Exit status: 0 messages were split, 1 nothing needed splitting, 2 error.
+    """
+    system_text = read_input(system_file)[0].decode("utf-8", errors="replace") if system_file else ""
+    report = memory.split(session, system_text=system_text, keep_recent=keep_recent, force=force,
+                          dry_run=dry_run, llm_command=llm_command,
+                          progress=(lambda text: say(f"memctl: {text}")) if sys.stderr.isatty() else None)
+    if not report.assignments:
+        say(f"memctl: nothing to split: session {session} context {report.context_tokens} tokens "
+            f"(split above {report.threshold}), {report.unsplit} unsplit messages")
+        sys.exit(EXIT_NOTHING)
+    if as_json:
+        json_lines(a.as_dict() for a in report.assignments)
+    else:
+        rows = [("MESSAGE", "TOPIC", "ACTION", "NAME")]
+        rows += [(a.message_id, a.topic_id, a.action, clip(report.topics.get(a.topic_id, ""), 40))
+                 for a in report.assignments]
+        click.echo("\n".join(columns(rows)))
+    if dry_run:
+        say("memctl: dry run: nothing written")
+    sys.exit(EXIT_OK)
+
+
+@click.group()
+def topics():
+    """Read topic files: what the conversation's subjects are.
+
+    \b
+    Examples:
+      memctl topics list
+      memctl topics show t-9da459f266e0 --json
+    """
+
+
+@topics.command("list")
+@click.option("--json", "as_json", is_flag=True, help='One JSON object a topic: {"id", "name", "state", '
+              '"messages", "tokens", "updated", "parent"}.')
+@click.pass_obj
+def list_topics(memory, as_json):
+    """Every topic: state, name, size, last active. Exit 1 when there is none."""
+    found = memory.topics()
+    if not found:
+        say("memctl: no topics")
+        sys.exit(EXIT_NOTHING)
+    keys = ("id", "name", "state", "messages", "tokens", "updated", "parent")
+    if as_json:
+        json_lines({k: t.header.get(k) for k in keys} for t in found)
+        return
+    rows = [("ID", "STATE", "MESSAGES", "TOKENS", "UPDATED", "NAME")]
+    rows += [(t.id, t.state, str(t.header.get("messages", 0)), str(t.header.get("tokens", 0)),
+              str(t.header.get("updated", "")), clip(t.header.get("name", ""), 50)) for t in found]
+    click.echo("\n".join(columns(rows, right=(2, 3))))
+
+
+@topics.command("show")
+@click.argument("topic_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="The header, then one JSON object a message (JSON lines).")
+@click.pass_obj
+def show_topic(memory, topic_id, as_json):
+    """A topic's header, summary and messages."""
+    topic = memory.topic(topic_id)
+    if as_json:
+        json_lines([topic.header, *topic.messages])
+        return
+    header = topic.header
+    click.echo(f"{header['id']}  {header.get('name', '')}\nstate {header.get('state')} · "
+               f"{header.get('messages', 0)} messages · {header.get('tokens', 0)} tokens · "
+               f"updated {header.get('updated', '')}" + (f" · parent {header['parent']}" if header.get("parent") else "")
+               + (f" · children {', '.join(header['children'])}" if header.get("children") else ""))
+    click.echo(f"\n{header.get('summary', '')}\n")
+    for message in topic.messages:
+        who = message.get("speaker") or message.get("role") or ""
+        click.echo(f"[{message.get('ts', '')}] {who} ({message['id']}): {message.get('text', '')}")
+

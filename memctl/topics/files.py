@@ -1,0 +1,121 @@
+"""Topic files (T1, T9): topics/<topic-id>.jsonl, the time index and the links.
+
+A topic file is JSON lines. The first line is the topic's header, so a person
+opening the file sees the topic first; then its messages, copied whole with
+their ids, in the order they were split:
+
+    {"type": "topic", "id": "t-…", "name": "…", "summary": "…", "parent": null,
+     "children": [], "state": "active", "created": "…", "updated": "…", "messages": 12, "tokens": 830}
+    {"type": "message", "id": "m-…", "session": "s1", "role": "user", "ts": "…", "text": "…"}
+    …
+
+A split appends its messages and then a new header: appends are cheap and,
+through the store's Transaction, atomic; the latest header wins. Once a file
+holds COMPACT_AFTER headers it is rewritten with one header at the top.
+
+    topics/time_index.jsonl  one line a split: {"from", "to", "topics": [ids], "at"}
+    topics/links.jsonl       one line a link: {"from", "to", "kind": "parent" | "related" | "merged-into", "at"}
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from memctl.errors import StoreError
+from memctl.store import jsonl
+from memctl.store.store import Store
+
+COMPACT_AFTER = 8
+STATES = ("active", "dormant", "archived")
+TIME_INDEX, LINKS = "time_index.jsonl", "links.jsonl"
+
+
+@dataclass
+class Topic:
+    header: dict
+    messages: list[dict] = field(default_factory=list)
+    headers_in_file: int = 1
+
+    @property
+    def id(self) -> str:
+        return self.header["id"]
+
+    @property
+    def state(self) -> str:
+        return self.header.get("state", "active")
+
+
+def topic_id(first_message_id: str) -> str:
+    """Named after the message that opened it: the same split run twice names its topics alike."""
+    return "t-" + hashlib.sha1(first_message_id.encode()).hexdigest()[:12]
+
+
+def topic_path(store: Store, identifier: str) -> Path:
+    return store.topics_dir / f"{identifier}.jsonl"
+
+
+def load_topic(path: Path) -> Topic | None:
+    header, messages, headers = None, [], 0
+    for line in jsonl.read(path):
+        record = line.value
+        if record is None:
+            if line.problem == jsonl.UNTERMINATED:
+                continue  # an append under way, or cut short and rolled back by the next writer
+            raise StoreError(f"{path}:{line.number}: {line.problem}; fix or remove the line")
+        if record.get("type") == "topic":
+            header, headers = record, headers + 1
+        elif record.get("type") == "message":
+            messages.append(record)
+    if header is None:
+        return None
+    return Topic(header, messages, headers)
+
+
+def load_topics(store: Store) -> dict[str, Topic]:
+    """Every topic of the store, by id, oldest first."""
+    topics: dict[str, Topic] = {}
+    if not store.topics_dir.is_dir():
+        return topics
+    for path in sorted(store.topics_dir.glob("t-*.jsonl")):
+        topic = load_topic(path)
+        if topic is not None:
+            topics[topic.id] = topic
+    return dict(sorted(topics.items(), key=lambda item: (item[1].header.get("created", ""), item[0])))
+
+
+def record(message: dict) -> dict:
+    return {"type": "message", **{k: v for k, v in message.items() if k != "type"}}
+
+
+def write_topic(tx, store: Store, topic: Topic, new_messages: list[dict], *, fresh: bool) -> None:
+    """Write a topic whose header and messages (new ones included) are up to date.
+
+    Fresh: header first, then messages. Otherwise append the new messages and
+    the new header, or rewrite the file once it holds COMPACT_AFTER headers."""
+    body = b"".join(orjson.dumps(record(m)) + b"\n" for m in new_messages)
+    if fresh:
+        tx.append(topic_path(store, topic.id), orjson.dumps(topic.header) + b"\n" + body)
+    elif topic.headers_in_file + 1 >= COMPACT_AFTER:
+        rewrite_topic(tx, store, topic)
+    else:
+        tx.append(topic_path(store, topic.id), body + orjson.dumps(topic.header) + b"\n")
+        topic.headers_in_file += 1
+
+
+def rewrite_topic(tx, store: Store, topic: Topic) -> None:
+    topic.headers_in_file = 1
+    tx.replace(topic_path(store, topic.id),
+               orjson.dumps(topic.header) + b"\n" + b"".join(orjson.dumps(record(m)) + b"\n" for m in topic.messages))
+
+
+def append_index(tx, store: Store, name: str, records: list[dict]) -> None:
+    if records:
+        tx.append(store.topics_dir / name, b"".join(orjson.dumps(r) + b"\n" for r in records))
+
+
+def read_index(store: Store, name: str) -> list[dict]:
+    return [line.value for line in jsonl.read(store.topics_dir / name) if line.value is not None]

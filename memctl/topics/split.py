@@ -1,0 +1,210 @@
+"""`memctl split` (T2, T3, T8): move older unsplit messages of a session into topic files.
+
+The whole split - reading the session and the topics, choosing, writing -
+happens under the store lock in one Transaction: two splits of one session
+run one after the other and the second sees the first's topics, so no
+message lands twice; a crash leaves the journal, and the next writer rolls
+the half-written files back, so every message is either unsplit or in one topic.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+from memctl import clock, config
+from memctl.errors import InputError
+from memctl.store import jsonl
+from memctl.store.store import Store
+from memctl.text.tokens import count_tokens
+from memctl.topics import files, segment
+from memctl.topics.files import Topic
+from memctl.topics.summary import summarise
+
+
+@dataclass
+class Assignment:
+    message_id: str
+    topic_id: str
+    action: str   # active | reactivated | new
+
+    def as_dict(self) -> dict:
+        return {"message_id": self.message_id, "topic_id": self.topic_id, "action": self.action}
+
+
+@dataclass
+class SplitReport:
+    session: str
+    context_tokens: int
+    threshold: int
+    unsplit: int
+    assignments: list[Assignment] = field(default_factory=list)
+    topics: dict[str, str] = field(default_factory=dict)   # topic id -> name, of the topics touched
+    subtopics: list[str] = field(default_factory=list)
+
+
+# Per message: (an existing topic id or a key naming a new topic, the new topic's name, its summary).
+Choice = tuple[str, str | None, str | None]
+Chooser = Callable[[list[dict], dict[str, Topic]], list[Choice]]
+
+
+def settings_of(store: Store) -> dict:
+    return config.load(store.config_file)["topics"]
+
+
+def session_messages(store: Store, session: str) -> list[dict]:
+    path = store.session_file(session)
+    if not path.exists():
+        raise InputError(f"no session '{session}' (no {store.relative(path)})", source=str(path))
+    return [line.value for line in jsonl.read(path)
+            if line.value is not None and isinstance(line.value.get("id"), str)]
+
+
+def context_tokens(system_text: str, topics: dict[str, Topic], unsplit: list[dict]) -> int:
+    """The main context as design 001 counts it: system prompt, topic results (the active topics'
+    summaries), the unsplit messages (the newest of them is the new message)."""
+    parts = [system_text] + [t.header.get("summary", "") for t in topics.values() if t.state == "active"]
+    parts += [m.get("text", "") for m in unsplit]
+    return sum(count_tokens(p) for p in parts if p)
+
+
+def split(store: Store, session: str, *, system_text: str = "", keep_recent: int | None = None,
+          force: bool = False, dry_run: bool = False, choose: Chooser | None = None,
+          progress: Callable[[str], None] | None = None) -> SplitReport:
+    """Split the session if its context is over the threshold (or `force`); `choose` is the LLM path."""
+    settings = settings_of(store)
+    keep = settings["keep_recent"] if keep_recent is None else keep_recent
+    with store.transaction(dry_run=dry_run) as tx:
+        messages = session_messages(store, session)
+        topics = files.load_topics(store)
+        placed = {m["id"] for t in topics.values() for m in t.messages}
+        unsplit = [m for m in messages if m["id"] not in placed]
+        tokens = context_tokens(system_text, topics, unsplit)
+        threshold = int(settings["context_limit"] * settings["split_at"])
+        report = SplitReport(session, tokens, threshold, len(unsplit))
+        if not (force or tokens > threshold):
+            return report
+        older = unsplit[:len(unsplit) - keep] if keep else unsplit
+        if not older:
+            return report
+        if progress:
+            progress(f"splitting {len(older)} messages of session {session}")
+        chosen = (choose or builtin_chooser(store))(older, topics)
+        _apply(tx, store, settings, older, chosen, topics, report)
+    return report
+
+
+def builtin_chooser(store: Store) -> Chooser:
+    def choose(messages: list[dict], topics: dict[str, Topic]) -> list[Choice]:
+        known = [t for t in topics.values() if t.state != "archived" and t.messages]
+        vectors = embed([m.get("text", "") for m in messages] + [t.header.get("summary", "") for t in known], store)
+        evidence = []
+        for row, topic in enumerate(known, len(messages)):
+            item = segment.TopicEvidence(key=topic.id)
+            for m in topic.messages:
+                item.add(None, segment.terms_of(m.get("text", "")), segment.speaker_of(m))
+            item.vector = vectors[row]  # the summary stands for the topic's messages, not re-embedded
+            evidence.append(item)
+        keys = segment.partition(messages, vectors[:len(messages)], evidence)
+        return [(key, None, None) for key in keys]
+
+    return choose
+
+
+def embed(texts: list[str], store: Store):
+    from memctl.index.embedding import Embedder, model_dir
+
+    settings = config.load(store.config_file)["embedding"]
+    embedder = Embedder(model_dir(settings["model"]), threads=settings["threads"],
+                        batch_size=settings["batch_size"], precision=settings["precision"])
+    return embedder.embed(texts)
+
+
+def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[Choice],
+           topics: dict[str, Topic], report: SplitReport) -> None:
+    """Write the choice: `chosen` gives per message an existing topic id or a new-topic key (and maybe a name)."""
+    now = clock.format_ts(clock.now())
+    by_key: dict[str, Topic] = {}
+    fresh: set[str] = set()
+    added: dict[str, list[dict]] = {}
+    states_before = {tid: t.state for tid, t in topics.items()}
+    given: dict[str, str] = {}
+    for message, (key, name, summary) in zip(messages, chosen):
+        topic = topics.get(key) or by_key.get(key)
+        if topic is None:
+            tid = files.topic_id(message["id"])
+            topic = Topic({"type": "topic", "id": tid, "name": name or "", "summary": "", "parent": None,
+                           "children": [], "state": "active", "created": now, "updated": now,
+                           "messages": 0, "tokens": 0}, [], 1)
+            by_key[key] = topics[tid] = topic
+            fresh.add(tid)
+            if summary:
+                given[tid] = summary
+        action = "new" if topic.id in fresh else (
+            "reactivated" if states_before.get(topic.id) != "active" else "active")
+        topic.messages.append(files.record(message))
+        added.setdefault(topic.id, []).append(files.record(message))
+        report.assignments.append(Assignment(message["id"], topic.id, action))
+    background, documents = _background(topics)
+    for tid, new in added.items():
+        topic = topics[tid]
+        name, summary = summarise(topic.messages, background, documents, settings["summary_bytes"])
+        topic.header.update(name=topic.header.get("name") or name, summary=given.get(tid, summary), state="active",
+                            updated=now, messages=len(topic.messages),
+                            tokens=sum(count_tokens(m.get("text", "")) for m in topic.messages))
+        files.write_topic(tx, store, topic, new, fresh=tid in fresh)
+        report.topics[tid] = topic.header["name"]
+        if topic.header["tokens"] > settings["topic_limit"]:
+            report.subtopics += _into_subtopics(tx, store, settings, topic, topics, background, documents, now)
+    stamps = [m.get("ts") for m in messages if m.get("ts")]
+    files.append_index(tx, store, files.TIME_INDEX, [{"from": min(stamps, default=None), "to": max(stamps, default=None),
+                                                      "topics": sorted(added), "at": now}])
+
+
+def _background(topics: dict[str, Topic]) -> tuple[Counter, int]:
+    """Document frequencies of terms over every topic's messages: what makes a topic's words distinctive."""
+    background: Counter = Counter()
+    documents = 0
+    for topic in topics.values():
+        for m in topic.messages:
+            background.update(set(segment.terms_of(m.get("text", ""))))
+            documents += 1
+    return background, documents
+
+
+def _into_subtopics(tx, store, settings, topic: Topic, topics, background, documents, now) -> list[str]:
+    """T8: a topic past topic_limit tokens hands its messages to sub-topics (children with `parent`),
+    cut where its subject moves (the built-in split), each at most half the limit; the parent keeps
+    its header and summary."""
+    pieces: list[list[dict]] = [[]]
+    size = 0
+    half = settings["topic_limit"] // 2
+    keys = segment.partition(topic.messages, None, [])
+    for index, message in enumerate(topic.messages):
+        tokens = count_tokens(message.get("text", ""))
+        moved = index and keys[index] != keys[index - 1]
+        if pieces[-1] and (size + tokens > half or (moved and size > half // 2)):
+            pieces.append([])
+            size = 0
+        pieces[-1].append(message)
+        size += tokens
+    if len(pieces) < 2:
+        return []
+    children = []
+    links = []
+    for piece in pieces:
+        name, summary = summarise(piece, background, documents, settings["summary_bytes"])
+        child = Topic({"type": "topic", "id": files.topic_id(piece[0]["id"] + "/" + topic.id), "name": name,
+                       "summary": summary, "parent": topic.id, "children": [], "state": "active",
+                       "created": now, "updated": now, "messages": len(piece),
+                       "tokens": sum(count_tokens(m.get("text", "")) for m in piece)}, list(piece), 1)
+        topics[child.id] = child
+        files.write_topic(tx, store, child, piece, fresh=True)
+        children.append(child.id)
+        links.append({"from": topic.id, "to": child.id, "kind": "parent", "at": now})
+    topic.messages = []
+    topic.header.update(children=topic.header.get("children", []) + children, messages=0, tokens=0, updated=now)
+    files.rewrite_topic(tx, store, topic)
+    files.append_index(tx, store, files.LINKS, links)
+    return children

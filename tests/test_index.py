@@ -1,0 +1,203 @@
+"""Incremental index updates on real files: each change reads only what changed and leaves
+the index as a rebuild from scratch would (P2, C3)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+
+import numpy as np
+import orjson
+import pytest
+import tantivy
+
+from memctl.index import lexical
+from memctl.index.index import Index
+from memctl.ingest.ingest import ingest
+from memctl.store.store import Store, atomic_write
+
+NOW = "2026-11-22T12:00:00Z"
+TOPICS = ["the boiler in the basement", "a trip to Lisbon", "sourdough starters", "the quarterly budget",
+          "the new bicycle", "learning the cello"]
+
+
+@pytest.fixture(autouse=True)
+def pinned_clock(monkeypatch):
+    monkeypatch.setenv("MEMCTL_NOW", NOW)
+
+
+def chat(store: Store, session: str, start: int, count: int, day: str = "2026-11-20") -> list[str]:
+    """Ingest `count` messages into one session; their ids."""
+    lines = [orjson.dumps({"id": f"{session}-{n}", "session": session, "role": "user", "speaker": "Ana",
+                           "ts": f"{day}T10:{n:02d}:00Z",
+                           "text": f"Message {n} of {session} is about {TOPICS[n % len(TOPICS)]}."})
+             for n in range(start, start + count)]
+    ingest(store, b"\n".join(lines) + b"\n", source="chat.jsonl", fmt="jsonl", keep_noise=True)
+    return [f"{session}-{n}" for n in range(start, start + count)]
+
+
+def notes(store: Store, *texts: str) -> None:
+    items = [orjson.dumps({"id": f"note-{n}", "text": text}) + b"\n" for n, text in enumerate(texts)]
+    ingest(store, b"".join(items), source="<stdin>", kind="memory", fmt="jsonl", keep_noise=True)
+
+
+@pytest.fixture
+def store(tmp_path) -> Store:
+    store = Store(tmp_path / "store")
+    chat(store, "alpha", 0, 4, day="2026-11-18")
+    chat(store, "beta", 0, 4, day="2026-11-19")
+    chat(store, "gamma", 0, 4)
+    notes(store, "Ana's boiler was serviced in October.", "Ana prefers window seats on trains.")
+    Index(store).update()
+    return store
+
+
+def table(store: Store) -> dict[str, tuple]:
+    conn = sqlite3.connect(store.index_dir / "units.db")
+    try:
+        return {row[0]: row[1:] for row in conn.execute("SELECT id, row, digest, embed_digest, source FROM units")}
+    finally:
+        conn.close()
+
+
+def bm25_ids(store: Store) -> list[str]:
+    index = lexical.open_index(store.index_dir / "tantivy")
+    searcher = index.searcher()
+    hits = searcher.search(tantivy.Query.all_query(), limit=10_000).hits
+    return sorted(searcher.doc(address)["id"][0] for _, address in hits)
+
+
+def assert_same_as_rebuilt(store: Store, tmp_path) -> None:
+    """The updated index holds what an index built from scratch holds: units, text, vectors."""
+    copy = Store(tmp_path / "rebuilt")
+    shutil.rmtree(copy.root, ignore_errors=True)
+    shutil.copytree(store.root, copy.root, ignore=shutil.ignore_patterns(".index"))
+    Index(copy).update()
+    updated, rebuilt = table(store), table(copy)
+    assert {k: v[1:] for k, v in updated.items()} == {k: v[1:] for k, v in rebuilt.items()}
+    assert bm25_ids(store) == bm25_ids(copy) == sorted(updated)
+    # int8 activations are quantised per batch, so a text's vector varies a little with the
+    # batch it was embedded in: each must be nearest to its own text's vector in the rebuilt index.
+    vectors, fresh = np.load(store.index_dir / "vectors.npy"), np.load(copy.index_dir / "vectors.npy")
+    for unit_id, (row, *_) in updated.items():
+        cosines = fresh @ vectors[row]
+        assert int(np.argmax(cosines)) == rebuilt[unit_id][0] and cosines.max() > 0.95, unit_id
+
+
+def test_new_messages_read_one_session_and_one_daily_log(store, tmp_path):
+    before = table(store)
+    chat(store, "beta", 4, 3, day="2026-11-19")
+    report = Index(store).update()
+    assert (report.added, report.changed, report.removed, report.embedded) == (3, 0, 0, 3)
+    assert report.files_read == 2  # sessions/beta.jsonl and memory/2026-11-19.md, of 5 files
+    after = table(store)
+    assert {k: after[k] for k in before} == before  # every other unit kept its row
+    assert_same_as_rebuilt(store, tmp_path)
+
+
+def test_a_rewritten_session_file_updates_exactly_its_changed_message(store, tmp_path):
+    before = table(store)
+    path = store.session_file("gamma")
+    path.write_text(path.read_text().replace("Message 2 of gamma", "Message two of gamma"))
+    report = Index(store).update()
+    # The message, and the next one, which is embedded with the turn before it.
+    assert (report.added, report.changed, report.removed, report.embedded, report.files_read) == (0, 2, 0, 2, 1)
+    after = table(store)
+    assert {k for k in before if after[k] != before[k]} == {"gamma-2", "gamma-3"}
+    assert_same_as_rebuilt(store, tmp_path)
+
+
+def test_a_deleted_session_uncovers_its_daily_log_entries(store, tmp_path):
+    store.session_file("alpha").unlink()
+    report = Index(store).update()
+    # The messages go; their copies in the daily log, no longer hidden by them, take their ids.
+    assert (report.added, report.changed, report.removed) == (0, 4, 0)
+    assert {v[3] for k, v in table(store).items() if k.startswith("alpha-")} == {"memory/2026-11-18.md"}
+    assert_same_as_rebuilt(store, tmp_path)
+
+
+def test_a_renamed_session_moves_its_units_without_embedding(store, tmp_path):
+    store.session_file("beta").rename(store.session_file("delta"))
+    report = Index(store).update()
+    assert (report.added, report.changed, report.removed, report.embedded) == (0, 4, 0, 0)
+    assert {v[3] for k, v in table(store).items() if k.startswith("beta-")} == {"sessions/delta.jsonl"}
+    assert_same_as_rebuilt(store, tmp_path)
+
+
+def test_memory_md_hand_edits(store, tmp_path):
+    text = store.memory_md.read_text()
+    assert "Ana prefers window seats on trains." in text
+    store.memory_md.write_text(text.replace("serviced in October", "serviced in November")
+                               .replace("Ana prefers window seats on trains.", ""))
+    report = Index(store).update()
+    assert (report.changed, report.removed, report.embedded, report.files_read) == (1, 1, 1, 1)
+    assert_same_as_rebuilt(store, tmp_path)
+
+
+def test_a_rewrite_of_the_same_size_and_time_is_seen_by_its_inode(store, tmp_path):
+    """Governance rewrites MEMORY.md through a new file; size and time alone can miss that."""
+    path = store.memory_md
+    stat = path.stat()
+    atomic_write(path, path.read_bytes().replace(b"October", b"Octobre"))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+    report = Index(store).update()
+    assert (report.changed, report.files_read) == (1, 1)
+    assert_same_as_rebuilt(store, tmp_path)
+
+
+def test_an_id_in_two_files_is_counted_once_whatever_changes(store, tmp_path):
+    copied = store.session_file("alpha").read_text().splitlines()[0]
+    store.session_file("zeta").write_text(copied + "\n")
+    report = Index(store).update()
+    assert report.files_read == len(Index(store).stamps())  # read whole while an id sits in two files
+    assert_same_as_rebuilt(store, tmp_path)
+    store.session_file("alpha").unlink()  # now the copy in zeta is the one that counts
+    Index(store).update()
+    assert table(store)["alpha-0"][3] == "sessions/zeta.jsonl"
+    assert_same_as_rebuilt(store, tmp_path)
+
+
+def test_a_changed_embedding_model_embeds_everything_again(store):
+    index = Index(store)
+    units = len(table(store))
+    int8 = np.load(store.index_dir / "vectors.npy").copy()
+    store.config_file.write_text('[embedding]\nprecision = "float32"\n')
+    report = Index(store).update()
+    assert report.rebuilt and report.reason.startswith("model changed")
+    assert report.embedded == report.units == units
+    assert index.manifest()["model"]["precision"] == "float32"
+    float32 = np.load(store.index_dir / "vectors.npy")
+    assert not np.array_equal(int8, float32)  # other weights, other vectors: none of the old ones kept
+    assert Index(store).update().embedded == 0  # and then it is fresh again
+
+
+def test_a_compaction_cut_short_is_rebuilt(store):
+    """A compaction replaces vectors.npy, then units.db: cut between the two, the table's rows
+    would point into another layout of vectors, so the index is rebuilt."""
+    store.memory_md.unlink()
+    store.session_file("alpha").unlink()  # 6 of 14 rows become holes: over a fifth
+    chat(store, "omega", 0, 10)  # and the new vectors file is longer than the old table's rows
+    real_replace = os.replace
+
+    def cut_after_vectors(source, target):
+        real_replace(source, target)
+        if str(target).endswith("vectors.npy"):
+            raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "replace", cut_after_vectors)
+        with pytest.raises(KeyboardInterrupt):
+            Index(store).update()
+    report = Index(store).update()
+    assert report.rebuilt and report.reason == "corrupt (a compaction was cut short)"
+    assert sorted(table(store)) == sorted([f"{s}-{n}" for s in ("alpha", "beta", "gamma") for n in range(4)]
+                                          + [f"omega-{n}" for n in range(10)])
+
+
+def test_a_copied_store_is_read_again_but_not_embedded_again(store, tmp_path):
+    copy = Store(tmp_path / "copy")
+    shutil.copytree(store.root, copy.root)  # new inodes everywhere
+    report = Index(copy).update()
+    assert not report.rebuilt and report.files_read == len(Index(copy).stamps()) and report.embedded == 0

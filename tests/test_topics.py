@@ -1,0 +1,233 @@
+"""memctl split and memctl topics (T1-T3, T8-T10) through real processes and real files."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from conftest import snapshot
+
+WEATHER = ["Will it rain in Redwood City this week?", "Drizzle on Wednesday and Thursday in Redwood City.",
+           "And how cold will Redwood City get at night?", "Down to 8 degrees in Redwood City on Thursday night."]
+HOTEL = ["I need a cheap hotel in the north of Cambridge with free parking.",
+         "The Acorn Guest House is cheap, in the north, with free parking.",
+         "Book the Acorn Guest House for 3 nights from Friday for 2 people.",
+         "Booked the Acorn Guest House: reference ACG-42, 3 nights from Friday."]
+TAXI = ["Get me a taxi from the Acorn Guest House to the station at 9:45.",
+        "A blue Skoda taxi will pick you up at the Acorn Guest House at 9:45.",
+        "What is the taxi driver's phone number?", "The taxi number is 07714 291108."]
+
+
+def session_lines(texts: list[str], session: str = "s1", prefix: str = "m") -> str:
+    return "".join(json.dumps({"id": f"{prefix}{n}", "session": session, "role": ("user", "assistant")[n % 2],
+                               "text": text, "ts": f"2026-11-20T10:{n:02d}:00Z"}) + "\n"
+                   for n, text in enumerate(texts))
+
+
+def topic_files(store_dir: Path) -> dict[str, list[dict]]:
+    return {p.stem: [orjson.loads(line) for line in p.read_bytes().splitlines()]
+            for p in sorted((store_dir / "topics").glob("t-*.jsonl"))}
+
+
+def placed(store_dir: Path) -> Counter:
+    return Counter(r["id"] for records in topic_files(store_dir).values() for r in records if r["type"] == "message")
+
+
+def test_split_puts_each_older_message_in_one_topic_and_rerunning_changes_nothing(run, store_dir):
+    assert run("ingest", "-", input=session_lines(WEATHER + HOTEL + TAXI)).returncode == 0
+    done = run("split", "--session", "s1", "--force", "--keep-recent", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["message_id"] for r in rows] == [f"m{n}" for n in range(10)]
+    assert {r["action"] for r in rows} == {"new"}
+    by_topic = {}
+    for r in rows:
+        by_topic.setdefault(r["topic_id"], []).append(int(r["message_id"][1:]))
+    assert len(by_topic) >= 2  # weather and hotel are different subjects
+    assert all(ids == list(range(ids[0], ids[-1] + 1)) for ids in by_topic.values())
+    assert placed(store_dir) == Counter(f"m{n}" for n in range(10))
+    for records in topic_files(store_dir).values():
+        assert records[0]["type"] == "topic"  # a person sees the topic first
+        assert 0 < len(records[0]["summary"].encode()) <= 1000
+    before = snapshot(store_dir)
+    again = run("split", "--session", "s1", "--force", "--keep-recent", "2", "--json")
+    assert again.returncode == 1 and again.stdout == b""
+    assert snapshot(store_dir) == before
+
+
+def test_a_returning_subject_goes_back_to_its_dormant_topic(run, store_dir):
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL))
+    first = [json.loads(line) for line in run("split", "--session", "s1", "--force", "--keep-recent", "0",
+                                              "--json").stdout.splitlines()]
+    weather_topic = first[0]["topic_id"]
+    topic_file = store_dir / "topics" / f"{weather_topic}.jsonl"
+    records = [orjson.loads(line) for line in topic_file.read_bytes().splitlines()]
+    records[0]["state"] = "dormant"
+    topic_file.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    more = ["Is Redwood City going to be rainy again on Saturday?", "Yes, more drizzle in Redwood City on Saturday."]
+    run("ingest", "-", input=session_lines(more, prefix="r"))
+    second = [json.loads(line) for line in run("split", "--session", "s1", "--force", "--keep-recent", "0",
+                                               "--json").stdout.splitlines()]
+    assert {(r["topic_id"], r["action"]) for r in second} == {(weather_topic, "reactivated")}
+    lines = topic_file.read_bytes().splitlines()
+    assert orjson.loads(lines[-1])["type"] == "topic"  # the latest header, appended after the messages
+    assert orjson.loads(lines[-1])["state"] == "active"
+    shown = json.loads(run("topics", "show", weather_topic, "--json").stdout.splitlines()[0])
+    assert shown["messages"] == 6 and shown["state"] == "active"
+
+
+def test_split_waits_until_the_context_is_over_the_threshold(run, store_dir):
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL))
+    quiet = run("split", "--session", "s1")
+    assert quiet.returncode == 1 and b"nothing to split" in quiet.stderr
+    small = {"MEMCTL_TOPICS_CONTEXT_LIMIT": "100"}
+    system = store_dir.parent / "system.md"
+    system.write_text("You are a helpful travel agent. " * 10)
+    planned = run("split", "--session", "s1", "--system", str(system), "--keep-recent", "3", "--dry-run",
+                  "--json", env=small)
+    assert planned.returncode == 0 and len(planned.stdout.splitlines()) == 5
+    assert not (store_dir / "topics").exists()
+    listed = run("topics", "list")
+    assert listed.returncode == 1
+
+
+def test_many_speakers_follow_who_answers_whom(run, store_dir):
+    lines = [("alice", "my wifi card is not detected after the upgrade"),
+             ("bob", "anyone know how to mount an iso file?"),
+             ("carol", "alice: which card is it? try lspci"),
+             ("dave", "bob: sudo mount -o loop file.iso /mnt"),
+             ("alice", "carol: broadcom 4311, lspci shows it"),
+             ("bob", "dave: thanks, that worked")]
+    data = "".join(json.dumps({"id": f"i{n}", "session": "irc", "role": "user", "speaker": who, "text": text,
+                               "ts": f"2026-11-20T10:{n:02d}:00Z"}) + "\n" for n, (who, text) in enumerate(lines))
+    run("ingest", "-", input=data)
+    rows = {r["message_id"]: r["topic_id"] for r in map(json.loads, run(
+        "split", "--session", "irc", "--force", "--keep-recent", "0", "--json").stdout.splitlines())}
+    assert rows["i0"] == rows["i2"] == rows["i4"]
+    assert rows["i1"] == rows["i3"] == rows["i5"]
+    assert rows["i0"] != rows["i1"]
+
+
+def test_a_topic_past_its_limit_splits_into_subtopics(run, store_dir):
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL + TAXI))
+    done = run("split", "--session", "s1", "--force", "--keep-recent", "0", "--json",
+               env={"MEMCTL_TOPICS_TOPIC_LIMIT": "40", "MEMCTL_TOPICS_SPLIT_AT": "1.0"})
+    assert done.returncode == 0, done.stderr
+    files = topic_files(store_dir)
+    children = [records[0] for records in files.values() if records[0]["parent"]]
+    assert children
+    for child in children:
+        parent = files[child["parent"]][0]
+        assert child["id"] in parent["children"] and parent["messages"] == 0
+    assert placed(store_dir) == Counter(f"m{n}" for n in range(12))
+    links = [json.loads(line) for line in (store_dir / "topics" / "links.jsonl").read_text().splitlines()]
+    assert {(link["from"], link["to"]) for link in links} == {(c["parent"], c["id"]) for c in children}
+
+
+# -- the LLM path: real commands written for the tests -------------------------------------------------
+
+ANSWERS = {
+    "good": """
+        import re, sys
+        prompt = sys.stdin.read()
+        ids = re.findall(r'<message id="([^"]+)"', prompt)
+        print("<topic_split>")
+        known = dict(re.findall(r'<topic id="([^"]+)" state="[^"]*" name="([^"]+)"', prompt))
+        for i in ids:
+            name = "weather" if int(i[1:]) < 4 else "hotel"
+            same = [t for t, n in known.items() if n == name]
+            if same:  # a topic an earlier batch opened
+                print(f'<assignment msg_id="{i}" topic="existing_active" topic_id="{same[0]}">same</assignment>')
+            else:
+                print(f'<assignment msg_id="{i}" topic="new" topic_name="{name}"><summary>About {name}.</summary>'
+                      'reason</assignment>')
+        print("</topic_split>")
+    """,
+    "malformed": """
+        import sys; sys.stdin.read()
+        print('<topic_split><assignment msg_id="m0" topic="new" topic_name="x"></topic_split>')
+    """,
+    "unknown_message": """
+        import sys; sys.stdin.read()
+        print('<topic_split><assignment msg_id="nope" topic="new" topic_name="x">r</assignment></topic_split>')
+    """,
+    "unknown_topic": """
+        import re, sys
+        ids = re.findall(r'<message id="([^"]+)"', sys.stdin.read())
+        print("<topic_split>" + "".join(f'<assignment msg_id="{i}" topic="existing_active" topic_id="t-404">r'
+                                        '</assignment>' for i in ids) + "</topic_split>")
+    """,
+    "partial": """
+        import re, sys
+        ids = re.findall(r'<message id="([^"]+)"', sys.stdin.read())
+        print(f'<topic_split><assignment msg_id="{ids[0]}" topic="new" topic_name="x">r</assignment></topic_split>')
+    """,
+    "empty": "import sys; sys.stdin.read()",
+    "slow": "import sys, time; sys.stdin.read(); time.sleep(30)",
+}
+
+
+@pytest.fixture
+def answer(tmp_path):
+    def command(kind: str) -> str:
+        script = tmp_path / f"{kind}.py"
+        script.write_text(textwrap.dedent(ANSWERS[kind]))
+        return f"{sys.executable} {script}"
+
+    return command
+
+
+def test_llm_answer_is_applied(run, store_dir, answer):
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL))
+    done = run("split", "--session", "s1", "--force", "--keep-recent", "0", "--json", "--llm", answer("good"),
+               env={"MEMCTL_TOPICS_LLM_BATCH": "3"})  # three batches: later ones see the new topics
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    topics = [r["topic_id"] for r in rows]
+    assert len(set(topics[:4])) == 1 and len(set(topics[4:])) == 1 and topics[0] != topics[4]
+    headers = {records[0]["name"]: records[0] for records in topic_files(store_dir).values()}
+    assert set(headers) == {"weather", "hotel"} and headers["hotel"]["summary"] == "About hotel."
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("malformed", "malformed"), ("unknown_message", "msg_id 'nope' is not a message of this batch"),
+    ("unknown_topic", "topic_id 't-404' is not a known topic"), ("partial", "assigns 1 of 8 messages"),
+    ("empty", "it was empty"), ("slow", "no answer within 1 s"),
+])
+def test_bad_llm_answers_change_nothing(run, store_dir, answer, kind, said):
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL))
+    before = snapshot(store_dir)
+    done = run("split", "--session", "s1", "--force", "--keep-recent", "0", "--llm", answer(kind),
+               env={"MEMCTL_TOPICS_LLM_TIMEOUT": "1"})
+    assert done.returncode == 2
+    message = done.stderr.decode().strip()
+    assert said in message and "nothing was split" in message and len(message.splitlines()) == 1
+    assert snapshot(store_dir) == before
+
+
+def test_prompt_template_can_be_overridden_from_the_store(run, store_dir, tmp_path):
+    run("ingest", "-", input=session_lines(WEATHER))
+    (store_dir / "prompts").mkdir()
+    (store_dir / "prompts" / "split.md").write_text("CUSTOM PROMPT\n{messages}\n")
+    seen = tmp_path / "seen.txt"
+    script = tmp_path / "echo.py"
+    script.write_text(f"import sys; open({str(seen)!r}, 'w').write(sys.stdin.read())\n")
+    run("split", "--session", "s1", "--force", "--keep-recent", "0", "--llm", f"{sys.executable} {script}")
+    assert seen.read_text().startswith("CUSTOM PROMPT\n<message id=\"m0\"")
+
+
+def test_search_finds_topics_by_their_summary(run, store_dir):
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL))
+    rows = [json.loads(line) for line in run("split", "--session", "s1", "--force", "--keep-recent", "0",
+                                             "--json").stdout.splitlines()]
+    found = run("search", "Acorn Guest House booking", "--kind", "topic", "--json", "-k", "1")
+    assert found.returncode == 0, found.stderr
+    hit = json.loads(found.stdout.splitlines()[0])
+    assert hit["kind"] == "topic" and hit["id"] == rows[-1]["topic_id"]
+    assert hit["source"] == f"topics/{hit['id']}.jsonl"
