@@ -326,33 +326,37 @@ def archived_message_ids(store: Store) -> set[str]:
 
 def activate(store: Store, retriever, query: str, *, include_archived: bool = False) -> dict[str, Any]:
     """Explicit activation (T7): a topic id, or the topics whose summaries and messages match `query`.
-    Ranked like the index window of design §4.7: with few topics active more of the matches are taken."""
+    Ranked like the index window of design §4.7: with few topics active more of the matches are taken.
+    The search runs outside the store lock (the index refreshes under it); the change, inside."""
     from memctl.topics.daily import restore_archived
     from memctl.topics.split import settings_of
 
     settings = settings_of(store)
     now = clock.format_ts(clock.now())
-    with store.transaction() as tx:
+    if include_archived:
+        with store.transaction() as tx:
+            restore_archived(tx, store, query, now)
+    with store.reading():
         topics = files.load_topics(store)
-        if include_archived:
-            topics.update(restore_archived(tx, store, query, now))
-        active_count = sum(1 for t in topics.values() if t.state == "active")
-        if query in topics:
-            chosen, candidates = [query], []
-        else:
-            searchable = {tid: t for tid, t in topics.items() if t.state != "active"}
-            found = evaluate.builtin(store, retriever, query, searchable) if searchable else {}
-            threshold, _ = activation.thresholds(active_count, settings)
-            ranked = sorted((e for e in found.values() if e.relevance_score >= settings["amnesia_threshold"]),
-                            key=lambda e: -e.relevance_score)
-            room = max(1, settings["active_target"] - active_count)
-            chosen = [e.topic_id for e in ranked[:room] if e is ranked[0] or e.relevance_score >= threshold]
-            candidates = [{"topic_id": e.topic_id, "name": e.name, "score": round(e.relevance_score, 4)}
-                          for e in ranked]
+    active_count = sum(1 for t in topics.values() if t.state == "active")
+    if query in topics:
+        chosen, candidates = [query], []
+    else:
+        searchable = {tid: t for tid, t in topics.items() if t.state != "active"}
+        found = evaluate.builtin(store, retriever, query, searchable) if searchable else {}
+        threshold, _ = activation.thresholds(active_count, settings)
+        ranked = sorted((e for e in found.values() if e.relevance_score >= settings["amnesia_threshold"]),
+                        key=lambda e: -e.relevance_score)
+        room = max(1, settings["active_target"] - active_count)
+        chosen = [e.topic_id for e in ranked[:room] if e is ranked[0] or e.relevance_score >= threshold]
+        candidates = [{"topic_id": e.topic_id, "name": e.name, "score": round(e.relevance_score, 4)}
+                      for e in ranked]
+    with store.transaction() as tx:
+        current = files.load_topics(store)
         events = []
         for tid in chosen:
-            topic = topics[tid]
-            if topic.state != "active":
+            topic = current.get(tid)
+            if topic is not None and topic.state != "active":
                 topic.header.update(state="active", updated=now)
                 files.write_topic(tx, store, topic, [], fresh=False)
                 events.append({"at": now, "event": "activated", "topic": tid, "reason": "explicit"})
