@@ -10,9 +10,10 @@ the messages and one over the topic summaries (`kind: topic` units); a topic's
 raw score is its best message hit plus a fifth of its second (a topic that
 answers twice is more likely the subject), or its summary's score if higher.
 The raw score is mapped linearly so that RAW_WEAK becomes 0.3 and RAW_CLEAR 0.7
-(clamped to 0..1); both were read off LoCoMo dev (bench/context.py
---calibrate): RAW_WEAK is where topics holding none of a question's evidence
-thin out, RAW_CLEAR the median raw score of topics holding its evidence.
+(clamped to 0..1). Both were read off LoCoMo dev conv-26 (40 questions, 19
+topics after the bench's splits): raw scores of topics holding none of the
+question's evidence had 90th percentile 0.274 (-> RAW_WEAK, so 0.3 means "maybe
+weakly"), topics holding evidence a median of 0.336 (-> RAW_CLEAR, "clearly").
 The referenced messages are the topic's hits within half the best hit's score
 (at most REFERENCED), each with the message after it (the answer to a question
 usually follows it).
@@ -36,7 +37,7 @@ from memctl.topics.files import Topic, topic_path
 REFERENCE_FROM = 0.3    # §4.2: from this score on, referenced messages and a summary
 SUMMARY_CHARS = 2000
 REFERENCED = 6
-RAW_WEAK, RAW_CLEAR = 0.40, 0.62
+RAW_WEAK, RAW_CLEAR = 0.27, 0.336
 MESSAGE_HITS = 80
 
 
