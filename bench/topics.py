@@ -47,7 +47,7 @@ def as_session(conversation: dict, session: str) -> bytes:
 
 def split_one(conversation: dict, workdir: Path) -> tuple[list[str], float]:
     store = workdir / f"store-{conversation['conv_id']}".replace("/", "_")
-    done = memctl(store, "ingest", "--format", "jsonl", "-", input=as_session(conversation, "s"))
+    done = memctl(store, "ingest", "--format", "jsonl", "--keep-noise", "-", input=as_session(conversation, "s"))
     if done.returncode:
         raise SystemExit(f"ingest failed: {done.stderr.decode()}")
     start = time.perf_counter()
@@ -88,7 +88,7 @@ def speed(count: int, workdir: Path) -> None:
     texts = [m for line in (DATA / "dialseg711_dev.jsonl").open() for m in json.loads(line)["messages"]]
     conversation = {"conv_id": "speed", "messages": [texts[n % len(texts)] for n in range(count)]}
     store = workdir / "speed"
-    memctl(store, "ingest", "--format", "jsonl", "-", input=as_session(conversation, "s"))
+    memctl(store, "ingest", "--format", "jsonl", "--keep-noise", "-", input=as_session(conversation, "s"))
     memctl(store, "index")
     start = time.perf_counter()
     done = memctl(store, "split", "--session", "s", "--force", "--json")

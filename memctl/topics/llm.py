@@ -14,6 +14,7 @@ are filled in.
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import xml.etree.ElementTree as ElementTree
@@ -50,8 +51,8 @@ def chooser(store: Store, command: str, timeout: float, batch: int):
         for first in range(0, len(messages), batch):
             part = messages[first:first + batch]
             where = f"LLM batch {first // batch + 1} (messages {first + 1}-{first + len(part)})"
-            prompt = prompt_template.replace("{topics}", _topic_list(listed)).replace(
-                "{messages}", _message_list(part))
+            fill = {"{topics}": _topic_list(listed), "{messages}": _message_list(part)}
+            prompt = re.sub(r"\{topics\}|\{messages\}", lambda match: fill[match.group()], prompt_template)
             answer = _ask(argv, prompt, timeout, where)
             picked = parse(answer, [m["id"] for m in part], listed, where)
             for key, name, summary in picked:

@@ -2,13 +2,17 @@
 
 Two kinds of conversation, told apart by how many people speak:
 
-* Two parties (a user and an agent): the subject moves in blocks. Boundaries
-  are the deep valleys of a similarity curve between the messages before and
-  after each gap (TextTiling), the curve mixing sentence vectors with lexical
-  overlap (TF-IDF of words; of character bigrams for Chinese, which the
-  bundled MiniLM cannot read). Each block is then matched against the topics
-  that exist (from earlier splits and from this one): close enough to one, it
-  returns there; otherwise it opens a new topic.
+* Two parties (a user and an agent): the subject moves in blocks. Every pair
+  of messages gets a similarity mixing sentence vectors with lexical overlap
+  (TF-IDF of words; of character bigrams for Chinese, which the bundled MiniLM
+  reads little of), in standard deviations of the conversation's own
+  similarities, plus a bonus for being near. Neighbouring blocks merge, most
+  similar first (average linkage, contiguous); a later block whose subject
+  came back rejoins the earlier cluster. Each cluster is then matched against
+  the topics of earlier splits: close enough to one, it returns there;
+  otherwise it opens a new topic. On DialSeg711 dev this beat TextTiling
+  depth cuts over the same similarities (ARI .686 vs .573) and a
+  non-contiguous average linkage (.599).
 * Many people at once (IRC): subjects interleave message by message, so each
   message follows the reply structure instead: naming someone puts it in that
   person's conversation; otherwise it continues the speaker's own recent one
