@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from memctl.store.store import Store
 
 if TYPE_CHECKING:
+    from memctl.cache import Cache, Entry
     from memctl.governance.governance import Chain
     from memctl.governance.health import Problem
     from memctl.governance.lifecycle import Change
@@ -77,6 +78,7 @@ class Memory:
         self.store = Store.locate(path)
         self.say = say
         self._retriever = None
+        self._caches: dict[str | None, "Cache"] = {}
 
     @property
     def path(self):
@@ -109,9 +111,10 @@ class Memory:
     # -- searching -----------------------------------------------------------------
     def search(self, query: str, *, k: int = 10, mode: str = "hybrid", kinds: Iterable[str] = (),
                scope: str | None = None, sections: Iterable[str] = (), sources: Iterable[str] = (),
-               sessions: Iterable[str] = (), since: str | None = None, until: str | None = None,
-               min_score: float | None = None, rank: str = "pipeline", include_archived: bool = False,
-               plan: str | None = None, adaptive: bool = False) -> Found:
+               sessions: Iterable[str] = (), tools: Iterable[str] = (), agents: Iterable[str] = (),
+               since: str | None = None, until: str | None = None, min_score: float | None = None,
+               rank: str = "pipeline", include_archived: bool = False, plan: str | None = None,
+               adaptive: bool = False) -> Found:
         """Hybrid search (P3). `plan`: search the sections `state_plan(plan)` picks (and query
         defaults to it); `adaptive`: skip messages that need no memory (P7). When nothing is
         searched, `Found.skipped` says why."""
@@ -128,8 +131,9 @@ class Memory:
             reason = self.search_needed(query)
             if reason:
                 return Found(skipped=f"no search needed: {reason}")
-        filters = self.filters(kinds=kinds, scope=scope, sections=sections, sources=sources,
-                               sessions=sessions, since=since, until=until, include_archived=include_archived)
+        filters = self.filters(kinds=kinds, scope=scope, sections=sections, sources=sources, sessions=sessions,
+                               tools=tools, agents=agents, since=since, until=until,
+                               include_archived=include_archived)
         (results,) = self._retrieve([Query(text=query, k=k, mode=mode, filters=filters, min_score=min_score,
                                            rank=rank)])
         return Found(results)
@@ -149,13 +153,15 @@ class Memory:
 
     @staticmethod
     def filters(*, kinds: Iterable[str] = (), scope: str | None = None, sections: Iterable[str] = (),
-                sources: Iterable[str] = (), sessions: Iterable[str] = (), since: str | None = None,
-                until: str | None = None, include_archived: bool = False):
-        """The one filter definition of a search, from option values (checked: InputError)."""
+                sources: Iterable[str] = (), sessions: Iterable[str] = (), tools: Iterable[str] = (),
+                agents: Iterable[str] = (), since: str | None = None, until: str | None = None,
+                include_archived: bool = False):
+        """The one filter definition of a search, from option values (checked: InputError).
+        `tools`, `agents`: memories consolidated from the tool cache (H4)."""
         from memctl.search.queries import filters_from
 
         filters = filters_from(kinds=kinds, scope=scope, sections=sections, sources=sources,
-                               sessions=sessions, since=since, until=until)
+                               sessions=sessions, tools=tools, agents=agents, since=since, until=until)
         if include_archived:  # archived means "not searched by default" (G5), superseded means never
             filters.exclude_status = tuple(s for s in filters.exclude_status if s != "archived")
         return filters
@@ -368,6 +374,34 @@ class Memory:
 
         self.store.require()
         return review(self.store, dry_run=dry_run)
+
+    # -- shared working memory for tool outputs (H1-H5, docs/cache.md) --------------------
+    def cache(self, backend: str | None = None) -> "Cache":
+        """The tool-output cache of this store, on [cache] backend or `backend` (files, redis://...):
+        run, get, put, stats, consolidate, search, clear (memctl/cache/__init__.py)."""
+        if backend not in self._caches:
+            from memctl.cache import Cache
+
+            self._caches[backend] = Cache(self.store, backend=backend)
+        return self._caches[backend]
+
+    def cache_get(self, scope: str, tool: str, args: Any) -> "Entry | None":
+        """The stored result of tool(args) in the run `scope` (a hit), or None (a miss)."""
+        return self.cache().get(scope, tool, args)
+
+    def cache_put(self, scope: str, tool: str, args: Any, output: bytes | str, *, exit_code: int = 0,
+                  error: str = "", agent: str = "", ttl: float | None = None) -> "Entry":
+        """Store a tool call's result for every agent of the run; empty and failed ones too."""
+        return self.cache().put(scope, tool, args, output, exit_code=exit_code, stderr=error, agent=agent, ttl=ttl)
+
+    def cache_search(self, query: str, *, scope: str | None = None, tools: Iterable[str] = (),
+                     agents: Iterable[str] = (), k: int = 5) -> list["Result"]:
+        """What the run's agents already found: the consolidated tool results (design 004)."""
+        return self.cache().search(query, scope=scope, tools=tuple(tools), agents=tuple(agents), k=k)
+
+    def cache_stats(self, scope: str | None = None) -> list[dict[str, Any]]:
+        """Hits, misses, negative hits, keys and bytes per scope and tool."""
+        return self.cache().stats(scope)
 
     # -- inside ----------------------------------------------------------------------
     def _say(self, message: str) -> None:

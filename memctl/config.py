@@ -113,6 +113,21 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "archive_after_days": 7.0,   # dormant this long -> archived by the daily review (T12)
         "idle_hours": 1.0,           # a session idle this long gets an auto-summary (P8)
     },
+    # Shared working memory for tool outputs (H1-H5, memctl/cache/).
+    "cache": {
+        "backend": "files",             # files (in the store) | redis://host:port/db
+        "ttl": 3600.0,                  # seconds an output is served
+        "negative_ttl": 300.0,          # ... an empty or failed one (H2)
+        "wait_timeout": 60.0,           # seconds an agent waits for another's run of the same call
+        "lock_ttl": 30.0,               # redis: a dead runner's lock expires after this (renewed while alive)
+        "socket_timeout": 2.0,          # redis: seconds before a silent server is an error
+        "stderr_lines": 20,             # last lines of a command's stderr kept with its output
+        "consolidate_min_access": 2,    # H3: accessed this often -> long-term memory
+        "consolidate_on": ["clear"],    # also consolidate automatically: clear (end of a run), hit
+        "section": "Tool results",      # MEMORY.md section of consolidated items
+        "summary_chars": 600,           # built-in extractive summary: the output's first lines up to this
+        "summary_command": "",          # else a command (an LLM) that reads the item, prints a summary
+    },
 }
 
 # Settings whose values are limited further than by their type: (test, what is allowed).
@@ -136,6 +151,14 @@ LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
     ("embedding", "threads"): (lambda v: v >= 1, "a whole number >= 1"),
     ("embedding", "batch_size"): (lambda v: v >= 1, "a whole number >= 1"),
     ("embedding", "precision"): (lambda v: v in ("float32", "int8"), "float32 or int8"),
+    ("cache", "backend"): (lambda v: v == "files" or v.startswith(("redis://", "rediss://", "unix://")),
+                           "files or a redis:// URL"),
+    ("cache", "consolidate_on"): (lambda v: all(e in ("clear", "hit") for e in v), "a list of clear, hit"),
+    **{("cache", key): (lambda v: v > 0, "above 0")
+       for key in ("ttl", "negative_ttl", "wait_timeout", "lock_ttl", "socket_timeout")},
+    **{("cache", key): (lambda v: v >= 1, "a whole number >= 1")
+       for key in ("consolidate_min_access", "summary_chars")},
+    ("cache", "stderr_lines"): (lambda v: v >= 0, "0 or more"),
     **{("governance", key): (lambda v: v > 0, "above 0")
        for key in ("recency_half_life_days", "access_saturation")},
     **{("governance", key): (lambda v: 0 <= v <= 10, "from 0 to 10")

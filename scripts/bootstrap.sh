@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
-# Create .venv (once) and install memctl with its test tools into it.
+# Create .venv (once) and install memctl with its test tools into it, and a
+# redis-server binary for the cache's Redis tests (Debian's package; they
+# start their own server on a loopback port, and skip only without a binary).
 # torch is installed first and pinned: an unpinned torch pulls gigabytes of
 # CUDA packages, and sentence-transformers would otherwise ask for one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if ! command -v redis-server >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) \
+      || echo "bootstrap: could not install redis-server; the Redis cache tests will be skipped" >&2
+  else
+    echo "bootstrap: no redis-server and no root apt-get; the Redis cache tests will be skipped" >&2
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi

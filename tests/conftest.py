@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -55,3 +56,41 @@ def snapshot(root: Path) -> dict[str, str]:
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"
     }
+
+
+def _redis_server_or_skip(folder: Path) -> RedisServer:
+    import shutil
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("no redis-server binary on this machine (scripts/bootstrap.sh installs Debian's "
+                    "redis-server package)")
+    pytest.importorskip("redis", reason="the redis client is not installed (pip install 'memctl[redis]')")
+    server = RedisServer(folder)
+    server.start()
+    return server
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """One redis-server for the session's tests, emptied before each (see cache_backend)."""
+    server = _redis_server_or_skip(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_redis_server(tmp_path):
+    """A redis-server for one test alone, which may kill and restart it."""
+    server = _redis_server_or_skip(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["files", "redis"])
+def cache_backend(request) -> str:
+    """The [cache] backend setting: the same behavioural tests run on both."""
+    if request.param == "files":
+        return "files"
+    server = request.getfixturevalue("redis_server")
+    server.flush()
+    return server.url

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from memctl.store import memoryfile
 from memctl.ingest.ingest import ingest
 from memctl.search.layers import layered_search, trigger
-from memctl.index.lexical import Filters
+from memctl.search.filters import Filters
 from memctl.search.search import Query, search_store
 from memctl.store.store import Store
 

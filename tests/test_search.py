@@ -12,7 +12,7 @@ from conftest import FIXTURES
 from memctl.store import counters as access
 from memctl.index.index import Index
 from memctl.ingest.ingest import ingest
-from memctl.index.lexical import Filters
+from memctl.search.filters import Filters
 from memctl.search.search import Query, search_store
 from memctl.store.store import Store
 

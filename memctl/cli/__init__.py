@@ -14,6 +14,7 @@ import click
 
 from memctl import __version__
 from memctl.cli.context import activate, context, daily, topics_log
+from memctl.cli.cache import cache
 from memctl.cli.health import health
 from memctl.cli.ingest import index, ingest
 from memctl.cli.output import EXIT_ERROR, EXIT_OK, say
@@ -71,7 +72,7 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
     ctx.obj = Memory(store_path, say=say)
 
 
-for command in (ingest, index, search, split, topics, context, review, health, state):
+for command in (ingest, index, search, split, topics, context, review, health, state, cache):
     cli.add_command(command)
 topics.add_command(activate)
 topics.add_command(topics_log)

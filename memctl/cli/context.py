@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from memctl.cli.output import EXIT_NOTHING, EXIT_OK, clip, columns, json_lines, read_input, say
+from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, read_input, say
+from memctl.text.clip import clip
 
 
 @click.command()

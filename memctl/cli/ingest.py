@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from memctl.cli.output import clip, dry_run_note, json_lines, progress, read_input, say
+from memctl.cli.output import dry_run_note, json_lines, progress, read_input, say
+from memctl.text.clip import clip
 
 
 @click.command()
@@ -72,7 +73,7 @@ def ingest(memory, file, fmt, kind, session, section, pending, ttl, keep_noise, 
     data, source = read_input(file)
 
     def report_noise(outcome, text):
-        say(f"memctl: skipped {source}:{outcome.line} ({outcome.reason}): {clip(text)}")
+        say(f"memctl: skipped {source}:{outcome.line} ({outcome.reason}): {clip(text, 60)}")
 
     result = memory.ingest(data, source=source, fmt=fmt, kind=kind, session=session, pending=pending,
                            keep_noise=keep_noise, ttl_hours=ttl, section=section, dry_run=dry_run,

@@ -36,12 +36,6 @@ def read_input(file: str) -> tuple[bytes, str]:
         raise InputError(exc.strerror or str(exc), source=file) from None
 
 
-def clip(text: str, width: int = 60) -> str:
-    """Text on one line of at most `width` characters."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
 def hours(value) -> str:
     if value is None:
         return "?"

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from memctl.cli.output import EXIT_NOTHING, EXIT_OK, clip, dry_run_note, hours, json_lines, say
+from memctl.cli.output import EXIT_NOTHING, EXIT_OK, dry_run_note, hours, json_lines, say
+from memctl.text.clip import clip
 
 
 @click.group()
@@ -57,7 +58,7 @@ def review_pending(memory, as_json):
     else:
         for row in rows:
             click.echo(f"{row['id']}\tage {hours(row['age_hours'])}\tleft {hours(row['left_hours'])}\t"
-                       f"[{row['section']}] {row['summary'] or clip(row['text'] or '')}")
+                       f"[{row['section']}] {row['summary'] or clip(row['text'] or '', 60)}")
     sys.exit(EXIT_OK if rows else EXIT_NOTHING)
 
 

@@ -15,7 +15,8 @@ from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
               help="How many results.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a result (JSON lines); schema below.")
 @click.option("--batch", "batch", metavar="FILE|-", help='Many queries, one JSON object a line: {"id", "query", '
-              '"k"?, "mode"?, "kind"?, "scope"?, "section"?, "source"?, "since"?, "until"?}.')
+              '"k"?, "mode"?, "kind"?, "scope"?, "section"?, "source"?, "tool"?, "agent"?, "since"?, '
+              '"until"?}.')
 @click.option("--mode", type=click.Choice(["hybrid", "bm25", "vector"]), default="hybrid", show_default=True,
               help="Rank by both, by words only (fastest), or by meaning only.")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(["memory", "message", "log", "topic"]),
@@ -27,6 +28,10 @@ from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
 @click.option("--source", "sources", multiple=True, metavar="PATH", help="Only this file, or folder with a "
               "trailing '/', relative to the store (repeatable).")
 @click.option("--session", "sessions", multiple=True, metavar="ID", help="Only this session (repeatable).")
+@click.option("--tool", "tools", multiple=True, metavar="NAME", help="Only memories consolidated from this "
+              "tool's cached calls (repeatable; see memctl cache).")
+@click.option("--agent", "agents", multiple=True, metavar="ID", help="Only memories consolidated from this "
+              "agent's cached calls (repeatable).")
 @click.option("--since", metavar="TIME", help="Only results at or after TIME (ISO 8601 date or time).")
 @click.option("--until", metavar="TIME", help="Only results at or before TIME (a date means its whole day).")
 @click.option("--plan", "plan_message", metavar="MESSAGE", help="Search the sections `memctl state plan "
@@ -47,8 +52,8 @@ from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
               "first (supersedes links), instead of searching.")
 @click.option("--explain", is_flag=True, help="Show every ranking stage's score for each result.")
 @click.pass_obj
-def search(memory, query, k, as_json, batch, mode, kinds, scope, sections, sources, sessions, since, until,
-           plan_message, adaptive, min_score, rank, include_archived, layered, budget, history_id, explain):
+def search(memory, query, k, as_json, batch, mode, kinds, scope, sections, sources, sessions, tools, agents, since,
+           until, plan_message, adaptive, min_score, rank, include_archived, layered, budget, history_id, explain):
     """Find memories, messages and log entries: BM25 and meaning, fused.
 
     Results are ranked by fusing BM25 and vector scores (0.7 vector, 0.3
@@ -81,7 +86,7 @@ def search(memory, query, k, as_json, batch, mode, kinds, scope, sections, sourc
         _print_history(memory, history_id, as_json)
         return
     filters = {"kinds": kinds, "scope": scope, "sections": sections, "sources": sources, "sessions": sessions,
-               "since": since, "until": until}
+               "tools": tools, "agents": agents, "since": since, "until": until}
     if batch:
         if query or plan_message:
             raise click.UsageError("give either QUERY or --batch, not both")

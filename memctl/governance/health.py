@@ -37,6 +37,7 @@ from memctl.governance import lifecycle
 from memctl.store import memoryfile
 from memctl.governance import review as pending
 from memctl.errors import MemctlError, StoreError
+from memctl.store import jsonl
 from memctl.store.store import DIR_MODE, FILE_MODE, Store, load_journal
 
 _TEMP = re.compile(r"^\..+\.(\d+)\.tmp$")
@@ -64,7 +65,6 @@ class Problem:
 
 
 # -- scores ------------------------------------------------------------------
-SORTS = ("health", "id", "age")
 
 
 def scores(store: Store, *, sort: str = "health", now: datetime | None = None) -> list[dict]:
@@ -77,11 +77,10 @@ def scores(store: Store, *, sort: str = "health", now: datetime | None = None) -
     rows = []
     for entry in doc.entries:
         score = scorer.health(entry)
-        summary = entry.get("summary")
         rows.append({"id": entry.id, "line": entry.line, "section": entry.section,
                      "status": governance.status_of(entry), "core": governance.is_core(entry, scorer.gov),
                      "health": round(score.total, 6), **{k: v for k, v in score.as_dict().items() if k != "score"},
-                     "summary": summary if isinstance(summary, str) else " ".join(entry.text.split())[:50]})
+                     "summary": memoryfile.summary_of(entry)})
     if sort == "id":
         rows.sort(key=lambda r: r["id"])
     elif sort == "age":
@@ -233,27 +232,11 @@ def _note_id(ids: dict[str, str], memory_id: str, file: str, line: int, problems
 def _jsonl(store: Store, path: Path, problems: list[Problem], what: str) -> Iterator[tuple[int, dict]]:
     """Parse a JSON-lines file line by line, reporting every bad line; yields (line, object)."""
     rel = store.relative(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return
-    lines = data.split(b"\n")
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        if number == len(lines):  # data did not end with a newline
-            problems.append(Problem(rel, number, "last line has no newline (a write cut short?); readers "
-                                    "ignore it until it is completed", "parse"))
-            continue
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            problems.append(Problem(rel, number, f"not valid JSON ({str(exc).split(':')[0]})", "parse"))
-            continue
-        if not isinstance(obj, dict):
-            problems.append(Problem(rel, number, f"expected a JSON object ({what})", "parse"))
-            continue
-        yield number, obj
+    for line in jsonl.read(path):
+        if line.problem:
+            problems.append(Problem(rel, line.number, f"{line.problem} ({what})", "parse"))
+        else:
+            yield line.number, line.value
 
 
 def _check_messages(store: Store, problems: list[Problem], ids: dict[str, str]) -> None:

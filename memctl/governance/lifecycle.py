@@ -32,7 +32,7 @@ from typing import Any
 from memctl import clock
 from memctl.governance import governance
 from memctl.store import memoryfile
-from memctl.store.memoryfile import Blank, Document, Entry
+from memctl.store.memoryfile import Blank, Document, Entry, summary_of
 from memctl.store.store import Store
 
 DELETED_DIR = "deleted"
@@ -134,8 +134,7 @@ def run(store: Store, *, dry_run: bool = False, hard: bool = False, now: datetim
 def doc_summary(entries: list[Entry], memory_id: str) -> str | None:
     for entry in entries:
         if entry.id == memory_id:
-            summary = entry.get("summary")
-            return summary if isinstance(summary, str) else entry.text[:50]
+            return summary_of(entry)
     return None
 
 

@@ -21,7 +21,8 @@ from memctl import config
 from memctl.governance import governance
 from memctl.store import memoryfile
 from memctl.errors import InputError
-from memctl.store.store import Store, read_jsonl
+from memctl.store import jsonl
+from memctl.store.store import Store
 
 SOURCE = "pending.jsonl"
 
@@ -65,8 +66,9 @@ class Pending:
 
 def read(store: Store) -> list[Pending]:
     """Every non-blank line of pending.jsonl, parsed where possible (a last line without newline too)."""
-    return [Pending(number, raw, obj if obj is not None and isinstance(obj.get("id"), str) else None)
-            for number, obj, raw in read_jsonl(store.pending_file, unterminated=True)]
+    return [Pending(line.number, line.raw, line.value if line.value is not None
+                    and isinstance(line.value.get("id"), str) else None)
+            for line in jsonl.read(store.pending_file, unterminated=True)]
 
 
 def _rewrite(store: Store, tx, items: list[Pending], drop: set[int]) -> None:
@@ -125,7 +127,7 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
     field, or a governance refusal (see governance.apply_notes).
     Returns one record a memory: {"id", "status": "confirmed"|"duplicate", "file", ...governance}.
     """
-    from memctl.ingest.ingest import _complete_note
+    from memctl.ingest.notes import complete_note
 
     now = now or clock.now()
     settings = config.load(store.config_file)["ingest"]
@@ -154,7 +156,7 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
             fields = dict(fields, id=p.id)
             if supersedes:
                 fields["supersedes"] = list(dict.fromkeys([*governance.supersedes_of(fields), *supersedes]))
-            note = _complete_note(fields, text.strip(), section.strip(), settings, SOURCE, p.line)
+            note = complete_note(fields, text.strip(), section.strip(), settings, SOURCE, p.line)
             existing = doc.find(p.id)
             if existing is not None:
                 if existing.text != note["text"]:

@@ -34,11 +34,12 @@ from memctl.store.store import Store, atomic_write
 if TYPE_CHECKING:
     from memctl.index.units import Unit
 
-FORMAT = 1
+FORMAT = 2  # 2: units carry tool, agent, cache_scope (H4)
 _TABLE = "units"
 _SCHEMA = {"row": int, "id": str, "digest": str, "embed_digest": str, "kind": str, "record_id": str, "source": str,
            "section": str, "session": str, "scope": str, "status": str, "ts_epoch": float, "text": str,
-           "line_start": int, "line_end": int, "speaker": str, "ts": str, "fields": str}
+           "line_start": int, "line_end": int, "speaker": str, "ts": str, "fields": str, "tool": str, "agent": str,
+           "cache_scope": str}
 
 
 class IndexCorrupt(Exception):
@@ -326,7 +327,9 @@ def _meta(unit: Unit) -> dict:
         epoch = None
     status = unit.fields.get("status") if unit.kind == "memory" else None
     return {"kind": unit.kind, "record_id": unit.record_id, "source": unit.source, "section": unit.section,
-            "session": unit.session, "scope": unit.scope, "status": status or "active", "ts_epoch": epoch}
+            "session": unit.session, "scope": unit.scope, "status": status or "active", "ts_epoch": epoch,
+            **{name: unit.fields.get(name) if unit.kind == "memory" else None
+               for name in ("tool", "agent", "cache_scope")}}
 
 
 def _bm25_text(unit: Unit) -> str:

@@ -16,18 +16,19 @@ Queries are built from analysed tokens, never parsed, so user text such as
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import tantivy
 
+from memctl.search.filters import Filters
 from memctl.text.cjk import IDEOGRAPHIC, IDEOGRAPHIC_RUN
 from memctl.text.words import STOPWORDS
 
 ANALYZER = "memctl_cjk_v1"
 # One token per ideographic character, other words whole (Hangul words among them).
 TOKEN_PATTERN = f"[{IDEOGRAPHIC}]|[^{IDEOGRAPHIC}\\W]+"
-FILTER_FIELDS = ("kind", "scope", "section", "session", "status", "source", "source_dir")
+FILTER_FIELDS = ("kind", "scope", "section", "session", "status", "source", "source_dir", "tool", "agent",
+                 "cache_scope")
 
 def analyzer() -> tantivy.TextAnalyzer:
     return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(TOKEN_PATTERN))
@@ -60,29 +61,13 @@ def open_index(path: Path) -> tantivy.Index:
     return index
 
 
-@dataclass
-class Filters:
-    """What a search may return. Lists mean any of; scope also admits global (G7)."""
-    kinds: tuple[str, ...] = ()
-    scopes: tuple[str, ...] = ()
-    sections: tuple[str, ...] = ()
-    sessions: tuple[str, ...] = ()
-    sources: tuple[str, ...] = ()      # a file, or a folder ending in '/'
-    exclude_status: tuple[str, ...] = ("deprecated", "superseded", "archived")
-    since: int | None = None           # Unix seconds
-    until: int | None = None
-
-    @property
-    def scope_set(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((*self.scopes, "global"))) if self.scopes else ()
-
-
 def document(unit_id: str, body: str, meta: dict) -> tantivy.Document:
     source = meta["source"]
     fields = {"id": unit_id, "body": body, "kind": meta["kind"], "scope": meta["scope"],
               "section": meta.get("section") or "", "session": meta.get("session") or "",
               "status": meta.get("status") or "active", "source": source,
-              "source_dir": source.rsplit("/", 1)[0] + "/" if "/" in source else ""}
+              "source_dir": source.rsplit("/", 1)[0] + "/" if "/" in source else "",
+              **{name: meta.get(name) or "" for name in ("tool", "agent", "cache_scope")}}
     if meta.get("ts_epoch") is not None:
         fields["ts"] = int(meta["ts_epoch"])
     return tantivy.Document(**fields)
@@ -93,7 +78,7 @@ def search(index: tantivy.Index, text: str, filters: Filters, limit: int) -> lis
     query = _text_query(index, text)
     if query is None:
         return []
-    clauses = [(tantivy.Occur.Must, query)] + _filter_clauses(index.schema, filters)
+    clauses = [(tantivy.Occur.Must, query)] + filters.tantivy_clauses(index.schema)
     searcher = index.searcher()
     hits = searcher.search(tantivy.Query.boolean_query(clauses), limit=limit, count=False).hits
     return [(searcher.doc(address)["id"][0], score) for score, address in hits]
@@ -108,26 +93,6 @@ def _text_query(index: tantivy.Index, text: str):
         for pair in {run[i:i + 2] for i in range(len(run) - 1)}:
             clauses.append((tantivy.Occur.Should, tantivy.Query.phrase_query(index.schema, "body", list(pair))))
     return tantivy.Query.boolean_query(clauses) if clauses else None
-
-
-def _filter_clauses(schema: tantivy.Schema, filters: Filters) -> list:
-    must = tantivy.Occur.Must
-    clauses = []
-    for field, values in (("kind", filters.kinds), ("scope", filters.scope_set), ("section", filters.sections),
-                          ("session", filters.sessions)):
-        if values:
-            clauses.append((must, tantivy.Query.term_set_query(schema, field, list(values))))
-    if filters.sources:
-        either = [(tantivy.Occur.Should, tantivy.Query.term_query(
-            schema, "source_dir" if source.endswith("/") else "source", source)) for source in filters.sources]
-        clauses.append((must, tantivy.Query.boolean_query(either)))
-    if filters.exclude_status:
-        clauses.append((tantivy.Occur.MustNot,
-                        tantivy.Query.term_set_query(schema, "status", list(filters.exclude_status))))
-    if filters.since is not None or filters.until is not None:
-        clauses.append((must, tantivy.Query.range_query(schema, "ts", tantivy.FieldType.Integer,
-                                                        filters.since, filters.until)))
-    return clauses
 
 
 _QUERY_ANALYZER = analyzer()

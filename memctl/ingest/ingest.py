@@ -6,7 +6,6 @@ the store is touched, and the writes happen in one store transaction.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -19,6 +18,8 @@ import orjson
 from memctl import clock
 from memctl import config
 from memctl.ingest import inputs
+from memctl.store.jsonl import json_type
+from memctl.ingest.notes import complete_note, derived_id, normal_ts
 from memctl.store import memoryfile
 from memctl.errors import InputError
 from memctl.store.memoryfile import check_field
@@ -26,7 +27,6 @@ from memctl.text.noise import noise_reason
 from memctl.store.sessions import append_daily_log, load_ids, message_line
 from memctl.store.store import Store
 
-KINDS = ("auto", "message", "memory")
 _SESSION_ID = re.compile(r"[\w.:@+-]{1,128}")
 _MESSAGE_KEYS = ("id", "session", "role", "speaker", "ts", "text")
 _NOTE_KEYS = {"id", "text", "content", "section", "ts"} | set(memoryfile.FIELD_ORDER)
@@ -84,39 +84,17 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
     settings = config.load(store.config_file)["ingest"]
     if keep_noise is None:
         keep_noise = not settings["filter_noise"]
+    if session is not None and not _SESSION_ID.fullmatch(session):
+        raise InputError("must be 1-128 letters, digits or . _ : @ + -", source="--session", field="session")
     text = inputs.decode(data, source)
     if fmt == "auto":
         fmt = inputs.detect_format(text, source)
     if kind == "auto":
         kind = "memory" if (fmt == "md" or pending) else "message"
-    if session is not None and not _SESSION_ID.fullmatch(session):
-        raise InputError("must be 1-128 letters, digits or . _ : @ + -", source="--session", field="session")
-    default_session = session or _session_from_source(source)
-
-    if kind == "message":
-        if fmt == "md":
-            raise InputError("a Markdown file holds notes; use --kind memory (or no --kind)", source=source)
-        records = _records(text, source, fmt, by="line")
-        items = [_message(r, source, default_session, forced=session) for r in records]
-        item_kind = "message"
-    else:
-        if fmt == "md":
-            items = _notes_from_markdown(text, source, settings, section)
-        else:
-            records = _records(text, source, fmt, by="paragraph")
-            items = [_note(r, source, settings, section) for r in records]
-        item_kind = "pending" if pending else "memory"
+    items = _items(text, source, fmt, kind, session, section, settings)
     if supersedes:
-        if kind != "memory":
-            raise InputError("applies to notes (--kind memory)", source="--supersedes")
-        if len(items) != 1:
-            raise InputError(f"names what one note replaces; the input has {len(items)} notes",
-                             source="--supersedes")
-        fields = items[0][1]["fields"]
-        fields["supersedes"] = list(dict.fromkeys([*fields.get("supersedes", []), *supersedes]))
-        problem = check_field("supersedes", fields["supersedes"])
-        if problem:
-            raise InputError(problem, source="--supersedes")
+        _add_supersedes(items, kind, supersedes)
+    item_kind = "message" if kind == "message" else ("pending" if pending else "memory")
 
     result = IngestResult()
     kept = []
@@ -129,35 +107,67 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
                 on_noise(outcome, item["text"])
         else:
             kept.append((line, item))
-
     with store.transaction(dry_run=dry_run) as tx:
-        memory = memoryfile.load(store.memory_md)  # parsed once: for the ids and for the notes' write
-        existing = load_ids(store, memory)
-        new: dict[str, tuple[int, dict]] = {}
-        for line, item in kept:
-            known = existing.get(item["id"]) or (new[item["id"]][1]["text"] if item["id"] in new else None)
-            if known is None:
-                new[item["id"]] = (line, item)
-                continue
-            if known != item["text"]:
-                raise InputError(f"duplicate id '{item['id']}' with different text", source=source,
-                                 line=line, field="id")
-            result.outcomes.append(Outcome(item["id"], item_kind, "duplicate", line))
-        fresh = [(line, item) for line, item in new.values()]
-        reports: dict[str, Any] = {}
-        if item_kind == "message":
-            files = _write_messages(store, tx, [item for _, item in fresh])
-        elif item_kind == "pending":
-            reports = _check_notes(store, memory, fresh, source)
-            files = _write_pending(store, tx, [item for _, item in fresh], settings, ttl_hours)
-        else:
-            files, reports = _write_notes(store, tx, memory, fresh, source=source,
-                                          allow_conflict=allow_conflict)
-        for line, item in fresh:
-            result.outcomes.append(Outcome(item["id"], item_kind, "stored", line, files[item["id"]],
-                                           governance=reports.get(item["id"])))
+        _store_items(store, tx, kept, item_kind, result, source=source, settings=settings, ttl_hours=ttl_hours,
+                     allow_conflict=allow_conflict)
     result.outcomes.sort(key=lambda o: o.line)
     return result
+
+
+def _items(text: str, source: str, fmt: str, kind: str, session: str | None, section: str | None,
+           settings: dict) -> list[tuple[int, dict, str | None]]:
+    """(line, message or note, role) for every record of the input, each checked."""
+    if kind == "message":
+        if fmt == "md":
+            raise InputError("a Markdown file holds notes; use --kind memory (or no --kind)", source=source)
+        default_session = session or _session_from_source(source)
+        return [_message(r, source, default_session, forced=session)
+                for r in _records(text, source, fmt, by="line")]
+    if fmt == "md":
+        return _notes_from_markdown(text, source, settings, section)
+    return [_note(r, source, settings, section) for r in _records(text, source, fmt, by="paragraph")]
+
+
+def _add_supersedes(items: list[tuple[int, dict, str | None]], kind: str, supersedes: list[str]) -> None:
+    """--supersedes: the input's one note replaces these ids (G6)."""
+    if kind != "memory":
+        raise InputError("applies to notes (--kind memory)", source="--supersedes")
+    if len(items) != 1:
+        raise InputError(f"names what one note replaces; the input has {len(items)} notes", source="--supersedes")
+    fields = items[0][1]["fields"]
+    fields["supersedes"] = list(dict.fromkeys([*fields.get("supersedes", []), *supersedes]))
+    problem = check_field("supersedes", fields["supersedes"])
+    if problem:
+        raise InputError(problem, source="--supersedes")
+
+
+def _store_items(store: Store, tx, kept: list[tuple[int, dict]], item_kind: str, result: IngestResult, *,
+                 source: str, settings: dict, ttl_hours: float | None, allow_conflict: bool) -> None:
+    """Write what is new under the store lock; an id already stored with other text is an error."""
+    memory = memoryfile.load(store.memory_md)  # parsed once: for the ids and for the notes' write
+    existing = load_ids(store, memory)
+    new: dict[str, tuple[int, dict]] = {}
+    for line, item in kept:
+        known = existing.get(item["id"]) or (new[item["id"]][1]["text"] if item["id"] in new else None)
+        if known is None:
+            new[item["id"]] = (line, item)
+            continue
+        if known != item["text"]:
+            raise InputError(f"duplicate id '{item['id']}' with different text", source=source,
+                             line=line, field="id")
+        result.outcomes.append(Outcome(item["id"], item_kind, "duplicate", line))
+    fresh = list(new.values())
+    reports: dict[str, Any] = {}
+    if item_kind == "message":
+        files = _write_messages(store, tx, [item for _, item in fresh])
+    elif item_kind == "pending":
+        reports = _check_notes(store, memory, fresh, source)
+        files = _write_pending(store, tx, [item for _, item in fresh], settings, ttl_hours)
+    else:
+        files, reports = _write_notes(store, tx, memory, fresh, source=source, allow_conflict=allow_conflict)
+    for line, item in fresh:
+        result.outcomes.append(Outcome(item["id"], item_kind, "stored", line, files[item["id"]],
+                                       governance=reports.get(item["id"])))
 
 
 def _records(text: str, source: str, fmt: str, by: str) -> list[inputs.Record]:
@@ -191,18 +201,10 @@ def _text_of(value: dict[str, Any], source: str, line: int) -> str:
                              source=source, line=line, field=name)
         text = "\n".join(parts)
     if not isinstance(text, str):
-        raise InputError(f"must be text, got {inputs._json_type(text)}", source=source, line=line, field=name)
+        raise InputError(f"must be text, got {json_type(text)}", source=source, line=line, field=name)
     if not text.strip():
         raise InputError("is empty", source=source, line=line, field=name)
     return text.strip()
-
-
-def _normal_ts(value: Any, source: str, line: int, name: str) -> str:
-    try:
-        return clock.format_ts(clock.parse_ts(value))
-    except (ValueError, TypeError, OverflowError, OSError) as exc:
-        raise InputError(f"not a time ({exc}); use ISO 8601 or Unix seconds",
-                         source=source, line=line, field=name) from None
 
 
 def _message(record: inputs.Record, source: str, default_session: str,
@@ -214,7 +216,7 @@ def _message(record: inputs.Record, source: str, default_session: str,
     text = _text_of(value, source, line)
     for name in ("id", "session", "role", "speaker"):
         if name in value and not isinstance(value[name], str):
-            raise InputError(f"must be text, got {inputs._json_type(value[name])}",
+            raise InputError(f"must be text, got {json_type(value[name])}",
                              source=source, line=line, field=name)
     if "id" in value and not _SESSION_ID.fullmatch(value["id"]):
         raise InputError("must be 1-128 letters, digits or . _ : @ + -", source=source, line=line, field="id")
@@ -224,12 +226,12 @@ def _message(record: inputs.Record, source: str, default_session: str,
         raise InputError("must be 1-128 letters, digits or . _ : @ + -", source=source, line=line,
                          field="session")
     raw_ts = value.get("ts", defaults.get("ts"))
-    ts = _normal_ts(raw_ts, source, line, "ts") if raw_ts is not None else clock.format_ts(clock.now())
+    ts = normal_ts(raw_ts, source, line, "ts") if raw_ts is not None else clock.format_ts(clock.now())
     role = value.get("role")
     # Without a caller's time the id includes the input line, so two messages
     # with the same text in one second of one input stay two messages.
     message = {
-        "id": value.get("id") or _derived_id("m", session, role or "", value.get("speaker") or "",
+        "id": value.get("id") or derived_id("m", session, role or "", value.get("speaker") or "",
                                              ts, text, "" if raw_ts is not None else line),
         "session": session,
     }
@@ -251,12 +253,6 @@ def _canonical_key(key: str) -> str:
     return lowered if lowered in ("id", "role", "content", "text", "speaker", "session", "ts") else key
 
 
-def _derived_id(prefix: str, *parts: Any) -> str:
-    """A stable id from content, so that ingesting the same input twice is a no-op."""
-    digest = hashlib.sha1("\x1f".join(str(p) for p in parts).encode()).hexdigest()
-    return f"{prefix}-{digest[:16]}"
-
-
 def _note(record: inputs.Record, source: str, settings: dict, section: str | None) -> tuple[int, dict, None]:
     line, value = record.line, record.value
     if isinstance(value, str):
@@ -272,31 +268,7 @@ def _note(record: inputs.Record, source: str, settings: dict, section: str | Non
     note_section = value.get("section", section or settings["default_section"])
     if not isinstance(note_section, str) or not note_section.strip() or "\n" in note_section:
         raise InputError("must be one line of text", source=source, line=line, field="section")
-    return line, _complete_note(fields, text, note_section.strip(), settings, source, line), None
-
-
-def _complete_note(fields: dict, text: str, section: str, settings: dict, source: str, line: int) -> dict:
-    """Fill a note's required schema fields with defaults and check every field."""
-    fields.setdefault("id", _derived_id("mem", section, text))
-    fields.setdefault("summary", _summary_of(text))
-    fields.setdefault("memory_class", settings["default_memory_class"])
-    fields.setdefault("scope", settings["default_scope"])
-    if "created_at" in fields:
-        fields["created_at"] = _normal_ts(fields["created_at"], source, line, "created_at")
-    else:
-        fields["created_at"] = clock.format_ts(clock.now())
-    for name, value in fields.items():
-        problem = check_field(name, value)
-        if problem:
-            raise InputError(problem, source=source, line=line, field=name)
-    if "enforcement_level" in fields and fields["memory_class"] != "policy":
-        raise InputError("applies to policy memories only", source=source, line=line, field="enforcement_level")
-    return {"id": fields["id"], "section": section, "text": text, "fields": fields}
-
-
-def _summary_of(text: str) -> str:
-    first = " ".join(text.split())
-    return first if len(first) <= memoryfile.SUMMARY_MAX else first[: memoryfile.SUMMARY_MAX - 1] + "…"
+    return line, complete_note(fields, text, note_section.strip(), settings, source, line), None
 
 
 def _notes_from_markdown(text: str, source: str, settings: dict, section: str | None) -> list[tuple[int, dict, None]]:
@@ -310,7 +282,7 @@ def _notes_from_markdown(text: str, source: str, settings: dict, section: str | 
             raise InputError("entry has no text", source=source, line=entry.line)
         fields = dict(entry.fields)
         note_section = section or entry.section
-        notes.append((entry.line, _complete_note(fields, entry.text, note_section, settings, source, entry.line),
+        notes.append((entry.line, complete_note(fields, entry.text, note_section, settings, source, entry.line),
                       None))
     return notes
 

@@ -16,6 +16,8 @@ from typing import Any
 import orjson
 
 from memctl.errors import InputError
+from memctl.store import jsonl
+from memctl.store.jsonl import json_type
 
 FORMATS = ("auto", "jsonl", "json", "md", "text")
 _SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
@@ -64,17 +66,12 @@ def detect_format(text: str, source: str) -> str:
 
 
 def read_jsonl(text: str, source: str) -> list[Record]:
+    """Records of JSON lines input; the first bad line stops it (InputError naming the line)."""
     records = []
-    for number, line in enumerate(text.split("\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            value = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON ({_json_reason(exc)})", source=source, line=number) from None
-        if not isinstance(value, dict):
-            raise InputError(f"expected a JSON object, got {_json_type(value)}", source=source, line=number)
-        records.append(Record(number, value))
+    for line in jsonl.parse(text):
+        if line.problem:
+            raise InputError(line.problem, source=source, line=line.number)
+        records.append(Record(line.number, line.value))
     return records
 
 
@@ -93,7 +90,7 @@ def read_json(text: str, source: str) -> list[Record]:
     if isinstance(document, list):
         return _located_items(text, start, document, source, None)
     if not isinstance(document, dict):
-        raise InputError(f"expected a JSON object or list, got {_json_type(document)}", source=source, line=1)
+        raise InputError(f"expected a JSON object or list, got {json_type(document)}", source=source, line=1)
     key = next((k for k in _SESSION_KEYS if isinstance(document.get(k), list)), None)
     if key is None:
         return [Record(text.count("\n", 0, start) + 1, document)]
@@ -140,7 +137,7 @@ def _located_items(text: str, array_start: int, items: list, source: str,
         position = _skip_ws(text, position)
         line = text.count("\n", 0, position) + 1
         if not isinstance(item, dict):
-            raise InputError(f"item {index + 1}: expected a JSON object, got {_json_type(item)}",
+            raise InputError(f"item {index + 1}: expected a JSON object, got {json_type(item)}",
                              source=source, line=line)
         records.append(Record(line, item, defaults))
         _, position = decoder.raw_decode(text, position)
@@ -170,12 +167,3 @@ def _skip_ws(text: str, position: int) -> int:
     while position < len(text) and text[position] in " \t\r\n":
         position += 1
     return position
-
-
-def _json_type(value: Any) -> str:
-    return {list: "a list", str: "text", bool: "a boolean", type(None): "null",
-            int: "a number", float: "a number", dict: "an object"}.get(type(value), type(value).__name__)
-
-
-def _json_reason(exc: orjson.JSONDecodeError) -> str:
-    return str(exc).split(":", 1)[0]

@@ -73,7 +73,7 @@ def layered_search(store: Store, query: str, *, workspace: str | None, budget: i
     """L0 core, L1 workspace, then L2 query results when a G3 trigger fires; `retriever` is
     an open search.Retriever to reuse (a server's), else one is made for this search."""
     from memctl.search.search import Query, Retriever
-    from memctl.index.lexical import Filters
+    from memctl.search.filters import Filters
     from memctl.text.tokens import count_tokens
 
     gov = settings(store)

@@ -7,22 +7,22 @@ from typing import Any
 
 from memctl import clock
 from memctl.errors import InputError
-from memctl.index.lexical import Filters
+from memctl.search.filters import Filters
 from memctl.search.search import MODES, Query
 
 _BATCH_KEYS = {"id", "query", "k", "mode", "kind", "scope", "section", "source", "session", "since", "until",
-               "min_score"}
+               "min_score", "tool", "agent"}
 _KINDS = ("memory", "message", "log", "topic")
 
 
 def filters_from(*, kinds=(), scope=None, sections=(), sources=(), sessions=(), since=None, until=None,
-                 where: str = "") -> Filters:
+                 tools=(), agents=(), where: str = "") -> Filters:
     """Filters from option values; `where` names the flag or line at fault in errors."""
     if scope is not None and _bad_scope(scope):
         raise InputError("must be global, project:<name> or lang:<name>", source=where or "--scope",
                          field="scope")
     return Filters(kinds=tuple(kinds), scopes=(scope,) if scope else (), sections=tuple(sections),
-                   sources=tuple(sources), sessions=tuple(sessions),
+                   sources=tuple(sources), sessions=tuple(sessions), tools=tuple(tools), agents=tuple(agents),
                    since=_time_bound(since, False, where or "--since"),
                    until=_time_bound(until, True, where or "--until"))
 
@@ -74,7 +74,8 @@ def parse_batch(data: bytes, source: str, default: dict[str, Any]) -> tuple[list
             if not isinstance(item["min_score"], (int, float)) or isinstance(item["min_score"], bool):
                 raise InputError("must be a number", source=source, line=line, field="min_score")
             options["min_score"] = float(item["min_score"])
-        if any(key in item for key in ("kind", "scope", "section", "source", "session", "since", "until")):
+        if any(key in item for key in ("kind", "scope", "section", "source", "session", "since", "until", "tool",
+                                       "agent")):
             options["filters"] = _batch_filters(item, source, line, default["filters"])
         queries.append(Query(text=query, **options))
         ids.append(item.get("id", line))
@@ -100,6 +101,7 @@ def _batch_filters(item: dict, source: str, line: int, default: Filters) -> Filt
     try:
         filters = filters_from(kinds=kinds, scope=scope, sections=many("section", default.sections),
                                sources=many("source", default.sources), sessions=many("session", default.sessions),
+                               tools=many("tool", default.tools), agents=many("agent", default.agents),
                                since=item.get("since"), until=item.get("until"), where=where)
     except InputError as exc:
         raise InputError(exc.message, source=source, line=line, field=exc.field) from None

@@ -29,7 +29,7 @@ import orjson
 
 from memctl import clock
 from memctl import config
-from memctl.index.lexical import Filters
+from memctl.search.filters import Filters
 from memctl.text.noise import noise_reason
 from memctl.store.store import Store
 
@@ -178,28 +178,8 @@ class Searcher:
         return {int(row): float(scores[row]) for row in top if np.isfinite(scores[row])}
 
     def _allowed_rows(self, filters: Filters):
-        """Rows passing the filters, or None when nothing is filtered (G7: scope always admits global)."""
-        where, params = [], []
-        for column, values in (("kind", filters.kinds), ("scope", filters.scope_set),
-                               ("section", filters.sections), ("session", filters.sessions)):
-            if values:
-                where.append(f"{column} IN ({', '.join('?' * len(values))})")
-                params += values
-        if filters.sources:
-            either = []
-            for source in filters.sources:
-                either.append("substr(source, 1, ?) = ?" if source.endswith("/") else "source = ?")
-                params += [len(source), source] if source.endswith("/") else [source]
-            where.append(f"({' OR '.join(either)})")
-        if filters.exclude_status:
-            where.append(f"status NOT IN ({', '.join('?' * len(filters.exclude_status))})")
-            params += filters.exclude_status
-        if filters.since is not None:
-            where.append("ts_epoch >= ?")
-            params.append(filters.since)
-        if filters.until is not None:
-            where.append("ts_epoch <= ?")
-            params.append(filters.until)
+        """Rows passing the filters, or None when nothing is filtered."""
+        where, params = filters.sql_where()
         if not where:
             return None
         sql = f"SELECT row FROM units WHERE {' AND '.join(where)}"

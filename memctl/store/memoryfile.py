@@ -33,6 +33,7 @@ from typing import Any
 import orjson
 
 from memctl.errors import StoreError
+from memctl.text.clip import clip
 
 META_OPEN = "<!-- memory"
 META_CLOSE = "-->"
@@ -49,6 +50,9 @@ FIELD_ORDER = (
     # Kept by governance (G5): when `status` last changed, so that "archived
     # for over 60 days" can be measured; and when a memory was soft-deleted.
     "status_changed_at", "deleted_at",
+    # Where a memory consolidated from the tool-output cache came from (H3, H4):
+    # the tool, the agent that ran it, and the cache scope (the run) it was shared in.
+    "tool", "agent", "cache_scope",
 )
 _SCOPE = re.compile(r"^(global|(project|lang):\S+)$")
 _HEADING = re.compile(r"^(#{1,6})(?:[ \t]+(.*?))?[ \t#]*$")
@@ -62,8 +66,8 @@ def check_field(name: str, value: Any) -> str | None:
     def is_number(v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
 
-    if name in ("id", "summary", "canonical_topic", "created_at", "status_changed_at", "deleted_at") \
-            and not isinstance(value, str):
+    if name in ("id", "summary", "canonical_topic", "created_at", "status_changed_at", "deleted_at", "tool",
+                "agent", "cache_scope") and not isinstance(value, str):
         return "must be text"
     if name == "id" and not re.fullmatch(r"[\w.:@+-]{1,128}", value):
         return "must be 1-128 letters, digits or . _ : @ + -"
@@ -193,13 +197,23 @@ class Document:
             self.blocks.append(Blank("\n"))
             position = len(self.blocks)
         else:
-            before = "".join(_raw(b) for b in self.blocks[:position])
+            before = self._tail(position)
             if not _ends_with_blank_line(before):
                 self.blocks.insert(position, Blank("\n" if before.endswith("\n") else "\n\n"))
                 position += 1
         self.blocks.insert(position, entry)
         if position + 1 < len(self.blocks):
             self.blocks.insert(position + 1, Blank("\n"))
+
+    def _tail(self, position: int) -> str:
+        """The last characters of the document before `position`: enough to tell how it ends
+        (rendering all of it on every add made writing 1,000 notes quadratic: 25 s)."""
+        tail = ""
+        for block in reversed(self.blocks[:position]):
+            tail = _raw(block) + tail
+            if len(tail) >= 2:
+                break
+        return tail
 
     def _section_end(self, section: str) -> int | None:
         """Index just after the last non-blank block of `section`, or None."""
@@ -402,3 +416,8 @@ def escape_body(text: str) -> str:
 def unescape_body(text: str) -> str:
     return "\n".join(line[1:] if line.startswith("\\") else line for line in text.split("\n"))
 
+
+def summary_of(entry: Entry) -> str:
+    """What a memory shows as its summary: its summary field, else its text cut to SUMMARY_MAX."""
+    summary = entry.get("summary")
+    return summary if isinstance(summary, str) else clip(entry.text, SUMMARY_MAX)

@@ -21,7 +21,8 @@ from typing import Iterator
 import orjson
 
 from memctl.store import memoryfile
-from memctl.store.store import Store, read_jsonl
+from memctl.store import jsonl
+from memctl.store.store import Store
 
 LOG_HEADING = re.compile(r"^### (\d\d:\d\d:\d\d) (.*) · (\S+) · (\S+)$")
 
@@ -35,15 +36,15 @@ def iter_messages(store: Store) -> Iterator[tuple[Path, int, dict]]:
     if not store.sessions_dir.is_dir():
         return
     for path in sorted(store.sessions_dir.glob("*.jsonl")):
-        for number, message, _ in read_jsonl(path):
-            if message is not None and isinstance(message.get("id"), str):
-                yield path, number, message
+        for line in jsonl.read(path):
+            if line.value is not None and isinstance(line.value.get("id"), str):
+                yield path, line.number, line.value
 
 
 def iter_pending(store: Store) -> Iterator[tuple[int, dict]]:
-    for number, item, _ in read_jsonl(store.pending_file):
-        if item is not None and isinstance(item.get("id"), str):
-            yield number, item
+    for line in jsonl.read(store.pending_file):
+        if line.value is not None and isinstance(line.value.get("id"), str):
+            yield line.number, line.value
 
 
 def load_ids(store: Store, memory: memoryfile.Document) -> dict[str, str]:

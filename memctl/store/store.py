@@ -19,7 +19,6 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -272,6 +271,8 @@ class Transaction:
         if self.dir.exists():
             (self.dir / _JOURNAL_FILE).unlink(missing_ok=True)
             _fsync_dir(self.dir)
+            import shutil  # here: shutil loads bz2 and lzma, and most commands never commit (a cache hit)
+
             shutil.rmtree(self.dir)
             _fsync_dir(self.store.root)
         self.ops = []
@@ -378,30 +379,6 @@ def atomic_write(path: Path, data: bytes) -> None:
         os.close(fd)
     os.replace(tmp, path)
     _fsync_dir(path.parent)
-
-
-def read_jsonl(path: Path, *, unterminated: bool = False) -> Iterator[tuple[int, dict | None, bytes]]:
-    """Yield (line number, object or None if unparseable, raw line without newline) per non-blank line.
-
-    A last line without its newline is an append still under way (or cut off by
-    a crash, to be rolled back by the next writer) and is skipped, unless
-    `unterminated` asks for it (to show or repair a hand-edited file).
-    """
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return
-    lines = data.split(b"\n")
-    if lines and not (lines[-1] and unterminated):  # "" after the last newline, or a line still being written
-        lines = lines[:-1]
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            obj = None
-        yield number, obj if isinstance(obj, dict) else None, raw
 
 
 def _make_dirs(path: Path) -> None:

@@ -1,0 +1,216 @@
+"""Shared working memory for tool outputs (SPEC H1-H5, design 004).
+
+Every agent of one run (a scope: a debate, a job) shares one cache of tool
+calls. A call already made by any of them is answered from the cache; empty
+and failed results are cached too, with a shorter TTL, so nobody repeats a
+call known to come back empty; when several agents ask for the same missing
+call at once, one runs it and the others wait for its result. What proves
+useful (accessed at least twice) is consolidated into long-term memory,
+where `memctl search` finds it by tool, agent and time.
+
+    from memctl.cache import Cache
+    cache = Cache(store)                          # [cache] backend: files, or redis://...
+    answer = cache.run("debate-7", "tej.price", ["tej", "price", "2330"], agent="pro")
+    answer.entry.output, answer.hit
+
+This module is imported on every `memctl cache` call, so it stays small:
+the ingest, index and search machinery is imported only by consolidate and
+search.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from memctl import config
+from memctl.errors import InputError
+from memctl.store.store import Store
+from memctl.cache.backend import EVENTS, Backend, CacheError, Entry
+from memctl.cache.keys import canonical, check_name, key_of, parse_args
+
+__all__ = ["Cache", "CacheError", "Entry", "RunResult", "canonical", "key_of", "open_backend", "parse_args"]
+
+
+@dataclass
+class RunResult:
+    entry: Entry
+    hit: bool      # answered from the cache
+    waited: bool   # another agent was running the same call; this one waited for its result
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.entry.as_dict(), "hit": self.hit, "waited": self.waited}
+
+
+def open_backend(spec: str, store: Store, settings: dict[str, Any]) -> Backend:
+    """The backend a [cache] backend setting (or --backend) names."""
+    if spec == "files":
+        from memctl.cache.files import FileBackend
+
+        return FileBackend(store)
+    if spec.startswith(("redis://", "rediss://", "unix://")):
+        try:
+            from memctl.cache.redis_backend import RedisBackend
+        except ImportError:
+            raise InputError("the Redis backend needs the redis client: pip install 'memctl[redis]'",
+                             source="--backend", field="backend") from None
+        return RedisBackend(spec, socket_timeout=settings["socket_timeout"], lock_ttl=settings["lock_ttl"])
+    raise InputError(f"unknown backend {spec!r}; use files or redis://host:port/db", source="--backend",
+                     field="backend")
+
+
+class Cache:
+    """The working memory of one store, on the backend its settings (or `backend`) name."""
+
+    def __init__(self, store: Store, *, backend: str | Backend | None = None,
+                 settings: dict[str, dict[str, Any]] | None = None):
+        self.store = store
+        self.all_settings = settings or config.load(store.config_file)
+        self.settings = self.all_settings["cache"]
+        spec = backend if backend is not None else self.settings["backend"]
+        self.backend: Backend = open_backend(spec, store, self.settings) if isinstance(spec, str) else spec
+
+    # -- one call ----------------------------------------------------------------
+    def get(self, scope: str, tool: str, args: Any) -> Entry | None:
+        """The stored result of tool(args) in scope, counted as a hit; None (a miss) if there is none."""
+        check_name(scope, "scope")
+        check_name(tool, "tool")
+        entry = self.backend.load(scope, key_of(tool, args))
+        if entry is None:
+            self.backend.count(scope, tool, "misses")
+            return None
+        self._count_hit(entry)
+        return entry
+
+    def put(self, scope: str, tool: str, args: Any, output: bytes | str, *, exit_code: int = 0,
+            stderr: str = "", agent: str = "", ttl: float | None = None, duration_ms: float = 0.0) -> Entry:
+        """Store the result of a tool call the caller made itself; empty or failed results too (H2)."""
+        from memctl import clock
+
+        check_name(scope, "scope")
+        check_name(tool, "tool")
+        if agent:
+            check_name(agent, "agent")
+        entry = Entry(id=os.urandom(8).hex(), key=key_of(tool, args), scope=scope, tool=tool, args=args,
+                      output=output.encode() if isinstance(output, str) else bytes(output),
+                      stderr_tail=_tail(stderr, self.settings["stderr_lines"]), exit_code=exit_code,
+                      agent=agent, created_at=clock.format_ts(clock.now()), duration_ms=round(duration_ms, 1))
+        self.backend.save(entry, self._ttl(entry, ttl))
+        return entry
+
+    def run(self, scope: str, tool: str, argv: list[str], *, args: Any = None, ttl: float | None = None,
+            refresh: bool = False, agent: str = "", timeout: float | None = None) -> RunResult:
+        """The output of the command argv, from the cache or by running it (once per scope and TTL).
+
+        The key is tool + args (canonical JSON), or tool + argv when args is
+        None. Of several callers missing the same key at once, one runs the
+        command and the rest wait up to `timeout` ([cache] wait_timeout)
+        seconds and get its result. `refresh` runs the command regardless.
+        """
+        check_name(scope, "scope")
+        check_name(tool, "tool")
+        if not argv:
+            raise InputError("give the command to run after --", source="COMMAND")
+        key = key_of(tool, list(argv) if args is None else args)
+        if not refresh:
+            entry = self.backend.load(scope, key)
+            if entry is not None:
+                self._count_hit(entry)
+                return RunResult(entry, hit=True, waited=False)
+        wait = self.settings["wait_timeout"] if timeout is None else timeout
+        with self.backend.single_run(scope, key, wait) as waited:
+            if not refresh:
+                entry = self.backend.load(scope, key)  # the runner we waited for stored it
+                if entry is not None:
+                    self._count_hit(entry)
+                    return RunResult(entry, hit=True, waited=waited)
+            self.backend.count(scope, tool, "misses")
+            import subprocess  # here: a hit never needs it (process start matters, see bench/cache.py)
+
+            began = time.perf_counter()
+            try:
+                done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True)
+            except OSError as exc:  # no such command: the caller's mistake, not a result to cache
+                raise InputError(exc.strerror or str(exc), source=argv[0], field="COMMAND") from None
+            # Killed by a signal: the shell's convention, 128 + the signal's number.
+            status = done.returncode if done.returncode >= 0 else 128 - done.returncode
+            entry = self.put(scope, tool, list(argv) if args is None else args, done.stdout, exit_code=status,
+                             stderr=done.stderr.decode("utf-8", errors="replace"), agent=agent, ttl=ttl,
+                             duration_ms=(time.perf_counter() - began) * 1000)
+        return RunResult(entry, hit=False, waited=waited)
+
+    def _count_hit(self, entry: Entry) -> None:
+        entry.access_count = self.backend.count_access(entry)
+        self.backend.count(entry.scope, entry.tool, "negative_hits" if entry.negative else "hits")
+        if "hit" in self.settings["consolidate_on"] and entry.access_count == self.settings["consolidate_min_access"]:
+            self.consolidate(entry.scope, only=[entry])
+
+    def _ttl(self, entry: Entry, ttl: float | None) -> float:
+        if ttl is not None:
+            if ttl <= 0:
+                raise InputError("must be above 0 seconds", source="--ttl", field="ttl")
+            return ttl
+        return self.settings["negative_ttl" if entry.negative else "ttl"]
+
+    # -- a whole scope -----------------------------------------------------------
+    def entries(self, scope: str) -> list[Entry]:
+        check_name(scope, "scope")
+        return list(self.backend.entries(scope))
+
+    def stats(self, scope: str | None = None) -> list[dict[str, Any]]:
+        """Per scope and tool: hits, misses, negative hits (counted events), keys and bytes (live entries)."""
+        scopes = [check_name(scope, "scope")] if scope else self.backend.scopes()
+        rows = []
+        for name in scopes:
+            tools: dict[str, dict[str, Any]] = {}
+            for tool, counts in self.backend.counters(name).items():
+                tools[tool] = {**dict.fromkeys(EVENTS, 0), **counts}
+            for entry in self.backend.entries(name):
+                row = tools.setdefault(entry.tool, dict.fromkeys(EVENTS, 0))
+                row["keys"] = row.get("keys", 0) + 1
+                row["bytes"] = row.get("bytes", 0) + len(entry.output)
+                row["negative_keys"] = row.get("negative_keys", 0) + entry.negative
+                row["consolidated"] = row.get("consolidated", 0) + (entry.consolidated is not None)
+            for tool, row in sorted(tools.items()):
+                rows.append({"scope": name, "tool": tool, **{k: row.get(k, 0) for k in (
+                    *EVENTS, "keys", "negative_keys", "bytes", "consolidated")}})
+        return rows
+
+    def clear(self, scope: str, *, dry_run: bool = False) -> dict[str, Any]:
+        """End a run: forget the scope (after consolidating it, where [cache] consolidate_on has clear)."""
+        check_name(scope, "scope")
+        consolidated = []
+        if "clear" in self.settings["consolidate_on"]:
+            consolidated = self.consolidate(scope, dry_run=dry_run)
+        entries = len(self.entries(scope)) if dry_run else self.backend.clear(scope)
+        return {"scope": scope, "entries": entries, "consolidated": [c.as_dict() for c in consolidated],
+                "dry_run": dry_run}
+
+    def consolidate(self, scope: str, *, everything: bool = False, dry_run: bool = False,
+                    only: list[Entry] | None = None, index: bool = True):
+        """Write what proved useful (access count >= [cache] consolidate_min_access, or everything)
+        to long-term memory, once; see memctl/cache/consolidate.py."""
+        from memctl.cache.consolidate import consolidate
+
+        check_name(scope, "scope")
+        return consolidate(self, scope, everything=everything, dry_run=dry_run, only=only, index=index)
+
+    def search(self, query: str, *, scope: str | None = None, tools: tuple[str, ...] = (),
+               agents: tuple[str, ...] = (), k: int = 10):
+        """Search what the agents of a run already found (design 004's search_shared_memory):
+        the consolidated items in long-term memory, by meaning and words."""
+        from memctl.search.filters import Filters
+        from memctl.search.search import Query, search_store
+
+        filters = Filters(kinds=("memory",), cache_scopes=(check_name(scope, "scope"),) if scope else (),
+                          tools=tuple(check_name(t, "tool") for t in tools), agents=tuple(agents))
+        (results,) = search_store(self.store, [Query(text=query, k=k, filters=filters)])
+        return results
+
+
+def _tail(text: str, lines: int) -> str:
+    if not lines or not text:
+        return ""
+    return "\n".join(text.rstrip("\n").split("\n")[-lines:])

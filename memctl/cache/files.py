@@ -1,0 +1,158 @@
+"""The default cache backend: plain files in the store, under cache/<scope>/.
+
+    cache/<scope>/entries/<key>.json     an entry (docs/cache.md), replaced atomically
+    cache/<scope>/access/<entry id>      one byte appended per access after the first
+    cache/<scope>/consolidated/<entry id>  the memory id an entry became
+    cache/<scope>/locks/<key>            flock'ed by the one process running the key's command
+    cache/<scope>/events                 one line "<event>\\t<tool>" per hit, miss, negative hit
+
+Entries are single files replaced by rename (readers see the old or the new
+entry, never a mix), and counters are appends, which the kernel makes atomic
+for a short write with O_APPEND: a hit takes no lock at all. The run lock is
+an flock, so it goes away with its holder when that process dies.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import orjson
+
+from memctl.store.store import FILE_MODE, Store, _make_dirs, atomic_write
+from memctl.cache.backend import EVENTS, CacheError, Entry
+
+_EVENT_CODES = {"hits": b"h", "misses": b"m", "negative_hits": b"n"}
+_EVENT_NAMES = {code: name for name, code in _EVENT_CODES.items()}
+_POLL_SECONDS = (0.005, 0.05)  # first and longest pause between tries for a held lock
+
+
+class FileBackend:
+    name = "files"
+
+    def __init__(self, store: Store):
+        self.root = store.root / "cache"
+
+    def _dir(self, scope: str, part: str) -> Path:
+        return self.root / scope / part
+
+    def load(self, scope: str, key: str) -> Entry | None:
+        try:
+            entry = Entry.from_json(orjson.loads((self._dir(scope, "entries") / f"{key}.json").read_bytes()))
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError):  # an entry edited by hand into nonsense: a miss, replaced by the next run
+            return None
+        if entry.expires_at <= time.time():
+            return None
+        try:
+            entry.access_count = 1 + os.stat(self._dir(scope, "access") / entry.id).st_size
+        except FileNotFoundError:
+            pass
+        try:
+            entry.consolidated = (self._dir(scope, "consolidated") / entry.id).read_text() or None
+        except FileNotFoundError:
+            pass
+        return entry
+
+    def save(self, entry: Entry, ttl: float) -> None:
+        entry.expires_at = time.time() + ttl
+        folder = self._dir(entry.scope, "entries")
+        _make_dirs(folder)
+        atomic_write(folder / f"{entry.key}.json", orjson.dumps(entry.to_json()))
+
+    def count_access(self, entry: Entry) -> int:
+        return 1 + _append(self._dir(entry.scope, "access") / entry.id, b"1")
+
+    def count(self, scope: str, tool: str, event: str) -> None:
+        _append(self._dir(scope, "events"), _EVENT_CODES[event] + b"\t" + tool.encode() + b"\n")
+
+    @contextmanager
+    def single_run(self, scope: str, key: str, timeout: float) -> Iterator[bool]:
+        folder = self._dir(scope, "locks")
+        _make_dirs(folder)
+        fd = os.open(folder / key, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            deadline = time.monotonic() + timeout
+            pause = _POLL_SECONDS[0]
+            waited = False
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        raise
+                if time.monotonic() >= deadline:
+                    raise CacheError(f"waited {timeout:g} s for another agent's run of this call "
+                                     f"(scope {scope}, key {key}); try again or raise [cache] wait_timeout")
+                waited = True
+                time.sleep(pause)
+                pause = min(pause * 2, _POLL_SECONDS[1])
+            yield waited
+        finally:
+            os.close(fd)  # closing releases the flock
+
+    def entries(self, scope: str) -> Iterator[Entry]:
+        folder = self._dir(scope, "entries")
+        if not folder.is_dir():
+            return
+        for path in sorted(folder.glob("*.json")):
+            entry = self.load(scope, path.stem)
+            if entry is not None:
+                yield entry
+
+    def mark_consolidated(self, marks: list[tuple[Entry, str]]) -> None:
+        for entry, memory_id in marks:  # no fsync: a lost mark costs a no-op ingest, not a duplicate
+            _append(self._dir(entry.scope, "consolidated") / entry.id, memory_id.encode(), replace=True)
+
+    def counters(self, scope: str) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(EVENTS, 0))
+        try:
+            data = self._dir(scope, "events").read_bytes()
+        except FileNotFoundError:
+            return {}
+        for line in data.split(b"\n"):
+            code, _, tool = line.partition(b"\t")
+            if tool and code in _EVENT_NAMES:
+                out[tool.decode()][_EVENT_NAMES[code]] += 1
+        return dict(out)
+
+    def scopes(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    def clear(self, scope: str) -> int:
+        folder = self.root / scope
+        if not folder.is_dir():
+            return 0
+        count = sum(1 for _ in self.entries(scope))
+        # Renamed first, so the scope disappears at once, even for readers in mid-walk.
+        import shutil
+
+        doomed = self.root / f".{scope}.{os.getpid()}.cleared"
+        os.rename(folder, doomed)
+        shutil.rmtree(doomed)
+        return count
+
+
+def _append(path: Path, data: bytes, *, replace: bool = False) -> int:
+    """Append in one write (atomic with O_APPEND), or replace the content; returns the file's size after it."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if replace else os.O_APPEND)
+    try:
+        fd = os.open(path, flags, FILE_MODE)
+    except FileNotFoundError:
+        _make_dirs(path.parent)
+        fd = os.open(path, flags, FILE_MODE)
+    try:
+        os.write(fd, data)
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)

@@ -1,0 +1,196 @@
+"""The cache on a Redis server (H5), for agents on several machines.
+
+Keys of a scope share one prefix, memctl:cache:{<scope>}: — the braces keep
+scopes apart (a scope name cannot hold a brace, so no scope's prefix is the
+start of another's) and are a Redis Cluster hash tag (a scope lives in one
+slot):
+
+    e:<key>   the entry (docs/cache.md), expiring with the entry's TTL
+    a:<key>   accesses after the first (INCR), expiring with the entry
+    c:<key>   "<entry id> <memory id>" once that version was consolidated
+    l:<key>   the single-run lock: SET NX PX, renewed while its command runs
+    s         a hash "<event>\\t<tool>" -> count (HINCRBY)
+
+plus memctl:cache:scopes, the set of scopes. Every call has a socket timeout,
+so a dead server is a one-line error (exit 2), never a hang.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import defaultdict
+from contextlib import contextmanager
+from typing import Iterator
+
+import orjson
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from memctl.cache.backend import EVENTS, CacheError, Entry
+
+_SCOPES = "memctl:cache:scopes"
+_POLL_SECONDS = (0.005, 0.05)
+# Let go of a lock only if it is still ours (it may have expired and been taken).
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+_RENEW = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) "
+          "else return 0 end")
+
+
+class RedisBackend:
+    name = "redis"
+
+    def __init__(self, url: str, *, socket_timeout: float = 2.0, lock_ttl: float = 30.0):
+        self.url = url
+        self.lock_ms = max(1, int(lock_ttl * 1000))
+        try:
+            self.client = redis.Redis.from_url(
+                url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout,
+                retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2))
+        except ValueError as exc:
+            raise CacheError(f"{url}: not a Redis URL ({exc})") from None
+        self._release = self.client.register_script(_RELEASE)
+        self._renew = self.client.register_script(_RENEW)
+
+    @contextmanager
+    def _talking(self) -> Iterator[None]:
+        """Any failure of the server or the network as one line, naming the server."""
+        try:
+            yield
+        except redis.RedisError as exc:
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            raise CacheError(f"{self.url}: {text}") from None
+
+    @staticmethod
+    def _prefix(scope: str) -> str:
+        return f"memctl:cache:{{{scope}}}:"
+
+    def load(self, scope: str, key: str) -> Entry | None:
+        p = self._prefix(scope)
+        with self._talking():
+            data, accesses, mark = self.client.mget(p + "e:" + key, p + "a:" + key, p + "c:" + key)
+        return self._entry(data, accesses, mark)
+
+    @staticmethod
+    def _entry(data, accesses, mark) -> Entry | None:
+        if data is None:
+            return None
+        try:
+            entry = Entry.from_json(orjson.loads(data))
+        except (ValueError, TypeError):  # not an entry of ours: a miss, replaced by the next run
+            return None
+        entry.access_count = 1 + int(accesses or 0)
+        if mark:
+            entry_id, _, memory_id = mark.decode().partition(" ")
+            entry.consolidated = memory_id if entry_id == entry.id else None
+        return entry
+
+    def save(self, entry: Entry, ttl: float) -> None:
+        entry.expires_at = time.time() + ttl
+        p = self._prefix(entry.scope)
+        with self._talking():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.set(p + "e:" + entry.key, orjson.dumps(entry.to_json()), px=max(1, int(ttl * 1000)))
+            pipe.delete(p + "a:" + entry.key, p + "c:" + entry.key)
+            pipe.sadd(_SCOPES, entry.scope)
+            pipe.execute()
+
+    def count_access(self, entry: Entry) -> int:
+        name = self._prefix(entry.scope) + "a:" + entry.key
+        with self._talking():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.incr(name)
+            pipe.pexpireat(name, int(entry.expires_at * 1000))
+            accesses, _ = pipe.execute()
+        return 1 + accesses
+
+    def count(self, scope: str, tool: str, event: str) -> None:
+        with self._talking():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hincrby(self._prefix(scope) + "s", f"{event}\t{tool}", 1)
+            pipe.sadd(_SCOPES, scope)
+            pipe.execute()
+
+    @contextmanager
+    def single_run(self, scope: str, key: str, timeout: float) -> Iterator[bool]:
+        name = self._prefix(scope) + "l:" + key
+        token = uuid.uuid4().hex
+        deadline = time.monotonic() + timeout
+        pause = _POLL_SECONDS[0]
+        waited = False
+        with self._talking():
+            while not self.client.set(name, token, nx=True, px=self.lock_ms):
+                if time.monotonic() >= deadline:
+                    raise CacheError(f"waited {timeout:g} s for another agent's run of this call "
+                                     f"(scope {scope}, key {key}); try again or raise [cache] wait_timeout")
+                waited = True
+                time.sleep(pause)
+                pause = min(pause * 2, _POLL_SECONDS[1])
+        stop = threading.Event()
+        renewer = threading.Thread(target=self._keep, args=(name, token, stop), daemon=True)
+        renewer.start()
+        try:
+            yield waited
+        finally:
+            stop.set()
+            renewer.join()
+            try:
+                self._release(keys=[name], args=[token])
+            except redis.RedisError:
+                pass  # the lock expires by itself
+
+    def _keep(self, name: str, token: str, stop: threading.Event) -> None:
+        """Renew the lock while its command runs: a long command keeps it, a dead holder loses it."""
+        while not stop.wait(self.lock_ms / 3000):
+            try:
+                self._renew(keys=[name], args=[token, self.lock_ms])
+            except redis.RedisError:
+                return
+
+    def entries(self, scope: str) -> Iterator[Entry]:
+        p = self._prefix(scope)
+        with self._talking():
+            keys = sorted(name[len(p) + 2:].decode() for name in self.client.scan_iter(p + "e:*", count=1000))
+            for start in range(0, len(keys), 500):
+                chunk = keys[start:start + 500]
+                pipe = self.client.pipeline(transaction=False)
+                for key in chunk:
+                    pipe.mget(p + "e:" + key, p + "a:" + key, p + "c:" + key)
+                for values in pipe.execute():
+                    entry = self._entry(*values)
+                    if entry is not None:
+                        yield entry
+
+    def mark_consolidated(self, marks: list[tuple[Entry, str]]) -> None:
+        with self._talking():
+            pipe = self.client.pipeline(transaction=False)
+            for entry, memory_id in marks:
+                pipe.set(self._prefix(entry.scope) + "c:" + entry.key, f"{entry.id} {memory_id}",
+                         pxat=int(entry.expires_at * 1000))
+            pipe.execute()
+
+    def counters(self, scope: str) -> dict[str, dict[str, int]]:
+        with self._talking():
+            raw = self.client.hgetall(self._prefix(scope) + "s")
+        out: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(EVENTS, 0))
+        for field, value in raw.items():
+            event, _, tool = field.decode().partition("\t")
+            if event in EVENTS:
+                out[tool][event] = int(value)
+        return dict(out)
+
+    def scopes(self) -> list[str]:
+        with self._talking():
+            return sorted(s.decode() for s in self.client.smembers(_SCOPES))
+
+    def clear(self, scope: str) -> int:
+        p = self._prefix(scope)
+        with self._talking():
+            names = list(self.client.scan_iter(p + "*", count=1000))
+            count = sum(name.startswith((p + "e:").encode()) for name in names)
+            for start in range(0, len(names), 500):
+                self.client.unlink(*names[start:start + 500])
+            self.client.srem(_SCOPES, scope)
+        return count

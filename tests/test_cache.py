@@ -1,0 +1,280 @@
+"""memctl cache (H1-H5): the same behaviour on files in the store and on a real Redis server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import memctl_command
+from memctl.cache import Cache, canonical, key_of
+from memctl.store.store import Store
+
+
+def tool_command(side_effect: Path, output: str = "result", status: int = 0, sleep: float = 0.0) -> list[str]:
+    """A command that leaves one line in side_effect each time it really runs."""
+    code = (f"import sys, time; open({str(side_effect)!r}, 'a').write('ran\\n'); time.sleep({sleep}); "
+            f"sys.stdout.write({output!r}); sys.stderr.write('note on stderr\\n'); sys.exit({status})")
+    return [sys.executable, "-c", code]
+
+
+def runs(side_effect: Path) -> int:
+    return len(side_effect.read_text().splitlines()) if side_effect.exists() else 0
+
+
+@pytest.fixture
+def cache_run(run, cache_backend):
+    def _run(*args: str, env: dict | None = None):
+        return run("cache", *args, env={"MEMCTL_CACHE_BACKEND": cache_backend, **(env or {})})
+    return _run
+
+
+def test_second_agent_gets_the_first_agents_output_without_a_second_run(cache_run, tmp_path):
+    effect = tmp_path / "effect"
+    command = tool_command(effect, output="TSMC 1032\n")
+    first = cache_run("run", "--scope", "debate-1", "--tool", "price", "--agent", "pro", "--", *command)
+    second = cache_run("run", "--scope", "debate-1", "--tool", "price", "--agent", "con", "--json", "--", *command)
+    assert first.returncode == 0 and first.stdout == b"TSMC 1032\n"
+    assert b"note on stderr" in first.stderr
+    entry = orjson.loads(second.stdout)
+    assert (entry["hit"], entry["output"], entry["agent"], entry["access_count"]) == (True, "TSMC 1032\n", "pro", 2)
+    assert entry["stderr_tail"] == "note on stderr"
+    assert runs(effect) == 1
+    stats = [orjson.loads(line) for line in cache_run("stats", "--json").stdout.splitlines()]
+    assert stats == [{"scope": "debate-1", "tool": "price", "hits": 1, "misses": 1, "negative_hits": 0, "keys": 1,
+                      "negative_keys": 0, "bytes": 10, "consolidated": 0}]
+
+
+def test_failed_and_empty_results_are_cached_with_their_own_ttl(cache_run, tmp_path):
+    effect = tmp_path / "effect"
+    failing = tool_command(effect, output="", status=3)
+    env = {"MEMCTL_CACHE_NEGATIVE_TTL": "2"}
+    first = cache_run("run", "--scope", "s", "--tool", "lookup", "--", *failing, env=env)
+    again = cache_run("run", "--scope", "s", "--tool", "lookup", "--json", "--", *failing, env=env)
+    assert first.returncode == again.returncode == 3
+    assert orjson.loads(again.stdout)["negative"] is True and runs(effect) == 1
+    empty = tool_command(effect, output="")
+    cache_run("run", "--scope", "s", "--tool", "lookup", "--", *empty, env=env)
+    assert cache_run("run", "--scope", "s", "--tool", "lookup", "--", *empty, env=env).returncode == 0
+    assert runs(effect) == 2
+    row = orjson.loads(cache_run("stats", "--scope", "s", "--json").stdout)
+    assert (row["negative_hits"], row["hits"]) == (2, 0)
+    time.sleep(2.1)  # the negative TTL ran out; the ordinary TTL (an hour) has not
+    cache_run("run", "--scope", "s", "--tool", "lookup", "--", *failing, env=env)
+    assert runs(effect) == 3
+
+
+def test_refresh_runs_again_and_replaces_the_output(cache_run, tmp_path):
+    effect = tmp_path / "effect"
+    cache_run("run", "--scope", "s", "--tool", "t", "--", *tool_command(effect))
+    fresh = cache_run("run", "--scope", "s", "--tool", "t", "--refresh", "--json", "--", *tool_command(effect))
+    assert orjson.loads(fresh.stdout)["hit"] is False and runs(effect) == 2
+
+
+def test_get_and_put_meet_on_the_canonical_arguments(cache_run):
+    put = cache_run("put", "--scope", "s", "--tool", "search", "--args", '{"q": "TSMC  price", "limit": 5.0}',
+                    "--json", "--input", "-")
+    assert put.returncode == 0
+    got = cache_run("get", "--scope", "s", "--tool", "search", "--args", '{"limit":5, "q":" TSMC price "}')
+    assert got.returncode == 0
+    missing = cache_run("get", "--scope", "s", "--tool", "search", "--args", '{"limit": 6, "q": "TSMC price"}')
+    other_tool = cache_run("get", "--scope", "s", "--tool", "news", "--args", '{"limit": 5, "q": "TSMC price"}')
+    assert (missing.returncode, other_tool.returncode) == (1, 1)
+    bad = cache_run("get", "--scope", "s", "--tool", "search", "--args", "{not json")
+    assert bad.returncode == 2 and len(bad.stderr.decode().strip().splitlines()) == 1
+
+
+def test_canonical_form_ignores_key_order_number_form_and_whitespace():
+    assert canonical({"b": [1.0, " x  y "], "a": {"d": 2, "c": "z"}}) == {"a": {"c": "z", "d": 2}, "b": [1, "x y"]}
+    assert key_of("t", canonical({"a": 1.0, "b": "p  q"})) == key_of("t", canonical({"b": " p q", "a": 1}))
+    assert key_of("t", ["ls", "a  b"]) != key_of("t", ["ls", "a b"])  # argv is kept exactly
+
+
+def test_concurrent_misses_run_the_command_once(cache_backend, store_dir, tmp_path):
+    effect = tmp_path / "effect"
+    command = tool_command(effect, output="slow answer", sleep=0.6)
+    env = {**os.environ, "MEMCTL_CACHE_BACKEND": cache_backend}
+    procs = [subprocess.Popen([*memctl_command(), "--store", str(store_dir), "cache", "run", "--scope", "s",
+                               "--tool", "slow", "--json", "--", *command], stdout=subprocess.PIPE, env=env)
+             for _ in range(6)]
+    answers = [orjson.loads(p.communicate(timeout=60)[0]) for p in procs]
+    assert runs(effect) == 1
+    assert {a["output"] for a in answers} == {"slow answer"}
+    assert sum(not a["hit"] for a in answers) == 1 and sum(a["waited"] for a in answers) >= 1
+
+
+def test_a_dead_runner_leaves_nothing_stuck(cache_backend, store_dir, tmp_path):
+    effect = tmp_path / "effect"
+    env = {**os.environ, "MEMCTL_CACHE_BACKEND": cache_backend, "MEMCTL_CACHE_LOCK_TTL": "1"}
+    base = [*memctl_command(), "--store", str(store_dir), "cache", "run", "--scope", "s", "--tool", "t", "--"]
+    runner = subprocess.Popen([*base, *tool_command(effect, sleep=30)], env=env, start_new_session=True)
+    deadline = time.monotonic() + 20
+    while runs(effect) == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(runner.pid, signal.SIGKILL)  # the runner and its command die mid-run
+    runner.wait()
+    started = time.monotonic()
+    after = subprocess.run([*base, *tool_command(effect, output="second try")], env=env, capture_output=True,
+                           timeout=30)
+    assert after.returncode == 0 and after.stdout == b"second try"
+    assert time.monotonic() - started < 10 and runs(effect) == 2
+
+
+def test_a_waiter_gives_up_after_its_timeout_with_one_line(cache_backend, store_dir, tmp_path):
+    effect = tmp_path / "effect"
+    env = {**os.environ, "MEMCTL_CACHE_BACKEND": cache_backend}
+    base = [*memctl_command(), "--store", str(store_dir), "cache", "run", "--scope", "s", "--tool", "t"]
+    runner = subprocess.Popen([*base, "--", *tool_command(effect, sleep=3)], env=env, stdout=subprocess.DEVNULL)
+    try:
+        while runs(effect) == 0:
+            time.sleep(0.02)
+        waiter = subprocess.run([*base, "--timeout", "0.3", "--", *tool_command(effect, sleep=3)], env=env,
+                                capture_output=True, timeout=30)
+        assert waiter.returncode == 2
+        lines = waiter.stderr.decode().strip().splitlines()
+        assert len(lines) == 1 and "waited 0.3 s" in lines[0]
+    finally:
+        runner.kill()
+        runner.wait()
+
+
+def test_consolidation_writes_useful_items_once_and_search_finds_them(cache_run, run, tmp_path, store_dir):
+    effect = tmp_path / "effect"
+    shared = tool_command(effect, output="Kestrel inventory service runs on PostgreSQL 16\n")
+    once = tool_command(effect, output="Harbour bakery opens at seven\n")
+    for agent in ("pro", "con"):
+        cache_run("run", "--scope", "debate-9", "--tool", "db_lookup", "--agent", agent, "--", *shared)
+    cache_run("run", "--scope", "debate-9", "--tool", "hours", "--agent", "pro", "--", *once)
+    first = cache_run("consolidate", "--scope", "debate-9", "--json")
+    rows = [orjson.loads(line) for line in first.stdout.splitlines()]
+    assert [(r["tool"], r["status"], r["access_count"]) for r in rows] == [("db_lookup", "stored", 2)]
+    memory = (store_dir / "MEMORY.md").read_text()
+    assert memory.count("<!-- memory") == 1 and "Harbour" not in memory
+    for field in ("tool: db_lookup", "agent: pro", "cache_scope: debate-9", "access_count: 2"):
+        assert field in memory
+    again = cache_run("consolidate", "--scope", "debate-9", "--all", "--json")
+    statuses = sorted((orjson.loads(line)["tool"], orjson.loads(line)["status"]) for line in again.stdout.splitlines())
+    assert statuses == [("db_lookup", "marked"), ("hours", "stored")]
+    assert (store_dir / "MEMORY.md").read_text().count(f"id: {rows[0]['memory_id']}") == 1
+
+    found = run("search", "--json", "--tool", "db_lookup", "which database does the inventory service use")
+    assert [orjson.loads(line)["id"] for line in found.stdout.splitlines()] == [rows[0]["memory_id"]]
+    assert run("search", "--tool", "hours", "--agent", "con", "bakery opens").returncode == 1
+    shared_search = cache_run("search", "--scope", "debate-9", "--json", "bakery opening time")
+    assert orjson.loads(shared_search.stdout.splitlines()[0])["fields"]["tool"] == "hours"
+    assert cache_run("search", "--scope", "debate-1", "bakery opening time").returncode == 1
+
+
+def test_clear_ends_a_run_and_consolidates_first(cache_run, tmp_path, store_dir):
+    effect = tmp_path / "effect"
+    command = tool_command(effect, output="the answer is 42\n")
+    for _ in range(2):
+        cache_run("run", "--scope", "job-1", "--tool", "calc", "--", *command)
+    cache_run("run", "--scope", "job-2", "--tool", "calc", "--", *command)
+    dry = orjson.loads(cache_run("clear", "--scope", "job-1", "--dry-run", "--json").stdout)
+    assert dry["entries"] == 1 and not (store_dir / "MEMORY.md").exists()
+    report = orjson.loads(cache_run("clear", "--scope", "job-1", "--json").stdout)
+    assert report["entries"] == 1 and [c["status"] for c in report["consolidated"]] == ["stored"]
+    assert cache_run("stats", "--scope", "job-1").returncode == 1
+    assert cache_run("get", "--scope", "job-2", "--tool", "calc", "--", *command).returncode == 0
+
+
+def _cache(store: Store, backend: str) -> Cache:
+    cache = Cache(store, backend=backend)
+    cache.backend.clear("a")
+    cache.backend.clear("a:e")
+    cache.backend.clear("b")
+    return cache
+
+
+SCOPES = st.sampled_from(["a", "a:e", "b"])  # "a:e" would share a naive "a:" prefix
+CALLS = st.tuples(SCOPES, st.sampled_from(["t", "e"]), st.sampled_from([{"x": 1}, {"x": 2}, ["e", "1"]]),
+                  st.binary(max_size=8))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(puts=st.lists(CALLS, max_size=12), cleared=st.sets(SCOPES, max_size=1))
+def test_scopes_never_cross(cache_backend, tmp_path, puts, cleared):
+    cache = _cache(Store(tmp_path / "store"), cache_backend)
+    expected: dict[tuple, bytes] = {}
+    for scope, tool, args, output in puts:
+        cache.put(scope, tool, args, output)
+        expected[(scope, tool, str(args))] = output
+    for scope in cleared:
+        cache.clear(scope)
+        expected = {k: v for k, v in expected.items() if k[0] != scope}
+    for scope in ("a", "a:e", "b"):
+        for tool in ("t", "e"):
+            for args in ({"x": 1}, {"x": 2}, ["e", "1"]):
+                entry = cache.get(scope, tool, args)
+                assert (entry.output if entry else None) == expected.get((scope, tool, str(args)))
+        stored = {(e.tool, str(e.args)) for e in cache.entries(scope)}
+        assert stored == {(t, a) for s, t, a in expected if s == scope}
+
+
+def test_a_hit_through_the_api_counts_its_access(cache_backend, tmp_path):
+    cache = Cache(Store(tmp_path / "store"), backend=cache_backend)
+    made = cache.run("s", "echo", [sys.executable, "-c", "print('hi')"])
+    hit = cache.run("s", "echo", [sys.executable, "-c", "print('hi')"])
+    assert (made.hit, hit.hit, hit.entry.output, hit.entry.access_count) == (False, True, b"hi\n", 2)
+    assert cache.get("s", "echo", [sys.executable, "-c", "print('hi')"]).access_count == 3
+
+
+def test_bad_settings_and_names_are_one_line_errors(run, tmp_path):
+    bad_backend = run("cache", "stats", env={"MEMCTL_CACHE_BACKEND": "memcached://x"})
+    bad_scope = run("cache", "run", "--scope", "../up", "--tool", "t", "--", "true")
+    missing = run("cache", "run", "--scope", "s", "--tool", "t", "--", str(tmp_path / "no-such-program"))
+    bad_agent = run("cache", "run", "--scope", "s", "--tool", "t", "--agent", "two\nlines", "--", "true")
+    for result in (bad_backend, bad_scope, missing, bad_agent):
+        assert result.returncode == 2
+        assert len(result.stderr.decode().strip().splitlines()) == 1, result.stderr
+
+
+def test_a_dead_redis_server_is_a_one_line_error_and_recovers(run, own_redis_server, tmp_path):
+    effect = tmp_path / "effect"
+    env = {"MEMCTL_CACHE_BACKEND": own_redis_server.url, "MEMCTL_CACHE_SOCKET_TIMEOUT": "1"}
+    command = tool_command(effect, output="value")
+    assert run("cache", "run", "--scope", "s", "--tool", "t", "--", *command, env=env).returncode == 0
+    own_redis_server.stop()
+    for args in (["run", "--scope", "s", "--tool", "t", "--", *command], ["stats"],
+                 ["get", "--scope", "s", "--tool", "t", "--", *command]):
+        started = time.monotonic()
+        result = run("cache", *args, env=env)
+        assert time.monotonic() - started < 8
+        lines = result.stderr.decode().strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and own_redis_server.url in lines[0], result.stderr
+        assert result.stdout == b""
+    own_redis_server.start()  # an empty server again: the call runs anew, and works
+    again = run("cache", "run", "--scope", "s", "--tool", "t", "--", *command, env=env)
+    assert again.returncode == 0 and again.stdout == b"value" and runs(effect) == 2
+
+
+def test_consolidate_on_hit_writes_an_item_when_it_reaches_the_threshold(cache_run, tmp_path, store_dir):
+    effect = tmp_path / "effect"
+    command = tool_command(effect, output="Harbour bakery opens at seven\n")
+    env = {"MEMCTL_CACHE_CONSOLIDATE_ON": '["hit"]'}
+    cache_run("run", "--scope", "s", "--tool", "hours", "--", *command, env=env)
+    assert not (store_dir / "MEMORY.md").exists()
+    hit = orjson.loads(cache_run("run", "--scope", "s", "--tool", "hours", "--json", "--", *command, env=env).stdout)
+    assert hit["consolidated"] is not None and f"id: {hit['consolidated']}" in (store_dir / "MEMORY.md").read_text()
+    cache_run("run", "--scope", "s", "--tool", "hours", "--", *command, env=env)  # a third access: not again
+    assert (store_dir / "MEMORY.md").read_text().count("<!-- memory") == 1
+
+
+def test_an_entry_file_edited_into_nonsense_is_a_miss_and_is_replaced(run, tmp_path, store_dir):
+    effect = tmp_path / "effect"
+    command = tool_command(effect, output="fine")
+    run("cache", "run", "--scope", "s", "--tool", "t", "--", *command)
+    (entry_file,) = (store_dir / "cache" / "s" / "entries").iterdir()
+    entry_file.write_text("{not json")
+    again = run("cache", "run", "--scope", "s", "--tool", "t", "--", *command)
+    assert again.returncode == 0 and again.stdout == b"fine" and runs(effect) == 2
+    assert orjson.loads(entry_file.read_bytes())["output"] == "fine"
