@@ -32,7 +32,8 @@ from pathlib import Path
 import orjson
 
 from memctl import clock
-from memctl.store.store import Store, read_jsonl
+from memctl.store import jsonl
+from memctl.store.store import Store
 from memctl.topics import activation, files, log
 from memctl.topics.files import Topic
 from memctl.topics.summary import distinctive_terms, summarise
@@ -71,9 +72,9 @@ def archived_topics(store: Store, since: str | None = None) -> list[dict]:
         if since and month.name < since[:7]:
             continue
         for path in sorted(month.glob("t-*.jsonl")):
-            for _, header, _ in read_jsonl(path):
-                if header is not None and header.get("type") == "topic":
-                    headers.append(header)
+            for line in jsonl.read(path):
+                if line.value is not None and line.value.get("type") == "topic":
+                    headers.append(line.value)
     return headers
 
 
@@ -195,10 +196,13 @@ def merged_into(store: Store, topic_id: str) -> str | None:
 
 
 def _idle_summaries(tx, store, settings, now_moment, background, documents) -> list[dict]:
-    done = {(r.get("session"), r.get("until")) for _, r, _ in read_jsonl(store.root / AUTO_SUMMARIES) if r}
+    from memctl.topics.split import session_messages
+
+    done = {(line.value.get("session"), line.value.get("until"))
+            for line in jsonl.read(store.root / AUTO_SUMMARIES) if line.value}
     lines = []
     for path in sorted(store.sessions_dir.glob("*.jsonl")) if store.sessions_dir.is_dir() else []:
-        messages = [m for _, m, _ in read_jsonl(path) if m and isinstance(m.get("id"), str)]
+        messages = session_messages(store, path.stem)
         if not messages or not messages[-1].get("ts"):
             continue
         session, last = path.stem, messages[-1]

@@ -26,7 +26,8 @@ from pathlib import Path
 import orjson
 
 from memctl.errors import StoreError
-from memctl.store.store import Store, read_jsonl
+from memctl.store import jsonl
+from memctl.store.store import Store
 
 COMPACT_AFTER = 8
 STATES = ("active", "dormant", "archived")
@@ -59,9 +60,12 @@ def topic_path(store: Store, identifier: str) -> Path:
 
 def load_topic(path: Path) -> Topic | None:
     header, messages, headers = None, [], 0
-    for number, record, _ in read_jsonl(path):
+    for line in jsonl.read(path):
+        record = line.value
+        if line.problem == jsonl.UNTERMINATED:
+            continue  # an append under way, or cut short (the next writer rolls it back)
         if record is None:
-            raise StoreError(f"{path}:{number}: not a JSON object; fix or remove the line")
+            raise StoreError(f"{path}:{line.number}: not a JSON object; fix or remove the line")
         if record.get("type") == "topic":
             header, headers = record, headers + 1
         elif record.get("type") == "message":
@@ -114,4 +118,4 @@ def append_index(tx, store: Store, name: str, records: list[dict]) -> None:
 
 
 def read_index(store: Store, name: str) -> list[dict]:
-    return [r for _, r, _ in read_jsonl(store.topics_dir / name) if r is not None]
+    return [line.value for line in jsonl.read(store.topics_dir / name) if line.value is not None]

@@ -14,7 +14,8 @@ import orjson
 
 from memctl import clock
 from memctl.errors import InputError
-from memctl.store.store import Store, read_jsonl
+from memctl.store import jsonl
+from memctl.store.store import Store
 
 LOG = "activation_log.jsonl"
 
@@ -33,9 +34,12 @@ def read(store: Store, since: str | None = None) -> list[dict]:
         except (ValueError, TypeError):
             raise InputError(f"not an ISO 8601 date or time: {since!r}", source="--since") from None
     events = []
-    for number, event, _ in read_jsonl(store.topics_dir / LOG):
+    for line in jsonl.read(store.topics_dir / LOG):
+        event = line.value
+        if line.problem == jsonl.UNTERMINATED:
+            continue
         if event is None:
-            raise InputError("not a JSON object", source=str(store.topics_dir / LOG), line=number)
+            raise InputError(line.problem or "not a JSON object", source=str(store.topics_dir / LOG), line=line.number)
         if start is None or clock.parse_ts(event["at"]) >= start:
             events.append(event)
     return events

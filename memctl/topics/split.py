@@ -15,7 +15,8 @@ from typing import Callable
 
 from memctl import clock, config
 from memctl.errors import InputError
-from memctl.store.store import Store, read_jsonl
+from memctl.store import jsonl
+from memctl.store.store import Store
 from memctl.text.tokens import count_tokens
 from memctl.topics import files, segment
 from memctl.topics.files import Topic
@@ -57,7 +58,7 @@ def session_messages(store: Store, session: str) -> list[dict]:
     path = store.session_file(session)
     if not path.exists():
         raise InputError(f"no session '{session}' (no {store.relative(path)})", source=str(path))
-    return [m for _, m, _ in read_jsonl(path) if m is not None and isinstance(m.get("id"), str)]
+    return [line.value for line in jsonl.read(path) if line.value is not None and isinstance(line.value.get("id"), str)]
 
 
 def context_tokens(system_text: str, topics: dict[str, Topic], unsplit: list[dict]) -> int:
