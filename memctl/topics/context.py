@@ -142,7 +142,7 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
                               "score": round(recalled[t].relevance_score, 4)} for t in recalled]
     shown = [e for e in evaluations.values() if e.relevance_score >= evaluate.REFERENCE_FROM
              and (e.topic_id in active or e.topic_id in recalled)]
-    shown.sort(key=lambda e: -e.relevance_score)
+    shown.sort(key=lambda e: (-e.relevance_score, -e.strength))
     _assemble(context, topics, system_text, shown, unsplit, recent, recent_ids, budget)
     return context
 
@@ -153,11 +153,11 @@ def _deep_search(store, retriever, message, dormant, cue, settings):
         return {}, []
     found = evaluate.builtin(store, retriever, message, dormant)
     ranked = sorted((e for e in found.values() if e.relevance_score >= settings["amnesia_threshold"]),
-                    key=lambda e: -e.relevance_score)
+                    key=lambda e: -e.strength)
     if not ranked:
         return {}, []
     best = ranked[0]
-    close = [e for e in ranked[1:] if best.relevance_score - e.relevance_score < AMBIGUOUS_WITHIN]
+    close = [e for e in ranked[1:] if best.strength - e.strength < AMBIGUOUS_WITHIN]
     if close:
         candidates = [{"topic_id": e.topic_id, "name": e.name, "score": round(e.relevance_score, 4),
                        "summary": dormant[e.topic_id].header.get("summary", "")[:300]} for e in [best, *close]]
@@ -204,6 +204,7 @@ def _assemble(context: Context, topics: dict[str, Topic], system_text, shown, un
               budget) -> None:
     sections: list[dict] = []
     parts: list[Part] = []
+    system_text = system_text.rstrip()  # a file's last newline; the blank line between sections is ours
     if system_text:
         sections.append({"kind": "system", "messages": [], "text": system_text})
         parts.append(Part("system", system_text, math.inf, 0))
@@ -346,7 +347,7 @@ def activate(store: Store, retriever, query: str, *, include_archived: bool = Fa
         found = evaluate.builtin(store, retriever, query, searchable) if searchable else {}
         threshold, _ = activation.thresholds(active_count, settings)
         ranked = sorted((e for e in found.values() if e.relevance_score >= settings["amnesia_threshold"]),
-                        key=lambda e: -e.relevance_score)
+                        key=lambda e: -e.strength)
         room = max(1, settings["active_target"] - active_count)
         chosen = [e.topic_id for e in ranked[:room] if e is ranked[0] or e.relevance_score >= threshold]
         candidates = [{"topic_id": e.topic_id, "name": e.name, "score": round(e.relevance_score, 4)}

@@ -52,6 +52,7 @@ class Evaluation:
     method: str = "builtin"
     fallback: str | None = None
     message_scores: dict[str, float] = field(default_factory=dict)  # why each reference was taken
+    strength: float = 0.0  # the score before clamping to 0..1: ranks topics that all score 1.0
 
     def as_dict(self) -> dict:
         out = {"topic_id": self.topic_id, "relevance_score": round(self.relevance_score, 4),
@@ -62,7 +63,8 @@ class Evaluation:
 
 
 def calibrated(raw: float) -> float:
-    return max(0.0, min(1.0, 0.3 + (raw - RAW_WEAK) * 0.4 / (RAW_CLEAR - RAW_WEAK)))
+    """0.3 at RAW_WEAK, 0.7 at RAW_CLEAR, linear, not clamped (see `Evaluation.strength`)."""
+    return 0.3 + (raw - RAW_WEAK) * 0.4 / (RAW_CLEAR - RAW_WEAK)
 
 
 def raw_scores(retriever, text: str, topics: dict[str, Topic]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
@@ -94,8 +96,10 @@ def builtin(store: Store, retriever, text: str, topics: dict[str, Topic]) -> dic
     raw, hits = raw_scores(retriever, text, topics)
     results = {}
     for tid, topic in topics.items():
-        score = calibrated(raw[tid])
-        evaluation = Evaluation(tid, topic.header.get("name", ""), store.relative(topic_path(store, tid)), score)
+        strength = calibrated(raw[tid])
+        score = max(0.0, min(1.0, strength))
+        evaluation = Evaluation(tid, topic.header.get("name", ""), store.relative(topic_path(store, tid)), score,
+                                strength=strength)
         if score >= REFERENCE_FROM:
             evaluation.referenced_message_ids, evaluation.message_scores = _references(topic, hits[tid])
             evaluation.summary = topic.header.get("summary", "")[:SUMMARY_CHARS]
@@ -150,7 +154,7 @@ def with_llm(store: Store, command: str, timeout: float, parallel: int, unsplit:
             kept = fallback[tid]
             kept.fallback = str(exc).replace("; nothing was split", "")
             return kept
-        return Evaluation(tid, topic.header.get("name", ""), file, score, ids, summary, "llm")
+        return Evaluation(tid, topic.header.get("name", ""), file, score, ids, summary, "llm", strength=score)
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         return dict(zip(topics, pool.map(one, list(topics))))
