@@ -51,25 +51,32 @@ def turns(data: Path) -> tuple[list[dict], list[str]]:
     return messages, questions
 
 
+def build_store(store: str, messages: int, data: Path) -> list[str]:
+    """Ingest `messages` LoCoMo turns into `store` and index it; returns the LoCoMo questions."""
+    base, questions = turns(data)
+    lines = []
+    for n in range(messages):
+        turn = base[n % len(base)]
+        lines.append(orjson.dumps({"id": f"m{n}", "session": f"{turn['session']}-r{n // len(base)}",
+                                   "speaker": turn["speaker"], "role": "user", "text": turn["text"],
+                                   "ts": f"2026-{1 + n * 11 // messages:02d}-15T10:00:00Z"}))
+    common = [MEMCTL, "--store", store]
+    subprocess.run([*common, "ingest", "--keep-noise", "-f", "jsonl", "-"], input=b"\n".join(lines),
+                   check=True, capture_output=True)
+    subprocess.run([*common, "index"], check=True, capture_output=True, cwd=Path(store).parent)  # warms the model export
+    return questions
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=6000)
     parser.add_argument("--queries", type=int, default=20)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     args = parser.parse_args()
-    base, questions = turns(args.data)
-    lines = []
-    for n in range(args.messages):
-        turn = base[n % len(base)]
-        lines.append(orjson.dumps({"id": f"m{n}", "session": f"{turn['session']}-r{n // len(base)}",
-                                   "speaker": turn["speaker"], "role": "user", "text": turn["text"],
-                                   "ts": f"2026-{1 + n * 11 // args.messages:02d}-15T10:00:00Z"}))
     with tempfile.TemporaryDirectory() as tmp:
         store = str(Path(tmp) / "store")
         common = [MEMCTL, "--store", store]
-        subprocess.run([*common, "ingest", "--keep-noise", "-f", "jsonl", "-"], input=b"\n".join(lines),
-                       check=True, capture_output=True)
-        subprocess.run([*common, "index"], check=True, capture_output=True, cwd=tmp)  # warms the model export
+        questions = build_store(store, args.messages, args.data)
         subprocess.run(["rm", "-rf", str(Path(store) / ".index")], check=True)
         fresh, fresh_rss = peak_rss_mb([*common, "index"])
         unchanged, _ = peak_rss_mb([*common, "index"])

@@ -46,7 +46,7 @@ def as_session(conversation: dict, session: str) -> bytes:
 
 
 def split_one(conversation: dict, workdir: Path) -> tuple[list[str], float]:
-    store = workdir / f"store-{conversation['conv_id']}".replace("/", "_")
+    store = workdir / f"store-{conversation['dataset']}-{conversation['conv_id']}".replace("/", "_")
     done = memctl(store, "ingest", "--format", "jsonl", "--keep-noise", "-", input=as_session(conversation, "s"))
     if done.returncode:
         raise SystemExit(f"ingest failed: {done.stderr.decode()}")
@@ -86,7 +86,7 @@ def score(name: str, limit: int, workdir: Path) -> list[tuple[str, float, float,
 def speed(count: int, workdir: Path) -> None:
     """Split of one indexed session of `count` messages (DialSeg711 dev turns, repeated)."""
     texts = [m for line in (DATA / "dialseg711_dev.jsonl").open() for m in json.loads(line)["messages"]]
-    conversation = {"conv_id": "speed", "messages": [texts[n % len(texts)] for n in range(count)]}
+    conversation = {"dataset": "speed", "conv_id": "speed", "messages": [texts[n % len(texts)] for n in range(count)]}
     store = workdir / "speed"
     memctl(store, "ingest", "--format", "jsonl", "--keep-noise", "-", input=as_session(conversation, "s"))
     memctl(store, "index")

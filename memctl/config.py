@@ -15,6 +15,8 @@ mapping of names to lists of words, written as a sub-table, e.g.
 from __future__ import annotations
 
 import copy
+import math
+import re
 import os
 import tomllib
 from pathlib import Path
@@ -25,7 +27,10 @@ from memctl.errors import InputError
 DEFAULTS: dict[str, dict[str, Any]] = {
     "embedding": {
         "model": "",              # a sentence-transformers directory; "" is the bundled all-MiniLM-L6-v2
-        "threads": 2,
+        "threads": 2,                # indexing: batches of sentences
+        # A search embeds one short query: a second thread gains nothing and, on a busy
+        # machine, waits for a core (warm hybrid search, 2 cores under load 12: 87 -> 45 ms).
+        "query_threads": 1,
         "batch_size": 16,            # short batches pad less: measured fastest for chat turns
         "with_previous_turn": True,  # embed a message together with the turn before it
         "precision": "int8",         # int8 (quantised weights: ~2x faster) | float32 (exactly sentence-transformers)
@@ -133,6 +138,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 # Settings whose values are limited further than by their type: (test, what is allowed).
 LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
     ("state", "window_size"): (lambda v: v in (3, 5, 10), "3, 5 or 10"),
+    ("ingest", "default_scope"): (lambda v: _schema_problem("scope", v) is None,
+                                  "global, project:<name> or lang:<name>"),
+    ("ingest", "default_memory_class"): (lambda v: _schema_problem("memory_class", v) is None,
+                                         "policy, episodic or mixed"),
+    ("ingest", "default_section"): (lambda v: bool(v.strip()) and "\n" not in v, "one line of text"),
+    # Ten years: further out, an expiry time overflows the calendar (1e308 hours did).
+    ("ingest", "pending_ttl_hours"): (lambda v: 0 < v <= 87_600, "hours above 0, at most 87600 (ten years)"),
     ("state", "dominant_threshold"): (lambda v: 0 < v <= 1, "a number in (0, 1]"),
     ("state", "miss_threshold"): (lambda v: v >= 1, "a whole number >= 1"),
     ("state", "topic_after_turns"): (lambda v: v >= 1, "a whole number >= 1"),
@@ -149,6 +161,7 @@ LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
        for key in ("threshold_base", "threshold_step", "amnesia_threshold")},
     **{("topics", key): (lambda v: v > 0, "above 0") for key in ("archive_after_days", "idle_hours")},
     ("embedding", "threads"): (lambda v: v >= 1, "a whole number >= 1"),
+    ("embedding", "query_threads"): (lambda v: v >= 1, "a whole number >= 1"),
     ("embedding", "batch_size"): (lambda v: v >= 1, "a whole number >= 1"),
     ("embedding", "precision"): (lambda v: v in ("float32", "int8"), "float32 or int8"),
     ("cache", "backend"): (lambda v: v == "files" or v.startswith(("redis://", "rediss://", "unix://")),
@@ -171,27 +184,49 @@ LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
 }
 
 
+def _schema_problem(name: str, value: Any) -> str | None:
+    # Imported here: the MEMORY.md module is not needed by a search that checks no ingest setting.
+    from memctl.store.memoryfile import check_field
+
+    return check_field(name, value)
+
+
 def load(config_file: Path) -> dict[str, dict[str, Any]]:
     """Defaults, overlaid by the file (if any), overlaid by the environment."""
     settings = copy.deepcopy(DEFAULTS)
     source = str(config_file)
     try:
-        data = tomllib.loads(config_file.read_text(encoding="utf-8"))
+        text = config_file.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
     except FileNotFoundError:
         data = {}
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"not valid TOML ({exc})", source=source) from None
     for table, values in data.items():
         if table not in settings or not isinstance(values, dict):
-            raise InputError(f"unknown table [{table}]; known: {', '.join(settings)}", source=source)
+            raise InputError(f"unknown table [{table}]; known: {', '.join(settings)}", source=source,
+                             line=_line_of(text, rf"\[\s*{re.escape(table)}\s*\]|{re.escape(table)}\s*="))
         for key, value in values.items():
-            settings[table][key] = _checked(table, key, value, source)
+            try:
+                settings[table][key] = check(table, key, value, source)
+            except InputError as exc:
+                header = _line_of(text, rf"\[\s*{re.escape(table)}\s*\]") or 0
+                exc.line = _line_of(text, rf"[\"']?{re.escape(key)}[\"']?\s*=", after=header)
+                raise
     for table, values in settings.items():
         for key in values:
             env = f"MEMCTL_{table}_{key}".upper()
             if env in os.environ:
-                values[key] = _checked(table, key, _from_env(os.environ[env]), f"${env}")
+                values[key] = check(table, key, _from_env(os.environ[env]), f"${env}")
     return settings
+
+
+def _line_of(text: str, pattern: str, after: int = 0) -> int | None:
+    """The first line of memctl.toml past line `after` that matches `pattern` at its start (after blanks)."""
+    for number, line in enumerate(text.split("\n"), 1):
+        if number > after and re.match(pattern, line.strip()):
+            return number
+    return None
 
 
 def _from_env(text: str) -> Any:
@@ -201,7 +236,8 @@ def _from_env(text: str) -> Any:
         return text  # a bare word is a string
 
 
-def _checked(table: str, key: str, value: Any, source: str) -> Any:
+def check(table: str, key: str, value: Any, source: str) -> Any:
+    """A setting's value, checked against its default's type and its limits; source names where it came from."""
     if key not in DEFAULTS[table]:
         raise InputError(f"unknown key '{key}' in [{table}]; known: {', '.join(DEFAULTS[table])}",
                          source=source)
@@ -212,6 +248,8 @@ def _checked(table: str, key: str, value: Any, source: str) -> Any:
         return _checked_word_lists(table, key, value, source)
     if type(value) is not type(default):
         raise InputError(f"{table}.{key} must be {type(default).__name__}, got {value!r}", source=source)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{table}.{key} must be a finite number, got {value!r}", source=source)
     limit = LIMITS.get((table, key))
     if limit and not limit[0](value):
         raise InputError(f"{table}.{key} must be {limit[1]}, got {value!r}", source=source)

@@ -24,7 +24,8 @@ class InputError(MemctlError):
         where = self.source or "<input>"
         if self.line is not None:
             where += f":{self.line}"
-        what = f"field '{self.field}': " if self.field else ""
+        # A flag (source "-k") names its own field; a file names the field inside the record.
+        what = f"field '{self.field}': " if self.field and not where.startswith("-") else ""
         return f"{where}: {what}{self.message}"
 
 

@@ -2,8 +2,10 @@
 # Create .venv (once) and install memctl with its test tools into it, and a
 # redis-server binary for the cache's Redis tests (Debian's package; they
 # start their own server on a loopback port, and skip only without a binary).
-# torch is installed first and pinned: an unpinned torch pulls gigabytes of
-# CUDA packages, and sentence-transformers would otherwise ask for one.
+# torch is installed first and pinned, so sentence-transformers does not pick
+# another. Pinning does not choose CPU or CUDA: from PyPI on Linux this is the
+# CUDA build (gigabytes); a torch 2.13.0 already in .venv (e.g. the CPU build
+# from https://download.pytorch.org/whl/cpu, see README) is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v redis-server >/dev/null; then

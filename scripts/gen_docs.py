@@ -1,19 +1,23 @@
-"""Generate man pages (man/) and shell completions (completions/) from the click commands.
+"""Generate man pages (man/), shell completions (completions/) and docs/cli.md from the click commands.
 
     python scripts/gen_docs.py           write them
     python scripts/gen_docs.py --check   exit 1 if the checked-in files are out of date
 
-Both come from the commands themselves (click-man for roff, click's own
-completion scripts), so `--help`, the man pages and completion never drift.
+All come from the commands themselves (click-man for roff, click's own
+completion scripts, cog blocks in docs/cli.md that print each `--help`, as
+sqlite-utils and llm keep their READMEs), so `--help`, the man pages, the
+completions and the docs never drift.
 """
 
 from __future__ import annotations
 
 import filecmp
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import click
 from click.shell_completion import get_completion_class
 from click_man.core import write_man_pages
 
@@ -22,6 +26,30 @@ from memctl.cli import cli
 
 REPO = Path(__file__).resolve().parent.parent
 SHELLS = {"bash": "memctl.bash", "zsh": "_memctl", "fish": "memctl.fish"}
+COGGED = [REPO / "docs" / "cli.md"]  # files whose cog blocks print the commands' help
+
+
+def cli_reference(command: click.Command = cli, parent: click.Context | None = None, name: str = "memctl") -> str:
+    """Markdown of `name --help` and of every subcommand's, depth first, as an 80-column terminal shows it."""
+    ctx = command.make_context(name, [], parent=parent, resilient_parsing=True, terminal_width=80,
+                               max_content_width=80)
+    out = f"## {ctx.command_path}\n\n```\n{command.get_help(ctx)}\n```\n\n"
+    if isinstance(command, click.Group):
+        for sub_name in command.list_commands(ctx):
+            sub = command.get_command(ctx, sub_name)
+            if not sub.hidden:
+                out += cli_reference(sub, ctx, sub_name)
+    return out
+
+
+def run_cog(*options: str) -> int:
+    """cog over COGGED, its blocks able to `import gen_docs`; cog's exit status.
+
+    In a process of its own: click-man leaves the commands' help option cached without
+    the group's `-h`, and the help cog prints must be the one users see.
+    """
+    argv = [sys.executable, "-m", "cogapp", "-I", str(REPO / "scripts"), *options, *map(str, COGGED)]
+    return subprocess.run(argv, cwd=REPO).returncode
 
 
 def generate(target: Path) -> None:
@@ -54,5 +82,7 @@ if __name__ == "__main__":
         stale = stale_files()
         for name in stale:
             print(f"out of date: {name} (run: python scripts/gen_docs.py)", file=sys.stderr)
-        sys.exit(1 if stale else 0)
+        cog_status = run_cog("--check", "--diff", "--check-fail-msg=run: python scripts/gen_docs.py")
+        sys.exit(1 if stale or cog_status else 0)
     generate(REPO)
+    sys.exit(run_cog("-r"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -72,12 +73,29 @@ def test_bad_input_is_one_line_exit_2_and_no_change(run, store_dir):
     (["ingest", "--format", "xml", "-"], b"", "Invalid value for '-f' / '--format'"),
     (["ingest", "--ttl", "-1", "-"], b"x", "Invalid value for '--ttl'"),
     (["nosuchcommand"], None, "No such command 'nosuchcommand'"),
+    (["search"], None, "give a QUERY"),
+    (["search", "-k", "99999999999999999999", "x"], None, "-k: must be a whole number from 1 to 100000"),
+    (["search", "--min-score", "inf", "x"], None, "--min-score: must be a finite number"),
+    (["ingest", "--pending", "--ttl", "inf", "-"], b"a note", "--ttl: ingest.pending_ttl_hours must be a finite"),
+    (["ingest", "--pending", "--ttl", "nan", "-"], b"a note", "--ttl: ingest.pending_ttl_hours must be a finite"),
+    (["ingest", "--pending", "--ttl", "1e308", "-"], b"a note", "at most 87600 (ten years)"),
+    (["ingest", "-"], b"[" * 100_000 + b"]" * 100_000, "<stdin>:1: nested more than 100 levels deep"),
 ])
 def test_usage_and_input_errors_exit_2_without_traceback(run, args, stdin, fragment):
     result = run(*args, input=stdin)
     assert result.returncode == 2
     assert fragment in result.stderr.decode()
-    assert b"Traceback" not in result.stderr
+    assert result.stderr.startswith(b"memctl: error: ") and result.stderr.count(b"\n") == 1, result.stderr
+
+
+def test_plain_results_name_who_spoke_and_explain_each_stage(run, store_dir):
+    run("ingest", str(FIXTURES / "demo" / "chat.jsonl"))
+    lines = run("search", "--kind", "message", "-k", "20", "--min-score", "0", "--mode", "bm25", "--explain",
+                "Kestrel").stdout.decode().splitlines()
+    results = [line.split("  ") for line in lines if not line.startswith(" ")]
+    assert {"Mei", "assistant"} <= {fields[1] for fields in results}  # a speaker, else the role: never a session
+    stages = next(line for line in lines if "importance ×" in line)
+    assert re.search(r"recency \+\d\.\d{4} → \d\.\d{4}  importance ×\d\.\d{3} → \d\.\d{4}  length ×", stages)
 
 
 def test_store_from_environment_and_flag(tmp_path):

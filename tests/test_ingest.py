@@ -183,7 +183,12 @@ BAD_INPUTS = [
     (b'{"text": "a note here", "memory_class": "opinion"}\n', "jsonl", "memory", "field 'memory_class'"),
     (b'{"text": "a note here", "summary": "' + b"x" * 51 + b'"}\n', "jsonl", "memory", "field 'summary'"),
     (b'{"text": "a note here", "user_weight": 12}\n', "jsonl", "memory", "field 'user_weight'"),
-    (b'{"text": "a note here", "colour": "blue"}\n', "jsonl", "memory", "field 'colour': not a memory field"),
+    (b'{"text": "a note here", "1 colour": "blue"}\n', "jsonl", "memory", "field '1 colour': not a field name"),
+    (b"<!-- memory\nid: a\nsummary: s\nid: b\n-->\ntext\n", "md", "auto",
+     "<stdin>:4: field 'id' given twice: lines 2 and 4"),
+    (b'[' * 100_000 + b']' * 100_000, "json", "auto", "<stdin>:1: nested more than 100 levels deep"),
+    (b'{"text": "fine message", "x": ' + b'[' * 1000 + b']' * 1000 + b'}\n', "jsonl", "auto",
+     "<stdin>:1: nested more than 100 levels deep"),
     (b'{"text": "a note here", "enforcement_level": "hard"}\n', "jsonl", "memory", "policy memories only"),
     (b"## S\n\n<!-- memory\nid: a\nscope: nowhere\n-->\ntext\n", "md", "auto", "<stdin>:5: field 'scope'"),
     (b"\x00\x01binary", "auto", "auto", "binary input"),
@@ -201,6 +206,33 @@ def test_bad_input_changes_nothing(store_dir, payload, fmt, kind, message):
         ingest(store, payload, source="<stdin>", fmt=fmt, kind=kind)
     assert message in str(caught.value)
     assert snapshot(store_dir) == before
+
+
+def test_unknown_note_fields_are_kept_and_reported(store_dir):
+    store = Store(store_dir)
+    jsonl = ingest(store, b'{"text": "prefers green tea", "colour": "blue"}\n', source="<stdin>", kind="memory")
+    markdown = ingest(store, b"<!-- memory\nmood: calm\n-->\nwalks at dawn\n", source="n.md")
+    assert jsonl.warnings == ["<stdin>:1: field 'colour': unknown field (kept as written)"]
+    assert markdown.warnings == ["n.md:2: field 'mood': unknown field (kept as written)"]
+    doc = memoryfile.load(store.memory_md)
+    assert doc.find(jsonl.stored[0].id).get("colour") == "blue"
+    assert doc.find(markdown.stored[0].id).get("mood") == "calm"  # the block had no id: it was given one
+    assert [i.severity for i in doc.issues] == ["warning", "warning"]
+
+
+def test_markdown_notes_keep_heading_levels_and_list_items(store_dir):
+    store = Store(store_dir)
+    notes = (b"# Travel\n\n## Japan\n\n- Book the ryokan in Kyoto\n1. Rail pass: 7 days\n\n### Food\n\n"
+             b"Okonomiyaki near the station.\n\n# Work\n\nThe demo is on December 12th.\n")
+    ingest(store, notes, source="notes.md")
+    doc = memoryfile.load(store.memory_md)
+    outline = [(b.level, b.title) for b in doc.blocks if isinstance(b, memoryfile.Heading)]
+    assert outline == [(1, "Travel"), (2, "Japan"), (3, "Food"), (1, "Work")]
+    written = store.memory_md.read_text()
+    assert "\n- Book the ryokan in Kyoto\n" in written and "\n1. Rail pass: 7 days\n" in written
+    assert [e.text for e in doc.entries][:2] == ["Book the ryokan in Kyoto", "Rail pass: 7 days"]
+    again = ingest(store, store.memory_md.read_bytes(), source="MEMORY.md")  # the round trip: all known
+    assert {o.status for o in again.outcomes} == {"duplicate"}
 
 
 def test_duplicate_id_with_other_text_is_refused_whole(store_dir):
@@ -228,5 +260,5 @@ def test_duplicate_inside_one_input(store_dir):
 def test_bad_memctl_toml_is_named(store_dir):
     store_dir.mkdir()
     (store_dir / "memctl.toml").write_text("[ingest]\npending_ttl_hours = 'soon'\n")
-    with pytest.raises(InputError, match="memctl.toml: ingest.pending_ttl_hours must be float"):
+    with pytest.raises(InputError, match="memctl.toml:2: ingest.pending_ttl_hours must be float"):
         ingest(Store(store_dir), b"text to store", source="<stdin>")

@@ -204,11 +204,11 @@ def test_config_sets_and_validates(store):
     assert lines(memctl(store, "state", "config")) == ["window_size 3", "dominant_threshold 1.0"]
 
 
-def test_bad_state_settings_in_memctl_toml_name_the_file(store):
+def test_bad_state_settings_in_memctl_toml_name_the_file_and_line(store):
     (store.root / "memctl.toml").write_text("[state]\nwindow_size = 4\n")
     result = memctl(store, "state", "record", "--hit", "待辦")
     assert result.returncode == 2
-    assert b"memctl.toml: state.window_size must be 3, 5 or 10" in result.stderr
+    assert b"memctl.toml:2: state.window_size must be 3, 5 or 10" in result.stderr
     assert not store.state_file.exists()
 
 

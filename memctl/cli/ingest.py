@@ -78,6 +78,8 @@ def ingest(memory, file, fmt, kind, session, section, pending, ttl, keep_noise, 
     result = memory.ingest(data, source=source, fmt=fmt, kind=kind, session=session, pending=pending,
                            keep_noise=keep_noise, ttl_hours=ttl, section=section, dry_run=dry_run,
                            on_noise=report_noise, supersedes=supersedes, allow_conflict=allow_conflict)
+    for warning in result.warnings:
+        say(f"memctl: warning: {warning}")
     for outcome in result.stored:
         report = outcome.governance
         if report is not None and report.conflicts:

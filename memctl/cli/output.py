@@ -25,15 +25,9 @@ def say(message: str) -> None:
 
 def read_input(file: str) -> tuple[bytes, str]:
     """The bytes of FILE, or of stdin for '-', and the name errors should give them."""
-    from memctl.errors import InputError
+    from memctl.ingest.inputs import read_source
 
-    if file == "-":
-        return sys.stdin.buffer.read(), "<stdin>"
-    try:
-        with open(file, "rb") as fh:
-            return fh.read(), file
-    except OSError as exc:
-        raise InputError(exc.strerror or str(exc), source=file) from None
+    return read_source(file)
 
 
 def hours(value) -> str:

@@ -154,9 +154,15 @@ def _print_layered(memory, query: str, workspace: str | None, budget: int, as_js
 def _print_result(result, explain: bool) -> None:
     first, last = result.lines
     where = f"{result.source}:{first}" + (f"-{last}" if last != first else "")
-    label = f"[{result.section}]" if result.section else (result.speaker or result.session or "")
+    # One rule for the column: a memory's section; for anything said, who said it: the speaker, else the
+    # role (a message without one is a user's, as the daily log has it).
+    role = (result.fields or {}).get("role") if result.kind != "memory" else None
+    label = f"[{result.section}]" if result.kind == "memory" else (result.speaker or role or "user")
     click.echo(f"{where}  {label}  {result.score:.3f}  {result.record_id or result.id}")
     snippet = " ".join(result.text.split())
     click.echo("    " + (snippet if len(snippet) <= 300 else snippet[:299] + "…"))
     if explain:
-        click.echo("    " + "  ".join(f"{k}={v}" for k, v in result.explain.items()))
+        from memctl.search.explain import explain_lines
+
+        for line in explain_lines(result.explain):
+            click.echo("    " + line)

@@ -505,7 +505,8 @@ def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, al
     replaced_by = {old: e.id for e in doc.entries for old in supersedes_of(e)}
     # Every note of the input can be named by any other, in any order (an
     # exported MEMORY.md may list a new version before the one it replaces).
-    staged = {note["id"]: Entry(text=note["text"], fields=note["fields"], section=note["section"])
+    staged = {note["id"]: Entry(text=note["text"], fields=note["fields"], section=note["section"],
+                                headings=tuple(note.get("headings", ())), list_item=note.get("list_item", ""))
               for _, note in notes}
     reports: dict[str, NoteReport] = {}
     log: list[dict] = []

@@ -36,7 +36,7 @@ from memctl.governance import governance
 from memctl.governance import lifecycle
 from memctl.store import memoryfile
 from memctl.governance import review as pending
-from memctl.errors import MemctlError, StoreError
+from memctl.errors import InputError, MemctlError, StoreError
 from memctl.store import jsonl
 from memctl.store.store import DIR_MODE, FILE_MODE, Store, load_journal
 
@@ -128,10 +128,12 @@ def _check_config(store: Store) -> list[Problem]:
         return []
     try:
         governance.settings(store)  # loads (and checks) every table, then the governance ranges
+    except InputError as exc:
+        match = _TOML_LINE.search(exc.message)
+        line = exc.line if exc.line is not None else int(match.group(1)) if match else None
+        return [Problem("memctl.toml", line, exc.message, "config")]
     except MemctlError as exc:
-        text = str(exc).removeprefix(f"{store.config_file}: ")
-        match = _TOML_LINE.search(text)
-        return [Problem("memctl.toml", int(match.group(1)) if match else None, text, "config")]
+        return [Problem("memctl.toml", None, str(exc).removeprefix(f"{store.config_file}: "), "config")]
     return []
 
 
@@ -209,7 +211,7 @@ def _check_memory_md(store: Store, problems: list[Problem], ids: dict[str, str])
         return None
     for issue in doc.issues:
         code = "field" if issue.message.startswith("field ") else "parse"
-        problems.append(Problem("MEMORY.md", issue.line, issue.message, code))
+        problems.append(Problem("MEMORY.md", issue.line, issue.message, code, issue.severity))
     for entry in doc.entries:
         _note_id(ids, entry.id, "MEMORY.md", entry.line, problems)
         if entry.annotated and "id" in entry.fields:
@@ -256,13 +258,17 @@ def _check_messages(store: Store, problems: list[Problem], ids: dict[str, str]) 
 
 def _check_pending(store: Store, problems: list[Problem], ids: dict[str, str], now: datetime) -> None:
     path = store.pending_file
+    settings = _settings_or_defaults(store)["ingest"]
     for number, item in _jsonl(store, path, problems, "a pending memory"):
         if not isinstance(item.get("id"), str):
             problems.append(Problem(pending.SOURCE, number, "pending memory has no text 'id'", "field"))
             continue
         _note_id(ids, item["id"], pending.SOURCE, number, problems)
-        if not isinstance(item.get("text"), str):
-            problems.append(Problem(pending.SOURCE, number, f"'{item['id']}': field 'text' must be text", "field"))
+        try:  # what `review confirm` would refuse
+            pending.note_of(pending.Pending(number, b"", item), settings)
+        except InputError as exc:
+            what = f"field '{exc.field}': " if exc.field else ""
+            problems.append(Problem(pending.SOURCE, number, f"'{item['id']}': {what}{exc.message}", "field"))
         expires = pending.Pending(number, b"", item).expires()
         if expires is None:
             problems.append(Problem(pending.SOURCE, number, f"'{item['id']}': field 'expires_at' must be an "
@@ -273,7 +279,9 @@ def _check_pending(store: Store, problems: list[Problem], ids: dict[str, str], n
 
 
 def _check_json(store: Store, problems: list[Problem]) -> None:
-    for path, what in ((store.state_file, "index_state.json"), (store.root / "access.json", "access.json")):
+    if store.state_file.exists():
+        _check_state(store, problems)
+    for path, what in ((store.root / "access.json", "access.json"),):
         if not path.exists():
             continue
         try:
@@ -283,7 +291,7 @@ def _check_json(store: Store, problems: list[Problem]) -> None:
             continue
         if not isinstance(data, dict):
             problems.append(Problem(what, None, "expected a JSON object", "parse"))
-        elif what == "access.json":
+        else:
             for memory_id, value in data.items():
                 count = value.get("count") if isinstance(value, dict) else None
                 if not (isinstance(count, int) and not isinstance(count, bool) and count >= 0):
@@ -291,6 +299,33 @@ def _check_json(store: Store, problems: list[Problem]) -> None:
                                             "time}}", "field"))
     for _ in _jsonl(store, governance.log_path(store), problems, "a log record"):
         pass
+
+
+def _check_state(store: Store, problems: list[Problem]) -> None:
+    """index_state.json, parsed as `memctl state` parses it: what it would refuse is an error here."""
+    from memctl.window.state import parse_state
+
+    data = store.state_file.read_bytes()
+    try:
+        parse_state(data, "index_state.json", _settings_or_defaults(store)["state"])
+    except InputError as exc:
+        line = exc.line
+        if line is None and exc.field:  # the line the field is on, for a person to go to
+            key = b'"' + re.split(r"[.\[]", exc.field)[0].encode() + b'"'
+            line = data[:data.find(key)].count(b"\n") + 1 if key in data else None
+        code = "parse" if exc.message.startswith(("not valid JSON", "expected a JSON")) else "field"
+        what = f"field '{exc.field}': " if exc.field else ""
+        problems.append(Problem("index_state.json", line, what + exc.message, code))
+
+
+def _settings_or_defaults(store: Store) -> dict:
+    """memctl.toml's settings, or the defaults when it is broken (the config check reports that)."""
+    from memctl import config
+
+    try:
+        return config.load(store.config_file)
+    except MemctlError:
+        return config.DEFAULTS
 
 
 def _check_daily_logs(store: Store, problems: list[Problem]) -> None:
@@ -317,7 +352,7 @@ def _check_deleted(store: Store, problems: list[Problem]) -> list[memoryfile.Ent
         except StoreError as exc:
             problems.append(Problem(rel, None, str(exc).split(": ", 1)[-1], "parse"))
             continue
-        problems += [Problem(rel, issue.line, issue.message, "parse") for issue in doc.issues]
+        problems += [Problem(rel, issue.line, issue.message, "parse", issue.severity) for issue in doc.issues]
         entries += doc.entries
     return entries
 

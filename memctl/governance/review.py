@@ -127,8 +127,6 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
     field, or a governance refusal (see governance.apply_notes).
     Returns one record a memory: {"id", "status": "confirmed"|"duplicate", "file", ...governance}.
     """
-    from memctl.ingest.notes import complete_note
-
     now = now or clock.now()
     settings = config.load(store.config_file)["ingest"]
     if supersedes and len(set(ids)) != 1:
@@ -141,22 +139,7 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
         doc = memoryfile.load(store.memory_md)
         notes, out = [], []
         for p in picked:
-            item = p.item
-            fields = item.get("fields", {})
-            if not isinstance(fields, dict):
-                raise InputError("must be an object of schema fields", source=SOURCE, line=p.line, field="fields")
-            unknown = sorted(set(fields) - set(memoryfile.FIELD_ORDER))
-            if unknown:
-                raise InputError("not a memory field", source=SOURCE, line=p.line, field=f"fields.{unknown[0]}")
-            text, section = item.get("text"), item.get("section", settings["default_section"])
-            if not isinstance(text, str) or not text.strip():
-                raise InputError("must be non-empty text", source=SOURCE, line=p.line, field="text")
-            if not isinstance(section, str) or not section.strip() or "\n" in section:
-                raise InputError("must be one line of text", source=SOURCE, line=p.line, field="section")
-            fields = dict(fields, id=p.id)
-            if supersedes:
-                fields["supersedes"] = list(dict.fromkeys([*governance.supersedes_of(fields), *supersedes]))
-            note = complete_note(fields, text.strip(), section.strip(), settings, SOURCE, p.line)
+            note = note_of(p, settings, supersedes)
             existing = doc.find(p.id)
             if existing is not None:
                 if existing.text != note["text"]:
@@ -180,6 +163,29 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
     order = {memory_id: n for n, memory_id in enumerate(dict.fromkeys(ids))}
     out.sort(key=lambda r: order[r["id"]])
     return out
+
+
+def note_of(p: Pending, settings: dict, supersedes: list[str] | tuple = ()) -> dict:
+    """The note a pending line would write to MEMORY.md, checked as `ingest` checks one; InputError names
+    the line and field. `memctl health` calls this too, so it reports exactly what confirm would refuse."""
+    from memctl.ingest.notes import complete_note
+
+    item = p.item
+    fields = item.get("fields", {})
+    if not isinstance(fields, dict):
+        raise InputError("must be an object of schema fields", source=SOURCE, line=p.line, field="fields")
+    bad_names = sorted(name for name in fields if not memoryfile.FIELD_NAME.fullmatch(name))
+    if bad_names:  # unknown fields are kept, as in MEMORY.md; a name a metadata block cannot hold is not
+        raise InputError("not a field name", source=SOURCE, line=p.line, field=f"fields.{bad_names[0]}")
+    text, section = item.get("text"), item.get("section", settings["default_section"])
+    if not isinstance(text, str) or not text.strip():
+        raise InputError("must be non-empty text", source=SOURCE, line=p.line, field="text")
+    if not isinstance(section, str) or not section.strip() or "\n" in section:
+        raise InputError("must be one line of text", source=SOURCE, line=p.line, field="section")
+    fields = dict(fields, id=p.id)
+    if supersedes:
+        fields["supersedes"] = list(dict.fromkeys([*governance.supersedes_of(fields), *supersedes]))
+    return complete_note(fields, text.strip(), section.strip(), settings, SOURCE, p.line)
 
 
 def reject(store: Store, ids: list[str], *, dry_run: bool = False, now: datetime | None = None) -> list[dict]:

@@ -5,7 +5,8 @@ The model is a sentence-transformers directory: the bundled all-MiniLM-L6-v2
 sentence-transformers costs 6-7 s, too slow for a command run every turn, so
 the model is loaded with sentence-transformers once, exported to ONNX
 (transformer, pooling and normalisation in one graph, checked against
-sentence-transformers' own vectors), and cached per model under
+sentence-transformers' own vectors), and cached per model content (a hash
+of its weights and settings, not its path) under
 $XDG_CACHE_HOME/memctl/models/. Searching then needs only onnxruntime and
 tokenizers: about 0.2 s to load and 3 ms a query.
 """
@@ -42,13 +43,37 @@ def model_dir(configured: str) -> Path:
     return Path(MODEL_DIR)
 
 
+# What decides a model's vectors; README, .gitattributes and the like do not.
+_MODEL_FILES = ("*.safetensors", "*.bin", "*.json", "vocab.txt", "*.model", "*/config.json")
+
+
 def model_key(directory: Path) -> str:
-    """Names the model's exact weights, so vectors of two models are never mixed."""
-    parts = [EXPORT_VERSION, str(directory)]
-    for path in sorted(directory.glob("*.safetensors")) + sorted(directory.glob("*.bin")):
-        stat = path.stat()
-        parts.append(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
-    return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
+    """Names the model by its content, so vectors of two models are never mixed and one model
+    installed in two places (two virtualenvs) is exported once.
+
+    Hashing the 90 MB of weights takes ~0.15 s, too much for every search: the
+    hash is computed once and remembered under the files' path, size and mtime.
+    """
+    files = sorted({p for pattern in _MODEL_FILES for p in directory.glob(pattern) if p.is_file()})
+    stamp = [EXPORT_VERSION, str(directory)] + [f"{p.relative_to(directory)}:{p.stat().st_size}:"
+                                                f"{p.stat().st_mtime_ns}" for p in files]
+    remembered = cache_dir() / "keys" / hashlib.sha1("\n".join(stamp).encode()).hexdigest()[:16]
+    try:
+        return remembered.read_text().strip()
+    except OSError:
+        pass
+    content = hashlib.sha256(EXPORT_VERSION.encode())
+    for path in files:
+        content.update(f"\n{path.relative_to(directory)}\n".encode())
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                content.update(block)
+    key = content.hexdigest()[:16]
+    remembered.parent.mkdir(parents=True, exist_ok=True)
+    partial = remembered.with_name(f".{remembered.name}.{os.getpid()}.tmp")
+    partial.write_text(key)
+    os.replace(partial, remembered)
+    return key
 
 
 def cache_dir() -> Path:
@@ -64,7 +89,8 @@ class Embedder:
 
         self.directory = directory
         self.precision = precision
-        self.key = model_key(directory) + ("" if precision == "float32" else f"-{precision}")
+        self.model_key = model_key(directory)
+        self.key = self.model_key + ("" if precision == "float32" else f"-{precision}")
         self.threads = threads
         self.batch_size = batch_size
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
@@ -79,7 +105,7 @@ class Embedder:
         if self._session is None:
             import onnxruntime
 
-            onnx_path = ensure_onnx(self.directory, model_key(self.directory), self.precision)
+            onnx_path = ensure_onnx(self.directory, self.model_key, self.precision)
             optimised = onnx_path.with_name(onnx_path.stem + ".optimised.onnx")
             options = onnxruntime.SessionOptions()
             options.intra_op_num_threads = self.threads
@@ -166,10 +192,18 @@ def ensure_onnx(directory: Path, key: str, precision: str = "float32") -> Path:
             print(f"memctl: exporting {directory.name} to ONNX (once per model; about 10 s)", file=sys.stderr)
             _export(directory, onnx_path)
         if not wanted.exists():
+            import logging
+
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
             partial = wanted.with_name(f".{wanted.name}.{os.getpid()}.tmp")
-            quantize_dynamic(str(onnx_path), str(partial), weight_type=QuantType.QInt8)
+            # onnxruntime logs "Please consider to run pre-processing before quantization" on the root
+            # logger, a raw line on the user's terminal; the export is checked against the model anyway.
+            logging.disable(logging.WARNING)
+            try:
+                quantize_dynamic(str(onnx_path), str(partial), weight_type=QuantType.QInt8)
+            finally:
+                logging.disable(logging.NOTSET)
             os.replace(partial, wanted)
     return wanted
 

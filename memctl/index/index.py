@@ -287,7 +287,13 @@ class Index:
 
 
 def health_problems(store: Store) -> list[tuple[str, str]]:
-    """(file, message) for each way .index/ is out of step with the store's files."""
+    """(file, message) for each way .index/ needs more than the next search's update.
+
+    Files changed since the last index are not reported: that is the state
+    after every ingest, and a search updates the index by itself, re-reading
+    only those files. What is worth a warning is what costs a full rebuild
+    (the whole store embedded again) at the next search.
+    """
     from memctl.errors import InputError
 
     try:
@@ -295,13 +301,15 @@ def health_problems(store: Store) -> list[tuple[str, str]]:
     except InputError:
         return []  # a broken memctl.toml is reported by the config check
     manifest = index.manifest()
-    if manifest is None or index.is_fresh():  # no index yet is no fault: search builds it
+    if manifest is None:  # no index yet is no fault: search builds it
+        if (index.dir / "manifest.json").exists():
+            return [(".index/manifest.json", "unreadable; the next search rebuilds the index")]
         return []
-    old, now = manifest.get("stamps") or {}, index.stamps()
-    changed = sorted(name for name in set(old) | set(now) if old.get(name) != now.get(name))
-    if not changed:
-        return [(".index", "built with other embedding settings; it will be rebuilt")]
-    return [(name, "changed since the last index") for name in changed]
+    if manifest.get("format") != FORMAT:
+        return [(".index", "written by another version of memctl; the next search rebuilds it")]
+    if manifest.get("embedding") != index._embedding_settings():
+        return [(".index", "built with other embedding settings; the next search rebuilds it")]
+    return []
 
 
 def _unique(units: Iterator[Unit]) -> list[Unit]:

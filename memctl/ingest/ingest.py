@@ -58,6 +58,7 @@ class Outcome:
 @dataclass
 class IngestResult:
     outcomes: list[Outcome] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # kept, but worth a look: "file:line: what"
 
     @property
     def stored(self) -> list[Outcome]:
@@ -82,6 +83,8 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
     them decides).
     """
     settings = config.load(store.config_file)["ingest"]
+    if ttl_hours is not None:
+        ttl_hours = config.check("ingest", "pending_ttl_hours", float(ttl_hours), "--ttl")
     if keep_noise is None:
         keep_noise = not settings["filter_noise"]
     if session is not None and not _SESSION_ID.fullmatch(session):
@@ -91,12 +94,12 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
         fmt = inputs.detect_format(text, source)
     if kind == "auto":
         kind = "memory" if (fmt == "md" or pending) else "message"
-    items = _items(text, source, fmt, kind, session, section, settings)
+    result = IngestResult()
+    items = _items(text, source, fmt, kind, session, section, settings, result.warnings)
     if supersedes:
         _add_supersedes(items, kind, supersedes)
     item_kind = "message" if kind == "message" else ("pending" if pending else "memory")
 
-    result = IngestResult()
     kept = []
     for line, item, role in items:
         reason = None if keep_noise else noise_reason(item["text"], role)
@@ -115,7 +118,7 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
 
 
 def _items(text: str, source: str, fmt: str, kind: str, session: str | None, section: str | None,
-           settings: dict) -> list[tuple[int, dict, str | None]]:
+           settings: dict, warnings: list[str]) -> list[tuple[int, dict, str | None]]:
     """(line, message or note, role) for every record of the input, each checked."""
     if kind == "message":
         if fmt == "md":
@@ -124,8 +127,8 @@ def _items(text: str, source: str, fmt: str, kind: str, session: str | None, sec
         return [_message(r, source, default_session, forced=session)
                 for r in _records(text, source, fmt, by="line")]
     if fmt == "md":
-        return _notes_from_markdown(text, source, settings, section)
-    return [_note(r, source, settings, section) for r in _records(text, source, fmt, by="paragraph")]
+        return _notes_from_markdown(text, source, settings, section, warnings)
+    return [_note(r, source, settings, section, warnings) for r in _records(text, source, fmt, by="paragraph")]
 
 
 def _add_supersedes(items: list[tuple[int, dict, str | None]], kind: str, supersedes: list[str]) -> None:
@@ -253,16 +256,19 @@ def _canonical_key(key: str) -> str:
     return lowered if lowered in ("id", "role", "content", "text", "speaker", "session", "ts") else key
 
 
-def _note(record: inputs.Record, source: str, settings: dict, section: str | None) -> tuple[int, dict, None]:
+def _note(record: inputs.Record, source: str, settings: dict, section: str | None,
+          warnings: list[str]) -> tuple[int, dict, None]:
     line, value = record.line, record.value
     if isinstance(value, str):
         value = {"text": value}
-    unknown = sorted(set(value) - _NOTE_KEYS)
-    if unknown:
-        raise InputError(f"not a memory field; known: {', '.join(sorted(_NOTE_KEYS))}",
-                         source=source, line=line, field=unknown[0])
+    # Unknown fields are kept, as in MEMORY.md itself, and reported: a typo shows, nothing is lost.
+    for name in sorted(set(value) - _NOTE_KEYS):
+        if not memoryfile.FIELD_NAME.fullmatch(name):
+            raise InputError("not a field name (letters, digits, _ and -, not first a digit)",
+                             source=source, line=line, field=name)
+        warnings.append(f"{source}:{line}: field '{name}': unknown field (kept as written)")
     text = _text_of(value, source, line)
-    fields = {k: v for k, v in value.items() if k in memoryfile.FIELD_ORDER}
+    fields = {k: v for k, v in value.items() if k not in _NOTE_KEYS or k in memoryfile.FIELD_ORDER}
     if "ts" in value and "created_at" not in fields:
         fields["created_at"] = value["ts"]
     note_section = value.get("section", section or settings["default_section"])
@@ -271,19 +277,23 @@ def _note(record: inputs.Record, source: str, settings: dict, section: str | Non
     return line, complete_note(fields, text, note_section.strip(), settings, source, line), None
 
 
-def _notes_from_markdown(text: str, source: str, settings: dict, section: str | None) -> list[tuple[int, dict, None]]:
+def _notes_from_markdown(text: str, source: str, settings: dict, section: str | None,
+                         warnings: list[str]) -> list[tuple[int, dict, None]]:
     doc = memoryfile.parse(text)
-    if doc.issues:
-        issue = doc.issues[0]
-        raise InputError(issue.message, source=source, line=issue.line)
+    for issue in doc.issues:
+        if issue.severity == "error":
+            raise InputError(issue.message, source=source, line=issue.line)
+        warnings.append(f"{source}:{issue.line}: {issue.message}")
     notes = []
     for entry in doc.entries:
         if not entry.text.strip():
             raise InputError("entry has no text", source=source, line=entry.line)
         fields = dict(entry.fields)
-        note_section = section or entry.section
-        notes.append((entry.line, complete_note(fields, entry.text, note_section, settings, source, entry.line),
-                      None))
+        note = complete_note(fields, entry.text, section or entry.section, settings, source, entry.line)
+        note["list_item"] = entry.list_item
+        if section is None:
+            note["headings"] = entry.headings  # the new section keeps its level and parents (memoryfile.add)
+        notes.append((entry.line, note, None))
     return notes
 
 

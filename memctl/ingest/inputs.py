@@ -23,6 +23,10 @@ FORMATS = ("auto", "jsonl", "json", "md", "text")
 _SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
                    ".md": "md", ".markdown": "md", ".txt": "text"}
 _SESSION_KEYS = ("messages", "Messages")
+# orjson writes at most 254 levels: a 1,000-deep value read fine and failed only when stored.
+MAX_DEPTH = 100
+# One input is parsed whole, at several times its size in memory; past this, split it.
+MAX_INPUT_BYTES = 256 << 20
 
 
 @dataclass
@@ -31,6 +35,23 @@ class Record:
     line: int
     value: dict[str, Any] | str
     defaults: dict[str, Any] | None = None  # session-level values (PCAI session ID, LastUpdate)
+
+
+def read_source(name: str) -> tuple[bytes, str]:
+    """The bytes of a file, or of stdin for "-", with the name errors will use."""
+    import sys
+
+    try:
+        if name == "-":
+            data, source = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1), "<stdin>"
+        else:
+            with open(name, "rb") as fh:
+                data, source = fh.read(MAX_INPUT_BYTES + 1), name
+    except OSError as exc:
+        raise InputError(exc.strerror or str(exc), source=name) from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(f"larger than {MAX_INPUT_BYTES >> 20} MiB; split it into smaller inputs", source=source)
+    return data, source
 
 
 def decode(data: bytes, source: str) -> str:
@@ -71,7 +92,7 @@ def read_jsonl(text: str, source: str) -> list[Record]:
     for line in jsonl.parse(text):
         if line.problem:
             raise InputError(line.problem, source=source, line=line.number)
-        records.append(Record(line.number, line.value))
+        records.append(_checked_record(line.number, line.value, source))
     return records
 
 
@@ -83,6 +104,8 @@ def read_json(text: str, source: str) -> list[Record]:
         document, end = decoder.raw_decode(text, start)
     except json.JSONDecodeError as exc:
         raise InputError(f"not valid JSON ({exc.msg})", source=source, line=exc.lineno) from None
+    except RecursionError:  # the standard library's parser recurses once a level
+        raise InputError(f"nested more than {MAX_DEPTH} levels deep", source=source, line=1) from None
     if _skip_ws(text, end) != len(text):
         line = text.count("\n", 0, _skip_ws(text, end)) + 1
         raise InputError("extra data after the JSON document (use --format jsonl for one object a line)",
@@ -93,7 +116,7 @@ def read_json(text: str, source: str) -> list[Record]:
         raise InputError(f"expected a JSON object or list, got {json_type(document)}", source=source, line=1)
     key = next((k for k in _SESSION_KEYS if isinstance(document.get(k), list)), None)
     if key is None:
-        return [Record(text.count("\n", 0, start) + 1, document)]
+        return [_checked_record(text.count("\n", 0, start) + 1, document, source)]
     defaults = {}
     for name in ("ID", "id", "session"):
         if isinstance(document.get(name), str):
@@ -139,12 +162,23 @@ def _located_items(text: str, array_start: int, items: list, source: str,
         if not isinstance(item, dict):
             raise InputError(f"item {index + 1}: expected a JSON object, got {json_type(item)}",
                              source=source, line=line)
-        records.append(Record(line, item, defaults))
+        records.append(_checked_record(line, item, source, defaults))
         _, position = decoder.raw_decode(text, position)
         position = _skip_ws(text, position)
         if position < len(text) and text[position] == ",":
             position += 1
     return records
+
+
+def _checked_record(line: int, value: dict, source: str, defaults: dict[str, Any] | None = None) -> Record:
+    """A record, refused when a value in it is nested deeper than memctl can write back."""
+    level = [value]
+    for _ in range(MAX_DEPTH + 1):
+        level = [child for item in level if isinstance(item, (dict, list))
+                 for child in (item.values() if isinstance(item, dict) else item)]
+        if not level:
+            return Record(line, value, defaults)
+    raise InputError(f"nested more than {MAX_DEPTH} levels deep", source=source, line=line)
 
 
 def _value_offset(text: str, object_start: int, wanted: str) -> int:

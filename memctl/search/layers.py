@@ -91,7 +91,7 @@ def layered_search(store: Store, query: str, *, workspace: str | None, budget: i
     scoped = sorted(scoped, key=lambda e: (-scorer.health(e).total, e.id))[:gov["layer_scope_max"]]
 
     result = Layered(budget=budget, workspace=workspace,
-                     trigger=trigger(query, "\n".join(e.text for e in core + scoped), _next_turn(store)))
+                     trigger=trigger(query, "\n".join(e.text for e in core + scoped), _turns(store) + 1))
     for entry in core:
         _place(result, "L0", _entry_item(entry), count_tokens)
     for entry in scoped:
@@ -107,6 +107,7 @@ def layered_search(store: Store, query: str, *, workspace: str | None, budget: i
                 item = _entry_item(entry)
                 item["score"] = round(hit.score, 6)
                 _place(result, "L2", item, count_tokens)
+    _count_turn(store)  # only once the search succeeded: a failed one (exit 2) leaves the store as it was
     return result
 
 
@@ -136,16 +137,18 @@ def _place(result: Layered, layer: str, item: dict[str, Any], count_tokens) -> N
     result.left_out.append(item["id"])
 
 
-def _next_turn(store: Store) -> int:
-    """Count this layered search; the count lives in the store, so every 5th turn is known."""
+def _turns(store: Store) -> int:
+    """Layered searches counted so far; the count lives in the store, so every 5th turn is known."""
+    try:
+        state = orjson.loads((store.root / COUNTER_FILE).read_bytes())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return 0
+    turns = state.get("layered_turns", 0) if isinstance(state, dict) else 0
+    return turns if isinstance(turns, int) and not isinstance(turns, bool) and turns >= 0 else 0
+
+
+def _count_turn(store: Store) -> None:
     if not store.exists():
-        return 1
-    path = store.root / COUNTER_FILE
+        return
     with store.lock():
-        try:
-            state = orjson.loads(path.read_bytes())
-        except (FileNotFoundError, orjson.JSONDecodeError):
-            state = {}
-        turn = int(state.get("layered_turns", 0)) + 1 if isinstance(state, dict) else 1
-        atomic_write(path, orjson.dumps({"layered_turns": turn}))
-    return turn
+        atomic_write(store.root / COUNTER_FILE, orjson.dumps({"layered_turns": _turns(store) + 1}))

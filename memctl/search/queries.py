@@ -77,7 +77,10 @@ def parse_batch(data: bytes, source: str, default: dict[str, Any]) -> tuple[list
         if any(key in item for key in ("kind", "scope", "section", "source", "session", "since", "until", "tool",
                                        "agent")):
             options["filters"] = _batch_filters(item, source, line, default["filters"])
-        queries.append(Query(text=query, **options))
+        try:
+            queries.append(Query(text=query, **options))
+        except InputError as exc:  # named after the flag; here the field of this line is at fault
+            raise InputError(exc.message, source=source, line=line, field=exc.field) from None
         ids.append(item.get("id", line))
     return queries, ids
 

@@ -29,11 +29,13 @@ import orjson
 
 from memctl import clock
 from memctl import config
+from memctl.errors import InputError
 from memctl.search.filters import Filters
 from memctl.text.noise import noise_reason
 from memctl.store.store import Store
 
 MODES = ("hybrid", "bm25", "vector")
+MAX_RESULTS = 100_000
 _FIELDS = ("row", "id", "record_id", "kind", "text", "source", "line_start", "line_end", "section", "session",
            "speaker", "ts", "scope", "status", "fields")
 
@@ -77,6 +79,14 @@ class Query:
     min_score: float | None = None  # None: [retrieval] hard_min_score
     rank: str = "pipeline"          # pipeline: the P3 stages; mera: G4 retrieval_score
 
+    def __post_init__(self):
+        # Tantivy takes the limit as a 32-bit count: 1e20 overflowed it.
+        if not 1 <= self.k <= MAX_RESULTS:
+            raise InputError(f"must be a whole number from 1 to {MAX_RESULTS}, got {self.k}", source="-k", field="k")
+        if self.min_score is not None and not math.isfinite(self.min_score):
+            raise InputError(f"must be a finite number, got {self.min_score}", source="--min-score",
+                             field="min_score")
+
 
 class Searcher:
     """An open index, reused for every query of one process (see --batch)."""
@@ -109,7 +119,7 @@ class Searcher:
             from memctl.index.embedding import Embedder, model_dir
 
             embedding = self.settings["embedding"]
-            self._embedder = Embedder(model_dir(embedding["model"]), threads=embedding["threads"],
+            self._embedder = Embedder(model_dir(embedding["model"]), threads=embedding["query_threads"],
                                       batch_size=embedding["batch_size"], precision=embedding["precision"])
         return self._embedder
 

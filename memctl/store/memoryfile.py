@@ -54,6 +54,7 @@ FIELD_ORDER = (
     # the tool, the agent that ran it, and the cache scope (the run) it was shared in.
     "tool", "agent", "cache_scope",
 )
+FIELD_NAME = re.compile(r"[A-Za-z_][\w-]*")  # a metadata key
 _SCOPE = re.compile(r"^(global|(project|lang):\S+)$")
 _HEADING = re.compile(r"^(#{1,6})(?:[ \t]+(.*?))?[ \t#]*$")
 _LIST_ITEM = re.compile(r"^(?:[-*+]|\d{1,9}[.)])[ \t]+")
@@ -107,6 +108,7 @@ class Issue:
     """Something wrong in the file, reported with its line; never fatal to a read."""
     line: int
     message: str
+    severity: str = "error"  # error: commands refuse such input | warning: kept, and reported
 
 
 @dataclass
@@ -128,6 +130,8 @@ class Entry:
     raw: str | None = None  # original bytes; None once changed, so it is rendered
     annotated: bool = True  # False for hand-written text with no metadata block
     derived_id: str = ""
+    list_item: str = ""    # an entry that is one list item: its marker ("- ", "1. "), which the text leaves out
+    headings: tuple[tuple[int, str], ...] = ()  # (level, title) from the top heading down to its section
 
     @property
     def id(self) -> str:
@@ -151,7 +155,7 @@ class Entry:
         for key in ordered:
             lines.append(f"{key}: {_render_value(self.fields[key])}")
         lines.append(META_CLOSE)
-        lines.extend(escape_body(self.text).split("\n"))
+        lines.extend(escape_body(self.list_item + self.text).split("\n"))
         return "\n".join(lines) + "\n"
 
 
@@ -187,14 +191,26 @@ class Document:
         return None
 
     def add(self, entry: Entry) -> None:
-        """Put a new entry at the end of its section, creating the section if needed."""
+        """Put a new entry at the end of its section, creating the section if needed.
+
+        A new section gets the heading level of entry.headings (the headings it
+        sat under in its source), after those of its parents that are missing,
+        so that a notes file keeps its outline; otherwise a level-2 heading.
+        """
         entry.raw = None
         position = self._section_end(entry.section)
         if position is None:
-            if self.blocks and not _ends_with_blank_line(self.render()):
-                self.blocks.append(Blank("\n" if self.render().endswith("\n") else "\n\n"))
-            self.blocks.append(Heading(2, entry.section, 0, f"## {entry.section}\n"))
-            self.blocks.append(Blank("\n"))
+            path = list(entry.headings) if entry.headings and entry.headings[-1][1] == entry.section \
+                else [(2, entry.section)]
+            present = set(self.sections())
+            for level, title in path:
+                if title in present and title != entry.section:
+                    continue
+                if self.blocks and not _ends_with_blank_line(self.render()):
+                    self.blocks.append(Blank("\n" if self.render().endswith("\n") else "\n\n"))
+                self.blocks.append(Heading(level, title, 0, f"{'#' * level} {title}\n"))
+                self.blocks.append(Blank("\n"))
+                present.add(title)
             position = len(self.blocks)
         else:
             before = self._tail(position)
@@ -256,6 +272,7 @@ def parse(text: str) -> Document:
     lines = re.findall(r"[^\n]*\n|[^\n]+$", text)
     doc = Document()
     section = DEFAULT_SECTION
+    outline: list[tuple[int, str]] = []  # the headings above the current line, top first
     i = 0
     derived_seen: dict[str, int] = {}
 
@@ -271,20 +288,24 @@ def parse(text: str) -> Document:
         heading = _HEADING.match(stripped)
         if heading:
             section = (heading.group(2) or "").strip()
-            doc.blocks.append(Heading(len(heading.group(1)), section, i + 1, line))
+            level = len(heading.group(1))
+            outline = [h for h in outline if h[0] < level] + [(level, section)]
+            doc.blocks.append(Heading(level, section, i + 1, line))
             i += 1
         elif not stripped.strip():
             doc.blocks.append(Blank(line))
             i += 1
         elif stripped.strip() == META_OPEN:
-            i = _parse_annotated(lines, i, section, doc)
+            i = _parse_annotated(lines, i, section, tuple(outline), doc)
         else:
             start = i
             i = _hand_written_end(lines, i)
             body = "".join(lines[start:i])
-            text = _LIST_ITEM.sub("", body.strip(), count=1) if _LIST_ITEM.match(body) else body.strip()
+            marker = _LIST_ITEM.match(body)
+            text = body.strip()[marker.end():] if marker else body.strip()
             entry = Entry(text=text, section=section, line=start + 1, text_line=start + 1,
-                          raw=body, annotated=False)
+                          raw=body, annotated=False, list_item=marker.group(0) if marker else "",
+                          headings=tuple(outline))
             entry.derived_id = derive_id(section, text)
             doc.blocks.append(entry)
     return doc
@@ -303,9 +324,11 @@ def load(path: Path) -> Document:
         raise StoreError(f"{path}:{line}: not valid UTF-8; fix or remove that byte") from None
 
 
-def _parse_annotated(lines: list[str], i: int, section: str, doc: Document) -> int:
+def _parse_annotated(lines: list[str], i: int, section: str, headings: tuple[tuple[int, str], ...],
+                     doc: Document) -> int:
     start = i
     fields: dict[str, Any] = {}
+    first_line: dict[str, int] = {}
     i += 1
     closed = False
     while i < len(lines):
@@ -317,17 +340,22 @@ def _parse_annotated(lines: list[str], i: int, section: str, doc: Document) -> i
         if stripped:
             key, sep, value = stripped.partition(":")
             key = key.strip()
-            if not sep or not re.fullmatch(r"[A-Za-z_][\w-]*", key):
+            if not sep or not FIELD_NAME.fullmatch(key):
                 doc.issues.append(Issue(i + 1, f"metadata line is not 'key: value': {stripped[:60]!r}"))
+            elif key in first_line:  # which one was meant is the writer's call, not ours
+                doc.issues.append(Issue(i + 1, f"field '{key}' given twice: lines {first_line[key]} and {i + 1}"))
             else:
+                first_line[key] = i + 1
                 try:
                     fields[key] = _parse_value(value.strip())
                 except ValueError as exc:
                     doc.issues.append(Issue(i + 1, f"field '{key}': {exc}"))
                     fields[key] = value.strip()
                 else:
-                    problem = check_field(key, fields[key]) if key in FIELD_ORDER else "unknown field"
-                    if problem:
+                    if key not in FIELD_ORDER:
+                        doc.issues.append(Issue(i + 1, f"field '{key}': unknown field (kept as written)",
+                                                "warning"))
+                    elif problem := check_field(key, fields[key]):
                         doc.issues.append(Issue(i + 1, f"field '{key}': {problem}"))
         i += 1
     if not closed:
@@ -347,10 +375,15 @@ def _parse_annotated(lines: list[str], i: int, section: str, doc: Document) -> i
         end -= 1
     body = "\n".join(part.rstrip("\r") for part in "".join(lines[text_start:end]).split("\n"))
     text = unescape_body(body.strip("\n"))
+    marker = _LIST_ITEM.match(text)
+    if marker and not any(_LIST_ITEM.match(rest) for rest in text.split("\n")[1:]):
+        list_item, text = marker.group(0), text[marker.end():]  # one list item: its text is past the marker
+    else:
+        list_item = ""
     entry = Entry(text=text, fields=fields, section=section, line=start + 1,
-                  text_line=text_start + 1, raw="".join(lines[start:end]))
-    if "id" not in fields:
-        doc.issues.append(Issue(start + 1, "entry has no id"))
+                  text_line=text_start + 1, raw="".join(lines[start:end]), headings=headings,
+                  list_item=list_item)
+    if "id" not in fields:  # optional (G2): the entry goes by an id derived from its section and text
         entry.derived_id = "md-" + hashlib.sha1(f"{section}\n{text}".encode()).hexdigest()[:10]
     doc.blocks.append(entry)
     doc.blocks.extend(Blank(line) for line in lines[end:i])

@@ -62,10 +62,10 @@ def load_topic(path: Path) -> Topic | None:
     header, messages, headers = None, [], 0
     for line in jsonl.read(path):
         record = line.value
-        if line.problem == jsonl.UNTERMINATED:
-            continue  # an append under way, or cut short (the next writer rolls it back)
         if record is None:
-            raise StoreError(f"{path}:{line.number}: not a JSON object; fix or remove the line")
+            if line.problem == jsonl.UNTERMINATED:
+                continue  # an append under way, or cut short and rolled back by the next writer
+            raise StoreError(f"{path}:{line.number}: {line.problem}; fix or remove the line")
         if record.get("type") == "topic":
             header, headers = record, headers + 1
         elif record.get("type") == "message":

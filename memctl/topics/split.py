@@ -58,7 +58,8 @@ def session_messages(store: Store, session: str) -> list[dict]:
     path = store.session_file(session)
     if not path.exists():
         raise InputError(f"no session '{session}' (no {store.relative(path)})", source=str(path))
-    return [line.value for line in jsonl.read(path) if line.value is not None and isinstance(line.value.get("id"), str)]
+    return [line.value for line in jsonl.read(path)
+            if line.value is not None and isinstance(line.value.get("id"), str)]
 
 
 def context_tokens(system_text: str, topics: dict[str, Topic], unsplit: list[dict]) -> int:

@@ -1,0 +1,115 @@
+"""`memctl mcp`: the tools of memctl.mcp.tools served over stdio with the official MCP SDK.
+
+One `Memory` lives as long as the server, so its index and embedding model are
+loaded by the first search and reused by every later one (a warm search costs
+milliseconds; bench/mcp_latency.py). Every call runs on one dedicated worker
+thread: the Memory's SQLite connection may only be used by the thread that
+opened it, and the event loop stays free to answer while a long ingest runs.
+
+A call never brings the server down: bad arguments, refused input and even a
+bug come back as a tool error (`isError`, one line of text), and the next call
+is served as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import anyio
+import jsonschema
+import mcp_types as types
+import orjson
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from memctl import __version__
+from memctl.api import Memory
+from memctl.errors import MemctlError
+from memctl.mcp.tools import TOOLS, Tool
+
+INSTRUCTIONS = """\
+memctl is this agent's long-term memory, kept in plain files. At the start of a turn
+that may depend on the past, call `search` with the user's words (or `layered_search`
+once per task for a budgeted context); store decisions, preferences and facts with
+`ingest` (kind "memory"), and the conversation with `ingest` (kind "message"). Notes
+stored with pending=true wait for the user: `review_pending`, then `confirm` or `reject`.
+"""
+
+
+class ToolError(Exception):
+    """A call the tool refused; its message is the one line the client sees."""
+
+
+def _argument_error(error: jsonschema.ValidationError) -> str:
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"argument '{where}': {error.message}" if where else f"arguments: {error.message}"
+
+
+class Tools:
+    """The tool table bound to one Memory: schema checks, then the call; errors become ToolError."""
+
+    def __init__(self, memory: Memory, tools: dict[str, Tool] = TOOLS):
+        self.memory = memory
+        self.tools = tools
+        self._validators = {name: jsonschema.Draft202012Validator(t.input_schema) for name, t in tools.items()}
+
+    def describe(self) -> list[types.Tool]:
+        return [types.Tool(name=t.name, description=t.description, input_schema=t.input_schema,
+                           annotations=types.ToolAnnotations(read_only_hint=t.read_only))
+                for t in self.tools.values()]
+
+    def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        tool = self.tools.get(name)
+        if tool is None:
+            raise ToolError(f"unknown tool '{name}'; the tools are: {', '.join(self.tools)}")
+        error = jsonschema.exceptions.best_match(self._validators[name].iter_errors(arguments))
+        if error is not None:
+            raise ToolError(_argument_error(error))
+        try:
+            return tool.run(self.memory, **arguments)
+        except MemctlError as exc:
+            raise ToolError(str(exc)) from None
+        except OSError as exc:
+            raise ToolError(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}") from None
+        except Exception as exc:  # a bug of ours: told to the client and logged, and the server goes on
+            traceback.print_exc(file=sys.stderr)
+            raise ToolError(f"internal error: {type(exc).__name__}: {exc}") from None
+
+
+def build(memory: Memory) -> Server:
+    """The MCP server of `memory`'s tools (not yet running)."""
+    tools = Tools(memory)
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memctl")
+
+    def answer(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        try:
+            payload = tools.call(name, arguments)
+        except ToolError as exc:
+            return types.CallToolResult(content=[types.TextContent(text=str(exc))], is_error=True)
+        text = orjson.dumps(payload).decode()
+        return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=payload)
+
+    async def list_tools(ctx, params) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools.describe())
+
+    async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(worker, answer, params.name, params.arguments or {})
+
+    return Server("memctl", version=__version__, instructions=INSTRUCTIONS,
+                  on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def serve(memory: Memory) -> None:
+    """Answer MCP requests on stdin/stdout until the client closes stdin."""
+
+    async def run() -> None:
+        server = build(memory)
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    anyio.run(run)

@@ -1,0 +1,368 @@
+"""The MCP tools: one table of functions over `memctl.Memory`, each with its JSON schema.
+
+A tool is a function `(memory, **arguments) -> dict` registered with `@tool`;
+its keyword parameters are the schema's properties, so the server checks the
+arguments against the schema and passes them straight on. A later feature adds
+its tools by decorating one function each, here or in a module imported below.
+
+Every tool returns a JSON object (MCP's structured content must be an object):
+the `--json` schema of the matching command, with lists under a named key.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from memctl.api import Memory
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    run: Callable[..., dict[str, Any]]
+    read_only: bool  # writes nothing at all: a client may call it without asking the user
+
+
+TOOLS: dict[str, Tool] = {}
+
+
+def tool(name: str, description: str, *, required: tuple[str, ...] = (), read_only: bool = False,
+         **properties: dict[str, Any]):
+    """Register the decorated function as tool `name`; `properties` are its JSON-schema arguments."""
+
+    def register(run: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        schema = {"type": "object", "properties": properties, "additionalProperties": False}
+        if required:
+            schema["required"] = list(required)
+        TOOLS[name] = Tool(name, textwrap.dedent(description).strip(), schema, run, read_only)
+        return run
+
+    return register
+
+
+# -- argument schemas ----------------------------------------------------------------
+def text(description: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "string", "description": description, **extra}
+
+
+def texts(description: str) -> dict[str, Any]:
+    return {"type": "array", "items": {"type": "string"}, "description": description}
+
+
+def flag(description: str) -> dict[str, Any]:
+    return {"type": "boolean", "default": False, "description": description}
+
+
+def choice(description: str, values: list[str], default: str) -> dict[str, Any]:
+    return {"type": "string", "enum": values, "default": default, "description": description}
+
+
+def count(description: str, default: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 1, "default": default, "description": description}
+
+
+DRY_RUN = flag("Check and report what would happen; write nothing.")
+IDS = {"type": "array", "items": {"type": "string"}, "minItems": 1,
+       "description": "Ids of pending memories, as review_pending lists them."}
+FILTERS = {
+    "kind": {"type": "array", "items": {"enum": ["memory", "message", "log"]},
+             "description": "Only these kinds: memory (MEMORY.md notes), message (chat messages), "
+                            "log (daily-log entries)."},
+    "scope": text("A workspace such as 'project:kestrel': only that scope and 'global' are searched."),
+    "section": texts("Only these MEMORY.md sections (its headings)."),
+    "source": texts("Only these store files, or folders with a trailing '/' (e.g. 'sessions/')."),
+    "session": texts("Only these session ids."),
+    "tool": texts("Only tool results consolidated from the cache of these tools."),
+    "agent": texts("Only tool results consolidated from the cache that these agents stored."),
+    "since": text("Only results at or after this ISO 8601 date or time."),
+    "until": text("Only results at or before this ISO 8601 date or time (a date means its whole day)."),
+    "include_archived": flag("Also search memories the lifecycle archived."),
+}
+RESULT = ('{"id", "kind": "memory"|"message"|"log", "text", "score", "source", "lines": [first, last], '
+          '"section", "session", "ts", "speaker", "scope", "fields"? (memories: their schema fields)}')
+
+
+# -- searching -----------------------------------------------------------------------
+@tool("search", f"""
+    Search long-term memory: notes in MEMORY.md, past chat messages and daily logs,
+    ranked by meaning and words together (hybrid BM25 + embeddings). Call it before
+    answering anything that may depend on what the user said or decided earlier.
+    Returns {{"results": [{RESULT}, ...], "skipped": null | why no search was run}},
+    best first; an empty list means nothing relevant is stored.
+    """, required=("query",),
+      query=text("What to look for, in the user's words (any language); never query syntax.", minLength=1),
+      k=count("How many results at most.", 10),
+      mode=choice("hybrid: meaning and words; bm25: words only (fastest); vector: meaning only.",
+                  ["hybrid", "bm25", "vector"], "hybrid"),
+      min_score={"type": "number", "minimum": 0,
+                 "description": "Drop results scoring below this (default: the store's hard minimum, 0.35)."},
+      rank=choice("pipeline: the default ranking; mera: relevance, recency, access and user weight.",
+                  ["pipeline", "mera"], "pipeline"),
+      plan=text("The user's message: search only the sections state_plan picks for it."),
+      adaptive=flag("Skip messages that need no memory (greetings, acknowledgements, slash commands); "
+                    "'skipped' then says why."),
+      explain=flag("Add each result's score at every ranking stage under 'explain'."),
+      **FILTERS)
+def search(memory: Memory, query: str, kind=(), section=(), source=(), session=(), tool=(), agent=(),
+           explain=False, **options) -> dict[str, Any]:
+    found = memory.search(query, kinds=kind, sections=section, sources=source, sessions=session, tools=tool,
+                          agents=agent, **options)
+    return {"results": [r.as_dict(explain) for r in found], "skipped": found.skipped}
+
+
+@tool("layered_search", """
+    Build the context for a turn within a token budget: L0 core memories (always),
+    L1 the workspace's memories, L2 memories matching the query (only when the query
+    asks about history or decisions or names something L0/L1 do not cover). Call it
+    once at the start of a task to load what matters without flooding the context.
+    Returns {"budget", "tokens_used", "workspace", "trigger": why L2 ran or null,
+    "layers": {"L0": [item], "L1": [item], "L2": [item]}, "left_out": [ids over budget]},
+    an item being {"id", "section", "text", "tokens", "content": "full"|"summary", ...}.
+    """, required=("query",),
+      query=text("The task or question the context is for.", minLength=1),
+      workspace=text("A scope such as 'project:kestrel' whose memories form L1."),
+      budget=count("Token budget of all three layers together.", 2000))
+def layered_search(memory: Memory, query: str, **options) -> dict[str, Any]:
+    return memory.layered_search(query, **options).as_dict()
+
+
+@tool("history", """
+    The version chain of one memory, oldest first: every version that supersedes or is
+    superseded by it. Call it to see how a fact changed over time, or before replacing
+    a memory. Returns {"links": [{"id", "status": "active"|"deprecated"|...|"missing"|
+    "deleted", "supersedes", "superseded_by", "summary"?, "created_at"?, "section"?,
+    "text"?}], "current": [ids of the current versions], "problems": [text]}.
+    """, required=("id",), read_only=True,
+      id=text("The memory's id (as search results give it).", minLength=1))
+def history(memory: Memory, id: str) -> dict[str, Any]:
+    chain = memory.history(id)
+    return {"links": [link.as_dict() for link in chain.links], "current": chain.tails, "problems": chain.problems}
+
+
+# -- writing ---------------------------------------------------------------------------
+@tool("ingest", """
+    Store something to remember. kind 'message' (the default for plain text): chat
+    messages, one a line, kept in sessions/ and the daily log. kind 'memory': a note
+    for MEMORY.md, one a paragraph, under 'section'; with pending=true it waits for
+    the user's confirmation (review_pending, confirm). Use a memory for decisions,
+    preferences and facts to keep; messages for the conversation itself. JSON lines
+    ({"text", "speaker"?, "role"?, "ts"?, ...}) and MEMORY.md-style Markdown are read too.
+    Returns {"outcomes": [{"id", "kind": "message"|"memory"|"pending", "status":
+    "stored"|"duplicate"|"noise", "line", "file"?, "reason"?, "conflicts"?, "similar"?}]};
+    a note whose canonical_topic already has a current memory is refused unless
+    'supersedes' names the old one or allow_conflict is set.
+    """, required=("text",),
+      text=text("What to store.", minLength=1),
+      format=choice("How to read 'text'; auto goes by its content.", ["auto", "jsonl", "json", "md", "text"],
+                    "auto"),
+      kind=choice("message, memory, or auto (Markdown and pending input are memories).",
+                  ["auto", "message", "memory"], "auto"),
+      session=text("Session id of messages (default: the record's own, else 'default')."),
+      section=text("MEMORY.md section of notes (default: the store's, 'General')."),
+      pending=flag("Hold the notes for confirmation instead of writing them to MEMORY.md."),
+      ttl_hours={"type": "number", "exclusiveMinimum": 0,
+                 "description": "Hours a pending note waits before it expires (default 24)."},
+      keep_noise=flag("Keep greetings, refusals and other noise the filter would drop."),
+      supersedes=texts("Ids of memories the (one) note replaces; they become deprecated."),
+      allow_conflict=flag("Write even when the note's canonical_topic has a current memory."),
+      dry_run=DRY_RUN)
+def ingest(memory: Memory, text: str, format: str = "auto", keep_noise: bool = False, **options) -> dict[str, Any]:
+    result = memory.ingest(text, source="<mcp>", fmt=format, keep_noise=keep_noise or None, **options)
+    return {"outcomes": [o.as_dict() for o in result.outcomes]}
+
+
+@tool("index", """
+    Bring the search index up to date with the store's files. Rarely needed: search
+    does it by itself; call it after many writes to make the next search fast, or
+    with rebuild=true if results look wrong. Returns {"units", "added", "changed",
+    "removed", "embedded", "rebuilt", "reason"}.
+    """, rebuild=flag("Start the index over from the files."))
+def index(memory: Memory, rebuild: bool = False) -> dict[str, Any]:
+    return memory.index(rebuild=rebuild).as_dict()
+
+
+# -- review (P5) ---------------------------------------------------------------------
+@tool("review_pending", """
+    List notes waiting for the user's confirmation (stored with pending=true), after
+    dropping those whose time ran out. Call it to show the user what to confirm or
+    reject. Returns {"pending": [{"id", "line", "section", "summary", "text",
+    "pending_since", "expires_at", "age_hours", "left_hours"}], "expired": [dropped]}.
+    """)
+def review_pending(memory: Memory) -> dict[str, Any]:
+    reviewed = memory.review_pending()
+    return {"pending": reviewed.rows, "expired": reviewed.expired}
+
+
+@tool("confirm", """
+    Write pending notes to MEMORY.md once the user agrees (all or nothing). Returns
+    {"confirmed": [{"id", "status": "confirmed"|"duplicate", "file", "supersedes"?,
+    "conflicts"?}], "expired": [pending notes dropped first because their time ran out]}.
+    """, required=("ids",), ids=IDS,
+      supersedes=texts("Ids of memories the (one) confirmed note replaces."),
+      allow_conflict=flag("Write even when the note's canonical_topic has a current memory."),
+      dry_run=DRY_RUN)
+def confirm(memory: Memory, ids: list[str], **options) -> dict[str, Any]:
+    reviewed = memory.confirm(ids, **options)
+    return {"confirmed": reviewed.rows, "expired": reviewed.expired}
+
+
+@tool("reject", """
+    Drop pending notes the user does not want kept (all or nothing). Returns
+    {"rejected": [{"id", ...}], "expired": [pending notes dropped because their time ran out]}.
+    """, required=("ids",), ids=IDS, dry_run=DRY_RUN)
+def reject(memory: Memory, ids: list[str], dry_run: bool = False) -> dict[str, Any]:
+    reviewed = memory.reject(ids, dry_run=dry_run)
+    return {"rejected": reviewed.rows, "expired": reviewed.expired}
+
+
+# -- the section window (W) ----------------------------------------------------------
+@tool("state_plan", """
+    Start of a turn: which MEMORY.md sections are worth searching for the user's
+    message (the section the recent turns keep using, plus sections the message
+    names). Pass the same message as search's 'plan' to search only them. Returns
+    {"sections": [{"section", "reason": "dominant"|"keyword", "matched", "proportion"}],
+    "dominant": [sections], "has_state": whether any turn was recorded yet}.
+    """, required=("message",), read_only=True,
+      message=text("The user's message of this turn.", minLength=1))
+def state_plan(memory: Memory, message: str) -> dict[str, Any]:
+    plan = memory.state_plan(message)
+    return {"sections": [p.as_dict() for p in plan.sections], "dominant": plan.dominant,
+            "has_state": plan.has_state}
+
+
+@tool("state_record", """
+    End of a turn: record which MEMORY.md sections the turn used (the 'section' of
+    the search results you relied on), so later turns search the dominant one first.
+    Returns {"turn_id", "sections_hit", "unknown_sections", "window_size",
+    "turns_in_window", "proportions", "dominant", "miss_count", "suggestions",
+    "current_topic", "topic_summary", "topic_written", "dry_run"}.
+    """, required=("sections",),
+      sections=texts("Section names the turn used (may be empty: a turn that used none)."),
+      summary=text("A one-line summary of the turn's topic, kept as the current topic."),
+      dry_run=DRY_RUN)
+def state_record(memory: Memory, sections: list[str], **options) -> dict[str, Any]:
+    return memory.state_record(sections, **options).as_dict()
+
+
+# -- health ----------------------------------------------------------------------------
+@tool("health", """
+    Check the store like git fsck (writes nothing): malformed entries, duplicate ids,
+    broken or forked version chains, expired pending notes, permissions, leftovers of
+    interrupted writes. Call it when something looks wrong. Returns {"problems":
+    [{"file", "line", "severity": "error"|"warning", "code", "message", "fixable"}],
+    "scores"?: [each memory's health score and its parts, lowest first]}.
+    """, read_only=True,
+      scores=flag("Also return every memory's health score (G4), lowest first."))
+def health(memory: Memory, scores: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"problems": [p.as_dict() for p in memory.health_check()]}
+    if scores:
+        out["scores"] = memory.health_scores()
+    return out
+
+
+# -- shared tool-output cache (H1-H5, docs/cache.md) -----------------------------------
+ENTRY = ('{"id", "key", "scope", "tool", "args", "output" | "output_base64", "stderr_tail", "exit_code", '
+         '"agent", "created_at", "expires_at", "duration_ms", "negative", "access_count", "consolidated"}')
+CALL = {"scope": text("The run the agents share (a debate, a job): its agents share one cache.", minLength=1),
+        "tool": text("The tool's name.", minLength=1),
+        "args": {"description": "The tool call's arguments, any JSON: the same arguments are the same call."}}
+
+
+@tool("cache_get", f"""
+    Before calling a slow or paid tool: has any agent of this run already made the same
+    call? Returns {{"hit": true, "entry": {ENTRY}}} (the stored output, failed and empty
+    results included: 'negative' says so, so do not repeat the call) or
+    {{"hit": false, "entry": null}}: then call the tool and store its result with cache_put.
+    """, required=("scope", "tool", "args"), **CALL)
+def cache_get(memory: Memory, scope: str, tool: str, args: Any) -> dict[str, Any]:
+    entry = memory.cache_get(scope, tool, args)
+    return {"hit": entry is not None, "entry": None if entry is None else entry.as_dict()}
+
+
+@tool("cache_put", f"""
+    After calling a tool that cache_get missed: store its result for every agent of the
+    run, failures and empty results too (they are kept for a shorter time). Returns
+    {{"entry": {ENTRY}}}.
+    """, required=("scope", "tool", "args", "output"), **CALL,
+      output=text("What the tool returned, as text."),
+      exit_code={"type": "integer", "default": 0, "description": "The tool's exit status; not 0 is a failure."},
+      error=text("The tool's error message, if it failed."),
+      agent=text("Who made the call (kept with the result and in long-term memory)."),
+      ttl={"type": "number", "exclusiveMinimum": 0, "description": "Seconds to keep it (default: [cache] ttl)."})
+def cache_put(memory: Memory, scope: str, tool: str, args: Any, output: str, **options) -> dict[str, Any]:
+    return {"entry": memory.cache_put(scope, tool, args, output, **options).as_dict()}
+
+
+@tool("cache_search", f"""
+    What the run's agents already found: tool results consolidated into long-term memory,
+    searched by meaning and words. Returns {{"results": [{RESULT}, ...]}}, best first.
+    """, required=("query",),
+      query=text("What to look for.", minLength=1),
+      scope=text("Only results of this run."),
+      tool=texts("Only results of these tools."),
+      agent=texts("Only results these agents stored."),
+      k=count("How many results at most.", 5))
+def cache_search(memory: Memory, query: str, tool=(), agent=(), **options) -> dict[str, Any]:
+    return {"results": [r.as_dict() for r in memory.cache_search(query, tools=tool, agents=agent, **options)]}
+
+
+@tool("cache_stats", """
+    How the shared cache is doing: hits, misses, negative hits, keys and bytes per run
+    and tool. Returns {"stats": [{"scope", "tool", "hits", "misses", "negative_hits",
+    "keys", "negative_keys", "bytes", "consolidated"}]}.
+    """, read_only=True, scope=text("Only this run."))
+def cache_stats(memory: Memory, scope: str | None = None) -> dict[str, Any]:
+    return {"stats": memory.cache_stats(scope)}
+
+
+# -- topics: the context for the next turn (T4-T7, docs/context.md) -----------------
+@tool("context", """
+    The context to send the model for the next turn, within a token budget: the system
+    prompt, the topics relevant to the new message (best first: their messages verbatim
+    and a summary), the messages in no topic yet, and the last 20 messages. Call it once
+    per turn with the user's new message. If the user says you forgot something ("did you
+    forget", "we talked about this before", "你忘了"), dormant topics are searched: a clear
+    match is in the context and under "activated"; unclear ones come under "ambiguous" -
+    ask the user which was meant. Returns {"budget", "tokens", "text": the context as one
+    text, "sections": [{"kind": "system"|"topic"|"unsplit"|"recent", "topic_id"?, "name"?,
+    "score"?, "summary"?, "messages": [{"id", "role", "speaker", "text", "ts"}]}],
+    "activated", "made_dormant", "ambiguous", "dropped": [parts left out for the budget]}.
+    """, required=("session", "message"),
+      session=text("The conversation's session id.", minLength=1),
+      message=text("The user's new message.", minLength=1),
+      system=text("The system prompt, first in the context."),
+      budget=count("Tokens the context may take (default: [topics] context_budget, 8000).", 8000),
+      no_record=flag("Evaluate without changing which topics are active (a preview)."))
+def context(memory: Memory, session: str, message: str, system: str = "", budget: int | None = None,
+            no_record: bool = False) -> dict[str, Any]:
+    built = memory.context(session, message, system_text=system, budget=budget, record=not no_record)
+    return {**built.as_dict(), "text": built.text}
+
+
+@tool("topics_list", """
+    The conversation's topics: what was talked about, each with its state (active: in
+    the context when relevant; dormant: only found again by topics_activate or a
+    "you forgot" message; archived: only on request). Returns {"topics": [{"id", "name",
+    "state", "messages", "tokens", "updated", "parent", "summary"}]}.
+    """, read_only=True, archived=flag("List the archived topics instead."),
+      since=text("With archived: only months from this one on (YYYY-MM)."))
+def topics_list(memory: Memory, archived: bool = False, since: str | None = None) -> dict[str, Any]:
+    keys = ("id", "name", "state", "messages", "tokens", "updated", "parent", "summary")
+    headers = memory.topics_archived(since=since) if archived else [t.header for t in memory.topics()]
+    return {"topics": [{k: h.get(k) for k in keys} for h in headers]}
+
+
+@tool("topics_activate", """
+    Bring a topic back into the context: by its id, or the dormant topics whose subject
+    matches the query. Call it when the user refers to something discussed long ago that
+    the context does not hold. Returns {"activated": [{"topic_id", "name"}], "candidates":
+    [{"topic_id", "name", "score"}]}.
+    """, required=("query",),
+      query=text("A topic id, or what the topic was about.", minLength=1),
+      include_archived=flag("Also search archived topics (and restore a match)."))
+def topics_activate(memory: Memory, query: str, include_archived: bool = False) -> dict[str, Any]:
+    return memory.topics_activate(query, include_archived=include_archived)

@@ -1,0 +1,49 @@
+"""`--explain` for a person: each ranking stage's own factor beside the running score.
+
+A result's `explain` (the JSON schema) keeps the running score after each
+stage under the stage's name; read alone, `importance=0.6079 length=0.6079`
+says nothing about what length did. Here each stage is shown as what it did
+(recency adds, the others multiply) and where the score stood after it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The P3 stages after fusion, in order: (name, how it acts on the score).
+STAGES = (("recency", "+"), ("importance", "×"), ("length", "×"), ("time_decay", "×"))
+
+
+def explain_lines(explain: dict[str, Any]) -> list[str]:
+    """Lines describing one result's ranking: fusion, then each stage, then MERA/MMR notes."""
+    lines = []
+    if "fused" in explain:
+        if explain.get("fusion") == "rrf":
+            how = "reciprocal rank fusion"
+        else:
+            how = (f"{explain['vector_weight']}·cosine {explain['cosine']} + "
+                   f"{explain['bm25_weight']}·bm25 {explain['bm25_norm']} (raw {explain['bm25']})")
+        unknown = f"; unknown word pieces {explain['unknown_share']}" if "unknown_share" in explain else ""
+        lines.append(f"fused {explain['fused']:.4f} = {how}{unknown}")
+    steps = []
+    before = explain.get("fused")
+    for name, acts in STAGES:
+        after = explain.get(name)
+        if after is None or before is None:
+            break
+        if acts == "+":
+            own = f"+{after - before:.4f}"
+        else:
+            own = f"×{after / before:.3f}" if before else "×-"
+        steps.append(f"{name} {own} → {after:.4f}")
+        before = after
+    if steps:
+        age = f" (age {explain['age_days']} days)" if "age_days" in explain else ""
+        lines.append("  ".join(steps) + age)
+    if "mera" in explain:
+        mera = explain["mera"]
+        parts = "  ".join(f"{k} {v}" for k, v in mera.items() if k != "score")
+        lines.append(f"mera {mera.get('score')} from {parts}")
+    if "mmr" in explain:
+        lines.append(f"mmr: {explain['mmr']}")
+    return lines
