@@ -118,6 +118,18 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "llm_command": "",           # split with this command (prompt on stdin, answer on stdout); "" is built-in
         "llm_timeout": 300.0,        # seconds one LLM call may take
         "llm_batch": 60,             # messages per LLM call
+        # Evaluation and graded activation (T4, T6, T7; memctl/topics/activation.py).
+        "context_budget": 8000,      # tokens of `memctl context` output unless --budget (T5)
+        "active_min": 3,             # active topics never fewer than this (while there are topics)
+        "active_max": 20,            # ... nor more
+        "active_target": 10,         # above this many, only topics over the activation threshold stay
+        "score_window": 5,           # rounds in a topic's sliding average
+        "threshold_base": 0.2,       # activation threshold = base + step * active count; dormancy = half
+        "threshold_step": 0.03,
+        "amnesia_threshold": 0.15,   # the relaxed threshold of an amnesia cue's deep search
+        "llm_parallel": 4,           # topic evaluations run at once with an LLM command
+        "archive_after_days": 7.0,   # dormant this long -> archived by the daily review (T12)
+        "idle_hours": 1.0,           # a session idle this long gets an auto-summary (P8)
     },
     # Shared working memory for tool outputs (H1-H5, memctl/cache/).
     "cache": {
@@ -161,6 +173,11 @@ LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
        for key in ("context_limit", "topic_limit", "summary_bytes", "llm_batch")},
     ("topics", "keep_recent"): (lambda v: v >= 0, "0 or more"),
     ("topics", "llm_timeout"): (lambda v: v > 0, "above 0"),
+    **{("topics", key): (lambda v: v >= 1, "a whole number >= 1")
+       for key in ("context_budget", "active_min", "active_max", "active_target", "score_window", "llm_parallel")},
+    **{("topics", key): (lambda v: 0 <= v <= 1, "from 0 to 1")
+       for key in ("threshold_base", "threshold_step", "amnesia_threshold")},
+    **{("topics", key): (lambda v: v > 0, "above 0") for key in ("archive_after_days", "idle_hours")},
     ("embedding", "threads"): (lambda v: v >= 1, "a whole number >= 1"),
     ("embedding", "query_threads"): (lambda v: v >= 1, "a whole number >= 1"),
     ("embedding", "batch_size"): (lambda v: v >= 1, "a whole number >= 1"),
