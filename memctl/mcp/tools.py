@@ -99,7 +99,9 @@ RESULT = ('{"id", "kind": "memory"|"message"|"log", "text", "score", "source", "
       mode=choice("hybrid: meaning and words; bm25: words only (fastest); vector: meaning only.",
                   ["hybrid", "bm25", "vector"], "hybrid"),
       min_score={"type": "number", "minimum": 0,
-                 "description": "Drop results scoring below this (default: the store's hard minimum, 0.35)."},
+                 "description": "Drop results whose calibrated relevance (0-1, judged before age) is below "
+                                "this; 0 keeps every candidate (default: the store's minimum, 0.2, and "
+                                "nothing when no result reaches 0.35)."},
       rank=choice("pipeline: the default ranking; mera: relevance, recency, access and user weight.",
                   ["pipeline", "mera"], "pipeline"),
       plan=text("The user's message: search only the sections state_plan picks for it."),
