@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -44,6 +44,9 @@ from memctl.errors import InputError
 from memctl.search.filters import Filters
 from memctl.text.noise import noise_reason
 from memctl.store.store import Store
+
+if TYPE_CHECKING:
+    from memctl.index import lexical
 
 MODES = ("hybrid", "bm25", "vector")
 MAX_RESULTS = 100_000
