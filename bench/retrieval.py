@@ -1,14 +1,21 @@
-"""Retrieval quality on third-party data, through memctl's command line.
+"""Retrieval quality on third-party data, through memctl's command line, as users run it.
 
     python bench/retrieval.py locomo [--data ../shared/bench] [-- extra search flags]
     python bench/retrieval.py madial [--data ../shared/bench] [-- extra search flags]
 
+Every table comes first with memctl's default settings (no environment
+overrides, no flags, the real clock), then once relevance-only, labelled so:
+the minimum off and the two time stages neutralised, as papers rank.
+
 LoCoMo (English, Maharana et al. 2024), the paper's protocol: one store per
 conversation, one message per turn (an image's caption is part of its
-turn), the question as the query; recall@k is the share of a question's
-evidence turns in the top k, averaged over questions with evidence, all five
-categories. "Now" is pinned to the day after the conversation's last session,
-so recency and decay see the conversation as it was.
+turn) with its real timestamp (the session's date, a second a turn), the
+question as the query; recall@k is the share of a question's evidence turns
+in the top k, averaged over questions with evidence, all five categories.
+The same stores then answer queries about things they never mention (the
+negative check of the minimum): gibberish, Chinese MADial dialogue excerpts,
+and questions about the other LoCoMo conversations; the figure is the share
+of those queries that return any result (exit 0 instead of 1).
 
 MADial-Bench (Chinese): each user's memories are notes in their own scope
 (project:user-N); the query is the dialogue up to the test turn, searched in
@@ -23,7 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
+import string
 import subprocess
 import sys
 import tempfile
@@ -36,6 +45,12 @@ import orjson
 MEMCTL = str(Path(sys.executable).parent / "memctl")
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "bench"
 KS = (5, 10, 25, 50)
+VARIANTS = (  # (label, extra search flags, environment)
+    ("default settings", [], {}),
+    ("relevance-only (--min-score 0, no recency, no decay)", ["--min-score", "0"],
+     {"MEMCTL_RETRIEVAL_RECENCY_WEIGHT": "0", "MEMCTL_RETRIEVAL_TIME_DECAY_HALF_LIFE_DAYS": "1e12"}),
+)
+NEGATIVES_PER_KIND = 40
 
 
 def memctl(store: Path, *args: str, stdin: bytes = b"", env: dict | None = None) -> bytes:
@@ -58,36 +73,67 @@ def locomo_time(text: str) -> datetime:
 
 def run_locomo(data: Path, extra: list[str]) -> None:
     conversations = json.loads((data / "locomo_dev.json").read_text())
-    hits: dict[int, list[list[float]]] = defaultdict(list)
+    hits = {label: defaultdict(list) for label, _, _ in VARIANTS}
+    returned: dict[str, list[bool]] = defaultdict(list)
     for conversation in conversations:
-        convo = conversation["conversation"]
-        messages, last = [], None
-        sessions = sorted((int(m.group(1)), key) for key in convo if (m := re.fullmatch(r"session_(\d+)", key)))
-        for number, key in sessions:
-            start = locomo_time(convo[f"{key}_date_time"])
-            last = start
-            for offset, turn in enumerate(convo[key]):
-                text = turn["text"]
-                if turn.get("blip_caption"):
-                    text += f" [shares a photo: {turn['blip_caption']}]"
-                messages.append({"id": turn["dia_id"].replace(":", "-"), "session": f"session-{number}",
-                                 "speaker": turn["speaker"], "text": text,
-                                 "ts": (start + timedelta(seconds=offset)).isoformat()})
-        env = {"MEMCTL_NOW": (last + timedelta(days=1)).isoformat()}
+        messages = locomo_messages(conversation["conversation"])
         with tempfile.TemporaryDirectory() as tmp:
             store = Path(tmp) / "store"
             memctl(store, "ingest", "--keep-noise", "-f", "jsonl", "-",
-                   stdin=b"".join(orjson.dumps(m) + b"\n" for m in messages), env=env)
-            memctl(store, "index", env=env)
+                   stdin=b"".join(orjson.dumps(m) + b"\n" for m in messages))
+            memctl(store, "index")
             questions = [q for q in conversation["qa"] if q.get("evidence")]
-            answers = batch_search(store, [{"id": i, "query": q["question"]} for i, q in enumerate(questions)],
-                                   extra, env)
-        for i, question in enumerate(questions):
-            evidence = {e.replace(":", "-") for item in question["evidence"] for e in item.split()}
-            evidence = {e.rstrip(";,") for e in evidence}
-            ranked = answers.get(i, [])
-            hits[question["category"]].append([len(evidence & set(ranked[:k])) / len(evidence) for k in KS])
-    report("LoCoMo", hits, {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"})
+            for label, flags, env in VARIANTS:
+                answers = batch_search(store, [{"id": i, "query": q["question"]} for i, q in enumerate(questions)],
+                                       [*flags, *extra], env)
+                for i, question in enumerate(questions):
+                    evidence = {e.replace(":", "-") for item in question["evidence"] for e in item.split()}
+                    evidence = {e.rstrip(";,") for e in evidence}
+                    ranked = answers.get(i, [])
+                    hits[label][question["category"]].append(
+                        [len(evidence & set(ranked[:k])) / len(evidence) for k in KS])
+            negatives = unrelated_queries(data, conversations, conversation["sample_id"])
+            answers = batch_search(store, [{"id": i, "query": q} for i, (_, q) in enumerate(negatives)], extra, {})
+            for i, (kind, _) in enumerate(negatives):
+                returned[kind].append(bool(answers.get(i)))
+    labels = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+    for label, _, _ in VARIANTS:
+        report(f"LoCoMo, {label}", hits[label], labels)
+    print("\nLoCoMo stores, unrelated queries (default settings): share that returned any result\n")
+    print("| queries | n | returned any |\n| --- | --- | --- |")
+    everything = [r for values in returned.values() for r in values]
+    for kind, values in [*returned.items(), ("all", everything)]:
+        print(f"| {kind} | {len(values)} | {sum(values) / len(values):.3f} |")
+
+
+def locomo_messages(convo: dict) -> list[dict]:
+    """One message a turn, stamped with its session's real date (a second a turn, to keep order)."""
+    messages = []
+    sessions = sorted((int(m.group(1)), key) for key in convo if (m := re.fullmatch(r"session_(\d+)", key)))
+    for number, key in sessions:
+        start = locomo_time(convo[f"{key}_date_time"])
+        for offset, turn in enumerate(convo[key]):
+            text = turn["text"]
+            if turn.get("blip_caption"):
+                text += f" [shares a photo: {turn['blip_caption']}]"
+            messages.append({"id": turn["dia_id"].replace(":", "-"), "session": f"session-{number}",
+                             "speaker": turn["speaker"], "text": text,
+                             "ts": (start + timedelta(seconds=offset)).isoformat()})
+    return messages
+
+
+def unrelated_queries(data: Path, conversations: list[dict], sample_id: str) -> list[tuple[str, str]]:
+    """Queries a store of conversation `sample_id` never speaks of, NEGATIVES_PER_KIND of each kind."""
+    pick = random.Random(sample_id)
+    gibberish = [" ".join("".join(pick.choice(string.ascii_lowercase) for _ in range(pick.randint(3, 9)))
+                          for _ in range(pick.randint(3, 8))) + "?" for _ in range(NEGATIVES_PER_KIND)]
+    dialogues = [json.loads(line) for line in (data / "madial_zh_dialogues_dev.jsonl").read_text().splitlines()]
+    chinese = ["".join(d["dialogue"][:d["test-turn"][0]]) for d in dialogues]
+    others = [q["question"] for c in conversations if c["sample_id"] != sample_id for q in c["qa"]
+              if q.get("evidence")]
+    return ([("gibberish", q) for q in gibberish]
+            + [("MADial Chinese excerpt", q) for q in pick.sample(chinese, min(NEGATIVES_PER_KIND, len(chinese)))]
+            + [("another conversation's question", q) for q in pick.sample(others, NEGATIVES_PER_KIND)])
 
 
 def run_madial(data: Path, extra: list[str]) -> None:
@@ -98,21 +144,22 @@ def run_madial(data: Path, extra: list[str]) -> None:
                           "section": memory["scene"], "scope": f"project:user-{memory['user-id']}",
                           "created_at": memory["time"] + "T12:00:00Z", "memory_class": "episodic"})
     dialogues = [json.loads(line) for line in (data / "madial_zh_dialogues_dev.jsonl").read_text().splitlines()]
-    env = {"MEMCTL_NOW": "2024-01-01T00:00:00Z"}
+    hits = {label: defaultdict(list) for label, _, _ in VARIANTS}
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "store"
         memctl(store, "ingest", "--kind", "memory", "--keep-noise", "-f", "jsonl", "-",
-               stdin=b"".join(orjson.dumps(n) + b"\n" for n in notes), env=env)
-        memctl(store, "index", env=env)
+               stdin=b"".join(orjson.dumps(n) + b"\n" for n in notes))
+        memctl(store, "index")
         queries = [{"id": d["id"], "query": "".join(d["dialogue"][:d["test-turn"][0]]),
                     "scope": f"project:user-{d['user-id']}", "kind": "memory"} for d in dialogues]
-        answers = batch_search(store, queries, extra, env)
-    hits: dict[int, list[list[float]]] = defaultdict(list)
-    for dialogue in dialogues:
-        relevant = {f"madial-{r}" for r in dialogue["relevant-id"]}
-        ranked = answers.get(dialogue["id"], [])
-        hits[0].append([len(relevant & set(ranked[:k])) / len(relevant) for k in KS])
-    report("MADial-Bench zh", hits, {0: "all"})
+        for label, flags, env in VARIANTS:
+            answers = batch_search(store, queries, [*flags, *extra], env)
+            for dialogue in dialogues:
+                relevant = {f"madial-{r}" for r in dialogue["relevant-id"]}
+                ranked = answers.get(dialogue["id"], [])
+                hits[label][0].append([len(relevant & set(ranked[:k])) / len(relevant) for k in KS])
+    for label, _, _ in VARIANTS:
+        report(f"MADial-Bench zh, {label}", hits[label], {0: "all"})
 
 
 def report(name: str, hits: dict[int, list[list[float]]], labels: dict[int, str]) -> None:

@@ -311,14 +311,14 @@ def journals(root: Path, base: Path) -> dict:
     crafted("absolute-replace", [{"op": "replace", "path": "VICTIM", "backup": None}])
     relative = os.path.relpath(outside, root / "journal-relative")
     crafted("relative", [{"op": "append", "path": f"{relative}/victim-relative", "size": 0}])
-    crafted("dotdot-inside", [{"op": "append", "path": f"sessions/../../outside/victim-dotdot-inside", "size": 0}])
+    crafted("dotdot-inside", [{"op": "append", "path": "sessions/../../outside/victim-dotdot-inside", "size": 0}])
 
     def plant_link(store: Path, victim: Path) -> None:
         (store / "sessions" / "link.jsonl").symlink_to(victim)
         (store / "memory" / "linkdir").symlink_to(victim.parent, target_is_directory=True)
 
     crafted("symlink", [{"op": "append", "path": "sessions/link.jsonl", "size": 0},
-                        {"op": "append", "path": f"memory/linkdir/victim-symlink", "size": 0}], plant_link)
+                        {"op": "append", "path": "memory/linkdir/victim-symlink", "size": 0}], plant_link)
     # A copied store with a real, valid journal: rolling back the copy must touch only the copy.
     original = root / "journal-original"
     shutil.copytree(base, original, symlinks=True)

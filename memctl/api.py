@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from memctl.ingest.ingest import IngestResult, Outcome
     from memctl.search.layers import Layered
     from memctl.search.search import Result
+    from memctl.topics.context import Context
+    from memctl.topics.daily import DailyReport
     from memctl.topics.files import Topic
     from memctl.topics.split import SplitReport
     from memctl.window.state import Plan, RecordResult, ResetResult, State
@@ -318,12 +320,60 @@ class Memory:
         from memctl.errors import InputError
         from memctl.topics.files import load_topic, topic_path
 
+        from memctl.topics.daily import merged_into
+
         path = topic_path(self.store, topic_id)
         with self.store.reading():
             found = load_topic(path) if "/" not in topic_id else None
+            if found is None and "/" not in topic_id and merged_into(self.store, topic_id):
+                found = load_topic(topic_path(self.store, merged_into(self.store, topic_id)))
         if found is None:
             raise InputError(f"no topic '{topic_id}'", source=str(path))
         return found
+
+    def context(self, session: str, message: str, *, system_text: str = "", budget: int | None = None,
+                record: bool = True, llm_command: str | None = None) -> "Context":
+        """The main context for the next turn (T5): system prompt, relevant topics, unsplit and recent
+        messages within `budget` tokens ([topics] context_budget). Records the round's scores and
+        activation changes (T6, T11) unless `record` is False; an amnesia cue searches dormant topics (T7)."""
+        from memctl.topics.context import build
+        from memctl.topics.split import settings_of
+
+        settings = settings_of(self.store)
+        command = llm_command if llm_command is not None else settings["llm_command"]
+        return build(self.store, self._retriever_open(), session, message, system_text=system_text,
+                     budget=budget if budget is not None else settings["context_budget"], record=record,
+                     llm_command=command, say=self.say)
+
+    def topics_activate(self, query: str, *, include_archived: bool = False) -> dict[str, Any]:
+        """Activate a topic by id, or the dormant topics matching `query` (T7 explicit path);
+        archived ones only with `include_archived`. {"activated": [...], "candidates": [...]}."""
+        from memctl.topics.context import activate
+
+        self._need_query(query)
+        return activate(self.store, self._retriever_open(), query, include_archived=include_archived)
+
+    def topics_log(self, *, since: str | None = None) -> list[dict[str, Any]]:
+        """The tuning log (T11): rounds' scores and activation events, oldest first."""
+        from memctl.topics import log
+
+        with self.store.reading():
+            return log.read(self.store, since)
+
+    def topics_archived(self, *, since: str | None = None) -> list[dict[str, Any]]:
+        """Headers of archived topics (T12), found by month: `since` is YYYY-MM or a date."""
+        from memctl.topics.daily import archived_topics
+
+        with self.store.reading():
+            return archived_topics(self.store, since)
+
+    def review_daily(self, *, dry_run: bool = False) -> "DailyReport":
+        """The daily review (T12, P8): compress today's topics, archive old dormant ones, merge
+        same-subject topics, summarise idle sessions."""
+        from memctl.topics.daily import review
+
+        self.store.require()
+        return review(self.store, dry_run=dry_run)
 
     # -- shared working memory for tool outputs (H1-H5, docs/cache.md) --------------------
     def cache(self, backend: str | None = None) -> "Cache":

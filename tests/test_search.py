@@ -325,3 +325,44 @@ def test_a_store_with_nothing_to_index_searches_empty(tmp_path, run):
     assert find(store, "notes") == []
     result = run("search", "--json", "anything", store=store.root)
     assert result.returncode == 1 and result.stdout == b""
+
+
+# -- defaults that keep long-term memory (issue 10) ----------------------------------------------
+OLD_CHAT = [  # a 2023 chat, replayed years later with the real clock
+    ("d1", "John", "2023-01-20T16:04:00", "Hey Tim! Long week at practice, coach had us running drills all day."),
+    ("d2", "Tim", "2023-01-20T16:05:00", "Sounds tiring! I spent mine reading fantasy novels by the fire."),
+    ("d3", "John", "2023-01-20T16:06:00", "My goal is to improve my shooting and get drafted into the NBA; "
+                                          "basketball is my whole career plan."),
+    ("d4", "Tim", "2023-01-20T16:07:00", "That is a big dream. I am learning to play the violin this year."),
+    ("d5", "John", "2023-01-20T16:08:00", "Nice! My wife and I also adopted a puppy named Max last month."),
+]
+
+
+@pytest.fixture
+def old_chat(run) -> None:
+    lines = "\n".join(orjson.dumps({"id": i, "session": "2023-01-20", "speaker": who, "role": "user", "ts": ts,
+                                    "text": text}).decode() for i, who, ts, text in OLD_CHAT)
+    assert run("ingest", "-f", "jsonl", "-", input=lines).returncode == 0
+
+
+def test_an_old_exact_match_is_found_with_default_settings(run, old_chat):
+    # No MEMCTL_NOW, no flags: the messages are over three years old. Under the design's
+    # literal order the time decay halved them below the minimum and nothing came back.
+    result = run("search", "--json", "--explain", "What are John's goals with regards to his basketball career?")
+    assert result.returncode == 0, result.stderr
+    rows = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert rows[0]["id"] == "d3"
+    stages = rows[0]["explain"]
+    assert stages["age_days"] > 1000 and stages["time_decay_factor"] == pytest.approx(0.5, abs=1e-3)
+    assert stages["relevance"] >= 0.35  # the minimum judged relevance, before age
+
+
+@pytest.mark.parametrize("query", [
+    "zqxj vorpt klembu snarfle wibbet?",                                # gibberish
+    "我昨天和媽媽去公園散步，看到很多櫻花，心情特別好。",                   # another language, another subject
+    "What did Caroline paint for the LGBTQ center after the parade?",   # another conversation's question
+])
+def test_an_unrelated_query_returns_nothing(run, old_chat, query):
+    result = run("search", query)
+    assert result.returncode == 1, result.stdout
+    assert result.stdout == b""

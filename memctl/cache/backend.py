@@ -8,9 +8,10 @@ machines. memctl/cache/__init__.py holds the behaviour both share.
 
 from __future__ import annotations
 
+import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from memctl.errors import MemctlError
 
@@ -123,3 +124,22 @@ class Backend(Protocol):
 
     def clear(self, scope: str) -> int:
         """Remove the scope's entries and counters; returns how many entries there were."""
+
+
+_POLL_SECONDS = (0.005, 0.05)  # first and longest pause between tries for a held lock
+
+
+def wait_for(take: Callable[[], bool], *, timeout: float, scope: str, key: str) -> bool:
+    """Try `take` (a lock) until it succeeds, backing off; True when another agent made us
+    wait. Past `timeout`, a CacheError: a runner that hangs never holds the others forever."""
+    deadline = time.monotonic() + timeout
+    pause = _POLL_SECONDS[0]
+    waited = False
+    while not take():
+        if time.monotonic() >= deadline:
+            raise CacheError(f"waited {timeout:g} s for another agent's run of this call "
+                             f"(scope {scope}, key {key}); try again or raise [cache] wait_timeout")
+        waited = True
+        time.sleep(pause)
+        pause = min(pause * 2, _POLL_SECONDS[1])
+    return waited

@@ -26,11 +26,10 @@ from typing import Iterator
 import orjson
 
 from memctl.store.store import FILE_MODE, Store, _make_dirs, atomic_write
-from memctl.cache.backend import EVENTS, CacheError, Entry
+from memctl.cache.backend import EVENTS, Entry, wait_for
 
 _EVENT_CODES = {"hits": b"h", "misses": b"m", "negative_hits": b"n"}
 _EVENT_NAMES = {code: name for name, code in _EVENT_CODES.items()}
-_POLL_SECONDS = (0.005, 0.05)  # first and longest pause between tries for a held lock
 
 
 class FileBackend:
@@ -79,23 +78,7 @@ class FileBackend:
         _make_dirs(folder)
         fd = os.open(folder / key, os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
-            deadline = time.monotonic() + timeout
-            pause = _POLL_SECONDS[0]
-            waited = False
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                        raise
-                if time.monotonic() >= deadline:
-                    raise CacheError(f"waited {timeout:g} s for another agent's run of this call "
-                                     f"(scope {scope}, key {key}); try again or raise [cache] wait_timeout")
-                waited = True
-                time.sleep(pause)
-                pause = min(pause * 2, _POLL_SECONDS[1])
-            yield waited
+            yield wait_for(lambda: _try_flock(fd), timeout=timeout, scope=scope, key=key)
         finally:
             os.close(fd)  # closing releases the flock
 
@@ -156,3 +139,14 @@ def _append(path: Path, data: bytes, *, replace: bool = False) -> int:
         return os.fstat(fd).st_size
     finally:
         os.close(fd)
+
+
+def _try_flock(fd: int) -> bool:
+    """Take the lock without blocking (blocking could not time out); the kernel drops it if we die."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as exc:
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise
+        return False

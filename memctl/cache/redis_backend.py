@@ -29,10 +29,9 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from memctl.cache.backend import EVENTS, CacheError, Entry
+from memctl.cache.backend import EVENTS, CacheError, Entry, wait_for
 
 _SCOPES = "memctl:cache:scopes"
-_POLL_SECONDS = (0.005, 0.05)
 # Let go of a lock only if it is still ours (it may have expired and been taken).
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 _RENEW = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) "
@@ -117,17 +116,9 @@ class RedisBackend:
     def single_run(self, scope: str, key: str, timeout: float) -> Iterator[bool]:
         name = self._prefix(scope) + "l:" + key
         token = uuid.uuid4().hex
-        deadline = time.monotonic() + timeout
-        pause = _POLL_SECONDS[0]
-        waited = False
         with self._talking():
-            while not self.client.set(name, token, nx=True, px=self.lock_ms):
-                if time.monotonic() >= deadline:
-                    raise CacheError(f"waited {timeout:g} s for another agent's run of this call "
-                                     f"(scope {scope}, key {key}); try again or raise [cache] wait_timeout")
-                waited = True
-                time.sleep(pause)
-                pause = min(pause * 2, _POLL_SECONDS[1])
+            waited = wait_for(lambda: bool(self.client.set(name, token, nx=True, px=self.lock_ms)),
+                              timeout=timeout, scope=scope, key=key)
         stop = threading.Event()
         renewer = threading.Thread(target=self._keep, args=(name, token, stop), daemon=True)
         renewer.start()

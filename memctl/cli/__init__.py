@@ -19,6 +19,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import click  # noqa: E402
 
 from memctl import __version__
+from memctl.cli.context import activate, context, daily, topics_log
 from memctl.cli.cache import cache
 from memctl.cli.health import health
 from memctl.cli.ingest import index, ingest
@@ -97,8 +98,11 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
     ctx.obj = Memory(store_path, say=say)
 
 
-for command in (ingest, index, search, split, topics, review, health, state, cache, mcp):
+for command in (ingest, index, search, split, topics, context, review, health, state, cache, mcp):
     cli.add_command(command)
+topics.add_command(activate)
+topics.add_command(topics_log)
+review.add_command(daily)
 
 
 def main() -> None:

@@ -39,7 +39,9 @@ from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
 @click.option("--adaptive", is_flag=True, help="Skip greetings, acknowledgements, slash commands, emoji and "
               "short messages (exit 1, reason on stderr); memory words always search (P7).")
 @click.option("--min-score", type=click.FloatRange(min=0), metavar="X",
-              help="Drop results scoring below X. [default: retrieval.hard_min_score, 0.35]")
+              help="Drop results whose relevance (calibrated, 0-1, before age counts) is below X; "
+              "0 keeps every candidate. [default: retrieval.hard_min_score, 0.2, and nothing at all "
+              "when no result reaches retrieval.min_best_relevance, 0.35]")
 @click.option("--rank", type=click.Choice(["pipeline", "mera"]), default="pipeline", show_default=True,
               help="pipeline: the scoring stages above; mera: G4 retrieval_score (0.4 relevance, 0.25 "
               "recency, 0.2 access, 0.15 user weight).")
@@ -50,16 +52,18 @@ from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
               help="Token budget of --layered.")
 @click.option("--history", "history_id", metavar="ID", help="Print the version chain of memory ID, oldest "
               "first (supersedes links), instead of searching.")
-@click.option("--explain", is_flag=True, help="Show every ranking stage's score for each result.")
+@click.option("--explain", is_flag=True, help="Show each ranking stage's factor and score for each result.")
 @click.pass_obj
 def search(memory, query, k, as_json, batch, mode, kinds, scope, sections, sources, sessions, tools, agents, since,
            until, plan_message, adaptive, min_score, rank, include_archived, layered, budget, history_id, explain):
     """Find memories, messages and log entries: BM25 and meaning, fused.
 
-    Results are ranked by fusing BM25 and vector scores (0.7 vector, 0.3
-    BM25, less vector for text the model cannot read), then recency,
-    importance, length, time decay, a hard minimum, the noise filter and
-    near-duplicate demotion; --explain shows each stage. The query is taken
+    A minimum on calibrated relevance (meaning and the share of the
+    query's words matched) drops what is unrelated, before age counts; the
+    rest are ordered by fusing BM25 and vector scores (0.7 vector, 0.3 BM25,
+    less vector for text the model cannot read), then recency, importance,
+    length and time decay (which reorder, never erase), the noise filter and
+    near-duplicate demotion; --explain shows each stage's factor and score. The query is taken
     as words: quotes, colons and AND are not syntax. Chinese, Japanese and
     Korean are matched by character and character pair, so a word inside a
     sentence is found.

@@ -71,12 +71,16 @@ def topics():
 
 
 @topics.command("list")
+@click.option("--archived", is_flag=True, help="The archived topics (topics/archived/YYYY-MM/) instead.")
+@click.option("--since", metavar="YYYY-MM", help="With --archived: only months from this one on.")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object a topic: {"id", "name", "state", '
               '"messages", "tokens", "updated", "parent"}.')
 @click.pass_obj
-def list_topics(memory, as_json):
+def list_topics(memory, archived, since, as_json):
     """Every topic: state, name, size, last active. Exit 1 when there is none."""
-    found = memory.topics()
+    from memctl.topics.files import Topic
+
+    found = [Topic(h) for h in memory.topics_archived(since=since)] if archived else memory.topics()
     if not found:
         say("memctl: no topics")
         sys.exit(EXIT_NOTHING)

@@ -118,6 +118,7 @@ class Embedder:
         from tokenizers import Tokenizer
 
         self.directory = directory
+        self.source = str(directory)
         self.precision = precision
         self.model_key = model_key(directory)
         self.threads = threads
@@ -167,6 +168,9 @@ class Embedder:
                 if progress:
                     progress(len(rows))
         return out
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self.embed(texts)
 
     @property
     def dimension(self) -> int:

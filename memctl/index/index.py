@@ -342,12 +342,20 @@ class _Model:
     """The configured embedding model: named cheaply, loaded only when something is embedded."""
 
     def __init__(self, settings: dict):
+        from memctl.index.embedders import BACKENDS, BUNDLED, open_embedder
         from memctl.index.embedding import model_dir, model_identity
 
         self.settings = settings
-        self.directory = model_dir(settings["model"])
-        self.identity = model_identity(self.directory, settings["precision"], settings["model"])
         self._embedder = None
+        name = settings["model"]
+        if name in BACKENDS and name != BUNDLED:
+            # A packaged model (embedders.py) is named by its package's version: opening one
+            # reads no weights yet.
+            self._embedder = open_embedder(settings)
+            self.identity = {"name": name, "sha256": self._embedder.key, "precision": "package"}
+        else:
+            self.directory = model_dir("" if name == BUNDLED else name)
+            self.identity = model_identity(self.directory, settings["precision"], name)
 
     def same_vectors(self, identity: dict) -> bool:
         """Vectors made under `identity` are this model's: the same exported graph at the same precision."""
@@ -356,10 +364,9 @@ class _Model:
     @property
     def embedder(self):
         if self._embedder is None:
-            from memctl.index.embedding import Embedder
+            from memctl.index.embedders import open_embedder
 
-            self._embedder = Embedder(self.directory, threads=self.settings["threads"],
-                                      batch_size=self.settings["batch_size"], precision=self.settings["precision"])
+            self._embedder = open_embedder(self.settings)
         return self._embedder
 
 

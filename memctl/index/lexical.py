@@ -15,7 +15,9 @@ Queries are built from analysed tokens, never parsed, so user text such as
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import tantivy
@@ -73,26 +75,55 @@ def document(unit_id: str, body: str, meta: dict) -> tantivy.Document:
     return tantivy.Document(**fields)
 
 
-def search(index: tantivy.Index, text: str, filters: Filters, limit: int) -> list[tuple[str, float]]:
-    """(unit id, BM25 score) of the best `limit` matches of `text` within `filters`."""
-    query = _text_query(index, text)
-    if query is None:
-        return []
-    clauses = [(tantivy.Occur.Must, query)] + filters.tantivy_clauses(index.schema)
+@dataclass
+class Hits:
+    """BM25 matches, and the score a document holding each query word once would get.
+
+    Max-normalised BM25 makes the best hit 1.0 whatever it matched. `ideal`
+    is Σ idf over the query's words and CJK pairs (BM25 with tf = 1 at the
+    average length), so score / ideal is the share of the query's weight a
+    hit matched: a calibrated relevance, near 0 when only a common word or
+    nothing of the query occurs in the store. A long query (a whole dialogue
+    so far) is judged as if it held `ideal_terms` words of its average
+    weight: no single memory can hold all of a dialogue's words.
+    """
+    scores: dict[str, float]
+    ideal: float
+
+    def coverage(self, unit_id: str) -> float:
+        return min(1.0, self.scores.get(unit_id, 0.0) / self.ideal) if self.ideal > 0 else 0.0
+
+
+def search(index: tantivy.Index, text: str, filters: Filters, limit: int, ideal_terms: int = 8) -> Hits:
+    """The best `limit` matches of `text` within `filters`, by unit id."""
+    terms, pairs = _query_terms(text)
+    if not terms and not pairs:
+        return Hits({}, 0.0)
+    clauses = [(tantivy.Occur.Should, tantivy.Query.term_query(index.schema, "body", term)) for term in terms]
+    clauses += [(tantivy.Occur.Should, tantivy.Query.phrase_query(index.schema, "body", list(pair)))
+                for pair in pairs]
+    clauses = [(tantivy.Occur.Must, tantivy.Query.boolean_query(clauses))] + filters.tantivy_clauses(index.schema)
     searcher = index.searcher()
     hits = searcher.search(tantivy.Query.boolean_query(clauses), limit=limit, count=False).hits
-    return [(searcher.doc(address)["id"][0], score) for score, address in hits]
+    documents = searcher.num_docs
+    idf = {}
+    for term in {*terms, *(c for pair in pairs for c in pair)}:
+        found = searcher.doc_freq("body", term)
+        idf[term] = math.log(1 + (documents - found + 0.5) / (found + 0.5))
+    ideal = sum(idf[t] for t in terms) + sum(idf[a] + idf[b] for a, b in pairs)
+    words = len(terms) + 2 * len(pairs)
+    if words > ideal_terms:
+        ideal *= ideal_terms / words
+    return Hits({searcher.doc(address)["id"][0]: score for score, address in hits}, ideal)
 
 
-def _text_query(index: tantivy.Index, text: str):
+def _query_terms(text: str) -> tuple[list[str], list[str]]:
+    """The query's analysed words (stopwords dropped unless nothing else is left) and CJK pairs."""
     tokens = _QUERY_ANALYZER.analyze(text)
     content = [t for t in tokens if t not in _STEMMED_STOPWORDS]
-    terms = Counter(content or tokens)  # a query of stopwords only still searches them
-    clauses = [(tantivy.Occur.Should, tantivy.Query.term_query(index.schema, "body", term)) for term in terms]
-    for run in IDEOGRAPHIC_RUN.findall(text):
-        for pair in {run[i:i + 2] for i in range(len(run) - 1)}:
-            clauses.append((tantivy.Occur.Should, tantivy.Query.phrase_query(index.schema, "body", list(pair))))
-    return tantivy.Query.boolean_query(clauses) if clauses else None
+    terms = list(Counter(content or tokens))  # a query of stopwords only still searches them
+    pairs = list({run[i:i + 2]: None for run in IDEOGRAPHIC_RUN.findall(text) for i in range(len(run) - 1)})
+    return terms, pairs
 
 
 _QUERY_ANALYZER = analyzer()

@@ -99,7 +99,9 @@ RESULT = ('{"id", "kind": "memory"|"message"|"log", "text", "score", "source", "
       mode=choice("hybrid: meaning and words; bm25: words only (fastest); vector: meaning only.",
                   ["hybrid", "bm25", "vector"], "hybrid"),
       min_score={"type": "number", "minimum": 0,
-                 "description": "Drop results scoring below this (default: the store's hard minimum, 0.35)."},
+                 "description": "Drop results whose calibrated relevance (0-1, judged before age) is below "
+                                "this; 0 keeps every candidate (default: the store's minimum, 0.2, and "
+                                "nothing when no result reaches 0.35)."},
       rank=choice("pipeline: the default ranking; mera: relevance, recency, access and user weight.",
                   ["pipeline", "mera"], "pipeline"),
       plan=text("The user's message: search only the sections state_plan picks for it."),
@@ -317,3 +319,52 @@ def cache_search(memory: Memory, query: str, tool=(), agent=(), **options) -> di
     """, read_only=True, scope=text("Only this run."))
 def cache_stats(memory: Memory, scope: str | None = None) -> dict[str, Any]:
     return {"stats": memory.cache_stats(scope)}
+
+
+# -- topics: the context for the next turn (T4-T7, docs/context.md) -----------------
+@tool("context", """
+    The context to send the model for the next turn, within a token budget: the system
+    prompt, the topics relevant to the new message (best first: their messages verbatim
+    and a summary), the messages in no topic yet, and the last 20 messages. Call it once
+    per turn with the user's new message. If the user says you forgot something ("did you
+    forget", "we talked about this before", "你忘了"), dormant topics are searched: a clear
+    match is in the context and under "activated"; unclear ones come under "ambiguous" -
+    ask the user which was meant. Returns {"budget", "tokens", "text": the context as one
+    text, "sections": [{"kind": "system"|"topic"|"unsplit"|"recent", "topic_id"?, "name"?,
+    "score"?, "summary"?, "messages": [{"id", "role", "speaker", "text", "ts"}]}],
+    "activated", "made_dormant", "ambiguous", "dropped": [parts left out for the budget]}.
+    """, required=("session", "message"),
+      session=text("The conversation's session id.", minLength=1),
+      message=text("The user's new message.", minLength=1),
+      system=text("The system prompt, first in the context."),
+      budget=count("Tokens the context may take (default: [topics] context_budget, 8000).", 8000),
+      no_record=flag("Evaluate without changing which topics are active (a preview)."))
+def context(memory: Memory, session: str, message: str, system: str = "", budget: int | None = None,
+            no_record: bool = False) -> dict[str, Any]:
+    built = memory.context(session, message, system_text=system, budget=budget, record=not no_record)
+    return {**built.as_dict(), "text": built.text}
+
+
+@tool("topics_list", """
+    The conversation's topics: what was talked about, each with its state (active: in
+    the context when relevant; dormant: only found again by topics_activate or a
+    "you forgot" message; archived: only on request). Returns {"topics": [{"id", "name",
+    "state", "messages", "tokens", "updated", "parent", "summary"}]}.
+    """, read_only=True, archived=flag("List the archived topics instead."),
+      since=text("With archived: only months from this one on (YYYY-MM)."))
+def topics_list(memory: Memory, archived: bool = False, since: str | None = None) -> dict[str, Any]:
+    keys = ("id", "name", "state", "messages", "tokens", "updated", "parent", "summary")
+    headers = memory.topics_archived(since=since) if archived else [t.header for t in memory.topics()]
+    return {"topics": [{k: h.get(k) for k in keys} for h in headers]}
+
+
+@tool("topics_activate", """
+    Bring a topic back into the context: by its id, or the dormant topics whose subject
+    matches the query. Call it when the user refers to something discussed long ago that
+    the context does not hold. Returns {"activated": [{"topic_id", "name"}], "candidates":
+    [{"topic_id", "name", "score"}]}.
+    """, required=("query",),
+      query=text("A topic id, or what the topic was about.", minLength=1),
+      include_archived=flag("Also search archived topics (and restore a match)."))
+def topics_activate(memory: Memory, query: str, include_archived: bool = False) -> dict[str, Any]:
+    return memory.topics_activate(query, include_archived=include_archived)

@@ -21,10 +21,13 @@ def explain_lines(explain: dict[str, Any]) -> list[str]:
         if explain.get("fusion") == "rrf":
             how = "reciprocal rank fusion"
         else:
-            how = (f"{explain['vector_weight']}·cosine {explain['cosine']} + "
+            how = (f"{explain['vector_weight']}·cosine {explain.get('cosine_calibrated', explain['cosine'])} + "
                    f"{explain['bm25_weight']}·bm25 {explain['bm25_norm']} (raw {explain['bm25']})")
         unknown = f"; unknown word pieces {explain['unknown_share']}" if "unknown_share" in explain else ""
         lines.append(f"fused {explain['fused']:.4f} = {how}{unknown}")
+    if "relevance" in explain:
+        lines.append(f"relevance {explain['relevance']:.4f} = calibrated cosine {explain['cosine_calibrated']}, "
+                     f"bm25 coverage {explain['bm25_coverage']} (the minimum judges this, before age)")
     steps = []
     before = explain.get("fused")
     for name, acts in STAGES:
@@ -32,7 +35,9 @@ def explain_lines(explain: dict[str, Any]) -> list[str]:
         if after is None or before is None:
             break
         if acts == "+":
-            own = f"+{after - before:.4f}"
+            own = f"+{explain.get('recency_bonus', after - before):.4f}"
+        elif f"{name}_factor" in explain:
+            own = f"×{explain[name + '_factor']:.3f}"
         else:
             own = f"×{after / before:.3f}" if before else "×-"
         steps.append(f"{name} {own} → {after:.4f}")

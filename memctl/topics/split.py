@@ -20,6 +20,7 @@ from memctl.store.store import Store
 from memctl.text.tokens import count_tokens
 from memctl.topics import files, segment
 from memctl.topics.files import Topic
+from memctl.topics.context import archived_message_ids
 from memctl.topics.summary import summarise
 
 
@@ -78,7 +79,7 @@ def split(store: Store, session: str, *, system_text: str = "", keep_recent: int
     with store.transaction(dry_run=dry_run) as tx:
         messages = session_messages(store, session)
         topics = files.load_topics(store)
-        placed = {m["id"] for t in topics.values() for m in t.messages}
+        placed = {m["id"] for t in topics.values() for m in t.messages} | archived_message_ids(store)
         unsplit = [m for m in messages if m["id"] not in placed]
         tokens = context_tokens(system_text, topics, unsplit)
         threshold = int(settings["context_limit"] * settings["split_at"])

@@ -21,7 +21,9 @@ the design (000 §三):
       "current_topic": "重要決定",       "" until a section has been dominant long enough
       "topic_summary": "...",           one line, also in MEMORY_TOPIC.md
       "last_updated": "2026-02-08T12:20:00Z",
-      "miss_count": {"待辦": 4, "重要決定": 0}
+      "miss_count": {"待辦": 4, "重要決定": 0},
+      "topic_activation": {...}         the other part: topic activation (T6), owned
+                                        and checked by memctl/topics/activation.py
     }
 
 Proportions are a section's occurrences over all occurrences in the window
@@ -58,7 +60,7 @@ from memctl.text.words import STOPWORDS
 
 TOPIC_FILE = "MEMORY_TOPIC.md"
 FIELDS = ("window_size", "dominant_threshold", "turns", "proportions", "current_topic",
-          "topic_summary", "last_updated", "miss_count")
+          "topic_summary", "last_updated", "miss_count", "topic_activation")
 _FIX_HINT = "fix the file by hand, or start over with 'memctl state reset'"
 
 
@@ -85,6 +87,9 @@ class State:
     topic_summary: str = ""
     last_updated: str = ""
     miss_count: dict[str, int] = field(default_factory=dict)
+    # The topic activation part (T6): kept as it was read, written back as it is;
+    # memctl/topics/activation.py reads, checks and replaces it. None: not there yet.
+    topic_activation: dict[str, Any] | None = None
 
     @classmethod
     def new(cls, settings: dict[str, Any]) -> "State":
@@ -153,6 +158,7 @@ class State:
             "topic_summary": self.topic_summary,
             "last_updated": self.last_updated,
             "miss_count": dict(self.miss_count),
+            **({"topic_activation": self.topic_activation} if self.topic_activation is not None else {}),
         }
 
     def dumps(self) -> bytes:
@@ -217,6 +223,10 @@ def parse_state(data: bytes, source: str, settings: dict[str, Any] | None = None
     if not (isinstance(miss_count, dict) and all(_is_int(v) and v >= 0 for v in miss_count.values())):
         raise bad("must be an object of section: whole number >= 0", "miss_count")
     state.miss_count = dict(miss_count)
+    activation = obj.get("topic_activation")
+    if activation is not None and not isinstance(activation, dict):
+        raise bad("must be an object (the topic activation part)", "topic_activation")
+    state.topic_activation = activation
     for name in ("current_topic", "topic_summary", "last_updated"):
         value = obj.get(name) or ""
         if not isinstance(value, str):
@@ -584,8 +594,9 @@ def reset(store: Store, *, dry_run: bool = False, settings: dict[str, Any] | Non
             readable = False
         had_state = store.state_file.exists()
         fresh = State.new(settings)
-        if old is not None:
+        if old is not None:  # the window starts over; the topic activation part is not the window's
             fresh.window_size, fresh.dominant_threshold = old.window_size, old.dominant_threshold
+            fresh.topic_activation = old.topic_activation
         fresh.last_updated = clock.format_ts(clock.now())
         topic = topic_file(store)
         topic_removed = topic.exists()

@@ -1,0 +1,166 @@
+"""`memctl context`, `memctl topics activate|log`, `memctl review daily`: parse, call `memctl.Memory`, print."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, read_input, say
+from memctl.text.clip import clip
+
+
+@click.command()
+@click.option("--session", required=True, metavar="ID", help="The session the next turn belongs to.")
+@click.option("--message", metavar="TEXT", help="The new message. [default: stdin]")
+@click.option("--system", "system_file", metavar="FILE", help="The system prompt, first in the context.")
+@click.option("--budget", type=click.IntRange(min=1), metavar="TOKENS",
+              help="Tokens the context may take (cl100k). [default: [topics] context_budget, 8000]")
+@click.option("--no-record", is_flag=True, help="Evaluate without changing activation state or the log "
+              "(previews, benchmarks).")
+@click.option("--llm", "llm_command", metavar="CMD", help="Evaluate topics with this command (design 001 §6.1 "
+              "prompt on stdin). [default: [topics] llm_command, else built-in]")
+@click.option("--json", "as_json", is_flag=True, help='One JSON object: {"budget", "tokens", "sections": [{"kind": '
+              '"system" | "topic" | "unsplit" | "recent", "topic_id"?, "name"?, "score"?, "summary"?, "messages": '
+              '[{"id", "role", "speaker", "text", "ts"}]}], "activated", "made_dormant", "ambiguous", "dropped"}.')
+@click.pass_obj
+def context(memory, session, message, system_file, budget, no_record, llm_command, as_json):
+    """The main context for an agent's next turn, ready to pipe into a model.
+
+    In design 001 §5's order: the system prompt; the topics relevant to the
+    new message (score >= 0.3, best first: referenced messages verbatim, then
+    a summary); the unsplit messages; the last 20 messages. Never over
+    --budget tokens: whole parts are dropped, least relevant first, and each
+    is named on stderr. An amnesia cue ("did you forget", "你忘了") searches
+    dormant topics: a clear match is activated, unclear ones are listed under
+    "ambiguous" so the agent can ask which was meant.
+
+    \b
+    Examples:
+      memctl context --session s1 --message "what did we pick for the cache?"
+      echo "did you forget the Kyoto plan?" | memctl context --session s1 --json
+      memctl context --session s1 --system prompt.md --budget 4000 --no-record -
+
+    Exit status: 0 the context was printed, 2 error.
+    """
+    if message is None:
+        message = read_input("-")[0].decode("utf-8", errors="replace")
+    system_text = read_input(system_file)[0].decode("utf-8", errors="replace") if system_file else ""
+    built = memory.context(session, message, system_text=system_text, budget=budget, record=not no_record,
+                           llm_command=llm_command)
+    _report_dropped(built.dropped)
+    for item in built.activated:
+        say(f"memctl: activated topic {item['topic_id']} ({clip(item['name'], 40)}): {item['reason']}")
+    for item in built.made_dormant:
+        say(f"memctl: topic {item['topic_id']} ({clip(item['name'], 40)}) is dormant now")
+    for item in built.ambiguous:
+        names = "; ".join(f"{c['topic_id']} {clip(c['name'], 30)}" for c in item["candidates"])
+        say(f"memctl: '{item['cue']}': not clear which topic is meant: {names}")
+    if as_json:
+        json_lines([built.as_dict()])
+    else:
+        sys.stdout.write(built.text)
+    sys.exit(EXIT_OK)
+
+
+def _report_dropped(dropped: list[dict]) -> None:
+    """One stderr line per kind of part dropped, naming each: nothing leaves the context silently."""
+    if not dropped:
+        return
+    by_kind: dict[str, list[str]] = {}
+    for part in dropped:
+        label = part.get("message_id") or f"summary of {part['topic_id']}"
+        by_kind.setdefault(part["kind"], []).append(f"{label} ({part['tokens']})")
+    for kind, labels in by_kind.items():
+        say(f"memctl: over budget: dropped {len(labels)} {kind} part(s): {', '.join(labels)}")
+
+
+@click.command("activate")
+@click.argument("query", metavar="QUERY|ID")
+@click.option("--include-archived", is_flag=True, help="Also search archived topics (and restore a match).")
+@click.option("--json", "as_json", is_flag=True, help='One JSON object: {"activated": [{"topic_id", "name"}], '
+              '"candidates": [{"topic_id", "name", "score"}]}.')
+@click.pass_obj
+def activate(memory, query, include_archived, as_json):
+    """Activate a topic by id, or the dormant topics whose summaries match QUERY.
+
+    \b
+    Examples:
+      memctl topics activate t-9da459f266e0
+      memctl topics activate "the Kyoto trip" --include-archived
+
+    Exit status: 0 a topic was activated, 1 none matched, 2 error.
+    """
+    found = memory.topics_activate(query, include_archived=include_archived)
+    if as_json:
+        json_lines([found])
+    else:
+        for item in found["activated"]:
+            click.echo(f"{item['topic_id']}  {item['name']}")
+    if not found["activated"]:
+        say(f"memctl: no topic matches '{query}'")
+        sys.exit(EXIT_NOTHING)
+
+
+@click.command("log")
+@click.option("--since", metavar="DATE", help="Only events at or after this ISO date or time.")
+@click.option("--json", "as_json", is_flag=True, help='One JSON object an event: {"at", "event": "round" | '
+              '"activated" | "dormant" | "archived" | "merged", ...} (docs/topics.md).')
+@click.pass_obj
+def topics_log(memory, since, as_json):
+    """The tuning log: every round's relevance scores and every activation event.
+
+    Exit status: 0 events printed, 1 none, 2 error.
+    """
+    events = memory.topics_log(since=since)
+    if not events:
+        say("memctl: no events")
+        sys.exit(EXIT_NOTHING)
+    if as_json:
+        json_lines(events)
+        return
+    for event in events:
+        if event["event"] == "round":
+            scores = " ".join(f"{t}={s:.2f}" for t, s in sorted(event["scores"].items(), key=lambda i: -i[1]))
+            click.echo(f"{event['at']}  round    {event.get('session', '')}  {scores}"
+                       + (f"  cue: {event['cue']}" if event.get("cue") else ""))
+        else:
+            click.echo(f"{event['at']}  {event['event']:<9}{event['topic']}  {event.get('reason', '')}"
+                       + (f" -> {event['into']}" if event.get("into") else ""))
+
+
+@click.command("daily")
+@click.option("-n", "--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help='One JSON object: {"dry_run", "compressed": [{"topic_id", '
+              '"importance"}], "archived": [{"topic_id", "reason", "to"}], "merged": [{"topic_id", "into", '
+              '"similarity"}], "idle_summaries": [{"session", "until", "at", "keywords", "summary"}]}.')
+@click.pass_obj
+def daily(memory, dry_run, as_json):
+    """Daily topic review, for cron: compress today's topics, archive old dormant ones, merge duplicates.
+
+    Topics dormant more than [topics] archive_after_days (7), or dormant
+    one-off questions, move to topics/archived/YYYY-MM/ as summary only;
+    topics on the same subject are merged (the old id still resolves);
+    sessions idle over [topics] idle_hours get a keyword summary in
+    auto_summaries.jsonl.
+
+    \b
+    Examples:
+      memctl review daily --dry-run      the plan
+      memctl review daily                do it
+
+    Exit status: 0 done, 2 error.
+    """
+    report = memory.review_daily(dry_run=dry_run)
+    if as_json:
+        json_lines([report.as_dict()])
+    else:
+        rows = [("ACTION", "TOPIC", "DETAIL")]
+        rows += [("merge", m["topic_id"], f"into {m['into']} (similarity {m['similarity']:.2f})") for m in report.merged]
+        rows += [("archive", a["topic_id"], f"{a['reason']} -> {a['to']}") for a in report.archived]
+        rows += [("compress", c["topic_id"], f"importance {c['importance']:.2f}") for c in report.compressed]
+        rows += [("summarise", s["session"], ", ".join(s["keywords"])) for s in report.idle_summaries]
+        if len(rows) > 1:
+            click.echo("\n".join(columns(rows)))
+    if dry_run:
+        say("memctl: dry run: nothing written")

@@ -1,0 +1,220 @@
+"""`memctl review daily` (T12, P8): the offline forgetting that keeps the topic set healthy.
+
+Run once a day (cron). In one Transaction (or, with dry_run, as a plan only):
+
+- Compress: every topic touched in the last day gets a tighter summary
+  (COMPRESSED_SHARE of [topics] summary_bytes) and an importance in 0..1
+  (log-scaled message count, and its sliding average when it has one).
+- Archive: a dormant topic not updated for [topics] archive_after_days (7), or
+  a dormant one-off question and answer (ONE_OFF messages at most, not touched
+  today), moves to topics/archived/YYYY-MM/<id>.jsonl (the month it was last
+  updated) as its header only: summary, state "archived", archived_at, and
+  message_ids, so that its messages stay placed and never return to the main
+  context as unsplit. Normal activation never sees it; `topics activate
+  --include-archived` brings it back (with its messages, copied again from
+  the sessions).
+- Merge: two live topics whose summaries are the same subject (cosine of
+  their summary vectors >= MERGE_SIMILARITY, or the same name) become one:
+  the smaller one's messages move into the larger, its file goes, and
+  links.jsonl gets {"from": old, "to": kept, "kind": "merged-into"}, through
+  which `Memory.topic(old)` still resolves.
+- Idle sessions (P8): a session whose last message is older than [topics]
+  idle_hours and has no auto-summary up to that message gets one line in
+  auto_summaries.jsonl: {"session", "until", "at", "keywords": 3-5, "summary"}.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from memctl import clock
+from memctl.store import jsonl
+from memctl.store.store import Store
+from memctl.topics import activation, files, log
+from memctl.topics.files import Topic
+from memctl.topics.summary import distinctive_terms, summarise
+
+ARCHIVED = "archived"
+AUTO_SUMMARIES = "auto_summaries.jsonl"
+COMPRESSED_SHARE = 0.6
+ONE_OFF = 2
+MERGE_SIMILARITY = 0.85
+
+
+@dataclass
+class DailyReport:
+    dry_run: bool
+    compressed: list[dict] = field(default_factory=list)    # {"topic_id", "importance"}
+    archived: list[dict] = field(default_factory=list)      # {"topic_id", "reason", "to"}
+    merged: list[dict] = field(default_factory=list)        # {"topic_id", "into", "similarity"}
+    idle_summaries: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"dry_run": self.dry_run, "compressed": self.compressed, "archived": self.archived,
+                "merged": self.merged, "idle_summaries": self.idle_summaries}
+
+
+def archive_dir(store: Store) -> Path:
+    return store.topics_dir / ARCHIVED
+
+
+def archived_topics(store: Store, since: str | None = None) -> list[dict]:
+    """Headers of archived topics, oldest month first; `since` (YYYY-MM or a date) keeps later months."""
+    root = archive_dir(store)
+    if not root.is_dir():
+        return []
+    headers = []
+    for month in sorted(p for p in root.iterdir() if p.is_dir()):
+        if since and month.name < since[:7]:
+            continue
+        for path in sorted(month.glob("t-*.jsonl")):
+            for line in jsonl.read(path):
+                if line.value is not None and line.value.get("type") == "topic":
+                    headers.append(line.value)
+    return headers
+
+
+def restore_archived(tx, store: Store, query: str, now: str) -> dict[str, Topic]:
+    """Archived topics made dormant again, with their messages from the sessions: the one whose id is
+    `query`, else those whose name or summary contains one of its words (explicit requests only)."""
+    from memctl.topics.split import session_messages
+
+    words = [w.lower() for w in query.split() if len(w) > 2]
+    restored = {}
+    for header in archived_topics(store):
+        text = f"{header.get('name', '')} {header.get('summary', '')}".lower()
+        if header["id"] != query and not any(w in text for w in words):
+            continue
+        wanted = set(header.get("message_ids", []))
+        messages = []
+        for session in header.get("sessions", []):
+            messages += [files.record(m) for m in session_messages(store, session) if m["id"] in wanted]
+        restored_header = {k: v for k, v in header.items() if k not in ("message_ids", "sessions", "archived_at")}
+        restored_header.update(state="dormant", updated=now, messages=len(messages))
+        topic = Topic(restored_header, messages, 1)
+        files.rewrite_topic(tx, store, topic)
+        tx.delete(_archived_path(store, header))
+        restored[topic.id] = topic
+    return restored
+
+
+def _archived_path(store: Store, header: dict) -> Path:
+    return archive_dir(store) / header.get("updated", "0000-00")[:7] / f"{header['id']}.jsonl"
+
+
+def review(store: Store, *, dry_run: bool = False) -> DailyReport:
+    from memctl.topics.split import _background, embed, settings_of
+
+    settings = settings_of(store)
+    now_moment = clock.now()
+    now = clock.format_ts(now_moment)
+    report = DailyReport(dry_run)
+    with store.transaction(dry_run=dry_run) as tx:
+        topics = files.load_topics(store)
+        _, part = activation.load_part(store)
+        averages = activation.averages_of(part)
+        background, documents = _background(topics)
+        events = []
+        live = {tid: t for tid, t in topics.items() if t.messages}
+
+        # Merge first: an archived topic is no longer there to merge into.
+        if len(live) > 1:
+            ids = list(live)
+            vectors = embed([live[t].header.get("summary", "") for t in ids], store)
+            taken: set[str] = set()
+            for i, first in enumerate(ids):
+                for j in range(i + 1, len(ids)):
+                    second = ids[j]
+                    if first in taken or second in taken:
+                        continue
+                    similarity = float(vectors[i] @ vectors[j])
+                    same_name = live[first].header.get("name") and live[first].header.get("name") == live[second].header.get("name")
+                    if similarity < MERGE_SIMILARITY and not same_name:
+                        continue
+                    keep, gone = (first, second) if len(live[first].messages) >= len(live[second].messages) else (second, first)
+                    _merge(tx, store, live[keep], live[gone], background, documents, settings, now)
+                    taken.add(gone)
+                    report.merged.append({"topic_id": gone, "into": keep, "similarity": round(similarity, 4)})
+                    events.append({"at": now, "event": "merged", "topic": gone, "into": keep, "reason": "daily review"})
+            for gone in taken:
+                live.pop(gone)
+
+        for tid, topic in live.items():
+            age = clock.age_days(topic.header.get("updated"), now_moment)
+            one_off = len(topic.messages) <= ONE_OFF and age >= 1
+            if topic.state == "dormant" and (age > settings["archive_after_days"] or one_off):
+                reason = "one-off question and answer" if one_off and age <= settings["archive_after_days"] \
+                    else f"dormant {age:.0f} days"
+                header = {**topic.header, "state": "archived", "archived_at": now,
+                          "message_ids": [m["id"] for m in topic.messages],
+                          "sessions": sorted({m.get("session") for m in topic.messages if m.get("session")})}
+                path = _archived_path(store, header)
+                tx.replace(path, orjson.dumps(header) + b"\n")
+                tx.delete(files.topic_path(store, tid))
+                report.archived.append({"topic_id": tid, "reason": reason, "to": store.relative(path)})
+                events.append({"at": now, "event": "archived", "topic": tid, "reason": reason})
+            elif age < 1:
+                messages = len(topic.messages)
+                importance = min(1.0, math.log1p(messages) / math.log(50))
+                if tid in averages:
+                    importance = (importance + averages[tid]) / 2
+                _, summary = summarise(topic.messages, background, documents,
+                                       int(settings["summary_bytes"] * COMPRESSED_SHARE))
+                topic.header.update(summary=summary, importance=round(importance, 3), reviewed=now)
+                files.write_topic(tx, store, topic, [], fresh=False)
+                report.compressed.append({"topic_id": tid, "importance": round(importance, 3)})
+        report.idle_summaries = _idle_summaries(tx, store, settings, now_moment, background, documents)
+        if not dry_run:
+            log.append(tx, store, events)
+    return report
+
+
+def _merge(tx, store, keep: Topic, gone: Topic, background, documents, settings, now) -> None:
+    keep.messages = sorted(keep.messages + gone.messages, key=lambda m: (m.get("ts") or "", m["id"]))
+    name, summary = summarise(keep.messages, background, documents, settings["summary_bytes"])
+    from memctl.text.tokens import count_tokens
+
+    keep.header.update(summary=summary, messages=len(keep.messages), updated=now,
+                       tokens=sum(count_tokens(m.get("text", "")) for m in keep.messages))
+    files.rewrite_topic(tx, store, keep)
+    tx.delete(files.topic_path(store, gone.id))
+    files.append_index(tx, store, files.LINKS, [{"from": gone.id, "to": keep.id, "kind": "merged-into", "at": now}])
+
+
+def merged_into(store: Store, topic_id: str) -> str | None:
+    """Where a merged topic went (following merges of merges), or None."""
+    links = {r["from"]: r["to"] for r in files.read_index(store, files.LINKS) if r.get("kind") == "merged-into"}
+    seen = set()
+    while topic_id in links and topic_id not in seen:
+        seen.add(topic_id)
+        topic_id = links[topic_id]
+    return topic_id if seen else None
+
+
+def _idle_summaries(tx, store, settings, now_moment, background, documents) -> list[dict]:
+    from memctl.topics.split import session_messages
+
+    done = {(line.value.get("session"), line.value.get("until"))
+            for line in jsonl.read(store.root / AUTO_SUMMARIES) if line.value}
+    lines = []
+    for path in sorted(store.sessions_dir.glob("*.jsonl")) if store.sessions_dir.is_dir() else []:
+        messages = session_messages(store, path.stem)
+        if not messages or not messages[-1].get("ts"):
+            continue
+        session, last = path.stem, messages[-1]
+        if clock.age_days(last["ts"], now_moment) * 24 < settings["idle_hours"] or (session, last["id"]) in done:
+            continue
+        texts = [m.get("text", "") for m in messages]
+        keywords = distinctive_terms(texts, background, max(documents, 1), 5)
+        if len(keywords) < 3:
+            keywords = (keywords + distinctive_terms(texts, background, max(documents, 1) + 1000, 5))[:5]
+        _, summary = summarise(messages, background, documents, 400)
+        lines.append({"session": session, "until": last["id"], "at": clock.format_ts(now_moment),
+                      "keywords": list(dict.fromkeys(keywords))[:5], "summary": summary})
+    if lines:
+        tx.append(store.root / AUTO_SUMMARIES, b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    return lines

@@ -1,0 +1,192 @@
+"""Topic evaluation (T4): how much each topic matters to what is being said now.
+
+Every evaluated topic gets a relevance_score in 0..1 meaning what design 001
+§4.2 says: 0.3 maybe weakly related, 0.5 moderately, 0.7 clearly related. At
+0.3 and above it also gets referenced_message_ids (only the messages that
+matter) and a summary of at most 2,000 characters.
+
+Built-in: one hybrid search (BM25 + vectors, the index's own vectors) over
+the messages and one over the topic summaries (`kind: topic` units); a topic's
+raw score is its best message hit plus a fifth of its second (a topic that
+answers twice is more likely the subject), or its summary's score if higher.
+The raw score is mapped linearly so that RAW_WEAK becomes 0.3 and RAW_CLEAR 0.7
+(clamped to 0..1). Both were read off LoCoMo dev conv-26 (40 questions, 19
+topics after the bench's splits): raw scores of topics holding none of the
+question's evidence had 90th percentile 0.274 (-> RAW_WEAK, so 0.3 means "maybe
+weakly"), topics holding evidence a median of 0.336 (-> RAW_CLEAR, "clearly").
+The referenced messages are the topic's hits within half the best hit's score
+(at most REFERENCED), each with the message after it (the answer to a question
+usually follows it).
+
+With an LLM command: design 001 §6.1's prompt (prompts/evaluate.md, overridable
+from the store's prompts/), one call per topic, [topics] llm_parallel at once.
+Answers are parsed strictly; a topic whose answer is bad (no <topic_result>, a
+score outside 0..1, an id not in the topic, a summary over 2,000 characters,
+a failure or time-out) gets the built-in result and the reason in `fallback`.
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from memctl.store.store import Store
+from memctl.topics.files import Topic, topic_path
+
+REFERENCE_FROM = 0.3    # §4.2: from this score on, referenced messages and a summary
+SUMMARY_CHARS = 2000
+REFERENCED = 6
+RAW_WEAK, RAW_CLEAR = 0.27, 0.336
+MESSAGE_HITS = 80
+
+
+@dataclass
+class Evaluation:
+    topic_id: str
+    name: str
+    file: str
+    relevance_score: float
+    referenced_message_ids: list[str] = field(default_factory=list)
+    summary: str = ""
+    method: str = "builtin"
+    fallback: str | None = None
+    message_scores: dict[str, float] = field(default_factory=dict)  # why each reference was taken
+    strength: float = 0.0  # the score before clamping to 0..1: ranks topics that all score 1.0
+
+    def as_dict(self) -> dict:
+        out = {"topic_id": self.topic_id, "relevance_score": round(self.relevance_score, 4),
+               "topic_ref": {"name": self.name, "file": self.file}}
+        if self.relevance_score >= REFERENCE_FROM:
+            out.update(referenced_message_ids=self.referenced_message_ids, summary=self.summary)
+        return out
+
+
+def calibrated(raw: float) -> float:
+    """0.3 at RAW_WEAK, 0.7 at RAW_CLEAR, linear, not clamped (see `Evaluation.strength`)."""
+    return 0.3 + (raw - RAW_WEAK) * 0.4 / (RAW_CLEAR - RAW_WEAK)
+
+
+def raw_scores(retriever, text: str, topics: dict[str, Topic]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """(raw score per topic, hit score per message id per topic) from one message and one topic search."""
+    from memctl.search.filters import Filters
+    from memctl.search.search import Query
+
+    owner = {m["id"]: tid for tid, t in topics.items() for m in t.messages}
+    messages, summaries = retriever.search(
+        [Query(text=text, k=MESSAGE_HITS, filters=Filters(kinds=("message",)), min_score=0.0),
+         Query(text=text, k=max(10, len(topics)), filters=Filters(kinds=("topic",)), min_score=0.0)],
+        count_access=False)
+    hits: dict[str, dict[str, float]] = {tid: {} for tid in topics}
+    for result in messages:
+        tid = owner.get(result.record_id)
+        if tid is not None and result.record_id not in hits[tid]:
+            hits[tid][result.record_id] = result.score
+    summary_score = {r.record_id: r.score for r in summaries if r.record_id in topics}
+    raw = {}
+    for tid in topics:
+        ranked = sorted(hits[tid].values(), reverse=True) + [0.0, 0.0]
+        raw[tid] = max(ranked[0] + ranked[1] / 5, summary_score.get(tid, 0.0))
+    return raw, hits
+
+
+def builtin(store: Store, retriever, text: str, topics: dict[str, Topic]) -> dict[str, Evaluation]:
+    if not topics:
+        return {}
+    raw, hits = raw_scores(retriever, text, topics)
+    results = {}
+    for tid, topic in topics.items():
+        strength = calibrated(raw[tid])
+        score = max(0.0, min(1.0, strength))
+        evaluation = Evaluation(tid, topic.header.get("name", ""), store.relative(topic_path(store, tid)), score,
+                                strength=strength)
+        if score >= REFERENCE_FROM:
+            evaluation.referenced_message_ids, evaluation.message_scores = _references(topic, hits[tid])
+            evaluation.summary = topic.header.get("summary", "")[:SUMMARY_CHARS]
+        results[tid] = evaluation
+    return results
+
+
+def _references(topic: Topic, hits: dict[str, float]) -> tuple[list[str], dict[str, float]]:
+    if not hits:
+        return [], {}
+    best = max(hits.values())
+    order = [m["id"] for m in topic.messages]
+    position = {mid: i for i, mid in enumerate(order)}
+    chosen: dict[str, float] = {}
+    for mid, score in sorted(hits.items(), key=lambda item: -item[1])[:REFERENCED]:
+        if score < best / 2:
+            break
+        chosen.setdefault(mid, score)
+        after = position[mid] + 1
+        if after < len(order):
+            chosen.setdefault(order[after], score * 0.9)  # the reply, ranked just below its question
+    return sorted(chosen, key=position.get), chosen
+
+
+# -- the LLM path ----------------------------------------------------------------
+
+class AnswerProblem(Exception):
+    pass
+
+
+def with_llm(store: Store, command: str, timeout: float, parallel: int, unsplit: list[dict],
+             topics: dict[str, Topic], fallback: dict[str, Evaluation]) -> dict[str, Evaluation]:
+    """One §6.1 call per topic, `parallel` at once; a bad answer keeps the built-in result (`fallback`)."""
+    import shlex
+
+    from memctl.topics.llm import LLMAnswerError, _ask, _message_list, template
+
+    argv = shlex.split(command)
+    prompt_template = template(store, "evaluate")
+
+    def one(tid: str) -> Evaluation:
+        topic = topics[tid]
+        file = store.relative(topic_path(store, tid))
+        prompt = (prompt_template.replace("{name}", topic.header.get("name", ""))
+                  .replace("{summary}", topic.header.get("summary", "")).replace("{file}", file)
+                  .replace("{topic_messages}", _message_list(topic.messages))
+                  .replace("{unsplit_messages}", _message_list(unsplit)))
+        try:
+            answer = _ask(argv, prompt, timeout, f"LLM evaluation of topic {tid}")
+            score, ids, summary = parse(answer, {m["id"] for m in topic.messages})
+        except (LLMAnswerError, AnswerProblem) as exc:
+            kept = fallback[tid]
+            kept.fallback = str(exc).replace("; nothing was split", "")
+            return kept
+        return Evaluation(tid, topic.header.get("name", ""), file, score, ids, summary, "llm", strength=score)
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        return dict(zip(topics, pool.map(one, list(topics))))
+
+
+_ELEMENT = {name: re.compile(rf"<{name}>(.*?)</{name}>", re.S)
+            for name in ("topic_result", "relevance_score", "referenced_messages", "summary")}
+
+
+def parse(answer: str, topic_ids: set[str]) -> tuple[float, list[str], str]:
+    """(score, referenced ids, summary) from a §6.1 answer; AnswerProblem says what is wrong."""
+    found = _ELEMENT["topic_result"].findall(answer)
+    if len(found) != 1:
+        raise AnswerProblem("the answer has no <topic_result>…</topic_result>" if not found
+                            else f"the answer has {len(found)} <topic_result> elements, not one")
+    body = found[0]
+    score_text = _ELEMENT["relevance_score"].findall(body)
+    try:
+        score = float(score_text[0].strip()) if len(score_text) == 1 else None
+    except ValueError:
+        score = None
+    if score is None or not 0 <= score <= 1:
+        raise AnswerProblem(f"<relevance_score> must be one number from 0 to 1, got {score_text!r}")
+    listed = _ELEMENT["referenced_messages"].findall(body)
+    ids = [line.strip() for line in (listed[0] if listed else "").splitlines() if line.strip()]
+    unknown = [i for i in ids if i not in topic_ids]
+    if unknown:
+        raise AnswerProblem(f"<referenced_messages> names {unknown[0]!r}, not a message of this topic")
+    summaries = _ELEMENT["summary"].findall(body)
+    summary = summaries[0].strip() if summaries else ""
+    if len(summary) > SUMMARY_CHARS:
+        raise AnswerProblem(f"<summary> has {len(summary)} characters, over {SUMMARY_CHARS}")
+    if score >= REFERENCE_FROM and not ids:
+        raise AnswerProblem(f"a score of {score:g} needs <referenced_messages>")
+    return score, list(dict.fromkeys(ids)), summary

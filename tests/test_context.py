@@ -1,0 +1,333 @@
+"""memctl context, graded activation, amnesia cues, the tuning log and the daily review (T4-T7, T11, T12, P8)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import orjson
+import pytest
+
+from conftest import snapshot
+from memctl import config
+from memctl.text.tokens import count_tokens
+from memctl.topics import activation
+from test_topics import HOTEL, TAXI, WEATHER, session_lines, topic_files
+
+SETTINGS = config.DEFAULTS["topics"]
+FEW_RECENT = {"MEMCTL_TOPICS_KEEP_RECENT": "2", "MEMCTL_NOW": "2026-11-21T09:00:00Z"}
+
+
+# -- T6: the formulas ------------------------------------------------------------
+
+@pytest.mark.parametrize("active, activate, dormant", [(3, 0.29, 0.145), (10, 0.50, 0.25), (18, 0.74, 0.37)])
+def test_thresholds_follow_the_formula(active, activate, dormant):
+    got = activation.thresholds(active, SETTINGS)
+    assert got == pytest.approx((0.2 + 0.03 * active, (0.2 + 0.03 * active) / 2))
+    assert got == pytest.approx((activate, dormant))
+
+
+def test_sliding_average_is_the_mean_of_the_last_five_scores():
+    part: dict = {}
+    for score in (1.0, 0.0, 0.2, 0.4, 0.6, 0.8):
+        averages = activation.add_scores(part, {"t-a": score}, SETTINGS["score_window"])
+    assert part["topics"]["t-a"]["scores"] == [0.0, 0.2, 0.4, 0.6, 0.8]
+    assert averages["t-a"] == pytest.approx(0.4) and part["rounds"] == 6
+
+
+def topics_with(averages: list[float], state: str = "active") -> tuple[dict, dict]:
+    ids = [f"t-{n:02d}" for n in range(len(averages))]
+    return {t: state for t in ids}, dict(zip(ids, averages))
+
+
+@pytest.mark.parametrize("active", [3, 10, 18])
+def test_an_active_topic_goes_dormant_below_half_the_activation_threshold(active):
+    _, dormancy = activation.thresholds(active, SETTINGS)
+    states, averages = topics_with([0.9] * (active - 2) + [dormancy + 0.01, dormancy - 0.01])
+    # active_target out of the way: this case is about the dormancy threshold alone
+    decision = activation.decide(states, averages, set(states), {**SETTINGS, "active_min": 1, "active_target": 20})
+    assert decision.made_dormant == ["t-%02d" % (active - 1)]
+    assert "t-%02d" % (active - 2) in decision.active  # just over: stays (hysteresis)
+
+
+@pytest.mark.parametrize("active", [3, 10, 18])
+def test_a_dormant_topic_needs_the_activation_threshold_to_come_back(active):
+    threshold, _ = activation.thresholds(active, SETTINGS)
+    states, averages = topics_with([0.95] * active)
+    states.update({"t-over": "dormant", "t-under": "dormant", "t-unscored": "dormant"})
+    averages.update({"t-over": threshold + 0.01, "t-under": threshold - 0.01, "t-unscored": 0.99})
+    decision = activation.decide(states, averages, set(states) - {"t-unscored"}, SETTINGS)
+    assert decision.activated == ["t-over"] or (active >= SETTINGS["active_max"] and decision.activated == [])
+    assert "t-under" not in decision.active and "t-unscored" not in decision.active
+
+
+def test_lenient_with_few_active_strict_with_many():
+    # The same average 0.3: enough to come back with 2 active (threshold 0.26), not with 18 (0.74).
+    few_states, few = topics_with([0.9, 0.9])
+    many_states, many = topics_with([0.9] * 18)
+    for states, averages in ((few_states, few), (many_states, many)):
+        states["t-x"], averages["t-x"] = "dormant", 0.3
+    assert "t-x" in activation.decide(few_states, few, set(few_states), SETTINGS).activated
+    assert "t-x" not in activation.decide(many_states, many, set(many_states), SETTINGS).activated
+
+
+def test_active_count_stays_within_its_bounds():
+    states, averages = topics_with([0.99] * 25)
+    assert len(activation.decide(states, averages, set(states), SETTINGS).active) == SETTINGS["active_max"]
+    states, averages = topics_with([0.0] * 5)
+    kept = activation.decide(states, averages, set(states), SETTINGS)
+    assert len(kept.active) == SETTINGS["active_min"] and len(kept.made_dormant) == 2
+    # Above active_target only topics over the activation threshold keep a place past that rank.
+    threshold, dormancy = activation.thresholds(12, SETTINGS)
+    states, averages = topics_with([0.9] * 10 + [(threshold + dormancy) / 2] * 2)
+    assert activation.decide(states, averages, set(states), SETTINGS).made_dormant == ["t-10", "t-11"]
+
+
+@pytest.mark.parametrize("message, cue", [("你忘了我的生日嗎", "你忘了"), ("我之前說過我不吃辣", "我之前說過"),
+                                          ("We talked about this before, remember?", "We talked about this before"),
+                                          ("did you forget the hotel?", "did you forget"),
+                                          ("what is the weather tomorrow?", None)])
+def test_amnesia_cues(message, cue):
+    assert activation.amnesia_cue(message) == cue
+
+
+# -- memctl context through real processes ---------------------------------------
+
+def split_three_subjects(run, store_dir, extra_env: dict | None = None) -> dict[str, str]:
+    """Weather, hotel, taxi split into topics; returns name-word -> topic id."""
+    assert run("ingest", "-", input=session_lines(WEATHER + HOTEL + TAXI)).returncode == 0
+    done = run("split", "--session", "s1", "--force", "--keep-recent", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    ids = {}
+    for tid, records in topic_files(store_dir).items():
+        text = " ".join(r.get("text", "") for r in records)
+        ids["weather" if "Redwood" in text else "hotel"] = tid
+    return ids
+
+
+def context_json(run, *args, env=FEW_RECENT):
+    done = run("context", "--session", "s1", "--json", *args, env=env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), done.stderr.decode()
+
+
+def shown_ids(result: dict, kind: str | None = None) -> list[str]:
+    return [m["id"] for s in result["sections"] if kind in (None, s["kind"]) for m in s["messages"]]
+
+
+def test_context_puts_the_relevant_topic_first_and_no_message_twice(run, store_dir):
+    ids = split_three_subjects(run, store_dir)
+    result, _ = context_json(run, "--message", "What was the reference of the Acorn Guest House booking?",
+                             "--budget", "2000")
+    kinds = [s["kind"] for s in result["sections"]]
+    assert kinds[0] == "topic" and kinds[-1] == "recent"
+    assert result["sections"][0]["topic_id"] == ids["hotel"] and result["sections"][0]["score"] >= 0.7
+    assert "m7" in shown_ids(result, "topic")  # the message holding ACG-42, verbatim
+    assert result["sections"][-1]["messages"][-1]["text"].startswith("What was the reference")
+    every = shown_ids(result)
+    assert len(every) == len(set(every))
+    assert result["tokens"] <= result["budget"] == 2000 and result["dropped"] == []
+    weather = [s for s in result["sections"] if s.get("topic_id") == ids["weather"]]
+    assert not weather  # below 0.3: not in the context
+
+
+def test_text_output_is_what_the_json_describes_within_the_budget(run, store_dir, tmp_path):
+    split_three_subjects(run, store_dir)
+    system = tmp_path / "system.md"
+    system.write_text("You are a travel assistant.")
+    question = "What was the reference of the Acorn Guest House booking?"
+    for budget in (80, 120, 250, 4000):
+        done = run("context", "--session", "s1", "--message", question, "--system", str(system),
+                   "--budget", str(budget), "--no-record", env=FEW_RECENT)
+        assert done.returncode == 0, done.stderr
+        text = done.stdout.decode()
+        assert count_tokens(text) <= budget
+        assert text.startswith("You are a travel assistant.") and question in text
+        result, said = context_json(run, "--message", question, "--system", str(system), "--budget", str(budget),
+                                    "--no-record")
+        assert result["tokens"] == count_tokens(text)
+        # Nothing dropped silently: every candidate message is shown or dropped, and stderr names each drop.
+        recent = {"m10", "m11"}
+        assert recent <= set(shown_ids(result)) | {d.get("message_id") for d in result["dropped"]}
+        for dropped in result["dropped"]:
+            assert (dropped.get("message_id") or f"summary of {dropped['topic_id']}") in said
+        for section in result["sections"]:
+            for m in section["messages"]:
+                assert m["id"] not in {d.get("message_id") for d in result["dropped"]}
+
+
+def test_a_budget_below_the_new_message_is_an_error(run, store_dir):
+    split_three_subjects(run, store_dir)
+    done = run("context", "--session", "s1", "--message", "word " * 50, "--budget", "10")
+    assert done.returncode == 2 and b"--budget" in done.stderr and done.stdout == b""
+
+
+def test_no_record_changes_nothing_and_recording_logs_the_round(run, store_dir):
+    split_three_subjects(run, store_dir)
+    run("index")
+    before = snapshot(store_dir)
+    context_json(run, "--message", "hotel booking reference?", "--no-record")
+    assert snapshot(store_dir) == before
+    context_json(run, "--message", "hotel booking reference?")
+    state = json.loads((store_dir / "index_state.json").read_text())
+    assert state["topic_activation"]["rounds"] == 1 and len(state["topic_activation"]["topics"]) == 2
+    assert run("state", "show", "--json").returncode == 0  # the window part still reads
+    events = [json.loads(line) for line in run("topics", "log", "--json").stdout.splitlines()]
+    assert events[-1]["event"] == "round" and set(events[-1]["scores"]) == set(state["topic_activation"]["topics"])
+    assert run("topics", "log", "--since", "2999-01-01").returncode == 1
+
+
+def write_topic(store_dir: Path, topic_id: str, name: str, messages: list[dict], state: str,
+                summary: str | None = None) -> None:
+    """A topic file as docs/topics.md describes it (header first, then the messages)."""
+    header = {"type": "topic", "id": topic_id, "name": name, "summary": summary or " ".join(m["text"] for m in messages),
+              "parent": None, "children": [], "state": state, "created": "2026-11-20T10:00:00Z",
+              "updated": "2026-11-20T10:30:00Z", "messages": len(messages), "tokens": 50}
+    (store_dir / "topics").mkdir(parents=True, exist_ok=True)
+    (store_dir / "topics" / f"{topic_id}.jsonl").write_bytes(
+        b"".join(orjson.dumps(r) + b"\n" for r in [header, *({"type": "message", **m} for m in messages)]))
+
+
+def make_dormant(store_dir: Path, topic_id: str) -> None:
+    path = store_dir / "topics" / f"{topic_id}.jsonl"
+    records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    header = next(r for r in reversed(records) if r["type"] == "topic")
+    path.write_bytes(path.read_bytes() + orjson.dumps({**header, "state": "dormant"}) + b"\n")
+
+
+def test_an_amnesia_cue_reactivates_the_dormant_topic_that_holds_the_answer(run, store_dir):
+    ids = split_three_subjects(run, store_dir)
+    make_dormant(store_dir, ids["hotel"])
+    plain, _ = context_json(run, "--message", "What was the Acorn Guest House booking reference?", "--no-record")
+    assert "m7" not in shown_ids(plain)  # dormant: not evaluated
+    result, said = context_json(run, "--message", "Did you forget the Acorn Guest House booking reference?")
+    assert [a["topic_id"] for a in result["activated"]] == [ids["hotel"]]
+    assert result["activated"][0]["reason"] == "amnesia cue" and "m7" in shown_ids(result, "topic")
+    assert f"activated topic {ids['hotel']}" in said
+    assert json.loads(run("topics", "show", ids["hotel"], "--json").stdout.splitlines()[0])["state"] == "active"
+    log = [json.loads(line) for line in run("topics", "log", "--json").stdout.splitlines()]
+    assert {"event": "activated", "topic": ids["hotel"], "reason": "amnesia cue"}.items() <= log[-1].items()
+
+
+def test_an_unclear_amnesia_cue_is_reported_with_its_candidates(run, store_dir):
+    cambridge = ["Find me a guest house in Cambridge for Friday.", "The Acorn Guest House has rooms on Friday."]
+    oxford = ["Find me a guest house in Oxford for Friday.", "The Oak Guest House has rooms on Friday."]
+    filler = ["Thanks!", "You are welcome."]
+    run("ingest", "-", input=session_lines(cambridge + oxford + WEATHER + filler))
+    messages = [json.loads(line) for line in session_lines(cambridge + oxford + WEATHER + filler).splitlines()]
+    write_topic(store_dir, "t-cambridge", "guest house · cambridge", messages[0:2], "dormant")
+    write_topic(store_dir, "t-oxford", "guest house · oxford", messages[2:4], "dormant")
+    write_topic(store_dir, "t-weather", "redwood · rain", messages[4:8], "active")
+    result, said = context_json(run, "--message", "You forgot the guest house for Friday?")
+    assert result["activated"] == []
+    assert len(result["ambiguous"]) == 1 and len(result["ambiguous"][0]["candidates"]) >= 2
+    assert "not clear which topic is meant" in said
+
+
+def test_topics_activate_by_id_and_by_query(run, store_dir):
+    ids = split_three_subjects(run, store_dir)
+    make_dormant(store_dir, ids["hotel"])
+    make_dormant(store_dir, ids["weather"])
+    found = run("topics", "activate", "rain in Redwood City", "--json")
+    assert found.returncode == 0, found.stderr
+    activated = json.loads(found.stdout)["activated"]
+    assert activated[0]["topic_id"] == ids["weather"]  # the best match first; with none active, lenient
+    assert run("topics", "activate", ids["hotel"]).stdout.decode().startswith(ids["hotel"])
+    assert run("topics", "activate", "quantum chromodynamics lecture").returncode == 1
+
+
+# -- the LLM path (§6.1) ---------------------------------------------------------
+
+EVALUATIONS = {
+    "good": """
+        import re, sys
+        prompt = sys.stdin.read()
+        ids = re.findall(r'<message id="(m\\d+)"', prompt.split("<unsplit_messages>")[0])
+        hotel = "Acorn" in prompt.split("<unsplit_messages>")[0]
+        print("<topic_result><relevance_score>%s</relevance_score>" % ("0.9" if hotel else "0.1"))
+        if hotel:
+            print("<referenced_messages>\\n%s\\n</referenced_messages><summary>Booked, ref ACG-42.</summary>" % ids[-1])
+        print("</topic_result>")
+    """,
+    "malformed": "import sys; sys.stdin.read(); print('<topic_result><relevance_score>high</relevance_score></topic_result>')",
+    "timeout": "import sys, time; sys.stdin.read(); time.sleep(30)",
+}
+
+
+@pytest.fixture
+def evaluator(tmp_path):
+    def command(kind: str) -> str:
+        script = tmp_path / f"evaluate_{kind}.py"
+        script.write_text(textwrap.dedent(EVALUATIONS[kind]))
+        return f"{sys.executable} {script}"
+
+    return command
+
+
+def test_llm_evaluation_answer_is_used(run, store_dir, evaluator):
+    ids = split_three_subjects(run, store_dir)
+    result, said = context_json(run, "--message", "and the booking?", "--llm", evaluator("good"))
+    topic = result["sections"][0]
+    assert topic["topic_id"] == ids["hotel"] and topic["score"] == 0.9 and topic["summary"] == "Booked, ref ACG-42."
+    assert "not used" not in said
+
+
+@pytest.mark.parametrize("kind, said", [("malformed", "relevance_score"), ("timeout", "no answer within 2 s")])
+def test_bad_llm_evaluation_falls_back_to_the_builtin_score_per_topic(run, store_dir, evaluator, kind, said):
+    ids = split_three_subjects(run, store_dir)
+    builtin, _ = context_json(run, "--message", "What was the Acorn Guest House booking reference?", "--no-record")
+    result, stderr = context_json(run, "--message", "What was the Acorn Guest House booking reference?",
+                                  "--no-record", "--llm", evaluator(kind),
+                                  env={**FEW_RECENT, "MEMCTL_TOPICS_LLM_TIMEOUT": "2"})
+    assert result["sections"] == builtin["sections"]
+    assert stderr.count("the LLM answer was not used") == 2 and said in stderr and ids["hotel"] in stderr
+
+
+# -- the daily review (T12, P8) --------------------------------------------------
+
+def test_daily_review_plans_then_archives_and_merges(run, store_dir):
+    ids = split_three_subjects(run, store_dir)
+    # A second topic on the hotel subject, from another session: the review merges it.
+    again = ["I need a cheap hotel in the north of Cambridge with free parking.",
+             "The Acorn Guest House is cheap, in the north, with free parking."]
+    run("ingest", "-", input=session_lines(again, session="s2", prefix="h"))
+    hotel = [orjson.loads(line) for line in (store_dir / "topics" / f"{ids['hotel']}.jsonl").read_bytes().splitlines()]
+    duplicate = "t-duplicate"
+    write_topic(store_dir, duplicate, hotel[0]["name"], [json.loads(line) for line in session_lines(
+        again, session="s2", prefix="h").splitlines()], "active", summary=hotel[0]["summary"])
+    make_dormant(store_dir, ids["weather"])
+    later = {"MEMCTL_NOW": "2026-12-05T03:00:00Z"}
+
+    before = snapshot(store_dir)
+    plan = run("review", "daily", "--dry-run", "--json", env=later)
+    assert plan.returncode == 0, plan.stderr
+    planned = json.loads(plan.stdout)
+    assert snapshot(store_dir) == before and b"dry run" in plan.stderr
+    assert [a["topic_id"] for a in planned["archived"]] == [ids["weather"]]
+    assert planned["archived"][0]["to"] == f"topics/archived/{planned['archived'][0]['to'][16:23]}/{ids['weather']}.jsonl"
+    assert {(m["topic_id"], m["into"]) for m in planned["merged"]} == {(duplicate, ids["hotel"])}
+    assert {s["session"] for s in planned["idle_summaries"]} == {"s1", "s2"}
+    assert all(3 <= len(s["keywords"]) <= 5 for s in planned["idle_summaries"])
+
+    done = run("review", "daily", "--json", env=later)
+    assert json.loads(done.stdout)["archived"] == planned["archived"]
+    assert not (store_dir / "topics" / f"{ids['weather']}.jsonl").exists()
+    archived = [json.loads(line) for line in run("topics", "list", "--archived", "--since", "2026-11",
+                                                 "--json").stdout.splitlines()]
+    assert [a["id"] for a in archived] == [ids["weather"]] and archived[0]["state"] == "archived"
+    assert run("topics", "list", "--archived", "--since", "2027-01").returncode == 1
+    merged = json.loads(run("topics", "show", duplicate, "--json").stdout.splitlines()[0])
+    assert merged["id"] == ids["hotel"]  # the merged id still resolves
+    assert (store_dir / "auto_summaries.jsonl").exists()
+    # Archived messages stay placed: they do not come back as unsplit.
+    result, _ = context_json(run, "--message", "rain in Redwood City?", "--no-record", env={**FEW_RECENT, **later})
+    assert not {"m0", "m1", "m2", "m3"} & set(shown_ids(result))
+    # Only an explicit request brings an archived topic back.
+    back = run("topics", "activate", "Redwood", "--include-archived", "--json", env=later)
+    assert back.returncode == 0, back.stderr
+    assert ids["weather"] in [a["topic_id"] for a in json.loads(back.stdout)["activated"]]
+    assert (store_dir / "topics" / f"{ids['weather']}.jsonl").exists()
+    again_plan = json.loads(run("review", "daily", "--dry-run", "--json", env=later).stdout)
+    assert again_plan["merged"] == [] and again_plan["idle_summaries"] == []
