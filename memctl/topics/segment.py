@@ -6,7 +6,9 @@ Two kinds of conversation, told apart by how many people speak:
   of messages gets a similarity mixing sentence vectors with lexical overlap
   (TF-IDF of words; of character bigrams for Chinese, which the bundled MiniLM
   reads little of), in standard deviations of the conversation's own
-  similarities, plus a bonus for being near. Neighbouring blocks merge, most
+  similarities, plus a bonus for being near (smaller where subjects
+  alternate). Blocks start as exchanges opened by the party that opens
+  subjects. Neighbouring blocks merge, most
   similar first (average linkage, contiguous); a later block whose subject
   came back rejoins the earlier cluster. Each cluster is then matched against
   the topics of earlier splits: close enough to one, it returns there;
