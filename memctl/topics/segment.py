@@ -49,6 +49,7 @@ class Settings:
     near_decay: float = 1.0        # ... by e per this many messages apart
     alternation_scale: float = 0.2  # ... in full when neighbouring exchanges are this much more alike than ones two apart
     near_floor: float = 0.3        # ... and never less than this share of it
+    alternation_bonus: float = 0.6  # a block's rejoin score with the cluster before the previous, where subjects alternate
     merge_threshold: float = 0.8   # neighbouring blocks merge while their mean similarity is above this
     rejoin_threshold: float = 1.2  # a later block rejoins an earlier one of this split above this
     return_threshold: float = 0.55  # a new block goes back to a topic of an earlier split above this cosine
@@ -183,10 +184,12 @@ def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf) -> list
     readable = np.array([readable_share(m.get("text", "")) for m in messages])
     units = _exchanges([m.get("role") for m in messages], vectors, readable)
     distance = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
-    sim += settings.near_bonus * _interleaving_scale(sim, units, settings) * np.exp(-(distance - 1) / settings.near_decay)
+    nearness = _interleaving_scale(sim, units, settings)
+    sim += settings.near_bonus * nearness * np.exp(-(distance - 1) / settings.near_decay)
+    alternation = (1 - nearness) / (1 - settings.near_floor)
     existing = list(topics)
     keys = [""] * n
-    for rows in _clusters(sim, settings, units):
+    for rows in _clusters(sim, settings, units, alternation):
         vector = vectors[rows].sum(0) if vectors is not None else None
         terms = _add([weighted[i] for i in rows])
         best, best_score = None, settings.return_threshold
@@ -215,9 +218,10 @@ def _interleaving_scale(sim: np.ndarray, units: list[tuple[int, int]], settings:
     return float(np.clip((lags[0] - lags[1]) / settings.alternation_scale, settings.near_floor, 1.0))
 
 
-def _clusters(sim: np.ndarray, settings: Settings, units: list[tuple[int, int]]) -> list[list[int]]:
+def _clusters(sim: np.ndarray, settings: Settings, units: list[tuple[int, int]],
+              alternation: float) -> list[list[int]]:
     """Clusters of message rows, in order of their first message."""
-    return _rejoined(sim, _merged_blocks(sim, settings, units), settings)
+    return _rejoined(sim, _merged_blocks(sim, settings, units), settings, alternation)
 
 
 def _exchanges(roles: list, vectors: np.ndarray | None, readable: np.ndarray) -> list[tuple[int, int]]:
@@ -265,11 +269,16 @@ def _merged_blocks(sim: np.ndarray, settings: Settings, blocks: list[tuple[int, 
     return blocks
 
 
-def _rejoined(sim: np.ndarray, blocks: list[tuple[int, int]], settings: Settings) -> list[list[int]]:
+def _rejoined(sim: np.ndarray, blocks: list[tuple[int, int]], settings: Settings,
+              alternation: float) -> list[list[int]]:
     """A block whose subject came back rejoins the earlier cluster it continues (mean similarity above
-    rejoin_threshold); the cluster it was just refused a merge with is not a candidate."""
+    rejoin_threshold); the cluster it was just refused a merge with is not a candidate. Where subjects
+    alternate (0..1), the cluster before the previous one is the likeliest to come back: bonus
+    alternation_bonus x alternation (interleaved dev ARI .405 -> .419, returns 15% -> 20%; DialSeg711
+    .705 -> .702; .6 of the bonus was best, 1.0 .419 / .696, 1.5 .369 / .681)."""
     clusters: list[list[int]] = []
     previous: list[int] = []
+    recent: list[int | None] = [None, None]   # the clusters of the last two blocks, older first
     for start, end in blocks:
         rows = list(range(start, end))
         best, best_score = None, settings.rejoin_threshold
@@ -277,12 +286,16 @@ def _rejoined(sim: np.ndarray, blocks: list[tuple[int, int]], settings: Settings
             if cluster == previous:
                 continue  # a neighbour the merge already refused
             score = sim[np.ix_(cluster, rows)].mean()
+            if c == recent[0]:
+                score += settings.alternation_bonus * alternation
             if score > best_score:
                 best, best_score = c, score
         if best is None:
             clusters.append(rows)
+            best = len(clusters) - 1
         else:
             clusters[best] += rows
+        recent = [recent[1], best]
         previous = rows
     return clusters
 
