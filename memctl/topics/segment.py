@@ -8,13 +8,13 @@ Two kinds of conversation, told apart by how many people speak:
   reads little of), in standard deviations of the conversation's own
   similarities, plus a bonus for being near (smaller where subjects
   alternate). Blocks start as exchanges opened by the party that opens
-  subjects. Neighbouring blocks merge, most
-  similar first (average linkage, contiguous); a later block whose subject
-  came back rejoins the earlier cluster. Each cluster is then matched against
-  the topics of earlier splits: close enough to one, it returns there;
-  otherwise it opens a new topic. On DialSeg711 dev this beat TextTiling
-  depth cuts over the same similarities (ARI .686 vs .573) and a
-  non-contiguous average linkage (.599).
+  subjects; neighbouring blocks merge, most similar first (average linkage,
+  contiguous); a later block whose subject came back rejoins the earlier
+  cluster (where subjects alternate, the one two blocks back first). Each
+  cluster is then matched against the topics of earlier splits: close enough
+  to one, it returns there; otherwise it opens a new topic. On DialSeg711 dev
+  this beat TextTiling depth cuts over the same similarities (ARI .686 vs
+  .573) and a non-contiguous average linkage (.599).
 * Many people at once (IRC): subjects interleave message by message, so each
   message follows the reply structure instead: naming someone puts it in that
   person's conversation; otherwise it continues the speaker's own recent one
@@ -184,7 +184,7 @@ def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf) -> list
     readable = np.array([readable_share(m.get("text", "")) for m in messages])
     units = _exchanges([m.get("role") for m in messages], vectors, readable)
     distance = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
-    nearness = _interleaving_scale(sim, units, settings)
+    nearness = _nearness_trust(sim, units, settings)
     sim += settings.near_bonus * nearness * np.exp(-(distance - 1) / settings.near_decay)
     alternation = (1 - nearness) / (1 - settings.near_floor)
     existing = list(topics)
@@ -206,7 +206,7 @@ def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf) -> list
     return keys
 
 
-def _interleaving_scale(sim: np.ndarray, units: list[tuple[int, int]], settings: Settings) -> float:
+def _nearness_trust(sim: np.ndarray, units: list[tuple[int, int]], settings: Settings) -> float:
     """How far to trust nearness here (0..1): in a conversation whose subjects alternate, an exchange
     is about as like the one after next as like the next, and the bonus for neighbours glues
     alternating subjects together. Scaled by how much more alike neighbouring exchanges are than
@@ -248,8 +248,8 @@ def _exchanges(roles: list, vectors: np.ndarray | None, readable: np.ndarray) ->
 
 
 def _merged_blocks(sim: np.ndarray, settings: Settings, blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Neighbouring blocks (at first the exchanges) merge, most similar first (mean similarity of their messages), while above
-    merge_threshold; only the two scores beside a merge change, so this is O(n) merges of O(block) work."""
+    """Neighbouring blocks (at first the exchanges) merge, most similar first (mean similarity of their
+    messages), while above merge_threshold; only the two scores beside a merge change, so this is O(n) merges of O(block) work."""
     n = len(blocks)
 
     def link(a, b):
