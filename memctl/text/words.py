@@ -12,12 +12,13 @@ import re
 
 # Words that carry no content: dropped from queries (in the index they still count
 # towards document length, as BM25 expects), from similarity, and from heading
-# keywords ("About Bob" is about Bob, not about "about").
+# keywords ("About Bob" is about Bob, not about "about"). The query list plus
+# "about": the union of the three lists this replaced also dropped after, before,
+# from, all, ... and cost LoCoMo recall@10 0.003 (0.710 -> 0.707 with defaults).
 STOPWORDS = frozenset("""
-a about after all am an and any are as at be been before being but by can could did do does for from had
-has have he her him his how i if in into is it its me my no not of on or our re she should some such than
-that the their them then there these they this those to up us was we were what when where which who whom
-why will with would you your
+a about am an and are as at be been being but by can could did do does for had has have he her him his how
+i if in into is it its me my no not of on or our she should such that the their them then there these they
+this to was we were what when where which who whom why will with would you your
 """.split())
 
 # Words that ask for memory: a message with one of them always searches (P7) and
