@@ -6,6 +6,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,19 @@ def run(store_dir: Path):
         )
 
     return _run
+
+
+@pytest.fixture
+def python_command(tmp_path: Path):
+    """A shell command running Python source as a real process: the stand-in for an
+    outside program (an LLM command) in tests, answering well or badly as written."""
+
+    def command(name: str, source: str) -> str:
+        script = tmp_path / f"{name}.py"
+        script.write_text(textwrap.dedent(source))
+        return f"{sys.executable} {script}"
+
+    return command
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-import textwrap
 from pathlib import Path
 
 import orjson
@@ -257,13 +255,8 @@ EVALUATIONS = {
 
 
 @pytest.fixture
-def evaluator(tmp_path):
-    def command(kind: str) -> str:
-        script = tmp_path / f"evaluate_{kind}.py"
-        script.write_text(textwrap.dedent(EVALUATIONS[kind]))
-        return f"{sys.executable} {script}"
-
-    return command
+def evaluator(python_command):
+    return lambda kind: python_command(f"evaluate_{kind}", EVALUATIONS[kind])
 
 
 def test_llm_evaluation_answer_is_used(run, store_dir, evaluator):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -174,13 +173,8 @@ ANSWERS = {
 
 
 @pytest.fixture
-def answer(tmp_path):
-    def command(kind: str) -> str:
-        script = tmp_path / f"{kind}.py"
-        script.write_text(textwrap.dedent(ANSWERS[kind]))
-        return f"{sys.executable} {script}"
-
-    return command
+def answer(python_command):
+    return lambda kind: python_command(kind, ANSWERS[kind])
 
 
 def test_llm_answer_is_applied(run, store_dir, answer):
