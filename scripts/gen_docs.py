@@ -53,6 +53,8 @@ def run_cog(*options: str) -> int:
 
 
 def generate(target: Path) -> None:
+    for name in cli.list_commands(None):  # click-man reads `commands`: load the lazy ones first
+        cli.get_command(None, name)
     (target / "man").mkdir(parents=True, exist_ok=True)
     (target / "completions").mkdir(parents=True, exist_ok=True)
     # A fixed date keeps the pages reproducible: they change when the commands do.

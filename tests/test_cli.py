@@ -12,7 +12,7 @@ import pytest
 from conftest import FIXTURES, REPO, memctl_command, snapshot
 from memctl.cli import cli
 
-COMMANDS = sorted(cli.commands)
+COMMANDS = cli.list_commands(None)
 
 
 def test_version_and_top_level_help(run):
@@ -30,7 +30,7 @@ def test_every_command_has_help_with_examples(run, name):
     assert result.returncode == 0
     text = result.stdout.decode()
     assert text.startswith(f"Usage: memctl {name}")
-    if "not available yet" not in cli.commands[name].help:  # placeholders say so instead
+    if "not available yet" not in cli.get_command(None, name).help:  # placeholders say so instead
         assert "Examples:" in text and f"memctl {name}" in text.split("Examples:")[1]
 
 

@@ -175,7 +175,7 @@ def test_scores_of_an_empty_store_exit_1(run, store_dir):
 
 def test_every_review_and_health_subcommand_has_help_with_examples(run):
     for group in ("review", "health"):
-        for name in cli.commands[group].commands:
+        for name in cli.get_command(None, group).commands:
             result = run(group, name, "--help")
             assert result.returncode == 0
             text = result.stdout.decode()

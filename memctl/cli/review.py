@@ -154,3 +154,13 @@ def review_lifecycle(memory, dry_run, hard, as_json):
             click.echo(f"{c.id}: {what}{where}{health}")
     verb = "would change" if dry_run else "changed"
     say(f"memctl: lifecycle: {len(changes)} {verb}" + (", nothing written" if dry_run else ""))
+
+
+def _with_daily_review() -> None:
+    """`review daily` lives with the topic commands of `memctl context` (T12)."""
+    from memctl.cli.context import daily
+
+    review.add_command(daily)
+
+
+_with_daily_review()

@@ -114,3 +114,13 @@ def show_topic(memory, topic_id, as_json):
         who = message.get("speaker") or message.get("role") or ""
         click.echo(f"[{message.get('ts', '')}] {who} ({message['id']}): {message.get('text', '')}")
 
+
+def _with_topic_activation() -> None:
+    """`topics activate` and `topics log` live with `memctl context` (issue 12's commands)."""
+    from memctl.cli.context import activate, topics_log
+
+    topics.add_command(activate)
+    topics.add_command(topics_log)
+
+
+_with_topic_activation()
