@@ -10,15 +10,12 @@ kept exactly as given: to a program, "a  b" and "a b" may differ.
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Any
 
 import orjson
 
 from memctl.errors import InputError
-
-NAME = re.compile(r"[\w.:@+-]{1,128}")
-
+from memctl.store.store import NAME
 
 def check_name(value: str, what: str) -> str:
     """A scope or tool name: 1-128 letters, digits or . _ : @ + - (also safe as a file name)."""

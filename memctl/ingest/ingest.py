@@ -25,9 +25,8 @@ from memctl.errors import InputError
 from memctl.store.memoryfile import check_field
 from memctl.text.noise import noise_reason
 from memctl.store.sessions import append_daily_log, load_ids, message_line
-from memctl.store.store import Store
+from memctl.store.store import NAME, Store
 
-_SESSION_ID = re.compile(r"[\w.:@+-]{1,128}")
 _MESSAGE_KEYS = ("id", "session", "role", "speaker", "ts", "text")
 _NOTE_KEYS = {"id", "text", "content", "section", "ts"} | set(memoryfile.FIELD_ORDER)
 _LOGGED_ROLES = (None, "user", "human")
@@ -87,7 +86,7 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
         ttl_hours = config.check("ingest", "pending_ttl_hours", float(ttl_hours), "--ttl")
     if keep_noise is None:
         keep_noise = not settings["filter_noise"]
-    if session is not None and not _SESSION_ID.fullmatch(session):
+    if session is not None and not NAME.fullmatch(session):
         raise InputError("must be 1-128 letters, digits or . _ : @ + -", source="--session", field="session")
     text = inputs.decode(data, source)
     if fmt == "auto":
@@ -221,11 +220,11 @@ def _message(record: inputs.Record, source: str, default_session: str,
         if name in value and not isinstance(value[name], str):
             raise InputError(f"must be text, got {json_type(value[name])}",
                              source=source, line=line, field=name)
-    if "id" in value and not _SESSION_ID.fullmatch(value["id"]):
+    if "id" in value and not NAME.fullmatch(value["id"]):
         raise InputError("must be 1-128 letters, digits or . _ : @ + -", source=source, line=line, field="id")
     defaults = record.defaults or {}
     session = forced or value.get("session") or defaults.get("session") or default_session
-    if not _SESSION_ID.fullmatch(session):
+    if not NAME.fullmatch(session):
         raise InputError("must be 1-128 letters, digits or . _ : @ + -", source=source, line=line,
                          field="session")
     raw_ts = value.get("ts", defaults.get("ts"))

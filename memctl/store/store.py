@@ -36,6 +36,8 @@ _DAY_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
 _JOURNAL_DIR = ".journal"
 _JOURNAL_FILE = "journal.json"
 _BACKUP_NAME = re.compile(r"^\d+\.bak$")
+# What an id, a session, a scope or a tool may be called: also safe as a file name.
+NAME = re.compile(r"[\w.:@+-]{1,128}")
 
 
 class Store:
