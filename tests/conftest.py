@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -60,6 +62,15 @@ def python_command(tmp_path: Path):
         return f"{sys.executable} {script}"
 
     return command
+
+
+def killed_after(seconds: float, script: str, *args: str) -> str:
+    """Run Python source as a process and SIGKILL it `seconds` in; what it printed by then
+    (its acknowledged writes)."""
+    process = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True)
+    time.sleep(seconds)
+    process.send_signal(signal.SIGKILL)
+    return process.communicate()[0]
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import multiprocessing
 import random
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 from collections import Counter
 
 import orjson
 
+from conftest import killed_after
 from memctl.store import memoryfile
 from memctl.ingest.ingest import ingest
 from memctl.store.sessions import iter_messages, iter_pending
@@ -90,12 +87,7 @@ def test_writer_killed_at_random_points_keeps_every_acknowledged_write(tmp_path)
     for run in range(40):  # until enough kills have landed mid-transaction (timing varies with load)
         if run >= 8 and interrupted >= 4:
             break
-        writer = subprocess.Popen([sys.executable, "-c", WRITER_SCRIPT, str(root), f"r{run}"],
-                                  stdout=subprocess.PIPE, text=True)
-        time.sleep(rng.uniform(0.3, 1.2))
-        writer.send_signal(signal.SIGKILL)
-        out, _ = writer.communicate()
-        acknowledged += out.split()
+        acknowledged += killed_after(rng.uniform(0.3, 1.2), WRITER_SCRIPT, str(root), f"r{run}").split()
         interrupted += (root / ".journal").exists()
         # Readers see a consistent store even before any writer repairs it.
         assert_store_parses(root)

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import json
 import random
-import signal
 import subprocess
-import sys
 import textwrap
-import time
 from collections import Counter
 
 import orjson
 
-from conftest import memctl_command
+from conftest import killed_after, memctl_command
 from memctl.store.store import Store
 from memctl.topics.files import load_topics
 
@@ -71,12 +68,7 @@ def test_split_killed_at_random_points_leaves_every_message_in_one_place(tmp_pat
     for run in range(30):
         if run >= 6 and interrupted >= 3:
             break
-        splitter = subprocess.Popen([sys.executable, "-c", SPLITTER, str(root), f"r{run}"],
-                                    stdout=subprocess.PIPE, text=True)
-        time.sleep(rng.uniform(0.5, 1.5))
-        splitter.send_signal(signal.SIGKILL)
-        out, _ = splitter.communicate()
-        acknowledged |= set(out.split())
+        acknowledged |= set(killed_after(rng.uniform(0.5, 1.5), SPLITTER, str(root), f"r{run}").split())
         interrupted += (root / ".journal").exists()
         with Store(root).lock():  # the next writer rolls back what the killed one left half done
             pass
