@@ -33,7 +33,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # machine, waits for a core (warm hybrid search, 2 cores under load 12: 87 -> 45 ms).
         "query_threads": 1,
         "batch_size": 16,            # short batches pad less: measured fastest for chat turns
-        "with_previous_turn": True,  # embed a message together with the turn before it
+        "with_previous_turn": True,  # read a message with the turn before it: the model, and BM25 (context field)
         "precision": "int8",         # int8 (quantised weights: ~2x faster) | float32 (exactly sentence-transformers)
     },
     "retrieval": {                # SPEC P3; defaults from design 003 section 5
@@ -44,6 +44,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "unknown_share_low": 0.1,   # the query's share of word pieces the model does not know:
         "unknown_share_high": 0.5,  # above low, vector weight moves to BM25; at high, all of it
         "candidates": 200,
+        "context_weight": 0.5,      # BM25 of a message's turn before it counts this much (index with_previous_turn)
         "split_query_lines": True,  # a query of several lines: each result's cosine is its closest line's
         "recency_half_life_days": 14.0,
         "recency_weight": 0.10,
@@ -166,7 +167,7 @@ LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
     ("retrieval", "coverage_query_words"): (lambda v: v >= 1, "a whole number >= 1"),
     ("retrieval", "evergreen_memory_classes"): (lambda v: all(isinstance(c, str) for c in v), "a list of names"),
     **{("retrieval", key): (lambda v: 0 <= v <= 1, "from 0 to 1")
-       for key in ("importance_base", "time_decay_floor", "hard_min_score", "min_best_relevance",
+       for key in ("context_weight", "importance_base", "time_decay_floor", "hard_min_score", "min_best_relevance",
                    "min_share_of_best")},
     ("topics", "split_at"): (lambda v: 0 < v <= 1, "a number in (0, 1]"),
     **{("topics", key): (lambda v: v >= 1, "a whole number >= 1")

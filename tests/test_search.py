@@ -154,6 +154,23 @@ def test_long_text_is_chunked_and_found_by_its_end(tmp_path):
     assert len(ids(found)) == len(set(ids(found)))  # one result per record, its best chunk
 
 
+def test_a_reply_is_found_by_the_turn_it_answers(tmp_path):
+    # BM25 reads a message's turn before it, in a field of its own at half weight: the
+    # answer alone never names what it answers. Each query word counts once, where it
+    # scores best, so the turn holding the words itself stays first.
+    store = Store(tmp_path / "s")
+    chat = [("q", "Mei", "Which database did the Kestrel team choose for the recipes?"),
+            ("a", "Bo", "They went with PostgreSQL, mostly for JSONB."),
+            ("x", "Mei", "The espresso machine on floor 3 is broken again.")]
+    ingest(store, b"".join(orjson.dumps({"id": i, "session": "s", "speaker": who, "text": text,
+                                         "ts": f"2026-11-20T10:0{n}:00Z"}) + b"\n"
+                           for n, (i, who, text) in enumerate(chat)),
+           source="<stdin>", fmt="jsonl", keep_noise=True)
+    assert ids(find(store, "Kestrel database", mode="bm25", min_score=0)) == ["q", "a"]
+    (store.root / "memctl.toml").write_text("[retrieval]\ncontext_weight = 0\n")
+    assert ids(find(store, "Kestrel database", mode="bm25", min_score=0)) == ["q"]
+
+
 def test_access_is_counted_for_returned_memories(demo):
     (results,) = search_store(demo, [Query(text="which database does Kestrel use", k=2)])
     memory_ids = [r.record_id for r in results if r.kind == "memory"]

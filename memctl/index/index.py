@@ -39,7 +39,8 @@ from memctl.store.store import Store, atomic_write
 if TYPE_CHECKING:
     from memctl.index.units import Unit
 
-FORMAT = 3  # 2: units carry tool, agent, cache_scope (H4); 3: stamps with inodes, the model named by content
+FORMAT = 4  # 2: units carry tool, agent, cache_scope (H4); 3: stamps with inodes, the model named by content;
+            # 4: BM25 reads a message with the turn before it
 _TABLE = "units"
 _COLUMNS = {"row": int, "id": str, "digest": str, "embed_digest": str, "kind": str, "record_id": str,
             "source": str, "section": str, "session": str, "scope": str, "status": str, "ts_epoch": float,
@@ -310,8 +311,10 @@ class Index:
         else:  # every unit written is deleted first: an update cut short and done again adds no twins
             for unit_id in {*gone, *(unit.id for unit in fresh)}:
                 writer.delete_documents_by_term("id", unit_id)
+        with_previous_turn = self.settings["embedding"]["with_previous_turn"]
         for unit in fresh:
-            writer.add_document(lexical.document(unit.id, _bm25_text(unit), _meta(unit)))
+            writer.add_document(lexical.document(unit.id, _bm25_text(unit), _meta(unit),
+                                                 context=unit.context if with_previous_turn else None))
         writer.commit()
         writer.wait_merging_threads()
 
@@ -592,7 +595,8 @@ def _meta(unit: Unit) -> dict:
 
 
 def _bm25_text(unit: Unit) -> str:
-    """What BM25 reads: the text, with who said it or the section it sits in."""
+    """What BM25 reads: the text, with who said it or the section it sits in (a message's
+    turn before it goes to its own field, lexical.document)."""
     label = unit.speaker if unit.kind != "memory" else unit.section
     return f"{label}: {unit.text}" if label else unit.text
 

@@ -44,6 +44,7 @@ def schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("id", stored=True, tokenizer_name="raw")
     builder.add_text_field("body", stored=False, tokenizer_name=ANALYZER)
+    builder.add_text_field("context", stored=False, tokenizer_name=ANALYZER)
     for name in FILTER_FIELDS:
         builder.add_text_field(name, stored=False, tokenizer_name="raw")
     builder.add_integer_field("ts", stored=False, indexed=True, fast=True)
@@ -63,9 +64,10 @@ def open_index(path: Path) -> tantivy.Index:
     return index
 
 
-def document(unit_id: str, body: str, meta: dict) -> tantivy.Document:
+def document(unit_id: str, body: str, meta: dict, context: str | None = None) -> tantivy.Document:
+    """`context`: the turn before a message, searched in its own field (see `search`)."""
     source = meta["source"]
-    fields = {"id": unit_id, "body": body, "kind": meta["kind"], "scope": meta["scope"],
+    fields = {"id": unit_id, "body": body, "context": context or "", "kind": meta["kind"], "scope": meta["scope"],
               "section": meta.get("section") or "", "session": meta.get("session") or "",
               "status": meta.get("status") or "active", "source": source,
               "source_dir": source.rsplit("/", 1)[0] + "/" if "/" in source else "",
@@ -94,13 +96,31 @@ class Hits:
         return min(1.0, self.scores.get(unit_id, 0.0) / self.ideal) if self.ideal > 0 else 0.0
 
 
-def search(index: tantivy.Index, text: str, filters: Filters, limit: int, ideal_terms: int = 8) -> Hits:
-    """The best `limit` matches of `text` within `filters`, by unit id."""
+def search(index: tantivy.Index, text: str, filters: Filters, limit: int, ideal_terms: int = 8,
+           context_weight: float = 0.0) -> Hits:
+    """The best `limit` matches of `text` within `filters`, by unit id.
+
+    A message's turn before it (the `context` field) is searched too, at
+    `context_weight` times its BM25: a reply is found by the words of the
+    question it answers. Each query word counts once, from the field where it
+    scores best (a disjunction max), so a reply that repeats a word of the turn
+    before gains nothing from that turn's copy of it, and ranks below the turn
+    that holds the words itself.
+    """
     terms, pairs = _query_terms(text)
     if not terms and not pairs:
         return Hits({}, 0.0)
-    clauses = [(tantivy.Occur.Should, tantivy.Query.term_query(index.schema, "body", term)) for term in terms]
-    clauses += [(tantivy.Occur.Should, tantivy.Query.phrase_query(index.schema, "body", list(pair)))
+
+    def each_field(make) -> tantivy.Query:
+        body = make("body")
+        if context_weight <= 0:
+            return body
+        return tantivy.Query.disjunction_max_query([body, tantivy.Query.boost_query(make("context"), context_weight)])
+
+    clauses = [(tantivy.Occur.Should, each_field(lambda name, t=term: tantivy.Query.term_query(index.schema, name, t)))
+               for term in terms]
+    clauses += [(tantivy.Occur.Should,
+                 each_field(lambda name, p=pair: tantivy.Query.phrase_query(index.schema, name, list(p))))
                 for pair in pairs]
     clauses = [(tantivy.Occur.Must, tantivy.Query.boolean_query(clauses))] + filters.tantivy_clauses(index.schema)
     searcher = index.searcher()

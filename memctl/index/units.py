@@ -39,7 +39,7 @@ class Unit:
     ts: str | None = None
     scope: str = "global"
     fields: dict[str, Any] = field(default_factory=dict)  # a memory's schema fields
-    context: str | None = None  # the turn before a message, read with it by the embedding model
+    context: str | None = None  # the turn before a message, read with it by the model and BM25
 
     def as_record(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}

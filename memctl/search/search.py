@@ -1,5 +1,10 @@
 """Hybrid search (P3): BM25 and vector candidates, fusion, then the scoring stages.
 
+Candidates: BM25 over each unit's text and, for a message, the turn before it
+(a field of its own at context_weight 0.5, each query word counted where it
+scores best; lexical.search), and the vectors (a message embedded with the
+turn before it).
+
 Stages, each configurable in memctl.toml [retrieval] and shown by --explain:
 
     relevance     calibrated, 0..1: w_vec·cal(cosine) + w_bm25·coverage, where cal()
@@ -145,7 +150,8 @@ class Searcher:
         limit = max(cfg["candidates"], query.k * 3)
         bm25 = lexical.Hits({}, 0.0)
         if query.mode != "vector":
-            bm25 = lexical.search(self.tantivy, query.text, query.filters, limit, cfg["coverage_query_words"])
+            bm25 = lexical.search(self.tantivy, query.text, query.filters, limit, cfg["coverage_query_words"],
+                                  cfg["context_weight"])
 
         vector_weight, bm25_weight, unknown = self._weights(query)
         cosines: dict[int, float] = {}
