@@ -171,6 +171,33 @@ def test_a_reply_is_found_by_the_turn_it_answers(tmp_path):
     assert ids(find(store, "Kestrel database", mode="bm25", min_score=0)) == ["q"]
 
 
+def test_a_turn_gains_from_the_reply_that_reads_it(tmp_path):
+    # The reply is embedded with the photo turn before it, so its vector speaks for both:
+    # the photo turn's cosine moves context_weight (0.5) of the way towards the reply's.
+    store = Store(tmp_path / "s")
+    chat = [("p", "Mel", "Take a look at this! [shares a photo: a painting of a lake at dawn]"),
+            ("r", "Cat", "Wow, you painted that sunrise yourself? The colours are lovely."),
+            ("x", "Mel", "The espresso machine on floor 3 is broken again.")]
+    ingest(store, b"".join(orjson.dumps({"id": i, "session": "s", "speaker": who, "text": text,
+                                         "ts": f"2026-11-20T10:0{n}:00Z"}) + b"\n"
+                           for n, (i, who, text) in enumerate(chat)),
+           source="<stdin>", fmt="jsonl", keep_noise=True)
+
+    def explained():
+        return {r.record_id: r.explain for r in find(store, "When did Mel paint a sunrise?", mode="vector",
+                                                     min_score=0)}
+
+    found = explained()
+    photo, reply = found["p"], found["r"]
+    assert photo["cosine_reply"] == reply.get("cosine_own", reply["cosine"])
+    assert photo["cosine_reply"] > photo["cosine_own"]
+    assert photo["cosine"] == pytest.approx((photo["cosine_own"] + photo["cosine_reply"]) / 2, abs=2e-4)
+    assert "cosine_reply" not in found["x"]  # the last turn has no reply
+    (store.root / "memctl.toml").write_text("[retrieval]\ncontext_weight = 0\n")
+    photo = explained()["p"]
+    assert photo["cosine"] == photo["cosine_own"]
+
+
 def test_access_is_counted_for_returned_memories(demo):
     (results,) = search_store(demo, [Query(text="which database does Kestrel use", k=2)])
     memory_ids = [r.record_id for r in results if r.kind == "memory"]

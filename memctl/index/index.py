@@ -40,13 +40,13 @@ if TYPE_CHECKING:
     from memctl.index.units import Unit
 
 FORMAT = 4  # 2: units carry tool, agent, cache_scope (H4); 3: stamps with inodes, the model named by content;
-            # 4: BM25 reads a message with the turn before it
+            # 4: BM25 reads a message with the turn before it; units name that turn (context_id)
 _TABLE = "units"
 _COLUMNS = {"row": int, "id": str, "digest": str, "embed_digest": str, "kind": str, "record_id": str,
             "source": str, "section": str, "session": str, "scope": str, "status": str, "ts_epoch": float,
             "text": str, "line_start": int, "line_end": int, "speaker": str, "ts": str, "fields": str,
-            "tool": str, "agent": str, "cache_scope": str}
-_INDEXED = (("id", True), ("embed_digest", False), ("source", False), ("record_id", False))
+            "tool": str, "agent": str, "cache_scope": str, "context_id": str}
+_INDEXED = (("id", True), ("embed_digest", False), ("source", False), ("record_id", False), ("context_id", False))
 _CHUNK = 500  # SQLite parameters a statement
 
 
@@ -577,7 +577,7 @@ def _unique(units: Iterable[Unit]) -> tuple[list[Unit], bool]:
 def _record(unit: Unit, row: int, digest: str, embed_digest: str) -> dict:
     return {"row": row, "id": unit.id, "digest": digest, "embed_digest": embed_digest, **_meta(unit),
             "text": unit.text, "line_start": unit.line_start, "line_end": unit.line_end, "speaker": unit.speaker,
-            "ts": unit.ts, "fields": orjson.dumps(unit.fields).decode()}
+            "ts": unit.ts, "fields": orjson.dumps(unit.fields).decode(), "context_id": unit.context_id}
 
 
 def _meta(unit: Unit) -> dict:

@@ -40,6 +40,7 @@ class Unit:
     scope: str = "global"
     fields: dict[str, Any] = field(default_factory=dict)  # a memory's schema fields
     context: str | None = None  # the turn before a message, read with it by the model and BM25
+    context_id: str | None = None  # that turn's record id: its search credits it with this one's vector
 
     def as_record(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -104,22 +105,22 @@ def memory_units(store: Store) -> Iterator[Unit]:
 
 def message_units(store: Store, paths: list[Path] | None = None) -> Iterator[Unit]:
     """The units of the session files (all of them, or the given ones)."""
-    previous: dict[Path, str] = {}
+    previous: dict[Path, tuple[str, str]] = {}  # path -> (id, text) of the last message read
     relative: dict[Path, str] = {}
     for path, number, message in iter_messages(store, paths):
         text = message.get("text")
         if not isinstance(text, str) or not text.strip():
             continue
         speaker = _text_or_none(message.get("speaker")) or _text_or_none(message.get("role"))
-        context = previous.get(path)
-        previous[path] = f"{speaker}: {text}" if speaker else text
+        context_id, context = previous.get(path, (None, None))
+        previous[path] = (message["id"], f"{speaker}: {text}" if speaker else text)
         yield from _chunks(Unit(
             id=message["id"], record_id=message["id"], kind="message", text=text,
             source=relative.get(path) or relative.setdefault(path, store.relative(path)),
             line_start=number, line_end=number,
             session=_text_or_none(message.get("session")), speaker=_text_or_none(message.get("speaker")),
             ts=_text_or_none(message.get("ts")), scope=_scope_of(message), context=context,
-            fields={"role": message.get("role")}))
+            context_id=context_id, fields={"role": message.get("role")}))
 
 
 def log_units(store: Store, skip: Container[str], paths: list[Path] | None = None) -> Iterator[Unit]:

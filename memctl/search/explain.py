@@ -25,8 +25,12 @@ def explain_lines(explain: dict[str, Any]) -> list[str]:
                    f"{explain['bm25_weight']}·bm25 {explain['bm25_norm']} (raw {explain['bm25']})")
         unknown = f"; unknown word pieces {explain['unknown_share']}" if "unknown_share" in explain else ""
         lines.append(f"fused {explain['fused']:.4f} = {how}{unknown}")
+        if "cosine_reply" in explain:
+            lines.append(f"cosine {explain['cosine']} = own {explain['cosine_own']}, raised towards its reply's "
+                         f"{explain['cosine_reply']} (the reply's vector reads this turn too)")
     if "relevance" in explain:
-        lines.append(f"relevance {explain['relevance']:.4f} = calibrated cosine {explain['cosine_calibrated']}, "
+        lines.append(f"relevance {explain['relevance']:.4f} = calibrated own cosine "
+                     f"{explain.get('relevance_cosine', explain['cosine_calibrated'])}, "
                      f"bm25 coverage {explain['bm25_coverage']} (the minimum judges this, before age)")
     steps = []
     before = explain.get("fused")
