@@ -225,3 +225,21 @@ def test_search_finds_topics_by_their_summary(run, store_dir):
     hit = json.loads(found.stdout.splitlines()[0])
     assert hit["kind"] == "topic" and hit["id"] == rows[-1]["topic_id"]
     assert hit["source"] == f"topics/{hit['id']}.jsonl"
+
+
+# -- built-in names -------------------------------------------------------------------
+
+def test_a_builtin_name_is_the_topics_most_distinctive_phrase():
+    from memctl.topics.summary import background_of, topic_name
+
+    chinese = ["我想开通创业板，需要什么条件？", "开通创业板需要两年交易经验。", "那创业板的风险测评在哪里做？",
+               "创业板的风险测评在手机上就可以做。"]
+    stocks = ["我想问一下港股通怎么开通？", "港股通需要资产五十万。", "好的，谢谢您。"]
+    groups = [[{"text": t} for t in texts] for texts in (HOTEL, TAXI, chinese, stocks)]
+    background = background_of(groups)
+    names = [topic_name(group, background) for group in groups]
+    # The phrase, not its words; the guest house is in TAXI too, so TAXI is named by what only it talks about.
+    assert "Acorn Guest House" in names[0].split(" · ") and "Acorn" not in names[0].replace("Acorn Guest House", "")
+    assert names[1].split(" · ")[0] == "taxi"
+    assert names[2].startswith("创业板") and "业板" not in names[2].replace("创业板", "")
+    assert names[3].startswith("港股通")

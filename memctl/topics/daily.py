@@ -36,7 +36,7 @@ from memctl.store import jsonl
 from memctl.store.store import Store
 from memctl.topics import activation, files, log
 from memctl.topics.files import Topic
-from memctl.topics.summary import distinctive_terms, summarise
+from memctl.topics.summary import background_of, distinctive_terms, summarise
 
 ARCHIVED = "archived"
 AUTO_SUMMARIES = "auto_summaries.jsonl"
@@ -107,7 +107,7 @@ def _archived_path(store: Store, header: dict) -> Path:
 
 
 def review(store: Store, *, dry_run: bool = False) -> DailyReport:
-    from memctl.topics.split import _background, embed, settings_of
+    from memctl.topics.split import embed, settings_of
 
     settings = settings_of(store)
     now_moment = clock.now()
@@ -117,7 +117,7 @@ def review(store: Store, *, dry_run: bool = False) -> DailyReport:
         topics = files.load_topics(store)
         _, part = activation.load_part(store)
         averages = activation.averages_of(part)
-        background, documents = _background(topics)
+        background = background_of(t.messages for t in topics.values())
         events = []
         live = {tid: t for tid, t in topics.items() if t.messages}
 
@@ -136,7 +136,7 @@ def review(store: Store, *, dry_run: bool = False) -> DailyReport:
                     if similarity < MERGE_SIMILARITY and not same_name:
                         continue
                     keep, gone = (first, second) if len(live[first].messages) >= len(live[second].messages) else (second, first)
-                    _merge(tx, store, live[keep], live[gone], background, documents, settings, now)
+                    _merge(tx, store, live[keep], live[gone], background, settings, now)
                     taken.add(gone)
                     report.merged.append({"topic_id": gone, "into": keep, "similarity": round(similarity, 4)})
                     events.append({"at": now, "event": "merged", "topic": gone, "into": keep, "reason": "daily review"})
@@ -162,20 +162,20 @@ def review(store: Store, *, dry_run: bool = False) -> DailyReport:
                 importance = min(1.0, math.log1p(messages) / math.log(50))
                 if tid in averages:
                     importance = (importance + averages[tid]) / 2
-                _, summary = summarise(topic.messages, background, documents,
+                _, summary = summarise(topic.messages, background,
                                        int(settings["summary_bytes"] * COMPRESSED_SHARE))
                 topic.header.update(summary=summary, importance=round(importance, 3), reviewed=now)
                 files.write_topic(tx, store, topic, [], fresh=False)
                 report.compressed.append({"topic_id": tid, "importance": round(importance, 3)})
-        report.idle_summaries = _idle_summaries(tx, store, settings, now_moment, background, documents)
+        report.idle_summaries = _idle_summaries(tx, store, settings, now_moment, background)
         if not dry_run:
             log.append(tx, store, events)
     return report
 
 
-def _merge(tx, store, keep: Topic, gone: Topic, background, documents, settings, now) -> None:
+def _merge(tx, store, keep: Topic, gone: Topic, background, settings, now) -> None:
     keep.messages = sorted(keep.messages + gone.messages, key=lambda m: (m.get("ts") or "", m["id"]))
-    name, summary = summarise(keep.messages, background, documents, settings["summary_bytes"])
+    _, summary = summarise(keep.messages, background, settings["summary_bytes"])
     from memctl.text.tokens import count_tokens
 
     keep.header.update(summary=summary, messages=len(keep.messages), updated=now,
@@ -195,7 +195,7 @@ def merged_into(store: Store, topic_id: str) -> str | None:
     return topic_id if seen else None
 
 
-def _idle_summaries(tx, store, settings, now_moment, background, documents) -> list[dict]:
+def _idle_summaries(tx, store, settings, now_moment, background) -> list[dict]:
     from memctl.topics.split import session_messages
 
     done = {(line.value.get("session"), line.value.get("until"))
@@ -209,10 +209,10 @@ def _idle_summaries(tx, store, settings, now_moment, background, documents) -> l
         if clock.age_days(last["ts"], now_moment) * 24 < settings["idle_hours"] or (session, last["id"]) in done:
             continue
         texts = [m.get("text", "") for m in messages]
-        keywords = distinctive_terms(texts, background, max(documents, 1), 5)
+        keywords = distinctive_terms(texts, background.terms, max(background.messages, 1), 5)
         if len(keywords) < 3:
-            keywords = (keywords + distinctive_terms(texts, background, max(documents, 1) + 1000, 5))[:5]
-        _, summary = summarise(messages, background, documents, 400)
+            keywords = (keywords + distinctive_terms(texts, background.terms, max(background.messages, 1) + 1000, 5))[:5]
+        _, summary = summarise(messages, background, 400)
         lines.append({"session": session, "until": last["id"], "at": clock.format_ts(now_moment),
                       "keywords": list(dict.fromkeys(keywords))[:5], "summary": summary})
     if lines:

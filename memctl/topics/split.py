@@ -9,7 +9,6 @@ the half-written files back, so every message is either unsplit or in one topic.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -21,7 +20,7 @@ from memctl.text.tokens import count_tokens
 from memctl.topics import files, segment
 from memctl.topics.files import Topic
 from memctl.topics.context import archived_message_ids
-from memctl.topics.summary import summarise
+from memctl.topics.summary import background_of, summarise
 
 
 @dataclass
@@ -147,34 +146,23 @@ def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[
         topic.messages.append(files.record(message))
         added.setdefault(topic.id, []).append(files.record(message))
         report.assignments.append(Assignment(message["id"], topic.id, action))
-    background, documents = _background(topics)
+    background = background_of(t.messages for t in topics.values())
     for tid, new in added.items():
         topic = topics[tid]
-        name, summary = summarise(topic.messages, background, documents, settings["summary_bytes"])
+        name, summary = summarise(topic.messages, background, settings["summary_bytes"])
         topic.header.update(name=topic.header.get("name") or name, summary=given.get(tid, summary), state="active",
                             updated=now, messages=len(topic.messages),
                             tokens=sum(count_tokens(m.get("text", "")) for m in topic.messages))
         files.write_topic(tx, store, topic, new, fresh=tid in fresh)
         report.topics[tid] = topic.header["name"]
         if topic.header["tokens"] > settings["topic_limit"]:
-            report.subtopics += _into_subtopics(tx, store, settings, topic, topics, background, documents, now)
+            report.subtopics += _into_subtopics(tx, store, settings, topic, topics, background, now)
     stamps = [m.get("ts") for m in messages if m.get("ts")]
     files.append_index(tx, store, files.TIME_INDEX, [{"from": min(stamps, default=None), "to": max(stamps, default=None),
                                                       "topics": sorted(added), "at": now}])
 
 
-def _background(topics: dict[str, Topic]) -> tuple[Counter, int]:
-    """Document frequencies of terms over every topic's messages: what makes a topic's words distinctive."""
-    background: Counter = Counter()
-    documents = 0
-    for topic in topics.values():
-        for m in topic.messages:
-            background.update(set(segment.terms_of(m.get("text", ""))))
-            documents += 1
-    return background, documents
-
-
-def _into_subtopics(tx, store, settings, topic: Topic, topics, background, documents, now) -> list[str]:
+def _into_subtopics(tx, store, settings, topic: Topic, topics, background, now) -> list[str]:
     """T8: a topic past topic_limit tokens hands its messages to sub-topics (children with `parent`),
     cut where its subject moves (the built-in split), each at most half the limit; the parent keeps
     its header and summary."""
@@ -195,7 +183,7 @@ def _into_subtopics(tx, store, settings, topic: Topic, topics, background, docum
     children = []
     links = []
     for piece in pieces:
-        name, summary = summarise(piece, background, documents, settings["summary_bytes"])
+        name, summary = summarise(piece, background, settings["summary_bytes"])
         child = Topic({"type": "topic", "id": files.topic_id(piece[0]["id"] + "/" + topic.id), "name": name,
                        "summary": summary, "parent": topic.id, "children": [], "state": "active",
                        "created": now, "updated": now, "messages": len(piece),
