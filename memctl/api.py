@@ -297,7 +297,8 @@ class Memory:
               dry_run: bool = False, llm_command: str | None = None,
               progress: Say | None = None) -> "SplitReport":
         """Move the session's older unsplit messages into topic files when its context is over the
-        threshold (or `force`); with an LLM command ([topics] llm_command unless given) it chooses.
+        threshold (or `force`); with an LLM command ([topics] llm_command unless given) it chooses
+        where messages go (§6.4) and writes the touched topics' names and summaries (prompts/summary.md).
         `progress` hears what a long split is doing."""
         from memctl.topics import llm
         from memctl.topics.split import settings_of, split
@@ -305,8 +306,10 @@ class Memory:
         settings = settings_of(self.store)
         command = llm_command if llm_command is not None else settings["llm_command"]
         choose = llm.chooser(self.store, command, settings["llm_timeout"], settings["llm_batch"]) if command else None
+        describe = llm.describer(self.store, command, settings["llm_timeout"], settings["llm_parallel"],
+                                 settings["summary_bytes"]) if command else None
         return split(self.store, session, system_text=system_text, keep_recent=keep_recent, force=force,
-                     dry_run=dry_run, choose=choose, progress=progress)
+                     dry_run=dry_run, choose=choose, describe=describe, progress=progress)
 
     def topics(self) -> list["Topic"]:
         """Every topic, oldest first."""

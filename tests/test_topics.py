@@ -131,22 +131,36 @@ def test_a_topic_past_its_limit_splits_into_subtopics(run, store_dir):
 
 # -- the LLM path: real commands written for the tests -------------------------------------------------
 
-ANSWERS = {
-    "good": """
-        import re, sys
-        prompt = sys.stdin.read()
+SPLIT_WELL = """
+    import re, sys, time
+    prompt = sys.stdin.read()
+
+    def split_answer():
         ids = re.findall(r'<message id="([^"]+)"', prompt)
-        print("<topic_split>")
         known = dict(re.findall(r'<topic id="([^"]+)" state="[^"]*" name="([^"]+)"', prompt))
+        lines = ["<topic_split>"]
         for i in ids:
             name = "weather" if int(i[1:]) < 4 else "hotel"
             same = [t for t, n in known.items() if n == name]
             if same:  # a topic an earlier batch opened
-                print(f'<assignment msg_id="{i}" topic="existing_active" topic_id="{same[0]}">same</assignment>')
+                lines.append(f'<assignment msg_id="{i}" topic="existing_active" topic_id="{same[0]}">same</assignment>')
             else:
-                print(f'<assignment msg_id="{i}" topic="new" topic_name="{name}"><summary>About {name}.</summary>'
-                      'reason</assignment>')
-        print("</topic_split>")
+                lines.append(f'<assignment msg_id="{i}" topic="new" topic_name="{name}"><summary>About {name}.'
+                             '</summary>reason</assignment>')
+        return "\\n".join(lines + ["</topic_split>"])
+
+    if "<topic_split>" in prompt:
+        print(split_answer())
+        sys.exit()
+    # the summary prompt
+    name = re.search(r"Current name: (.*)", prompt).group(1)
+    before = re.search(r"Current summary: (.*)", prompt).group(1)
+    count = len(re.findall(r'<message id=', prompt))
+"""
+
+ANSWERS = {
+    "good": SPLIT_WELL + """
+    print(f"<topic><name>{name}</name><summary>{before} {count} messages.</summary></topic>")
     """,
     "malformed": """
         import sys; sys.stdin.read()
@@ -172,9 +186,25 @@ ANSWERS = {
 }
 
 
+# Split well, then answer the summary prompt badly.
+SUMMARIES = {
+    "malformed": "print('<topic><name>x</name><summary>s</summary>')",
+    "unclosed_summary": "print('<topic><name>x</name><summary>unclosed</topic>')",
+    "two_names": "print('<topic><name>a</name><name>b</name><summary>s</summary></topic>')",
+    "over_budget": "print('<topic><name>x</name><summary>' + 'y' * 2000 + '</summary></topic>')",
+    "empty": "pass",
+    "slow": "time.sleep(30)",
+}
+
+
 @pytest.fixture
 def answer(python_command):
     return lambda kind: python_command(kind, ANSWERS[kind])
+
+
+@pytest.fixture
+def summary_answer(python_command):
+    return lambda kind: python_command(f"summary_{kind}", SPLIT_WELL + "    " + SUMMARIES[kind] + "\n")
 
 
 def test_llm_answer_is_applied(run, store_dir, answer):
@@ -186,7 +216,8 @@ def test_llm_answer_is_applied(run, store_dir, answer):
     topics = [r["topic_id"] for r in rows]
     assert len(set(topics[:4])) == 1 and len(set(topics[4:])) == 1 and topics[0] != topics[4]
     headers = {records[0]["name"]: records[0] for records in topic_files(store_dir).values()}
-    assert set(headers) == {"weather", "hotel"} and headers["hotel"]["summary"] == "About hotel."
+    # The summary prompt saw the split's name and summary and all four messages of each topic.
+    assert set(headers) == {"weather", "hotel"} and headers["hotel"]["summary"] == "About hotel. 4 messages."
 
 
 @pytest.mark.parametrize("kind, said", [
@@ -203,6 +234,23 @@ def test_bad_llm_answers_change_nothing(run, store_dir, answer, kind, said):
     message = done.stderr.decode().strip()
     assert said in message and "nothing was split" in message and len(message.splitlines()) == 1
     assert snapshot(store_dir) == before
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("malformed", "no <topic>…</topic> element"), ("unclosed_summary", "exactly one non-empty <summary>"),
+    ("two_names", "exactly one <name>"),
+    ("over_budget", "<summary> has 2000 bytes, over [topics] summary_bytes (1000)"),
+    ("empty", "it was empty"), ("slow", "no answer within 2 s"),
+])
+def test_bad_llm_summaries_change_nothing(run, store_dir, summary_answer, kind, said):
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL))
+    before = snapshot(store_dir)
+    done = run("split", "--session", "s1", "--force", "--keep-recent", "0", "--llm", summary_answer(kind),
+               env={"MEMCTL_TOPICS_LLM_TIMEOUT": "2"})
+    assert done.returncode == 2
+    message = done.stderr.decode().strip()
+    assert "LLM summary of topic t-" in message and said in message and message.endswith("; nothing was split")
+    assert len(message.splitlines()) == 1 and snapshot(store_dir) == before
 
 
 def test_prompt_template_can_be_overridden_from_the_store(run, store_dir, tmp_path):

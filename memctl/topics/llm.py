@@ -1,15 +1,21 @@
-"""Split with any LLM command (T10): the prompt on stdin, the design 001 §6.4 XML on stdout.
+"""Any LLM command (T10): a prompt on stdin, a strictly checked answer on stdout.
 
-The command is run without a shell (split like a shell would); long inputs go
-in batches of [topics] llm_batch messages, each with the current topic list
-(new topics of earlier batches included, their id "new:<name>"). Answers are checked strictly:
-every message of the batch exactly once, known ids only, one of the three
-kinds of assignment. Anything else raises LLMAnswerError naming the batch
-and what was wrong, before anything is written.
+The command is run without a shell (split like a shell would). Every prompt
+is a template shipped in memctl/topics/prompts/ that a store may override
+with prompts/<name>.md; `{name}` placeholders are filled in one pass, so a
+message that happens to contain "{summary}" stays as it was written.
 
-The prompt template ships as memctl/topics/prompts/split.md; a store may
-override it with prompts/split.md in the store. `{topics}` and `{messages}`
-are filled in.
+- Split (design 001 §6.4, prompts/split.md): long inputs go in batches of
+  [topics] llm_batch messages, each with the current topic list (new topics
+  of earlier batches included, their id "new:<name>"). Every message of the
+  batch exactly once, known ids only, one of the three kinds of assignment.
+- Summary (prompts/summary.md): after a split, each topic it touched gets its
+  name and summary from the LLM, [topics] llm_parallel at once; the answer is
+  one <topic> with one non-empty <name> (one line, at most NAME_CHARS) and one
+  non-empty <summary> within [topics] summary_bytes.
+
+Anything else raises LLMAnswerError naming the call and what was wrong;
+the command that asked (split, the daily review) then writes nothing.
 """
 
 from __future__ import annotations
@@ -18,17 +24,28 @@ import re
 import shlex
 import subprocess
 import xml.etree.ElementTree as ElementTree
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
+from typing import Callable
+from xml.sax.saxutils import escape, quoteattr, unescape
 
 from memctl.errors import MemctlError
 from memctl.store.store import Store
 from memctl.topics.files import Topic
 
 KINDS = ("existing_active", "existing_inactive", "new")
+NAME_CHARS = 80
 
 
 class LLMAnswerError(MemctlError):
     """The LLM command failed or answered something that cannot be applied; nothing was written."""
+
+
+def command_argv(command: str) -> list[str]:
+    argv = shlex.split(command)
+    if not argv:
+        raise MemctlError("the LLM command is empty; give --llm CMD or [topics] llm_command")
+    return argv
 
 
 def template(store: Store, name: str) -> str:
@@ -38,10 +55,19 @@ def template(store: Store, name: str) -> str:
     return resources.files(__package__).joinpath("prompts", f"{name}.md").read_text(encoding="utf-8")
 
 
+def fill(prompt_template: str, values: dict[str, str]) -> str:
+    """The template with each `{key}` of `values` replaced, in one pass (inserted text is not rescanned)."""
+    pattern = re.compile("|".join(re.escape("{" + key + "}") for key in values))
+    return pattern.sub(lambda match: values[match.group()[1:-1]], prompt_template)
+
+
+def elements(text: str, tag: str) -> list[str]:
+    """The contents of every <tag>…</tag> in `text` (not nested)."""
+    return re.findall(rf"<{tag}>(.*?)</{tag}>", text, re.S)
+
+
 def chooser(store: Store, command: str, timeout: float, batch: int):
-    argv = shlex.split(command)
-    if not argv:
-        raise MemctlError("the LLM command is empty; give --llm CMD or [topics] llm_command")
+    argv = command_argv(command)
     prompt_template = template(store, "split")
 
     def choose(messages: list[dict], topics: dict[str, Topic]) -> list[tuple[str, str | None, str | None]]:
@@ -51,9 +77,8 @@ def chooser(store: Store, command: str, timeout: float, batch: int):
         for first in range(0, len(messages), batch):
             part = messages[first:first + batch]
             where = f"LLM batch {first // batch + 1} (messages {first + 1}-{first + len(part)})"
-            fill = {"{topics}": _topic_list(listed), "{messages}": _message_list(part)}
-            prompt = re.sub(r"\{topics\}|\{messages\}", lambda match: fill[match.group()], prompt_template)
-            answer = _ask(argv, prompt, timeout, where)
+            prompt = fill(prompt_template, {"topics": topic_list(listed), "messages": message_list(part)})
+            answer = ask(argv, prompt, timeout, where)
             picked = parse(answer, [m["id"] for m in part], listed, where)
             for key, name, summary in picked:
                 if key.startswith("new:") and key not in listed:
@@ -64,32 +89,36 @@ def chooser(store: Store, command: str, timeout: float, batch: int):
     return choose
 
 
-def _topic_list(listed: dict) -> str:
+def topic_list(listed: dict) -> str:
+    """id -> (name, summary, state) as the prompts list topics."""
     if not listed:
         return "(none)"
     lines = []
     for tid, (name, summary, state) in listed.items():
-        lines.append(f'<topic id="{tid}" state="{state}" name="{name}">\n{summary}\n</topic>')
+        lines.append(f'<topic id={quoteattr(tid)} state={quoteattr(state)} name={quoteattr(name)}>\n'
+                     f'{escape(summary)}\n</topic>')
     return "\n".join(lines)
 
 
-def _message_list(messages: list[dict]) -> str:
-    return "\n".join(f'<message id="{m["id"]}" role="{m.get("role", "")}" speaker="{m.get("speaker", "")}" '
-                     f'ts="{m.get("ts", "")}">\n{m.get("text", "")}\n</message>' for m in messages)
+def message_list(messages: list[dict]) -> str:
+    return "\n".join(f'<message id={quoteattr(m["id"])} role={quoteattr(m.get("role") or "")} '
+                     f'speaker={quoteattr(m.get("speaker") or "")} ts={quoteattr(m.get("ts") or "")}>\n'
+                     f'{escape(m.get("text", ""))}\n</message>' for m in messages)
 
 
-def _ask(argv: list[str], prompt: str, timeout: float, where: str) -> str:
+def ask(argv: list[str], prompt: str, timeout: float, where: str) -> str:
+    """The command's answer to `prompt`; LLMAnswerError if it fails or takes longer than `timeout`."""
     try:
         done = subprocess.run(argv, input=prompt.encode(), capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise LLMAnswerError(f"{where}: '{argv[0]}' gave no answer within {timeout:g} s "
-                             "([topics] llm_timeout); nothing was split") from None
+                             "([topics] llm_timeout)") from None
     except OSError as exc:
         raise LLMAnswerError(f"{where}: cannot run '{argv[0]}': {exc.strerror or exc}") from None
     if done.returncode != 0:
         said = done.stderr.decode(errors="replace").strip().splitlines()
         raise LLMAnswerError(f"{where}: '{argv[0]}' exited with status {done.returncode}"
-                             + (f": {said[-1]}" if said else "") + "; nothing was split")
+                             + (f": {said[-1]}" if said else ""))
     return done.stdout.decode("utf-8", errors="replace")
 
 
@@ -98,37 +127,87 @@ def parse(answer: str, message_ids: list[str], listed: dict, where: str) -> list
     start, end = answer.find("<topic_split"), answer.rfind("</topic_split>")
     if start < 0 or end < 0:
         raise LLMAnswerError(f"{where}: the answer has no <topic_split>…</topic_split> element"
-                             + (" (it was empty)" if not answer.strip() else "") + "; nothing was split")
+                             + (" (it was empty)" if not answer.strip() else "") + "")
     try:
         root = ElementTree.fromstring(answer[start:end + len("</topic_split>")])
     except ElementTree.ParseError as exc:
-        raise LLMAnswerError(f"{where}: the <topic_split> XML is malformed ({exc}); nothing was split") from None
+        raise LLMAnswerError(f"{where}: the <topic_split> XML is malformed ({exc})") from None
     wanted = set(message_ids)
     found: dict[str, tuple[str, str | None, str | None]] = {}
     for number, item in enumerate(root, 1):
         what = f"{where}: assignment {number}"
         if item.tag != "assignment":
-            raise LLMAnswerError(f"{what}: unexpected element <{item.tag}>; nothing was split")
+            raise LLMAnswerError(f"{what}: unexpected element <{item.tag}>")
         message_id, kind = item.get("msg_id"), item.get("topic")
         if message_id not in wanted:
-            raise LLMAnswerError(f"{what}: msg_id {message_id!r} is not a message of this batch; nothing was split")
+            raise LLMAnswerError(f"{what}: msg_id {message_id!r} is not a message of this batch")
         if message_id in found:
-            raise LLMAnswerError(f"{what}: message {message_id} is assigned twice; nothing was split")
+            raise LLMAnswerError(f"{what}: message {message_id} is assigned twice")
         if kind not in KINDS:
-            raise LLMAnswerError(f"{what}: topic={kind!r} must be one of {', '.join(KINDS)}; nothing was split")
+            raise LLMAnswerError(f"{what}: topic={kind!r} must be one of {', '.join(KINDS)}")
         if kind == "new":
             name = (item.get("topic_name") or "").strip()
             if not name:
-                raise LLMAnswerError(f"{what}: a new topic needs topic_name; nothing was split")
+                raise LLMAnswerError(f"{what}: a new topic needs topic_name")
             summary = item.find("summary")
             found[message_id] = (f"new:{name}", name, (summary.text or "").strip() if summary is not None else None)
         else:
             topic_id = item.get("topic_id")
             if topic_id not in listed:
-                raise LLMAnswerError(f"{what}: topic_id {topic_id!r} is not a known topic; nothing was split")
+                raise LLMAnswerError(f"{what}: topic_id {topic_id!r} is not a known topic")
             found[message_id] = (topic_id, None, None)
     missing = [m for m in message_ids if m not in found]
     if missing:
         raise LLMAnswerError(f"{where}: the answer assigns {len(found)} of {len(message_ids)} messages; "
-                             f"missing {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}; nothing was split")
+                             f"missing {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}")
     return [found[m] for m in message_ids]
+
+
+# -- the summary prompt ---------------------------------------------------------------------
+
+# A topic to describe: (a label naming it in errors, its messages, its current name, its current summary).
+Draft = tuple[str, list[dict], str, str]
+Describer = Callable[[list[Draft]], list[tuple[str, str]]]
+
+
+def describer(store: Store, command: str, timeout: float, parallel: int, budget: int) -> Describer:
+    """(name, summary) for each draft from the summary prompt, `parallel` calls at once; the first bad
+    answer, in draft order, raises LLMAnswerError."""
+    argv = command_argv(command)
+    prompt_template = template(store, "summary")
+
+    def one(draft: Draft) -> tuple[str, str]:
+        label, messages, name, summary = draft
+        where = f"LLM summary of topic {label}"
+        prompt = fill(prompt_template, {"name": name or "(none yet)", "summary": summary or "(none yet)",
+                                        "budget": str(budget), "messages": message_list(messages)})
+        return parse_summary(ask(argv, prompt, timeout, where), budget, where)
+
+    def describe(drafts: list[Draft]) -> list[tuple[str, str]]:
+        with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(drafts)))) as pool:
+            futures = [pool.submit(one, draft) for draft in drafts]
+        return [future.result() for future in futures]
+
+    return describe
+
+
+def parse_summary(answer: str, budget: int, where: str) -> tuple[str, str]:
+    """(name, summary) from `<topic><name>…</name><summary>…</summary></topic>`."""
+    found = elements(answer, "topic")
+    if len(found) != 1:
+        raise LLMAnswerError(f"{where}: " + (f"the answer has {len(found)} <topic> elements, not one" if found else
+                             "the answer has no <topic>…</topic> element"
+                             + (" (it was empty)" if not answer.strip() else "")))
+    names, summaries = elements(found[0], "name"), elements(found[0], "summary")
+    if len(names) != 1 or not names[0].strip() or "\n" in names[0].strip():
+        raise LLMAnswerError(f"{where}: <topic> needs exactly one <name> of one non-empty line")
+    name = unescape(names[0].strip())
+    if len(name) > NAME_CHARS:
+        raise LLMAnswerError(f"{where}: <name> has {len(name)} characters, over {NAME_CHARS}")
+    if len(summaries) != 1 or not summaries[0].strip():
+        raise LLMAnswerError(f"{where}: <topic> needs exactly one non-empty <summary>")
+    summary = unescape(summaries[0].strip())
+    size = len(summary.encode())
+    if size > budget:
+        raise LLMAnswerError(f"{where}: <summary> has {size} bytes, over [topics] summary_bytes ({budget})")
+    return name, summary
