@@ -348,13 +348,20 @@ class Memory:
                      budget=budget if budget is not None else settings["context_budget"], record=record,
                      llm_command=command, say=self.say)
 
-    def topics_activate(self, query: str, *, include_archived: bool = False) -> dict[str, Any]:
+    def topics_activate(self, query: str, *, include_archived: bool = False,
+                        llm_command: str | None = None) -> dict[str, Any]:
         """Activate a topic by id, or the dormant topics matching `query` (T7 explicit path);
-        archived ones only with `include_archived`. {"activated": [...], "candidates": [...]}."""
+        archived ones only with `include_archived`. With an LLM command ([topics] llm_command unless
+        given) the design 001 §6.3 routing prompt chooses; a bad answer falls back to the built-in
+        search and says why under "fallback". {"activated", "candidates", "method", "fallback",
+        "no_match_reason"}."""
         from memctl.topics.context import activate
+        from memctl.topics.split import settings_of
 
         self._need_query(query)
-        return activate(self.store, self._retriever_open(), query, include_archived=include_archived)
+        command = llm_command if llm_command is not None else settings_of(self.store)["llm_command"]
+        return activate(self.store, self._retriever_open(), query, include_archived=include_archived,
+                        llm_command=command)
 
     def topics_log(self, *, since: str | None = None) -> list[dict[str, Any]]:
         """The tuning log (T11): rounds' scores and activation events, oldest first."""

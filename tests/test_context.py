@@ -278,6 +278,88 @@ def test_bad_llm_evaluation_falls_back_to_the_builtin_score_per_topic(run, store
     assert stderr.count("the LLM answer was not used") == 2 and said in stderr and ids["hotel"] in stderr
 
 
+# -- the LLM path of topics activate (§6.3) ---------------------------------------
+
+ROUTINGS = {
+    # Matches the topic whose summary mentions the guest house: words the query does not share.
+    "good": """
+        import re, sys
+        prompt = sys.stdin.read()
+        listed = re.findall(r'<topic id="([^"]+)"[^>]*>\\n([^<]*)', prompt)
+        print("<topic_routing><matched_topics>")
+        for tid, summary in listed:
+            if "Acorn" in summary:
+                print(f'<topic id="{tid}" relevance="high">where they stay &amp; the booking</topic>')
+        print("</matched_topics></topic_routing>")
+    """,
+    "none": """
+        import sys; sys.stdin.read()
+        print("<topic_routing><matched_topics></matched_topics>"
+              "<no_match_reason>nothing about pets</no_match_reason></topic_routing>")
+    """,
+    "malformed": "import sys; sys.stdin.read(); print('<topic_routing><matched_topics><topic id=x>')",
+    "unknown_id": """
+        import sys; sys.stdin.read()
+        print('<topic_routing><matched_topics><topic id="t-404" relevance="high">r</topic>'
+              '</matched_topics></topic_routing>')
+    """,
+    "bad_relevance": """
+        import re, sys
+        tid = re.findall(r'<topic id="([^"]+)"', sys.stdin.read())[0]
+        print(f'<topic_routing><matched_topics><topic id="{tid}" relevance="very">r</topic>'
+              '</matched_topics></topic_routing>')
+    """,
+    "empty": "import sys; sys.stdin.read()",
+    "slow": "import sys, time; sys.stdin.read(); time.sleep(30)",
+}
+
+
+@pytest.fixture
+def router(python_command):
+    return lambda kind: python_command(f"route_{kind}", ROUTINGS[kind])
+
+
+def activate_json(run, *args, env=FEW_RECENT):
+    done = run("topics", "activate", "--json", *args, env=env)
+    return done.returncode, json.loads(done.stdout), done.stderr.decode()
+
+
+def test_llm_routing_activates_the_topic_it_matches(run, store_dir, router):
+    ids = split_three_subjects(run, store_dir)
+    make_dormant(store_dir, ids["hotel"])
+    make_dormant(store_dir, ids["weather"])
+    code, found, said = activate_json(run, "where are we sleeping on Friday", "--llm", router("good"))
+    assert code == 0 and found["method"] == "llm" and found["fallback"] is None and "not used" not in said
+    assert [a["topic_id"] for a in found["activated"]] == [ids["hotel"]]
+    assert found["candidates"] == [{"topic_id": ids["hotel"], "name": found["activated"][0]["name"], "score": 0.7,
+                                    "relevance": "high", "reason": "where they stay & the booking"}]
+    assert topic_files(store_dir)[ids["hotel"]][-1]["state"] == "active"
+
+
+def test_llm_routing_that_matches_nothing_activates_nothing(run, store_dir, router):
+    ids = split_three_subjects(run, store_dir)
+    make_dormant(store_dir, ids["hotel"])
+    code, found, said = activate_json(run, "the Acorn Guest House booking", "--llm", router("none"))
+    assert code == 1 and found["activated"] == [] and found["no_match_reason"] == "nothing about pets"
+    assert "nothing about pets" in said and topic_files(store_dir)[ids["hotel"]][-1]["state"] == "dormant"
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("malformed", "no <topic_routing>…</topic_routing> element"), ("unknown_id", "id 't-404' is not one of the listed"),
+    ("bad_relevance", "relevance='very' must be one of high, medium, low"), ("empty", "it was empty"),
+    ("slow", "no answer within 2 s"),
+])
+def test_bad_llm_routing_falls_back_to_the_builtin_search(run, store_dir, router, kind, said):
+    ids = split_three_subjects(run, store_dir)
+    make_dormant(store_dir, ids["hotel"])
+    make_dormant(store_dir, ids["weather"])
+    env = {**FEW_RECENT, "MEMCTL_TOPICS_LLM_TIMEOUT": "2"}
+    code, found, stderr = activate_json(run, "the Acorn Guest House booking", "--llm", router(kind), env=env)
+    assert code == 0 and found["method"] == "builtin" and said in found["fallback"]
+    assert [a["topic_id"] for a in found["activated"]][0] == ids["hotel"]   # what the built-in search finds
+    assert stderr.count("the LLM routing answer was not used") == 1 and said in stderr
+
+
 # -- the daily review (T12, P8) --------------------------------------------------
 
 def test_daily_review_plans_then_archives_and_merges(run, store_dir):

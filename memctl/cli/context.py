@@ -78,27 +78,37 @@ def _report_dropped(dropped: list[dict]) -> None:
 @click.command("activate")
 @click.argument("query", metavar="QUERY|ID")
 @click.option("--include-archived", is_flag=True, help="Also search archived topics (and restore a match).")
+@click.option("--llm", "llm_command", metavar="CMD", help="Route with this command (design 001 §6.3 prompt on "
+              "stdin); a bad answer falls back to the built-in search. [default: [topics] llm_command, else built-in]")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"activated": [{"topic_id", "name"}], '
-              '"candidates": [{"topic_id", "name", "score"}]}.')
+              '"candidates": [{"topic_id", "name", "score", "relevance"?, "reason"?}], "method": "id" | "builtin" | '
+              '"llm", "fallback": why the LLM answer was not used | null, "no_match_reason": the LLM\'s | null}.')
 @click.pass_obj
-def activate(memory, query, include_archived, as_json):
+def activate(memory, query, include_archived, llm_command, as_json):
     """Activate a topic by id, or the dormant topics whose summaries match QUERY.
+
+    With an LLM command the design 001 §6.3 routing prompt picks among the
+    topics the built-in search ranks highest; if its answer is not valid,
+    the built-in ranking is used and stderr says why.
 
     \b
     Examples:
       memctl topics activate t-9da459f266e0
       memctl topics activate "the Kyoto trip" --include-archived
+      memctl topics activate "the Kyoto trip" --llm "llm -m gpt-4o-mini"
 
     Exit status: 0 a topic was activated, 1 none matched, 2 error.
     """
-    found = memory.topics_activate(query, include_archived=include_archived)
+    found = memory.topics_activate(query, include_archived=include_archived, llm_command=llm_command)
+    if found["fallback"]:
+        say(f"memctl: the LLM routing answer was not used ({found['fallback']}); built-in search of the topics")
     if as_json:
         json_lines([found])
     else:
         for item in found["activated"]:
             click.echo(f"{item['topic_id']}  {item['name']}")
     if not found["activated"]:
-        say(f"memctl: no topic matches '{query}'")
+        say(f"memctl: no topic matches '{query}'" + (f": {found['no_match_reason']}" if found["no_match_reason"] else ""))
         sys.exit(EXIT_NOTHING)
 
 

@@ -360,9 +360,11 @@ def topics_list(memory: Memory, archived: bool = False, since: str | None = None
 
 @tool("topics_activate", """
     Bring a topic back into the context: by its id, or the dormant topics whose subject
-    matches the query. Call it when the user refers to something discussed long ago that
-    the context does not hold. Returns {"activated": [{"topic_id", "name"}], "candidates":
-    [{"topic_id", "name", "score"}]}.
+    matches the query (with [topics] llm_command set, an LLM routes: design 001 §6.3).
+    Call it when the user refers to something discussed long ago that the context does
+    not hold. Returns {"activated": [{"topic_id", "name"}], "candidates": [{"topic_id",
+    "name", "score", "relevance"?, "reason"?}], "method": "id"|"builtin"|"llm",
+    "fallback": why the LLM answer was not used, or null, "no_match_reason"}.
     """, required=("query",),
       query=text("A topic id, or what the topic was about.", minLength=1),
       include_archived=flag("Also search archived topics (and restore a match)."))

@@ -211,3 +211,50 @@ def parse_summary(answer: str, budget: int, where: str) -> tuple[str, str]:
     if size > budget:
         raise LLMAnswerError(f"{where}: <summary> has {size} bytes, over [topics] summary_bytes ({budget})")
     return name, summary
+
+
+# -- the routing prompt (design 001 §6.3) ---------------------------------------------------------
+
+RELEVANCE = {"high": 0.7, "medium": 0.5, "low": 0.3}   # design §4.2: clearly, moderately, maybe weakly related
+_ROUTED = re.compile(r"<topic\s+([^>]*)>(.*?)</topic>", re.S)
+_ATTRIBUTE = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
+
+
+def route(store: Store, command: str, timeout: float, request: str,
+          candidates: dict[str, Topic]) -> tuple[list[tuple[str, str, str]], str]:
+    """The §6.3 routing prompt over `candidates`: ([(topic id, relevance, reason)] in the answer's
+    order, the no-match reason); LLMAnswerError when the answer is not exactly that."""
+    where = "LLM routing"
+    listed = "\n".join(
+        f'<topic id={quoteattr(tid)} name={quoteattr(t.header.get("name", ""))} state={quoteattr(t.state)} '
+        f'updated={quoteattr(t.header.get("updated", ""))}>\n{escape(t.header.get("summary", ""))}\n</topic>'
+        for tid, t in candidates.items())
+    prompt = fill(template(store, "route"), {"request": escape(request), "topics": listed or "(none)"})
+    return parse_routing(ask(command_argv(command), prompt, timeout, where), set(candidates), where)
+
+
+def parse_routing(answer: str, known: set[str], where: str) -> tuple[list[tuple[str, str, str]], str]:
+    found = elements(answer, "topic_routing")
+    if len(found) != 1:
+        raise LLMAnswerError(f"{where}: " + (f"the answer has {len(found)} <topic_routing> elements, not one"
+                             if found else "the answer has no <topic_routing>…</topic_routing> element"
+                             + (" (it was empty)" if not answer.strip() else "")))
+    lists = elements(found[0], "matched_topics")
+    if len(lists) != 1:
+        raise LLMAnswerError(f"{where}: <topic_routing> needs exactly one <matched_topics>, found {len(lists)}")
+    left = _ROUTED.sub("", lists[0]).strip()
+    if left:
+        raise LLMAnswerError(f"{where}: <matched_topics> holds something other than <topic> elements: {left[:60]!r}")
+    matches: list[tuple[str, str, str]] = []
+    for number, (attributes, reason) in enumerate(_ROUTED.findall(lists[0]), 1):
+        values = dict(_ATTRIBUTE.findall(attributes))
+        topic_id, relevance = values.get("id"), values.get("relevance")
+        if topic_id not in known:
+            raise LLMAnswerError(f"{where}: match {number}: id {topic_id!r} is not one of the listed topics")
+        if relevance not in RELEVANCE:
+            raise LLMAnswerError(f"{where}: match {number}: relevance={relevance!r} must be one of high, medium, low")
+        if any(topic_id == m[0] for m in matches):
+            raise LLMAnswerError(f"{where}: match {number}: topic {topic_id} is matched twice")
+        matches.append((topic_id, relevance, unescape(reason.strip())))
+    reasons = elements(found[0], "no_match_reason")
+    return matches, unescape(reasons[0].strip()) if reasons else ""
