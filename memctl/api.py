@@ -377,13 +377,25 @@ class Memory:
         with self.store.reading():
             return archived_topics(self.store, since)
 
-    def review_daily(self, *, dry_run: bool = False) -> "DailyReport":
+    def review_daily(self, *, dry_run: bool = False, llm_command: str | None = None) -> "DailyReport":
         """The daily review (T12, P8): compress today's topics, archive old dormant ones, merge
-        same-subject topics, summarise idle sessions."""
+        same-subject topics and link related ones, summarise idle sessions. With an LLM command
+        ([topics] llm_command unless given) it merges, links and compresses; a bad answer raises
+        LLMAnswerError and nothing is written."""
         from memctl.topics.daily import review
+        from memctl.topics.split import settings_of
 
         self.store.require()
-        return review(self.store, dry_run=dry_run)
+        command = llm_command if llm_command is not None else settings_of(self.store)["llm_command"]
+        return review(self.store, dry_run=dry_run, llm_command=command)
+
+    def topic_links(self, topic_id: str) -> list[dict[str, Any]]:
+        """The links of a topic (T1), oldest first: {"kind": "parent" | "child" | "related" |
+        "merged-into" | "merged-from", "topic_id": the other topic, "at"}."""
+        from memctl.topics.files import links_of
+
+        with self.store.reading():
+            return links_of(self.store, topic_id)
 
     # -- shared working memory for tool outputs (H1-H5, docs/cache.md) --------------------
     def cache(self, backend: str | None = None) -> "Cache":

@@ -278,6 +278,114 @@ def test_bad_llm_evaluation_falls_back_to_the_builtin_score_per_topic(run, store
     assert stderr.count("the LLM answer was not used") == 2 and said in stderr and ids["hotel"] in stderr
 
 
+# -- links between topics ----------------------------------------------------------
+
+BOOKING = "Booked the Acorn Guest House in Cambridge for 3 nights from Friday."
+BREAKFAST = "The Acorn Guest House in Cambridge: breakfast is served from 7 to 10."
+RAIN = "Will it rain in Redwood City this week? Drizzle on Wednesday."
+
+
+def three_topics(store_dir: Path) -> None:
+    """Two close subjects (summary cosine .76 with the bundled model) and one far from both."""
+    for n, (tid, text) in enumerate((("t-booking", BOOKING), ("t-breakfast", BREAKFAST), ("t-rain", RAIN))):
+        message = {"id": f"x{n}", "session": "s9", "role": "user", "text": text, "ts": "2026-11-20T10:00:00Z"}
+        write_topic(store_dir, tid, tid[2:], [message], "active")
+
+
+def test_daily_review_links_close_topics_as_related_once(run, store_dir):
+    run("ingest", "-", input=session_lines(WEATHER))
+    three_topics(store_dir)
+    done = run("review", "daily", "--json", env=FEW_RECENT)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [(r["topic_id"], r["with"]) for r in report["related"]] == [("t-booking", "t-breakfast")]
+    assert report["merged"] == [] and 0.72 <= report["related"][0]["similarity"] < 0.85
+    for one, other in (("t-booking", "t-breakfast"), ("t-breakfast", "t-booking")):
+        shown = json.loads(run("topics", "show", one, "--json").stdout.splitlines()[0])
+        assert [(link["kind"], link["topic_id"]) for link in shown["links"]] == [("related", other)]
+    assert "related: t-booking" in run("topics", "show", "t-breakfast").stdout.decode()
+    again = json.loads(run("review", "daily", "--json", env=FEW_RECENT).stdout)
+    assert again["related"] == []   # linked once
+
+
+# -- the LLM path of the daily review ----------------------------------------------
+
+REVIEWS = {
+    "good": """
+        import re, sys
+        prompt = sys.stdin.read()
+        if "<topic_review>" in prompt:
+            print('<topic_review><merge topic_id="t-breakfast" into="t-booking">one stay</merge>'
+                  '<related topic_id="t-booking" with="t-rain">the weather of the stay</related></topic_review>')
+        else:
+            name = re.search(r"- Name: (.*)", prompt).group(1)
+            print(f"<topic><summary>{name}, compressed.</summary><importance>0.8</importance></topic>")
+    """,
+    "malformed": "import sys; sys.stdin.read(); print('<topic_review><merge topic_id=\"t-rain\">')",
+    "unknown_id": """
+        import sys; sys.stdin.read()
+        print('<topic_review><merge topic_id="t-404" into="t-booking">r</merge></topic_review>')
+    """,
+    "merged_twice": """
+        import sys; sys.stdin.read()
+        print('<topic_review><merge topic_id="t-rain" into="t-booking">r</merge>'
+              '<merge topic_id="t-rain" into="t-breakfast">r</merge></topic_review>')
+    """,
+    "bad_compression": """
+        import sys
+        prompt = sys.stdin.read()
+        if "<topic_review>" in prompt:
+            print("<topic_review></topic_review>")
+        else:
+            print("<topic><summary>s</summary><importance>very</importance></topic>")
+    """,
+    "empty": "import sys; sys.stdin.read()",
+    "slow": "import sys, time; sys.stdin.read(); time.sleep(30)",
+}
+
+
+@pytest.fixture
+def reviewer(python_command):
+    return lambda kind: python_command(f"review_{kind}", REVIEWS[kind])
+
+
+def test_llm_review_merges_links_and_compresses_dry_run_first(run, store_dir, reviewer):
+    run("ingest", "-", input=session_lines(WEATHER))
+    three_topics(store_dir)
+    before = snapshot(store_dir)
+    plan = run("review", "daily", "--dry-run", "--json", "--llm", reviewer("good"), env=FEW_RECENT)
+    assert plan.returncode == 0, plan.stderr
+    planned = json.loads(plan.stdout)
+    assert snapshot(store_dir) == before
+    assert planned["merged"] == [{"topic_id": "t-breakfast", "into": "t-booking", "reason": "one stay"}]
+    assert planned["related"] == [{"topic_id": "t-booking", "with": "t-rain", "reason": "the weather of the stay"}]
+    # Compressed: the topics touched today, the LLM's importance averaged with nothing (no scores yet).
+    assert sorted((c["topic_id"], c["importance"]) for c in planned["compressed"]) == [("t-booking", 0.8), ("t-rain", 0.8)]
+    done = json.loads(run("review", "daily", "--json", "--llm", reviewer("good"), env=FEW_RECENT).stdout)
+    assert done["merged"] == planned["merged"] and done["related"] == planned["related"]
+    booking = json.loads(run("topics", "show", "t-breakfast", "--json").stdout.splitlines()[0])
+    assert booking["id"] == "t-booking" and booking["summary"] == "booking, compressed."
+    assert {(link["kind"], link["topic_id"]) for link in booking["links"]} == {("merged-from", "t-breakfast"),
+                                                                               ("related", "t-rain")}
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("malformed", "no <topic_review>…</topic_review> element"), ("unknown_id", "topic_id='t-404' is not one of"),
+    ("merged_twice", "t-rain is merged away twice"),
+    ("bad_compression", "LLM compression of topic t-booking: <importance> must be one number from 0 to 1"),
+    ("empty", "it was empty"), ("slow", "no answer within 2 s"),
+])
+def test_bad_llm_review_answers_change_nothing(run, store_dir, reviewer, kind, said):
+    run("ingest", "-", input=session_lines(WEATHER))
+    three_topics(store_dir)
+    before = snapshot(store_dir)
+    done = run("review", "daily", "--llm", reviewer(kind), env={**FEW_RECENT, "MEMCTL_TOPICS_LLM_TIMEOUT": "2"})
+    assert done.returncode == 2
+    message = done.stderr.decode().strip()
+    assert said in message and message.endswith("; nothing was changed") and len(message.splitlines()) == 1
+    assert snapshot(store_dir) == before
+
+
 # -- the LLM path of topics activate (§6.3) ---------------------------------------
 
 ROUTINGS = {
@@ -395,6 +503,7 @@ def test_daily_review_plans_then_archives_and_merges(run, store_dir):
     assert run("topics", "list", "--archived", "--since", "2027-01").returncode == 1
     merged = json.loads(run("topics", "show", duplicate, "--json").stdout.splitlines()[0])
     assert merged["id"] == ids["hotel"]  # the merged id still resolves
+    assert ("merged-from", duplicate) in [(link["kind"], link["topic_id"]) for link in merged["links"]]
     assert (store_dir / "auto_summaries.jsonl").exists()
     # Archived messages stay placed: they do not come back as unsplit.
     result, _ = context_json(run, "--message", "rain in Redwood City?", "--no-record", env={**FEW_RECENT, **later})

@@ -155,6 +155,11 @@ def test_context_and_topic_tools_through_the_server(store_dir, run):
         assert built["sections"][-1]["kind"] == "recent"
         hotel = next(s["topic_id"] for s in built["sections"] if s["kind"] == "topic")
         activated = payload(await session.call_tool("topics_activate", {"query": hotel}))
-        assert [a["topic_id"] for a in activated["activated"]] == [hotel]
+        assert [a["topic_id"] for a in activated["activated"]] == [hotel] and activated["method"] == "id"
+        shown = payload(await session.call_tool("topics_show", {"id": hotel}))
+        assert shown["topic"]["id"] == hotel and shown["topic"]["links"] == []
+        assert "ACG-42" in " ".join(m["text"] for m in shown["messages"])
+        plan = payload(await session.call_tool("review_daily", {"dry_run": True}))
+        assert plan["dry_run"] is True and {c["topic_id"] for c in plan["compressed"]} == {t["id"] for t in listed}
 
     anyio.run(session_run, store_dir, body)

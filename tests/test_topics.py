@@ -127,6 +127,13 @@ def test_a_topic_past_its_limit_splits_into_subtopics(run, store_dir):
     assert placed(store_dir) == Counter(f"m{n}" for n in range(12))
     links = [json.loads(line) for line in (store_dir / "topics" / "links.jsonl").read_text().splitlines()]
     assert {(link["from"], link["to"]) for link in links} == {(c["parent"], c["id"]) for c in children}
+    # Each end shows the link from its side.
+    child = children[0]
+    shown = json.loads(run("topics", "show", child["id"], "--json").stdout.splitlines()[0])
+    assert [(link["kind"], link["topic_id"]) for link in shown["links"]] == [("parent", child["parent"])]
+    parent = run("topics", "show", child["parent"]).stdout.decode()
+    listed = next(line for line in parent.splitlines() if line.startswith("child: "))[len("child: "):]
+    assert set(listed.split(", ")) == {c["id"] for c in children if c["parent"] == child["parent"]}
 
 
 # -- the LLM path: real commands written for the tests -------------------------------------------------

@@ -141,32 +141,41 @@ def topics_log(memory, since, as_json):
 
 @click.command("daily")
 @click.option("-n", "--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option("--llm", "llm_command", metavar="CMD", help="Merge, link and compress with this command (prompts "
+              "review.md and compress.md on stdin); a bad answer changes nothing, exit 2. "
+              "[default: [topics] llm_command, else built-in]")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"dry_run", "compressed": [{"topic_id", '
               '"importance"}], "archived": [{"topic_id", "reason", "to"}], "merged": [{"topic_id", "into", '
-              '"similarity"}], "idle_summaries": [{"session", "until", "at", "keywords", "summary"}]}.')
+              '"similarity" | "reason"}], "related": [{"topic_id", "with", "similarity" | "reason"}], '
+              '"idle_summaries": [{"session", "until", "at", "keywords", "summary"}]}.')
 @click.pass_obj
-def daily(memory, dry_run, as_json):
+def daily(memory, dry_run, llm_command, as_json):
     """Daily topic review, for cron: compress today's topics, archive old dormant ones, merge duplicates.
 
     Topics dormant more than [topics] archive_after_days (7), or dormant
     one-off questions, move to topics/archived/YYYY-MM/ as summary only;
-    topics on the same subject are merged (the old id still resolves);
-    sessions idle over [topics] idle_hours get a keyword summary in
-    auto_summaries.jsonl.
+    topics on the same subject are merged (the old id still resolves) and
+    close ones linked as related; sessions idle over [topics] idle_hours get
+    a keyword summary in auto_summaries.jsonl.
 
     \b
     Examples:
-      memctl review daily --dry-run      the plan
-      memctl review daily                do it
+      memctl review daily --dry-run                       the plan
+      memctl review daily                                 do it
+      memctl review daily --llm "llm -m gpt-4o-mini" -n   the LLM's plan
 
-    Exit status: 0 done, 2 error.
+    Exit status: 0 done, 2 error (a bad LLM answer: nothing changed).
     """
-    report = memory.review_daily(dry_run=dry_run)
+    report = memory.review_daily(dry_run=dry_run, llm_command=llm_command)
     if as_json:
         json_lines([report.as_dict()])
     else:
+        def why(item: dict) -> str:
+            return f"similarity {item['similarity']:.2f}" if "similarity" in item else clip(item["reason"], 60)
+
         rows = [("ACTION", "TOPIC", "DETAIL")]
-        rows += [("merge", m["topic_id"], f"into {m['into']} (similarity {m['similarity']:.2f})") for m in report.merged]
+        rows += [("merge", m["topic_id"], f"into {m['into']} ({why(m)})") for m in report.merged]
+        rows += [("relate", r["topic_id"], f"with {r['with']} ({why(r)})") for r in report.related]
         rows += [("archive", a["topic_id"], f"{a['reason']} -> {a['to']}") for a in report.archived]
         rows += [("compress", c["topic_id"], f"importance {c['importance']:.2f}") for c in report.compressed]
         rows += [("summarise", s["session"], ", ".join(s["keywords"])) for s in report.idle_summaries]

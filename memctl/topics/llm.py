@@ -258,3 +258,97 @@ def parse_routing(answer: str, known: set[str], where: str) -> tuple[list[tuple[
         matches.append((topic_id, relevance, unescape(reason.strip())))
     reasons = elements(found[0], "no_match_reason")
     return matches, unescape(reasons[0].strip()) if reasons else ""
+
+
+# -- the daily review: merges, related topics, compressed summaries ------------------------------
+
+_REVIEWED = re.compile(r"<(merge|related)\s+([^>]*)>(.*?)</\1>", re.S)
+
+
+def review_links(store: Store, command: str, timeout: float,
+                 topics: dict[str, Topic]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """The review prompt over `topics`: ([(merged id, kept id, reason)], [(id, related id, reason)])."""
+    where = "LLM review of the topics"
+    listed = "\n".join(
+        f'<topic id={quoteattr(tid)} name={quoteattr(t.header.get("name", ""))} state={quoteattr(t.state)} '
+        f'updated={quoteattr(t.header.get("updated", ""))} messages="{len(t.messages)}">\n'
+        f'{escape(t.header.get("summary", ""))}\n</topic>' for tid, t in topics.items())
+    prompt = fill(template(store, "review"), {"topics": listed})
+    return parse_review(ask(command_argv(command), prompt, timeout, where), set(topics), where)
+
+
+def parse_review(answer: str, known: set[str], where: str):
+    found = elements(answer, "topic_review")
+    if len(found) != 1:
+        raise LLMAnswerError(f"{where}: " + (f"the answer has {len(found)} <topic_review> elements, not one"
+                             if found else "the answer has no <topic_review>…</topic_review> element"
+                             + (" (it was empty)" if not answer.strip() else "")))
+    left = _REVIEWED.sub("", found[0]).strip()
+    if left:
+        raise LLMAnswerError(f"{where}: <topic_review> holds something other than <merge> and <related>: {left[:60]!r}")
+    merges: list[tuple[str, str, str]] = []
+    related: list[tuple[str, str, str]] = []
+    for number, (kind, attributes, reason) in enumerate(_REVIEWED.findall(found[0]), 1):
+        values = dict(_ATTRIBUTE.findall(attributes))
+        other_key = "into" if kind == "merge" else "with"
+        one, other = values.get("topic_id"), values.get(other_key)
+        what = f"{where}: <{kind}> {number}"
+        for key, value in (("topic_id", one), (other_key, other)):
+            if value not in known:
+                raise LLMAnswerError(f"{what}: {key}={value!r} is not one of the listed topics")
+        if one == other:
+            raise LLMAnswerError(f"{what}: a topic cannot be {'merged into' if kind == 'merge' else 'related to'} itself")
+        if kind == "merge":
+            if one in {m[0] for m in merges}:
+                raise LLMAnswerError(f"{what}: {one} is merged away twice")
+            if other in {m[0] for m in merges} or one in {m[1] for m in merges}:
+                raise LLMAnswerError(f"{what}: a topic merged away cannot take another topic's messages")
+            merges.append((one, other, unescape(reason.strip())))
+        else:
+            if any({one, other} == {r[0], r[1]} for r in related):
+                raise LLMAnswerError(f"{what}: {one} and {other} are related twice")
+            related.append((one, other, unescape(reason.strip())))
+    return merges, related
+
+
+def compressor(store: Store, command: str, timeout: float, parallel: int,
+               budget: int) -> Callable[[list[Draft]], list[tuple[str, float]]]:
+    """(compressed summary, importance) for each draft from the compress prompt, `parallel` at once."""
+    argv = command_argv(command)
+    prompt_template = template(store, "compress")
+
+    def one(draft: Draft) -> tuple[str, float]:
+        label, messages, name, summary = draft
+        where = f"LLM compression of topic {label}"
+        prompt = fill(prompt_template, {"name": name, "summary": summary, "budget": str(budget),
+                                        "messages": message_list(messages)})
+        return parse_compressed(ask(argv, prompt, timeout, where), budget, where)
+
+    def compress(drafts: list[Draft]) -> list[tuple[str, float]]:
+        with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(drafts)))) as pool:
+            futures = [pool.submit(one, draft) for draft in drafts]
+        return [future.result() for future in futures]
+
+    return compress
+
+
+def parse_compressed(answer: str, budget: int, where: str) -> tuple[str, float]:
+    found = elements(answer, "topic")
+    if len(found) != 1:
+        raise LLMAnswerError(f"{where}: " + (f"the answer has {len(found)} <topic> elements, not one" if found else
+                             "the answer has no <topic>…</topic> element"
+                             + (" (it was empty)" if not answer.strip() else "")))
+    summaries, importances = elements(found[0], "summary"), elements(found[0], "importance")
+    if len(summaries) != 1 or not summaries[0].strip():
+        raise LLMAnswerError(f"{where}: <topic> needs exactly one non-empty <summary>")
+    summary = unescape(summaries[0].strip())
+    if len(summary.encode()) > budget:
+        raise LLMAnswerError(f"{where}: <summary> has {len(summary.encode())} bytes, over the compressed "
+                             f"budget ({budget})")
+    try:
+        importance = float(importances[0]) if len(importances) == 1 else None
+    except ValueError:
+        importance = None
+    if importance is None or not 0 <= importance <= 1:
+        raise LLMAnswerError(f"{where}: <importance> must be one number from 0 to 1, got {importances!r}")
+    return summary, importance
