@@ -30,6 +30,8 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from installed import compile_package
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 DATA = Path(os.environ.get("MEMCTL_BENCH_DATA", REPO.parent / "shared" / "bench")) / "locomo_dev.json"
@@ -80,6 +82,7 @@ def main() -> None:
     parser.add_argument("--context-limit", type=int, default=4000, help="[topics] context_limit for the splits")
     parser.add_argument("--latency", type=int, default=15, help="cold `memctl context` runs to time")
     args = parser.parse_args()
+    compile_package()
     from memctl import Memory
 
     recall = {b: {"topic": [], "baseline": []} for b in BUDGETS}
