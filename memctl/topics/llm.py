@@ -13,9 +13,18 @@ message that happens to contain "{summary}" stays as it was written.
   name and summary from the LLM, [topics] llm_parallel at once; the answer is
   one <topic> with one non-empty <name> (one line, at most NAME_CHARS) and one
   non-empty <summary> within [topics] summary_bytes.
+- Routing (design 001 §6.3, prompts/route.md) for `topics activate`: one
+  <topic_routing> with one <matched_topics> of <topic id relevance> elements,
+  listed ids only, each once, relevance high | medium | low.
+- Daily review (prompts/review.md, prompts/compress.md): one <topic_review>
+  of <merge topic_id into> and <related topic_id with> elements; per topic to
+  compress, one <topic> with a <summary> within the compressed budget and an
+  <importance> from 0 to 1.
 
-Anything else raises LLMAnswerError naming the call and what was wrong;
-the command that asked (split, the daily review) then writes nothing.
+Anything else raises LLMAnswerError naming the call and what was wrong.
+The commands that write what the LLM said (split, the daily review) then
+write nothing; `topics activate` (like the §6.1 evaluation in evaluate.py)
+falls back to the built-in method and reports why.
 """
 
 from __future__ import annotations
