@@ -225,6 +225,13 @@ def test_llm_answer_is_applied(run, store_dir, answer):
     headers = {records[0]["name"]: records[0] for records in topic_files(store_dir).values()}
     # The summary prompt saw the split's name and summary and all four messages of each topic.
     assert set(headers) == {"weather", "hotel"} and headers["hotel"]["summary"] == "About hotel. 4 messages."
+    # A later split shows it the current summary and only the messages it adds.
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL + ["Is breakfast included?", "Yes, from 7 to 10."]))
+    again = run("split", "--session", "s1", "--force", "--keep-recent", "0", "--llm", answer("good"))
+    assert again.returncode == 0, again.stderr
+    latest = [next(r for r in reversed(records) if r["type"] == "topic") for records in topic_files(store_dir).values()]
+    headers = {header["name"]: header for header in latest}
+    assert headers["hotel"]["summary"] == "About hotel. 4 messages. 2 messages." and headers["hotel"]["messages"] == 6
 
 
 @pytest.mark.parametrize("kind, said", [

@@ -187,7 +187,8 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
             budget = int(settings["summary_bytes"] * COMPRESSED_SHARE)
             if llm_command:
                 compressed = llm.compressor(store, llm_command, settings["llm_timeout"], settings["llm_parallel"], budget)(
-                    [(t.id, t.messages, t.header.get("name", ""), t.header.get("summary", "")) for t in compress])
+                    [llm.Draft(t.id, t.messages, t.messages, t.header.get("name", ""), t.header.get("summary", ""))
+                     for t in compress])
             else:
                 compressed = [(summarise(t.messages, background, budget)[1],
                                min(1.0, math.log1p(len(t.messages)) / math.log(50))) for t in compress]

@@ -10,7 +10,8 @@ message that happens to contain "{summary}" stays as it was written.
   of earlier batches included, their id "new:<name>"). Every message of the
   batch exactly once, known ids only, one of the three kinds of assignment.
 - Summary (prompts/summary.md): after a split, each topic it touched gets its
-  name and summary from the LLM, [topics] llm_parallel at once; the answer is
+  name and summary from the LLM (shown its current name and summary and the
+  messages the split added), [topics] llm_parallel at once; the answer is
   one <topic> with one non-empty <name> (one line, at most NAME_CHARS) and one
   non-empty <summary> within [topics] summary_bytes.
 - Routing (design 001 §6.3, prompts/route.md) for `topics activate`: one
@@ -35,7 +36,7 @@ import subprocess
 import xml.etree.ElementTree as ElementTree
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 from xml.sax.saxutils import escape, quoteattr, unescape
 
 from memctl.errors import MemctlError
@@ -174,30 +175,39 @@ def parse(answer: str, message_ids: list[str], listed: dict, where: str) -> list
 
 # -- the summary prompt ---------------------------------------------------------------------
 
-# A topic to describe: (a label naming it in errors, its messages, its current name, its current summary).
-Draft = tuple[str, list[dict], str, str]
+class Draft(NamedTuple):
+    """A topic to describe or compress."""
+    label: str            # names it in errors: its id
+    messages: list[dict]  # all its messages
+    added: list[dict]     # the ones added since `summary` was written (all, for a new topic)
+    name: str
+    summary: str
+
+
 Describer = Callable[[list[Draft]], list[tuple[str, str]]]
 
 
+def in_parallel(one: Callable[[Draft], Any], drafts: list[Draft], parallel: int) -> list[Any]:
+    """`one` of each draft, `parallel` at once, in draft order; the first failure in that order raises."""
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(drafts)))) as pool:
+        futures = [pool.submit(one, draft) for draft in drafts]
+    return [future.result() for future in futures]
+
+
 def describer(store: Store, command: str, timeout: float, parallel: int, budget: int) -> Describer:
-    """(name, summary) for each draft from the summary prompt, `parallel` calls at once; the first bad
-    answer, in draft order, raises LLMAnswerError."""
+    """(name, summary) for each draft from the summary prompt: the current name and summary and the
+    messages added since (a topic's summary carries the earlier ones, so a call costs what the split
+    added, not the whole topic). The first bad answer, in draft order, raises LLMAnswerError."""
     argv = command_argv(command)
     prompt_template = template(store, "summary")
 
     def one(draft: Draft) -> tuple[str, str]:
-        label, messages, name, summary = draft
-        where = f"LLM summary of topic {label}"
-        prompt = fill(prompt_template, {"name": name or "(none yet)", "summary": summary or "(none yet)",
-                                        "budget": str(budget), "messages": message_list(messages)})
+        where = f"LLM summary of topic {draft.label}"
+        prompt = fill(prompt_template, {"name": draft.name or "(none yet)", "summary": draft.summary or "(none yet)",
+                                        "budget": str(budget), "messages": message_list(draft.added)})
         return parse_summary(ask(argv, prompt, timeout, where), budget, where)
 
-    def describe(drafts: list[Draft]) -> list[tuple[str, str]]:
-        with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(drafts)))) as pool:
-            futures = [pool.submit(one, draft) for draft in drafts]
-        return [future.result() for future in futures]
-
-    return describe
+    return lambda drafts: in_parallel(one, drafts, parallel)
 
 
 def parse_summary(answer: str, budget: int, where: str) -> tuple[str, str]:
@@ -327,18 +337,12 @@ def compressor(store: Store, command: str, timeout: float, parallel: int,
     prompt_template = template(store, "compress")
 
     def one(draft: Draft) -> tuple[str, float]:
-        label, messages, name, summary = draft
-        where = f"LLM compression of topic {label}"
-        prompt = fill(prompt_template, {"name": name, "summary": summary, "budget": str(budget),
-                                        "messages": message_list(messages)})
+        where = f"LLM compression of topic {draft.label}"
+        prompt = fill(prompt_template, {"name": draft.name, "summary": draft.summary, "budget": str(budget),
+                                        "messages": message_list(draft.messages)})
         return parse_compressed(ask(argv, prompt, timeout, where), budget, where)
 
-    def compress(drafts: list[Draft]) -> list[tuple[str, float]]:
-        with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(drafts)))) as pool:
-            futures = [pool.submit(one, draft) for draft in drafts]
-        return [future.result() for future in futures]
-
-    return compress
+    return lambda drafts: in_parallel(one, drafts, parallel)
 
 
 def parse_compressed(answer: str, budget: int, where: str) -> tuple[str, float]:

@@ -124,9 +124,9 @@ def builtin_describer(background: Background, budget: int) -> Describer:
     """Extractive summaries (summary.py); a topic keeps the name it was given when it opened."""
     def describe(drafts: list[Draft]) -> list[tuple[str, str]]:
         described = []
-        for _, messages, name, _ in drafts:
-            found, summary = summarise(messages, background, budget)
-            described.append((name or found, summary))
+        for draft in drafts:
+            found, summary = summarise(draft.messages, background, budget)
+            described.append((draft.name or found, summary))
         return described
 
     return describe
@@ -168,8 +168,9 @@ def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[
         report.assignments.append(Assignment(message["id"], topic.id, action))
     describe = describe or builtin_describer(background_of(t.messages for t in topics.values()),
                                              settings["summary_bytes"])
-    described = describe([(tid, topics[tid].messages, topics[tid].header.get("name", ""),
-                           given.get(tid) or topics[tid].header.get("summary", "")) for tid in added])
+    described = describe([Draft(tid, topics[tid].messages, topics[tid].messages if tid in fresh else new,
+                                topics[tid].header.get("name", ""), given.get(tid) or topics[tid].header.get("summary", ""))
+                          for tid, new in added.items()])
     for (tid, new), (name, summary) in zip(added.items(), described):
         topic = topics[tid]
         topic.header.update(name=name, summary=summary, state="active",
@@ -205,7 +206,7 @@ def _into_subtopics(tx, store, settings, topic: Topic, topics, describe: Describ
     children = []
     links = []
     ids = [files.topic_id(piece[0]["id"] + "/" + topic.id) for piece in pieces]
-    described = describe([(tid, piece, "", "") for tid, piece in zip(ids, pieces)])
+    described = describe([Draft(tid, piece, piece, "", "") for tid, piece in zip(ids, pieces)])
     for tid, piece, (name, summary) in zip(ids, pieces, described):
         child = Topic({"type": "topic", "id": tid, "name": name,
                        "summary": summary, "parent": topic.id, "children": [], "state": "active",
