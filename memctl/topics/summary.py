@@ -16,6 +16,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Iterable
 
 from memctl.text.cjk import IDEOGRAPHIC_RUN
@@ -57,6 +58,8 @@ def background_of(topics: Iterable[list[dict]]) -> Background:
     return background
 
 
+# A split reads every topic's messages for the background, then the touched topics' again for names.
+@lru_cache(maxsize=16384)
 def phrases_of(text: str) -> dict[str, str]:
     """Candidate phrases of a text: key (lower case) -> the form written. Runs of up to MAX_WORDS content
     words within a clause; in ideographic text, runs of 2 to MAX_CHARS characters without a Chinese
