@@ -136,23 +136,30 @@ class Embedder:
             import onnxruntime
 
             onnx_path = ensure_onnx(self.directory, self.model_key, self.precision)
-            optimised = onnx_path.with_name(onnx_path.stem + ".optimised.onnx")
+            # The optimised graph, its weights in a file of their own beside it: onnxruntime maps
+            # them instead of parsing them out of the graph's protobuf and copying them (int8
+            # MiniLM, a fresh process: 47 -> 27 ms to create the session, outputs bit-identical).
+            optimised = onnx_path.with_name(onnx_path.stem + ".optimised")
+            graph = optimised / "model.onnx"
             options = onnxruntime.SessionOptions()
             options.intra_op_num_threads = self.threads
             options.inter_op_num_threads = 1
             options.log_severity_level = 3
-            if optimised.exists():
+            if graph.exists():
                 # Graph optimisation was done once and saved: loading skips it (~30 ms a process).
                 options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-                onnx_path = optimised
+                onnx_path = graph
             else:
                 options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
                 partial = optimised.with_name(f".{optimised.name}.{os.getpid()}.tmp")
-                options.optimized_model_filepath = str(partial)
+                partial.mkdir(exist_ok=True)
+                options.optimized_model_filepath = str(partial / "model.onnx")
+                options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                                 "weights.bin")
             self._session = onnxruntime.InferenceSession(str(onnx_path), options,
                                                          providers=["CPUExecutionProvider"])
-            if not optimised.exists() and partial.exists():
-                os.replace(partial, optimised)
+            if not graph.exists() and (partial / "model.onnx").exists():
+                _put_in_place(partial, optimised)
         return self._session
 
     def embed(self, texts: list[str], progress=None) -> np.ndarray:
@@ -195,6 +202,16 @@ class Embedder:
             ids[row, :len(encoding.ids)] = encoding.ids
             mask[row, :len(encoding.ids)] = 1
         return self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+
+
+def _put_in_place(partial: Path, target: Path) -> None:
+    """Rename the folder `partial` to `target`, unless another process got there first."""
+    try:
+        os.rename(partial, target)
+    except OSError:  # target exists and is not empty: another process's copy, the same bytes
+        import shutil
+
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def _max_seq_length(directory: Path) -> int:
