@@ -118,3 +118,28 @@ def main() -> None:
         cli(prog_name="memctl")
     except KeyboardInterrupt:
         sys.exit(130)
+    except SystemExit as done:
+        if done.code is None or isinstance(done.code, int):
+            _exit_at_once(done.code or 0)
+        raise
+
+
+def _exit_at_once(code: int) -> None:
+    """End the process without tearing the interpreter down: after a hybrid search, freeing
+    every module and object (the ONNX session, numpy) cost 25-30 ms of a ~230 ms process
+    (cold `memctl search`, 6,000 messages, os._exit against a normal exit, 2026-11-22).
+    Everything memctl writes is committed and closed before a command returns; the output
+    is flushed and the atexit handlers run here. Anything unusual (another thread still
+    running, an output that cannot be flushed) takes the normal way out."""
+    import atexit
+    import threading
+
+    if threading.active_count() > 1:
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        return
+    atexit._run_exitfuncs()
+    os._exit(code)
