@@ -30,3 +30,12 @@ def test_the_optimised_graph_is_saved_once_with_its_weights_beside_it(tmp_path, 
     again = embedding.Embedder(directory, threads=1, precision="int8").embed(TEXTS)
     assert np.array_equal(first, again)
     assert (graph.stat().st_mtime_ns, weights.stat().st_mtime_ns) == stamps  # loaded, not saved again
+
+
+def test_a_session_opened_for_queries_gives_the_vectors_of_one_opened_for_documents():
+    directory = embedding.model_dir("")
+    documents = embedding.Embedder(directory, threads=1, precision="int8")
+    queries = embedding.Embedder(directory, threads=1, precision="int8")
+    queries.embed_queries(TEXTS[:1])  # opens its session the query way (no prepacking)
+    for text in TEXTS:
+        assert np.array_equal(queries.embed_queries([text]), documents.embed([text])), text
