@@ -15,11 +15,8 @@ With --store DIR the store is built there once and kept: a later run reuses
 it and its index (the fresh-index step is then skipped), so that two builds
 of memctl can be compared on the same store without re-embedding it.
 
-Bytecode: an installed memctl has its .pyc files (pip compiles them), but a
-checkout run with PYTHONDONTWRITEBYTECODE=1 compiles every module in every
-process (a hybrid search took 458 ms that way against 297 ms with bytecode);
-the memctl package the command imports is compiled first, so the figures are
-what a user gets.
+The package is compiled first (bench/installed.py): without bytecode a
+hybrid search took 458 ms against 297 ms with it.
 
 Peak RSS is the measured process's own: each runs under GNU time
 (/usr/bin/time), which forks it from a small process. Spawned straight from
@@ -42,6 +39,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import orjson
+from installed import compile_package
 
 MEMCTL = str(Path(sys.executable).parent / "memctl")
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "bench"
@@ -66,13 +64,6 @@ def measure(argv: list[str]) -> Run:
             raise SystemExit(f"{' '.join(argv)}: exit {done.returncode}")
         user, system, peak = usage.read().split()[-3:]
         return Run(seconds, float(user) + float(system), int(peak) // 1024, done.stdout)
-
-
-def compile_memctl() -> None:
-    """Write the bytecode of the memctl package `memctl` runs, as an install has it."""
-    where = subprocess.run([sys.executable, "-c", "import memctl, os; print(os.path.dirname(memctl.__file__))"],
-                           check=True, capture_output=True, text=True).stdout.strip()
-    subprocess.run([sys.executable, "-m", "compileall", "-q", where], check=True)
 
 
 def turns(data: Path) -> tuple[list[dict], list[str]]:
@@ -136,7 +127,7 @@ def main() -> None:
     parser.add_argument("--store", type=Path, help="build the store here once and reuse it")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     args = parser.parse_args()
-    compile_memctl()
+    compile_package()
     with tempfile.TemporaryDirectory() as tmp:
         store = str(args.store or Path(tmp) / "store")
         common = [MEMCTL, "--store", store]
