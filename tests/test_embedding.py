@@ -32,10 +32,11 @@ def test_the_optimised_graph_is_saved_once_with_its_weights_beside_it(tmp_path, 
     assert (graph.stat().st_mtime_ns, weights.stat().st_mtime_ns) == stamps  # loaded, not saved again
 
 
-def test_a_session_opened_for_queries_gives_the_vectors_of_one_opened_for_documents():
+def test_a_session_opened_for_a_few_texts_gives_the_vectors_of_one_opened_for_many():
     directory = embedding.model_dir("")
-    documents = embedding.Embedder(directory, threads=1, precision="int8")
-    queries = embedding.Embedder(directory, threads=1, precision="int8")
-    queries.embed_queries(TEXTS[:1])  # opens its session the query way (no prepacking)
+    many = embedding.Embedder(directory, threads=1, precision="int8")
+    many.embed(TEXTS * embedding.FEW_TEXTS)  # opens its session with the weights prepacked
+    few = embedding.Embedder(directory, threads=1, precision="int8")
+    few.embed_queries(TEXTS[:1])  # without
     for text in TEXTS:
-        assert np.array_equal(queries.embed_queries([text]), documents.embed([text])), text
+        assert np.array_equal(few.embed_queries([text]), many.embed([text])), text

@@ -47,7 +47,6 @@ _COLUMNS = {"row": int, "id": str, "digest": str, "embed_digest": str, "kind": s
             "tool": str, "agent": str, "cache_scope": str}
 _INDEXED = (("id", True), ("embed_digest", False), ("source", False), ("record_id", False))
 _CHUNK = 500  # SQLite parameters a statement
-_FEW_TEXTS = 64  # an update embedding no more than this many texts uses [embedding] query_threads
 
 
 class IndexCorrupt(Exception):
@@ -413,9 +412,10 @@ class _Model:
         130 ms, 69 ms). The vectors are bit-identical either way."""
         if self._embedder is None:
             from memctl.index.embedders import open_embedder
+            from memctl.index.embedding import FEW_TEXTS
 
             settings = self.settings
-            if texts <= _FEW_TEXTS:
+            if texts <= FEW_TEXTS:
                 settings = {**settings, "threads": settings["query_threads"]}
             self._embedder = open_embedder(settings)
         return self._embedder
