@@ -45,7 +45,9 @@ _COLUMNS = {"row": int, "id": str, "digest": str, "embed_digest": str, "kind": s
             "source": str, "section": str, "session": str, "scope": str, "status": str, "ts_epoch": float,
             "text": str, "line_start": int, "line_end": int, "speaker": str, "ts": str, "fields": str,
             "tool": str, "agent": str, "cache_scope": str}
-_INDEXED = (("id", True), ("embed_digest", False), ("source", False), ("record_id", False))
+# status: a search's default filter (nothing superseded or archived) scans this index instead of
+# the whole table (50,000 units: 33 -> 11 ms). Tables written before it get it at their next update.
+_INDEXED = (("id", True), ("embed_digest", False), ("source", False), ("record_id", False), ("status", False))
 _CHUNK = 500  # SQLite parameters a statement
 
 
@@ -532,6 +534,7 @@ class _Table:
     def patch(self, gone: list[str], records: list[dict]) -> None:
         """Delete and insert rows in one SQLite transaction; readers see before or after."""
         with self.conn:
+            _create_indexes(self.conn)
             for start in range(0, len(gone), _CHUNK):
                 chunk = gone[start:start + _CHUNK]
                 self.conn.execute(f"DELETE FROM {_TABLE} WHERE id IN ({', '.join('?' * len(chunk))})", chunk)
@@ -559,8 +562,7 @@ class _Table:
                 conn.commit()
                 conn.execute("DETACH DATABASE old")
             _insert(conn, records)
-            for column, unique in _INDEXED:
-                db[_TABLE].create_index([column], index_name=f"{_TABLE}_{column}", unique=unique)
+            _create_indexes(conn)
             conn.commit()
         finally:
             conn.close()
@@ -572,6 +574,12 @@ class _Table:
             chunk = values[start:start + _CHUNK]
             yield from self.conn.execute(
                 f"SELECT {columns} FROM {_TABLE} WHERE {key} IN ({', '.join('?' * len(chunk))})", chunk)
+
+
+def _create_indexes(conn: sqlite3.Connection) -> None:
+    for column, unique in _INDEXED:
+        conn.execute(f"CREATE {'UNIQUE ' if unique else ''}INDEX IF NOT EXISTS {_TABLE}_{column} "
+                     f"ON {_TABLE} ({column})")
 
 
 def _insert(conn: sqlite3.Connection, records: list[dict]) -> None:
