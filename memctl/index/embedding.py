@@ -152,7 +152,8 @@ class Embedder:
         options.log_severity_level = 3
         if not prepack:
             options.add_session_config_entry("session.disable_prepacking", "1")
-        if graph.exists():
+        saving = not graph.exists()
+        if not saving:
             # Graph optimisation was done once and saved: loading skips it (~30 ms a process).
             options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
             onnx_path = graph
@@ -164,7 +165,7 @@ class Embedder:
             options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
                                              "weights.bin")
         session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-        if not graph.exists() and (partial / "model.onnx").exists():
+        if saving and (partial / "model.onnx").exists():
             _put_in_place(partial, optimised)
         return session
 
