@@ -297,7 +297,8 @@ class Memory:
               dry_run: bool = False, llm_command: str | None = None,
               progress: Say | None = None) -> "SplitReport":
         """Move the session's older unsplit messages into topic files when its context is over the
-        threshold (or `force`); with an LLM command ([topics] llm_command unless given) it chooses.
+        threshold (or `force`); with an LLM command ([topics] llm_command unless given) it chooses
+        where messages go (§6.4) and writes the touched topics' names and summaries (prompts/summary.md).
         `progress` hears what a long split is doing."""
         from memctl.topics import llm
         from memctl.topics.split import settings_of, split
@@ -305,8 +306,10 @@ class Memory:
         settings = settings_of(self.store)
         command = llm_command if llm_command is not None else settings["llm_command"]
         choose = llm.chooser(self.store, command, settings["llm_timeout"], settings["llm_batch"]) if command else None
+        describe = llm.describer(self.store, command, settings["llm_timeout"], settings["llm_parallel"],
+                                 settings["summary_bytes"]) if command else None
         return split(self.store, session, system_text=system_text, keep_recent=keep_recent, force=force,
-                     dry_run=dry_run, choose=choose, progress=progress)
+                     dry_run=dry_run, choose=choose, describe=describe, progress=progress)
 
     def topics(self) -> list["Topic"]:
         """Every topic, oldest first."""
@@ -345,13 +348,20 @@ class Memory:
                      budget=budget if budget is not None else settings["context_budget"], record=record,
                      llm_command=command, say=self.say)
 
-    def topics_activate(self, query: str, *, include_archived: bool = False) -> dict[str, Any]:
+    def topics_activate(self, query: str, *, include_archived: bool = False,
+                        llm_command: str | None = None) -> dict[str, Any]:
         """Activate a topic by id, or the dormant topics matching `query` (T7 explicit path);
-        archived ones only with `include_archived`. {"activated": [...], "candidates": [...]}."""
+        archived ones only with `include_archived`. With an LLM command ([topics] llm_command unless
+        given) the design 001 §6.3 routing prompt chooses; a bad answer falls back to the built-in
+        search and says why under "fallback". {"activated", "candidates", "method", "fallback",
+        "no_match_reason"}."""
         from memctl.topics.context import activate
+        from memctl.topics.split import settings_of
 
         self._need_query(query)
-        return activate(self.store, self._retriever_open(), query, include_archived=include_archived)
+        command = llm_command if llm_command is not None else settings_of(self.store)["llm_command"]
+        return activate(self.store, self._retriever_open(), query, include_archived=include_archived,
+                        llm_command=command)
 
     def topics_log(self, *, since: str | None = None) -> list[dict[str, Any]]:
         """The tuning log (T11): rounds' scores and activation events, oldest first."""
@@ -367,13 +377,25 @@ class Memory:
         with self.store.reading():
             return archived_topics(self.store, since)
 
-    def review_daily(self, *, dry_run: bool = False) -> "DailyReport":
+    def review_daily(self, *, dry_run: bool = False, llm_command: str | None = None) -> "DailyReport":
         """The daily review (T12, P8): compress today's topics, archive old dormant ones, merge
-        same-subject topics, summarise idle sessions."""
+        same-subject topics and link related ones, summarise idle sessions. With an LLM command
+        ([topics] llm_command unless given) it merges, links and compresses; a bad answer raises
+        LLMAnswerError and nothing is written."""
         from memctl.topics.daily import review
+        from memctl.topics.split import settings_of
 
         self.store.require()
-        return review(self.store, dry_run=dry_run)
+        command = llm_command if llm_command is not None else settings_of(self.store)["llm_command"]
+        return review(self.store, dry_run=dry_run, llm_command=command)
+
+    def topic_links(self, topic_id: str) -> list[dict[str, Any]]:
+        """The links of a topic (T1), oldest first: {"kind": "parent" | "child" | "related" |
+        "merged-into" | "merged-from", "topic_id": the other topic, "at"}."""
+        from memctl.topics.files import links_of
+
+        with self.store.reading():
+            return links_of(self.store, topic_id)
 
     # -- shared working memory for tool outputs (H1-H5, docs/cache.md) --------------------
     def cache(self, backend: str | None = None) -> "Cache":

@@ -278,6 +278,196 @@ def test_bad_llm_evaluation_falls_back_to_the_builtin_score_per_topic(run, store
     assert stderr.count("the LLM answer was not used") == 2 and said in stderr and ids["hotel"] in stderr
 
 
+# -- links between topics ----------------------------------------------------------
+
+BOOKING = "Booked the Acorn Guest House in Cambridge for 3 nights from Friday."
+BREAKFAST = "The Acorn Guest House in Cambridge: breakfast is served from 7 to 10."
+RAIN = "Will it rain in Redwood City this week? Drizzle on Wednesday."
+
+
+def three_topics(store_dir: Path) -> None:
+    """Two close subjects (summary cosine .76 with the bundled model) and one far from both."""
+    for n, (tid, text) in enumerate((("t-booking", BOOKING), ("t-breakfast", BREAKFAST), ("t-rain", RAIN))):
+        message = {"id": f"x{n}", "session": "s9", "role": "user", "text": text, "ts": "2026-11-20T10:00:00Z"}
+        write_topic(store_dir, tid, tid[2:], [message], "active")
+
+
+def test_daily_review_links_close_topics_as_related_once(run, store_dir):
+    run("ingest", "-", input=session_lines(WEATHER))
+    three_topics(store_dir)
+    done = run("review", "daily", "--json", env=FEW_RECENT)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [(r["topic_id"], r["with"]) for r in report["related"]] == [("t-booking", "t-breakfast")]
+    assert report["merged"] == [] and 0.72 <= report["related"][0]["similarity"] < 0.85
+    for one, other in (("t-booking", "t-breakfast"), ("t-breakfast", "t-booking")):
+        shown = json.loads(run("topics", "show", one, "--json").stdout.splitlines()[0])
+        assert [(link["kind"], link["topic_id"]) for link in shown["links"]] == [("related", other)]
+    assert "related: t-booking" in run("topics", "show", "t-breakfast").stdout.decode()
+    again = json.loads(run("review", "daily", "--json", env=FEW_RECENT).stdout)
+    assert again["related"] == []   # linked once
+
+
+# -- the LLM path of the daily review ----------------------------------------------
+
+REVIEWS = {
+    "good": """
+        import re, sys
+        prompt = sys.stdin.read()
+        if "<topic_review>" in prompt:
+            print('<topic_review><merge topic_id="t-breakfast" into="t-booking">one stay</merge>'
+                  '<related topic_id="t-booking" with="t-rain">the weather of the stay</related></topic_review>')
+        else:
+            name = re.search(r"- Name: (.*)", prompt).group(1)
+            print(f"<topic><summary>{name}, compressed.</summary><importance>0.8</importance></topic>")
+    """,
+    "malformed": "import sys; sys.stdin.read(); print('<topic_review><merge topic_id=\"t-rain\">')",
+    "unknown_id": """
+        import sys; sys.stdin.read()
+        print('<topic_review><merge topic_id="t-404" into="t-booking">r</merge></topic_review>')
+    """,
+    "merged_twice": """
+        import sys; sys.stdin.read()
+        print('<topic_review><merge topic_id="t-rain" into="t-booking">r</merge>'
+              '<merge topic_id="t-rain" into="t-breakfast">r</merge></topic_review>')
+    """,
+    "bad_compression": """
+        import sys
+        prompt = sys.stdin.read()
+        if "<topic_review>" in prompt:
+            print("<topic_review></topic_review>")
+        else:
+            print("<topic><summary>s</summary><importance>very</importance></topic>")
+    """,
+    "empty": "import sys; sys.stdin.read()",
+    "slow": "import sys, time; sys.stdin.read(); time.sleep(30)",
+}
+
+
+@pytest.fixture
+def reviewer(python_command):
+    return lambda kind: python_command(f"review_{kind}", REVIEWS[kind])
+
+
+def test_llm_review_merges_links_and_compresses_dry_run_first(run, store_dir, reviewer):
+    run("ingest", "-", input=session_lines(WEATHER))
+    three_topics(store_dir)
+    before = snapshot(store_dir)
+    plan = run("review", "daily", "--dry-run", "--json", "--llm", reviewer("good"), env=FEW_RECENT)
+    assert plan.returncode == 0, plan.stderr
+    planned = json.loads(plan.stdout)
+    assert snapshot(store_dir) == before
+    assert planned["merged"] == [{"topic_id": "t-breakfast", "into": "t-booking", "reason": "one stay"}]
+    assert planned["related"] == [{"topic_id": "t-booking", "with": "t-rain", "reason": "the weather of the stay"}]
+    # Compressed: the topics touched today, the LLM's importance averaged with nothing (no scores yet).
+    assert sorted((c["topic_id"], c["importance"]) for c in planned["compressed"]) == [("t-booking", 0.8), ("t-rain", 0.8)]
+    done = json.loads(run("review", "daily", "--json", "--llm", reviewer("good"), env=FEW_RECENT).stdout)
+    assert done["merged"] == planned["merged"] and done["related"] == planned["related"]
+    booking = json.loads(run("topics", "show", "t-breakfast", "--json").stdout.splitlines()[0])
+    assert booking["id"] == "t-booking" and booking["summary"] == "booking, compressed."
+    assert {(link["kind"], link["topic_id"]) for link in booking["links"]} == {("merged-from", "t-breakfast"),
+                                                                               ("related", "t-rain")}
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("malformed", "no <topic_review>…</topic_review> element"), ("unknown_id", "topic_id='t-404' is not one of"),
+    ("merged_twice", "t-rain is merged away twice"),
+    ("bad_compression", "LLM compression of topic t-booking: <importance> must be one number from 0 to 1"),
+    ("empty", "it was empty"), ("slow", "no answer within 2 s"),
+])
+def test_bad_llm_review_answers_change_nothing(run, store_dir, reviewer, kind, said):
+    run("ingest", "-", input=session_lines(WEATHER))
+    three_topics(store_dir)
+    before = snapshot(store_dir)
+    done = run("review", "daily", "--llm", reviewer(kind), env={**FEW_RECENT, "MEMCTL_TOPICS_LLM_TIMEOUT": "2"})
+    assert done.returncode == 2
+    message = done.stderr.decode().strip()
+    assert said in message and message.endswith("; nothing was changed") and len(message.splitlines()) == 1
+    assert snapshot(store_dir) == before
+
+
+# -- the LLM path of topics activate (§6.3) ---------------------------------------
+
+ROUTINGS = {
+    # Matches the topic whose summary mentions the guest house: words the query does not share.
+    "good": """
+        import re, sys
+        prompt = sys.stdin.read()
+        listed = re.findall(r'<topic id="([^"]+)"[^>]*>\\n([^<]*)', prompt)
+        print("<topic_routing><matched_topics>")
+        for tid, summary in listed:
+            if "Acorn" in summary:
+                print(f'<topic id="{tid}" relevance="high">where they stay &amp; the booking</topic>')
+        print("</matched_topics></topic_routing>")
+    """,
+    "none": """
+        import sys; sys.stdin.read()
+        print("<topic_routing><matched_topics></matched_topics>"
+              "<no_match_reason>nothing about pets</no_match_reason></topic_routing>")
+    """,
+    "malformed": "import sys; sys.stdin.read(); print('<topic_routing><matched_topics><topic id=x>')",
+    "unknown_id": """
+        import sys; sys.stdin.read()
+        print('<topic_routing><matched_topics><topic id="t-404" relevance="high">r</topic>'
+              '</matched_topics></topic_routing>')
+    """,
+    "bad_relevance": """
+        import re, sys
+        tid = re.findall(r'<topic id="([^"]+)"', sys.stdin.read())[0]
+        print(f'<topic_routing><matched_topics><topic id="{tid}" relevance="very">r</topic>'
+              '</matched_topics></topic_routing>')
+    """,
+    "empty": "import sys; sys.stdin.read()",
+    "slow": "import sys, time; sys.stdin.read(); time.sleep(30)",
+}
+
+
+@pytest.fixture
+def router(python_command):
+    return lambda kind: python_command(f"route_{kind}", ROUTINGS[kind])
+
+
+def activate_json(run, *args, env=FEW_RECENT):
+    done = run("topics", "activate", "--json", *args, env=env)
+    return done.returncode, json.loads(done.stdout), done.stderr.decode()
+
+
+def test_llm_routing_activates_the_topic_it_matches(run, store_dir, router):
+    ids = split_three_subjects(run, store_dir)
+    make_dormant(store_dir, ids["hotel"])
+    make_dormant(store_dir, ids["weather"])
+    code, found, said = activate_json(run, "where are we sleeping on Friday", "--llm", router("good"))
+    assert code == 0 and found["method"] == "llm" and found["fallback"] is None and "not used" not in said
+    assert [a["topic_id"] for a in found["activated"]] == [ids["hotel"]]
+    assert found["candidates"] == [{"topic_id": ids["hotel"], "name": found["activated"][0]["name"], "score": 0.7,
+                                    "relevance": "high", "reason": "where they stay & the booking"}]
+    assert topic_files(store_dir)[ids["hotel"]][-1]["state"] == "active"
+
+
+def test_llm_routing_that_matches_nothing_activates_nothing(run, store_dir, router):
+    ids = split_three_subjects(run, store_dir)
+    make_dormant(store_dir, ids["hotel"])
+    code, found, said = activate_json(run, "the Acorn Guest House booking", "--llm", router("none"))
+    assert code == 1 and found["activated"] == [] and found["no_match_reason"] == "nothing about pets"
+    assert "nothing about pets" in said and topic_files(store_dir)[ids["hotel"]][-1]["state"] == "dormant"
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("malformed", "no <topic_routing>…</topic_routing> element"), ("unknown_id", "id 't-404' is not one of the listed"),
+    ("bad_relevance", "relevance='very' must be one of high, medium, low"), ("empty", "it was empty"),
+    ("slow", "no answer within 2 s"),
+])
+def test_bad_llm_routing_falls_back_to_the_builtin_search(run, store_dir, router, kind, said):
+    ids = split_three_subjects(run, store_dir)
+    make_dormant(store_dir, ids["hotel"])
+    make_dormant(store_dir, ids["weather"])
+    env = {**FEW_RECENT, "MEMCTL_TOPICS_LLM_TIMEOUT": "2"}
+    code, found, stderr = activate_json(run, "the Acorn Guest House booking", "--llm", router(kind), env=env)
+    assert code == 0 and found["method"] == "builtin" and said in found["fallback"]
+    assert [a["topic_id"] for a in found["activated"]][0] == ids["hotel"]   # what the built-in search finds
+    assert stderr.count("the LLM routing answer was not used") == 1 and said in stderr
+
+
 # -- the daily review (T12, P8) --------------------------------------------------
 
 def test_daily_review_plans_then_archives_and_merges(run, store_dir):
@@ -313,6 +503,7 @@ def test_daily_review_plans_then_archives_and_merges(run, store_dir):
     assert run("topics", "list", "--archived", "--since", "2027-01").returncode == 1
     merged = json.loads(run("topics", "show", duplicate, "--json").stdout.splitlines()[0])
     assert merged["id"] == ids["hotel"]  # the merged id still resolves
+    assert ("merged-from", duplicate) in [(link["kind"], link["topic_id"]) for link in merged["links"]]
     assert (store_dir / "auto_summaries.jsonl").exists()
     # Archived messages stay placed: they do not come back as unsplit.
     result, _ = context_json(run, "--message", "rain in Redwood City?", "--no-record", env={**FEW_RECENT, **later})

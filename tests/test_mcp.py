@@ -155,6 +155,17 @@ def test_context_and_topic_tools_through_the_server(store_dir, run):
         assert built["sections"][-1]["kind"] == "recent"
         hotel = next(s["topic_id"] for s in built["sections"] if s["kind"] == "topic")
         activated = payload(await session.call_tool("topics_activate", {"query": hotel}))
-        assert [a["topic_id"] for a in activated["activated"]] == [hotel]
+        assert [a["topic_id"] for a in activated["activated"]] == [hotel] and activated["method"] == "id"
+        shown = payload(await session.call_tool("topics_show", {"id": hotel}))
+        assert shown["topic"]["id"] == hotel and shown["topic"]["links"] == []
+        assert "ACG-42" in " ".join(m["text"] for m in shown["messages"])
+        plan = payload(await session.call_tool("review_daily", {"dry_run": True}))
+        assert plan["dry_run"] is True and {c["topic_id"] for c in plan["compressed"]} == {t["id"] for t in listed}
+        # The library names a bad option by its flag; a client is told the argument it sent.
+        bad_month = await session.call_tool("topics_list", {"archived": True, "since": "2026-13"})
+        assert bad_month.is_error
+        assert bad_month.content[0].text == "argument 'since': not a month (YYYY-MM) or an ISO 8601 date: '2026-13'"
+        bad_scope = await session.call_tool("search", {"query": "hotel", "scope": "everywhere"})
+        assert bad_scope.is_error and bad_scope.content[0].text.startswith("argument 'scope': ")
 
     anyio.run(session_run, store_dir, body)

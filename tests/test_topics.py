@@ -127,26 +127,47 @@ def test_a_topic_past_its_limit_splits_into_subtopics(run, store_dir):
     assert placed(store_dir) == Counter(f"m{n}" for n in range(12))
     links = [json.loads(line) for line in (store_dir / "topics" / "links.jsonl").read_text().splitlines()]
     assert {(link["from"], link["to"]) for link in links} == {(c["parent"], c["id"]) for c in children}
+    # Each end shows the link from its side.
+    child = children[0]
+    shown = json.loads(run("topics", "show", child["id"], "--json").stdout.splitlines()[0])
+    assert [(link["kind"], link["topic_id"]) for link in shown["links"]] == [("parent", child["parent"])]
+    parent = run("topics", "show", child["parent"]).stdout.decode()
+    listed = next(line for line in parent.splitlines() if line.startswith("child: "))[len("child: "):]
+    assert set(listed.split(", ")) == {c["id"] for c in children if c["parent"] == child["parent"]}
 
 
 # -- the LLM path: real commands written for the tests -------------------------------------------------
 
-ANSWERS = {
-    "good": """
-        import re, sys
-        prompt = sys.stdin.read()
+SPLIT_WELL = """
+    import re, sys, time
+    prompt = sys.stdin.read()
+
+    def split_answer():
         ids = re.findall(r'<message id="([^"]+)"', prompt)
-        print("<topic_split>")
         known = dict(re.findall(r'<topic id="([^"]+)" state="[^"]*" name="([^"]+)"', prompt))
+        lines = ["<topic_split>"]
         for i in ids:
             name = "weather" if int(i[1:]) < 4 else "hotel"
             same = [t for t, n in known.items() if n == name]
             if same:  # a topic an earlier batch opened
-                print(f'<assignment msg_id="{i}" topic="existing_active" topic_id="{same[0]}">same</assignment>')
+                lines.append(f'<assignment msg_id="{i}" topic="existing_active" topic_id="{same[0]}">same</assignment>')
             else:
-                print(f'<assignment msg_id="{i}" topic="new" topic_name="{name}"><summary>About {name}.</summary>'
-                      'reason</assignment>')
-        print("</topic_split>")
+                lines.append(f'<assignment msg_id="{i}" topic="new" topic_name="{name}"><summary>About {name}.'
+                             '</summary>reason</assignment>')
+        return "\\n".join(lines + ["</topic_split>"])
+
+    if "<topic_split>" in prompt:
+        print(split_answer())
+        sys.exit()
+    # the summary prompt
+    name = re.search(r"Current name: (.*)", prompt).group(1)
+    before = re.search(r"Current summary: (.*)", prompt).group(1)
+    count = len(re.findall(r'<message id=', prompt))
+"""
+
+ANSWERS = {
+    "good": SPLIT_WELL + """
+    print(f"<topic><name>{name}</name><summary>{before} {count} messages.</summary></topic>")
     """,
     "malformed": """
         import sys; sys.stdin.read()
@@ -172,9 +193,25 @@ ANSWERS = {
 }
 
 
+# Split well, then answer the summary prompt badly.
+SUMMARIES = {
+    "malformed": "print('<topic><name>x</name><summary>s</summary>')",
+    "unclosed_summary": "print('<topic><name>x</name><summary>unclosed</topic>')",
+    "two_names": "print('<topic><name>a</name><name>b</name><summary>s</summary></topic>')",
+    "over_budget": "print('<topic><name>x</name><summary>' + 'y' * 2000 + '</summary></topic>')",
+    "empty": "pass",
+    "slow": "time.sleep(30)",
+}
+
+
 @pytest.fixture
 def answer(python_command):
     return lambda kind: python_command(kind, ANSWERS[kind])
+
+
+@pytest.fixture
+def summary_answer(python_command):
+    return lambda kind: python_command(f"summary_{kind}", SPLIT_WELL + "    " + SUMMARIES[kind] + "\n")
 
 
 def test_llm_answer_is_applied(run, store_dir, answer):
@@ -186,7 +223,15 @@ def test_llm_answer_is_applied(run, store_dir, answer):
     topics = [r["topic_id"] for r in rows]
     assert len(set(topics[:4])) == 1 and len(set(topics[4:])) == 1 and topics[0] != topics[4]
     headers = {records[0]["name"]: records[0] for records in topic_files(store_dir).values()}
-    assert set(headers) == {"weather", "hotel"} and headers["hotel"]["summary"] == "About hotel."
+    # The summary prompt saw the split's name and summary and all four messages of each topic.
+    assert set(headers) == {"weather", "hotel"} and headers["hotel"]["summary"] == "About hotel. 4 messages."
+    # A later split shows it the current summary and only the messages it adds.
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL + ["Is breakfast included?", "Yes, from 7 to 10."]))
+    again = run("split", "--session", "s1", "--force", "--keep-recent", "0", "--llm", answer("good"))
+    assert again.returncode == 0, again.stderr
+    latest = [next(r for r in reversed(records) if r["type"] == "topic") for records in topic_files(store_dir).values()]
+    headers = {header["name"]: header for header in latest}
+    assert headers["hotel"]["summary"] == "About hotel. 4 messages. 2 messages." and headers["hotel"]["messages"] == 6
 
 
 @pytest.mark.parametrize("kind, said", [
@@ -203,6 +248,23 @@ def test_bad_llm_answers_change_nothing(run, store_dir, answer, kind, said):
     message = done.stderr.decode().strip()
     assert said in message and "nothing was split" in message and len(message.splitlines()) == 1
     assert snapshot(store_dir) == before
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("malformed", "no <topic>…</topic> element"), ("unclosed_summary", "exactly one non-empty <summary>"),
+    ("two_names", "exactly one <name>"),
+    ("over_budget", "<summary> has 2000 bytes, over [topics] summary_bytes (1000)"),
+    ("empty", "it was empty"), ("slow", "no answer within 2 s"),
+])
+def test_bad_llm_summaries_change_nothing(run, store_dir, summary_answer, kind, said):
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL))
+    before = snapshot(store_dir)
+    done = run("split", "--session", "s1", "--force", "--keep-recent", "0", "--llm", summary_answer(kind),
+               env={"MEMCTL_TOPICS_LLM_TIMEOUT": "2"})
+    assert done.returncode == 2
+    message = done.stderr.decode().strip()
+    assert "LLM summary of topic t-" in message and said in message and message.endswith("; nothing was split")
+    assert len(message.splitlines()) == 1 and snapshot(store_dir) == before
 
 
 def test_prompt_template_can_be_overridden_from_the_store(run, store_dir, tmp_path):
@@ -225,3 +287,21 @@ def test_search_finds_topics_by_their_summary(run, store_dir):
     hit = json.loads(found.stdout.splitlines()[0])
     assert hit["kind"] == "topic" and hit["id"] == rows[-1]["topic_id"]
     assert hit["source"] == f"topics/{hit['id']}.jsonl"
+
+
+# -- built-in names -------------------------------------------------------------------
+
+def test_a_builtin_name_is_the_topics_most_distinctive_phrase():
+    from memctl.topics.summary import background_of, topic_name
+
+    chinese = ["我想开通创业板，需要什么条件？", "开通创业板需要两年交易经验。", "那创业板的风险测评在哪里做？",
+               "创业板的风险测评在手机上就可以做。"]
+    stocks = ["我想问一下港股通怎么开通？", "港股通需要资产五十万。", "好的，谢谢您。"]
+    groups = [[{"text": t} for t in texts] for texts in (HOTEL, TAXI, chinese, stocks)]
+    background = background_of(groups)
+    names = [topic_name(group, background) for group in groups]
+    # The phrase, not its words; the guest house is in TAXI too, so TAXI is named by what only it talks about.
+    assert "Acorn Guest House" in names[0].split(" · ") and "Acorn" not in names[0].replace("Acorn Guest House", "")
+    assert names[1].split(" · ")[0] == "taxi"
+    assert names[2].startswith("创业板") and "业板" not in names[2].replace("创业板", "")
+    assert names[3].startswith("港股通")

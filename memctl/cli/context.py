@@ -78,27 +78,37 @@ def _report_dropped(dropped: list[dict]) -> None:
 @click.command("activate")
 @click.argument("query", metavar="QUERY|ID")
 @click.option("--include-archived", is_flag=True, help="Also search archived topics (and restore a match).")
+@click.option("--llm", "llm_command", metavar="CMD", help="Route with this command (design 001 §6.3 prompt on "
+              "stdin); a bad answer falls back to the built-in search. [default: [topics] llm_command, else built-in]")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"activated": [{"topic_id", "name"}], '
-              '"candidates": [{"topic_id", "name", "score"}]}.')
+              '"candidates": [{"topic_id", "name", "score", "relevance"?, "reason"?}], "method": "id" | "builtin" | '
+              '"llm", "fallback": why the LLM answer was not used | null, "no_match_reason": the LLM\'s | null}.')
 @click.pass_obj
-def activate(memory, query, include_archived, as_json):
+def activate(memory, query, include_archived, llm_command, as_json):
     """Activate a topic by id, or the dormant topics whose summaries match QUERY.
+
+    With an LLM command the design 001 §6.3 routing prompt picks among the
+    topics the built-in search ranks highest; if its answer is not valid,
+    the built-in ranking is used and stderr says why.
 
     \b
     Examples:
       memctl topics activate t-9da459f266e0
       memctl topics activate "the Kyoto trip" --include-archived
+      memctl topics activate "the Kyoto trip" --llm "llm -m gpt-4o-mini"
 
     Exit status: 0 a topic was activated, 1 none matched, 2 error.
     """
-    found = memory.topics_activate(query, include_archived=include_archived)
+    found = memory.topics_activate(query, include_archived=include_archived, llm_command=llm_command)
+    if found["fallback"]:
+        say(f"memctl: the LLM routing answer was not used ({found['fallback']}); built-in search of the topics")
     if as_json:
         json_lines([found])
     else:
         for item in found["activated"]:
             click.echo(f"{item['topic_id']}  {item['name']}")
     if not found["activated"]:
-        say(f"memctl: no topic matches '{query}'")
+        say(f"memctl: no topic matches '{query}'" + (f": {found['no_match_reason']}" if found["no_match_reason"] else ""))
         sys.exit(EXIT_NOTHING)
 
 
@@ -131,32 +141,41 @@ def topics_log(memory, since, as_json):
 
 @click.command("daily")
 @click.option("-n", "--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option("--llm", "llm_command", metavar="CMD", help="Merge, link and compress with this command (prompts "
+              "review.md and compress.md on stdin); a bad answer changes nothing, exit 2. "
+              "[default: [topics] llm_command, else built-in]")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"dry_run", "compressed": [{"topic_id", '
               '"importance"}], "archived": [{"topic_id", "reason", "to"}], "merged": [{"topic_id", "into", '
-              '"similarity"}], "idle_summaries": [{"session", "until", "at", "keywords", "summary"}]}.')
+              '"similarity" | "reason"}], "related": [{"topic_id", "with", "similarity" | "reason"}], '
+              '"idle_summaries": [{"session", "until", "at", "keywords", "summary"}]}.')
 @click.pass_obj
-def daily(memory, dry_run, as_json):
+def daily(memory, dry_run, llm_command, as_json):
     """Daily topic review, for cron: compress today's topics, archive old dormant ones, merge duplicates.
 
     Topics dormant more than [topics] archive_after_days (7), or dormant
     one-off questions, move to topics/archived/YYYY-MM/ as summary only;
-    topics on the same subject are merged (the old id still resolves);
-    sessions idle over [topics] idle_hours get a keyword summary in
-    auto_summaries.jsonl.
+    topics on the same subject are merged (the old id still resolves) and
+    close ones linked as related; sessions idle over [topics] idle_hours get
+    a keyword summary in auto_summaries.jsonl.
 
     \b
     Examples:
-      memctl review daily --dry-run      the plan
-      memctl review daily                do it
+      memctl review daily --dry-run                       the plan
+      memctl review daily                                 do it
+      memctl review daily --llm "llm -m gpt-4o-mini" -n   the LLM's plan
 
-    Exit status: 0 done, 2 error.
+    Exit status: 0 done, 2 error (a bad LLM answer: nothing changed).
     """
-    report = memory.review_daily(dry_run=dry_run)
+    report = memory.review_daily(dry_run=dry_run, llm_command=llm_command)
     if as_json:
         json_lines([report.as_dict()])
     else:
+        def why(item: dict) -> str:
+            return f"similarity {item['similarity']:.2f}" if "similarity" in item else clip(item["reason"], 60)
+
         rows = [("ACTION", "TOPIC", "DETAIL")]
-        rows += [("merge", m["topic_id"], f"into {m['into']} (similarity {m['similarity']:.2f})") for m in report.merged]
+        rows += [("merge", m["topic_id"], f"into {m['into']} ({why(m)})") for m in report.merged]
+        rows += [("relate", r["topic_id"], f"with {r['with']} ({why(r)})") for r in report.related]
         rows += [("archive", a["topic_id"], f"{a['reason']} -> {a['to']}") for a in report.archived]
         rows += [("compress", c["topic_id"], f"importance {c['importance']:.2f}") for c in report.compressed]
         rows += [("summarise", s["session"], ", ".join(s["keywords"])) for s in report.idle_summaries]

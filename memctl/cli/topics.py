@@ -96,19 +96,25 @@ def list_topics(memory, archived, since, as_json):
 
 @topics.command("show")
 @click.argument("topic_id", metavar="ID")
-@click.option("--json", "as_json", is_flag=True, help="The header, then one JSON object a message (JSON lines).")
+@click.option("--json", "as_json", is_flag=True, help='The header with its "links": [{"kind": "parent" | "child" | '
+              '"related" | "merged-into" | "merged-from", "topic_id", "at"}], then one JSON object a message (JSON lines).')
 @click.pass_obj
 def show_topic(memory, topic_id, as_json):
-    """A topic's header, summary and messages."""
+    """A topic's header, links, summary and messages."""
     topic = memory.topic(topic_id)
+    links = memory.topic_links(topic.id)
     if as_json:
-        json_lines([topic.header, *topic.messages])
+        json_lines([{**topic.header, "links": links}, *topic.messages])
         return
     header = topic.header
     click.echo(f"{header['id']}  {header.get('name', '')}\nstate {header.get('state')} · "
                f"{header.get('messages', 0)} messages · {header.get('tokens', 0)} tokens · "
-               f"updated {header.get('updated', '')}" + (f" · parent {header['parent']}" if header.get("parent") else "")
-               + (f" · children {', '.join(header['children'])}" if header.get("children") else ""))
+               f"updated {header.get('updated', '')}")
+    kinds: dict[str, list[str]] = {}
+    for link in links:
+        kinds.setdefault(link["kind"], []).append(link["topic_id"])
+    for kind, others in kinds.items():
+        click.echo(f"{kind}: {', '.join(others)}")
     click.echo(f"\n{header.get('summary', '')}\n")
     for message in topic.messages:
         who = message.get("speaker") or message.get("role") or ""

@@ -360,11 +360,40 @@ def topics_list(memory: Memory, archived: bool = False, since: str | None = None
 
 @tool("topics_activate", """
     Bring a topic back into the context: by its id, or the dormant topics whose subject
-    matches the query. Call it when the user refers to something discussed long ago that
-    the context does not hold. Returns {"activated": [{"topic_id", "name"}], "candidates":
-    [{"topic_id", "name", "score"}]}.
+    matches the query (with [topics] llm_command set, an LLM routes: design 001 §6.3).
+    Call it when the user refers to something discussed long ago that the context does
+    not hold. Returns {"activated": [{"topic_id", "name"}], "candidates": [{"topic_id",
+    "name", "score", "relevance"?, "reason"?}], "method": "id"|"builtin"|"llm",
+    "fallback": why the LLM answer was not used, or null, "no_match_reason"}.
     """, required=("query",),
       query=text("A topic id, or what the topic was about.", minLength=1),
       include_archived=flag("Also search archived topics (and restore a match)."))
 def topics_activate(memory: Memory, query: str, include_archived: bool = False) -> dict[str, Any]:
     return memory.topics_activate(query, include_archived=include_archived)
+
+
+@tool("topics_show", """
+    One topic: its header (name, summary, state, size), its links to other topics
+    (parent, child, related, merged-into, merged-from) and its messages. A merged
+    topic's old id finds the topic it went into. Returns {"topic": {header fields...,
+    "links": [{"kind", "topic_id", "at"}]}, "messages": [{"id", "session", "role",
+    "speaker", "text", "ts"}]}.
+    """, required=("id",), read_only=True,
+      id=text("The topic's id, as topics_list gives it.", minLength=1))
+def topics_show(memory: Memory, id: str) -> dict[str, Any]:
+    topic = memory.topic(id)
+    return {"topic": {**topic.header, "links": memory.topic_links(topic.id)},
+            "messages": [{k: v for k, v in m.items() if k != "type"} for m in topic.messages]}
+
+
+@tool("review_daily", """
+    The daily topic review (normally run from cron): compress the topics touched today,
+    archive long-dormant ones, merge topics on the same subject and link related ones,
+    summarise idle sessions; with [topics] llm_command set, an LLM merges, links and
+    compresses (a bad answer changes nothing and is an error). Returns {"dry_run",
+    "compressed": [{"topic_id", "importance"}], "archived": [{"topic_id", "reason", "to"}],
+    "merged": [{"topic_id", "into", "similarity"|"reason"}], "related": [{"topic_id",
+    "with", "similarity"|"reason"}], "idle_summaries": [...]}.
+    """, dry_run=DRY_RUN)
+def review_daily(memory: Memory, dry_run: bool = False) -> dict[str, Any]:
+    return memory.review_daily(dry_run=dry_run).as_dict()

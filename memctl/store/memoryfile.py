@@ -156,7 +156,10 @@ class Entry:
         for key in ordered:
             lines.append(f"{key}: {_render_value(self.fields[key])}")
         lines.append(META_CLOSE)
-        lines.extend(escape_body(self.list_item + self.text).split("\n"))
+        body = escape_body(self.list_item + self.text)
+        if not self.list_item and _one_list_item(self.text):
+            body = "\\" + body  # text that itself begins "- 0": escaped, or it would read back as a list item "0"
+        lines.extend(body.split("\n"))
         return "\n".join(lines) + "\n"
 
 
@@ -375,12 +378,11 @@ def _parse_annotated(lines: list[str], i: int, section: str, headings: tuple[tup
     while end > text_start and not lines[end - 1].strip():
         end -= 1
     body = "\n".join(part.rstrip("\r") for part in "".join(lines[text_start:end]).split("\n"))
-    text = unescape_body(body.strip("\n"))
-    marker = _LIST_ITEM.match(text)
-    if marker and not any(_LIST_ITEM.match(rest) for rest in text.split("\n")[1:]):
-        list_item, text = marker.group(0), text[marker.end():]  # one list item: its text is past the marker
-    else:
-        list_item = ""
+    body = body.strip("\n")
+    # Looked for before unescaping: an escaped first line ("\\- 0") is text, not a marker.
+    marker = _one_list_item(body)
+    list_item = marker.group(0) if marker else ""  # one list item: its text is past the marker
+    text = unescape_body(body[len(list_item):])
     entry = Entry(text=text, fields=fields, section=section, line=start + 1,
                   text_line=text_start + 1, raw="".join(lines[start:end]), headings=headings,
                   list_item=list_item)
@@ -435,6 +437,14 @@ def _render_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return orjson.dumps(value).decode()
+
+
+def _one_list_item(text: str) -> re.Match | None:
+    """The marker of a text that is one list item ("- x"), not a list of several."""
+    marker = _LIST_ITEM.match(text)
+    if marker and not any(_LIST_ITEM.match(rest) for rest in text.split("\n")[1:]):
+        return marker
+    return None
 
 
 def escape_body(text: str) -> str:

@@ -21,6 +21,24 @@ i if in into is it its me my no not of on or our she should such that the their 
 this to was we were what when where which who whom why will with would you your
 """.split())
 
+# Words no topic is named by: the stopwords and the commonest function words and chat
+# fillers ("3 nights from", "felt so", "plan something special" are no names).
+NAME_STOPWORDS = STOPWORDS | frozenset("""
+after again all also any back before both down each even ever few from get gets getting go going gone gonna
+got great here hey hi just let lot lots many more most much now off oh ok okay one only other out over own really
+same so some something still than thank thanks there too under up very well wow yeah yes yet
+""".split())
+
+
+def fold_plural(word: str) -> str:
+    """A lower-cased word without its plural s (rooms -> room; not glass, not bus)."""
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+# Chinese characters that begin or end no name of a subject (particles, pronouns, the
+# commonest verbs and measure words): a topic name is never 的好 or 我这.
+CJK_FUNCTION_CHARS = frozenset("的了吗嗎呢吧啊呀嗯哦哈么麼个個是我你您他她它们們这這那就也都在有和与與或给給把被很还還吧嘛啦哪")
+
 # Words that ask for memory: a message with one of them always searches (P7) and
 # calls for the query layer (G3).
 MEMORY_WORDS = re.compile(

@@ -325,10 +325,19 @@ def archived_message_ids(store: Store) -> set[str]:
     return {mid for header in archived_topics(store) for mid in header.get("message_ids", [])}
 
 
-def activate(store: Store, retriever, query: str, *, include_archived: bool = False) -> dict[str, Any]:
+# The routing prompt lists at most this many topics, the built-in search's best first: at the ~1 KB a
+# summary ([topics] summary_bytes) that is about 15k tokens, one call of a cheap model.
+ROUTE_CANDIDATES = 50
+
+
+def activate(store: Store, retriever, query: str, *, include_archived: bool = False,
+             llm_command: str = "") -> dict[str, Any]:
     """Explicit activation (T7): a topic id, or the topics whose summaries and messages match `query`.
     Ranked like the index window of design §4.7: with few topics active more of the matches are taken.
+    With an LLM command the §6.3 routing prompt ranks the ROUTE_CANDIDATES topics the built-in search
+    ranks highest; a bad answer leaves the built-in ranking (`fallback` says why).
     The search runs outside the store lock (the index refreshes under it); the change, inside."""
+    from memctl.topics import llm
     from memctl.topics.daily import restore_archived
     from memctl.topics.split import settings_of
 
@@ -340,18 +349,30 @@ def activate(store: Store, retriever, query: str, *, include_archived: bool = Fa
     with store.reading():
         topics = files.load_topics(store)
     active_count = sum(1 for t in topics.values() if t.state == "active")
+    method, fallback, no_match_reason = "id", None, None
     if query in topics:
         chosen, candidates = [query], []
     else:
         searchable = {tid: t for tid, t in topics.items() if t.state != "active"}
         found = evaluate.builtin(store, retriever, query, searchable) if searchable else {}
         threshold, _ = activation.thresholds(active_count, settings)
-        ranked = sorted((e for e in found.values() if e.relevance_score >= settings["amnesia_threshold"]),
-                        key=lambda e: -e.strength)
-        room = max(1, settings["active_target"] - active_count)
-        chosen = [e.topic_id for e in ranked[:room] if e is ranked[0] or e.relevance_score >= threshold]
+        ranked = sorted(found.values(), key=lambda e: -e.strength)
+        method = "builtin"
         candidates = [{"topic_id": e.topic_id, "name": e.name, "score": round(e.relevance_score, 4)}
-                      for e in ranked]
+                      for e in ranked if e.relevance_score >= settings["amnesia_threshold"]]
+        if llm_command and searchable:
+            listed = {e.topic_id: searchable[e.topic_id] for e in ranked[:ROUTE_CANDIDATES]}
+            try:
+                matches, no_match_reason = llm.route(store, llm_command, settings["llm_timeout"], query, listed)
+                method = "llm"
+                order = sorted(matches, key=lambda m: -llm.RELEVANCE[m[1]])   # stable: the answer's order within a level
+                candidates = [{"topic_id": tid, "name": topics[tid].header.get("name", ""),
+                               "score": llm.RELEVANCE[level], "relevance": level, "reason": reason}
+                              for tid, level, reason in order]
+            except llm.LLMAnswerError as exc:
+                fallback = str(exc)
+        room = max(1, settings["active_target"] - active_count)
+        chosen = [c["topic_id"] for rank, c in enumerate(candidates[:room]) if rank == 0 or c["score"] >= threshold]
     with store.transaction() as tx:
         current = files.load_topics(store)
         events = []
@@ -363,4 +384,4 @@ def activate(store: Store, retriever, query: str, *, include_archived: bool = Fa
                 events.append({"at": now, "event": "activated", "topic": tid, "reason": "explicit"})
         log.append(tx, store, events)
     return {"activated": [{"topic_id": t, "name": topics[t].header.get("name", "")} for t in chosen],
-            "candidates": candidates}
+            "candidates": candidates, "method": method, "fallback": fallback, "no_match_reason": no_match_reason}

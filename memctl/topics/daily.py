@@ -18,6 +18,14 @@ Run once a day (cron). In one Transaction (or, with dry_run, as a plan only):
   the smaller one's messages move into the larger, its file goes, and
   links.jsonl gets {"from": old, "to": kept, "kind": "merged-into"}, through
   which `Memory.topic(old)` still resolves.
+- Related: pairs of live topics whose summary vectors are close but not the
+  same subject (cosine >= RELATED_SIMILARITY and in the store's top
+  RELATED_PERCENTILE) get {"kind": "related"} in links.jsonl, once a pair.
+- With an LLM command ([topics] llm_command, `--llm`): the merges and the
+  related pairs come from one call of prompts/review.md, the compressed
+  summaries and importances from one call of prompts/compress.md per topic
+  (llm_parallel at once); answers are parsed strictly (llm.py) and a bad one
+  changes nothing (LLMAnswerError, exit 2). Idle-session summaries stay built-in.
 - Idle sessions (P8): a session whose last message is older than [topics]
   idle_hours and has no auto-summary up to that message gets one line in
   auto_summaries.jsonl: {"session", "until", "at", "keywords": 3-5, "summary"}.
@@ -32,17 +40,24 @@ from pathlib import Path
 import orjson
 
 from memctl import clock
+from memctl.errors import InputError
 from memctl.store import jsonl
 from memctl.store.store import Store
 from memctl.topics import activation, files, log
 from memctl.topics.files import Topic
-from memctl.topics.summary import distinctive_terms, summarise
+from memctl.topics.summary import background_of, distinctive_terms, summarise
 
 ARCHIVED = "archived"
 AUTO_SUMMARIES = "auto_summaries.jsonl"
 COMPRESSED_SHARE = 0.6
 ONE_OFF = 2
 MERGE_SIMILARITY = 0.85
+# Related: LoCoMo conv-26's 43 topics (903 pairs of summary vectors) have a 99th percentile of 0.72,
+# and its pairs above 0.72 read as related ("adoption · loving home" / "process · provide",
+# "LGBTQ activist" / "support group"). MiniLM reads little Chinese, so Chinese summaries are all
+# alike (ZYS: median 0.65, 99th percentile 0.85): the percentile keeps the links to the closest pairs.
+RELATED_SIMILARITY = 0.72
+RELATED_PERCENTILE = 99
 
 
 @dataclass
@@ -50,12 +65,13 @@ class DailyReport:
     dry_run: bool
     compressed: list[dict] = field(default_factory=list)    # {"topic_id", "importance"}
     archived: list[dict] = field(default_factory=list)      # {"topic_id", "reason", "to"}
-    merged: list[dict] = field(default_factory=list)        # {"topic_id", "into", "similarity"}
+    merged: list[dict] = field(default_factory=list)        # {"topic_id", "into", "similarity" | "reason"}
+    related: list[dict] = field(default_factory=list)       # {"topic_id", "with", "similarity" | "reason"}
     idle_summaries: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {"dry_run": self.dry_run, "compressed": self.compressed, "archived": self.archived,
-                "merged": self.merged, "idle_summaries": self.idle_summaries}
+                "merged": self.merged, "related": self.related, "idle_summaries": self.idle_summaries}
 
 
 def archive_dir(store: Store) -> Path:
@@ -64,6 +80,11 @@ def archive_dir(store: Store) -> Path:
 
 def archived_topics(store: Store, since: str | None = None) -> list[dict]:
     """Headers of archived topics, oldest month first; `since` (YYYY-MM or a date) keeps later months."""
+    if since:
+        try:
+            clock.parse_ts(since if len(since) > 7 else f"{since}-01")
+        except (ValueError, TypeError):
+            raise InputError(f"not a month (YYYY-MM) or an ISO 8601 date: {since!r}", source="--since") from None
     root = archive_dir(store)
     if not root.is_dir():
         return []
@@ -106,76 +127,120 @@ def _archived_path(store: Store, header: dict) -> Path:
     return archive_dir(store) / header.get("updated", "0000-00")[:7] / f"{header['id']}.jsonl"
 
 
-def review(store: Store, *, dry_run: bool = False) -> DailyReport:
-    from memctl.topics.split import _background, embed, settings_of
+def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> DailyReport:
+    """The review in one Transaction; with an LLM command the merges, related links and compressed
+    summaries come from it, and a bad answer raises LLMAnswerError with nothing written."""
+    from memctl.topics import llm
+    from memctl.topics.split import settings_of
 
     settings = settings_of(store)
     now_moment = clock.now()
     now = clock.format_ts(now_moment)
     report = DailyReport(dry_run)
-    with store.transaction(dry_run=dry_run) as tx:
-        topics = files.load_topics(store)
-        _, part = activation.load_part(store)
-        averages = activation.averages_of(part)
-        background, documents = _background(topics)
-        events = []
-        live = {tid: t for tid, t in topics.items() if t.messages}
+    try:
+        with store.transaction(dry_run=dry_run) as tx:
+            topics = files.load_topics(store)
+            _, part = activation.load_part(store)
+            averages = activation.averages_of(part)
+            background = background_of(t.messages for t in topics.values())
+            events = []
+            live = {tid: t for tid, t in topics.items() if t.messages}
 
-        # Merge first: an archived topic is no longer there to merge into.
-        if len(live) > 1:
-            ids = list(live)
-            vectors = embed([live[t].header.get("summary", "") for t in ids], store)
-            taken: set[str] = set()
-            for i, first in enumerate(ids):
-                for j in range(i + 1, len(ids)):
-                    second = ids[j]
-                    if first in taken or second in taken:
-                        continue
-                    similarity = float(vectors[i] @ vectors[j])
-                    same_name = live[first].header.get("name") and live[first].header.get("name") == live[second].header.get("name")
-                    if similarity < MERGE_SIMILARITY and not same_name:
-                        continue
-                    keep, gone = (first, second) if len(live[first].messages) >= len(live[second].messages) else (second, first)
-                    _merge(tx, store, live[keep], live[gone], background, documents, settings, now)
-                    taken.add(gone)
-                    report.merged.append({"topic_id": gone, "into": keep, "similarity": round(similarity, 4)})
+            # Merge first: an archived topic is no longer there to merge into.
+            if len(live) > 1:
+                if llm_command:
+                    merges, related = llm.review_links(store, llm_command, settings["llm_timeout"], live)
+                    merges = [(gone, keep, {"reason": why}) for gone, keep, why in merges]
+                    related = [(one, other, {"reason": why}) for one, other, why in related]
+                else:
+                    merges, related = _similar_pairs(store, live)
+                for gone, keep, detail in merges:
+                    _merge(tx, store, live[keep], live[gone], background, settings, now)
+                    report.merged.append({"topic_id": gone, "into": keep, **detail})
                     events.append({"at": now, "event": "merged", "topic": gone, "into": keep, "reason": "daily review"})
-            for gone in taken:
-                live.pop(gone)
+                linked = {frozenset((r["from"], r["to"])) for r in files.read_index(store, files.LINKS)
+                          if r.get("kind") == "related"}
+                fresh = [(one, other, detail) for one, other, detail in related if frozenset((one, other)) not in linked]
+                files.append_index(tx, store, files.LINKS, [{"from": one, "to": other, "kind": "related", "at": now}
+                                                            for one, other, _ in fresh])
+                report.related = [{"topic_id": one, "with": other, **detail} for one, other, detail in fresh]
+                for gone, _, _ in merges:
+                    live.pop(gone)
 
-        for tid, topic in live.items():
-            age = clock.age_days(topic.header.get("updated"), now_moment)
-            one_off = len(topic.messages) <= ONE_OFF and age >= 1
-            if topic.state == "dormant" and (age > settings["archive_after_days"] or one_off):
-                reason = "one-off question and answer" if one_off and age <= settings["archive_after_days"] \
-                    else f"dormant {age:.0f} days"
-                header = {**topic.header, "state": "archived", "archived_at": now,
-                          "message_ids": [m["id"] for m in topic.messages],
-                          "sessions": sorted({m.get("session") for m in topic.messages if m.get("session")})}
-                path = _archived_path(store, header)
-                tx.replace(path, orjson.dumps(header) + b"\n")
-                tx.delete(files.topic_path(store, tid))
-                report.archived.append({"topic_id": tid, "reason": reason, "to": store.relative(path)})
-                events.append({"at": now, "event": "archived", "topic": tid, "reason": reason})
-            elif age < 1:
-                messages = len(topic.messages)
-                importance = min(1.0, math.log1p(messages) / math.log(50))
-                if tid in averages:
-                    importance = (importance + averages[tid]) / 2
-                _, summary = summarise(topic.messages, background, documents,
-                                       int(settings["summary_bytes"] * COMPRESSED_SHARE))
+            compress = []
+            for tid, topic in live.items():
+                age = clock.age_days(topic.header.get("updated"), now_moment)
+                one_off = len(topic.messages) <= ONE_OFF and age >= 1
+                if topic.state == "dormant" and (age > settings["archive_after_days"] or one_off):
+                    reason = "one-off question and answer" if one_off and age <= settings["archive_after_days"] \
+                        else f"dormant {age:.0f} days"
+                    header = {**topic.header, "state": "archived", "archived_at": now,
+                              "message_ids": [m["id"] for m in topic.messages],
+                              "sessions": sorted({m.get("session") for m in topic.messages if m.get("session")})}
+                    path = _archived_path(store, header)
+                    tx.replace(path, orjson.dumps(header) + b"\n")
+                    tx.delete(files.topic_path(store, tid))
+                    report.archived.append({"topic_id": tid, "reason": reason, "to": store.relative(path)})
+                    events.append({"at": now, "event": "archived", "topic": tid, "reason": reason})
+                elif age < 1:
+                    compress.append(topic)
+            budget = int(settings["summary_bytes"] * COMPRESSED_SHARE)
+            if llm_command:
+                compressed = llm.compressor(store, llm_command, settings["llm_timeout"], settings["llm_parallel"], budget)(
+                    [llm.Draft(t.id, t.messages, t.messages, t.header.get("name", ""), t.header.get("summary", ""))
+                     for t in compress])
+            else:
+                compressed = [(summarise(t.messages, background, budget)[1],
+                               min(1.0, math.log1p(len(t.messages)) / math.log(50))) for t in compress]
+            for topic, (summary, importance) in zip(compress, compressed):
+                if topic.id in averages:
+                    importance = (importance + averages[topic.id]) / 2
                 topic.header.update(summary=summary, importance=round(importance, 3), reviewed=now)
                 files.write_topic(tx, store, topic, [], fresh=False)
-                report.compressed.append({"topic_id": tid, "importance": round(importance, 3)})
-        report.idle_summaries = _idle_summaries(tx, store, settings, now_moment, background, documents)
-        if not dry_run:
-            log.append(tx, store, events)
+                report.compressed.append({"topic_id": topic.id, "importance": round(importance, 3)})
+            report.idle_summaries = _idle_summaries(tx, store, settings, now_moment, background)
+            if not dry_run:
+                log.append(tx, store, events)
+    except llm.LLMAnswerError as exc:  # the transaction rolled back what was written
+        raise llm.LLMAnswerError(f"{exc}; nothing was changed") from None
     return report
 
 
-def _merge(tx, store, keep: Topic, gone: Topic, background, documents, settings, now) -> None:
+def _similar_pairs(store: Store, live: dict[str, Topic]):
+    """The built-in review: (merges, related) as (id, other id, detail). Topics whose summary vectors
+    have a cosine >= MERGE_SIMILARITY (or the same name) merge, the smaller into the larger; pairs at
+    or over RELATED_SIMILARITY, and among the top RELATED_PERCENTILE of the store's pairs, are related."""
+    import numpy as np
+
+    from memctl.topics.split import embed
+
+    ids = list(live)
+    vectors = embed([live[t].header.get("summary", "") for t in ids], store)
+    similarity = vectors @ vectors.T
+    pairs = similarity[np.triu_indices(len(ids), 1)]
+    related_from = max(RELATED_SIMILARITY, float(np.percentile(pairs, RELATED_PERCENTILE)))
+    merges, related = [], []
+    taken: set[str] = set()
+    for i, first in enumerate(ids):
+        for j in range(i + 1, len(ids)):
+            second = ids[j]
+            if first in taken or second in taken:
+                continue
+            cosine = round(float(similarity[i, j]), 4)
+            name = live[first].header.get("name")
+            if cosine >= MERGE_SIMILARITY or (name and name == live[second].header.get("name")):
+                keep, gone = (first, second) if len(live[first].messages) >= len(live[second].messages) \
+                    else (second, first)
+                taken.add(gone)
+                merges.append((gone, keep, {"similarity": cosine}))
+            elif cosine >= related_from:
+                related.append((first, second, {"similarity": cosine}))
+    return merges, [r for r in related if r[0] not in taken and r[1] not in taken]
+
+
+def _merge(tx, store, keep: Topic, gone: Topic, background, settings, now) -> None:
     keep.messages = sorted(keep.messages + gone.messages, key=lambda m: (m.get("ts") or "", m["id"]))
-    name, summary = summarise(keep.messages, background, documents, settings["summary_bytes"])
+    _, summary = summarise(keep.messages, background, settings["summary_bytes"])
     from memctl.text.tokens import count_tokens
 
     keep.header.update(summary=summary, messages=len(keep.messages), updated=now,
@@ -195,7 +260,7 @@ def merged_into(store: Store, topic_id: str) -> str | None:
     return topic_id if seen else None
 
 
-def _idle_summaries(tx, store, settings, now_moment, background, documents) -> list[dict]:
+def _idle_summaries(tx, store, settings, now_moment, background) -> list[dict]:
     from memctl.topics.split import session_messages
 
     done = {(line.value.get("session"), line.value.get("until"))
@@ -209,10 +274,10 @@ def _idle_summaries(tx, store, settings, now_moment, background, documents) -> l
         if clock.age_days(last["ts"], now_moment) * 24 < settings["idle_hours"] or (session, last["id"]) in done:
             continue
         texts = [m.get("text", "") for m in messages]
-        keywords = distinctive_terms(texts, background, max(documents, 1), 5)
+        keywords = distinctive_terms(texts, background.terms, max(background.messages, 1), 5)
         if len(keywords) < 3:
-            keywords = (keywords + distinctive_terms(texts, background, max(documents, 1) + 1000, 5))[:5]
-        _, summary = summarise(messages, background, documents, 400)
+            keywords = (keywords + distinctive_terms(texts, background.terms, max(background.messages, 1) + 1000, 5))[:5]
+        _, summary = summarise(messages, background, 400)
         lines.append({"session": session, "until": last["id"], "at": clock.format_ts(now_moment),
                       "keywords": list(dict.fromkeys(keywords))[:5], "summary": summary})
     if lines:

@@ -27,7 +27,6 @@ a failure or time-out) gets the built-in result and the reason in `fallback`.
 
 from __future__ import annotations
 
-import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -133,26 +132,23 @@ class AnswerProblem(Exception):
 def with_llm(store: Store, command: str, timeout: float, parallel: int, unsplit: list[dict],
              topics: dict[str, Topic], fallback: dict[str, Evaluation]) -> dict[str, Evaluation]:
     """One §6.1 call per topic, `parallel` at once; a bad answer keeps the built-in result (`fallback`)."""
-    import shlex
+    from memctl.topics.llm import LLMAnswerError, ask, command_argv, fill, message_list, template
 
-    from memctl.topics.llm import LLMAnswerError, _ask, _message_list, template
-
-    argv = shlex.split(command)
+    argv = command_argv(command)
     prompt_template = template(store, "evaluate")
 
     def one(tid: str) -> Evaluation:
         topic = topics[tid]
         file = store.relative(topic_path(store, tid))
-        prompt = (prompt_template.replace("{name}", topic.header.get("name", ""))
-                  .replace("{summary}", topic.header.get("summary", "")).replace("{file}", file)
-                  .replace("{topic_messages}", _message_list(topic.messages))
-                  .replace("{unsplit_messages}", _message_list(unsplit)))
+        prompt = fill(prompt_template, {"name": topic.header.get("name", ""), "summary": topic.header.get("summary", ""),
+                                        "file": file, "topic_messages": message_list(topic.messages),
+                                        "unsplit_messages": message_list(unsplit)})
         try:
-            answer = _ask(argv, prompt, timeout, f"LLM evaluation of topic {tid}")
+            answer = ask(argv, prompt, timeout, f"LLM evaluation of topic {tid}")
             score, ids, summary = parse(answer, {m["id"] for m in topic.messages})
         except (LLMAnswerError, AnswerProblem) as exc:
             kept = fallback[tid]
-            kept.fallback = str(exc).replace("; nothing was split", "")
+            kept.fallback = str(exc)
             return kept
         return Evaluation(tid, topic.header.get("name", ""), file, score, ids, summary, "llm", strength=score)
 
@@ -160,30 +156,28 @@ def with_llm(store: Store, command: str, timeout: float, parallel: int, unsplit:
         return dict(zip(topics, pool.map(one, list(topics))))
 
 
-_ELEMENT = {name: re.compile(rf"<{name}>(.*?)</{name}>", re.S)
-            for name in ("topic_result", "relevance_score", "referenced_messages", "summary")}
-
-
 def parse(answer: str, topic_ids: set[str]) -> tuple[float, list[str], str]:
     """(score, referenced ids, summary) from a §6.1 answer; AnswerProblem says what is wrong."""
-    found = _ELEMENT["topic_result"].findall(answer)
+    from memctl.topics.llm import elements
+
+    found = elements(answer, "topic_result")
     if len(found) != 1:
         raise AnswerProblem("the answer has no <topic_result>…</topic_result>" if not found
                             else f"the answer has {len(found)} <topic_result> elements, not one")
     body = found[0]
-    score_text = _ELEMENT["relevance_score"].findall(body)
+    score_text = elements(body, "relevance_score")
     try:
         score = float(score_text[0].strip()) if len(score_text) == 1 else None
     except ValueError:
         score = None
     if score is None or not 0 <= score <= 1:
         raise AnswerProblem(f"<relevance_score> must be one number from 0 to 1, got {score_text!r}")
-    listed = _ELEMENT["referenced_messages"].findall(body)
+    listed = elements(body, "referenced_messages")
     ids = [line.strip() for line in (listed[0] if listed else "").splitlines() if line.strip()]
     unknown = [i for i in ids if i not in topic_ids]
     if unknown:
         raise AnswerProblem(f"<referenced_messages> names {unknown[0]!r}, not a message of this topic")
-    summaries = _ELEMENT["summary"].findall(body)
+    summaries = elements(body, "summary")
     summary = summaries[0].strip() if summaries else ""
     if len(summary) > SUMMARY_CHARS:
         raise AnswerProblem(f"<summary> has {len(summary)} characters, over {SUMMARY_CHARS}")

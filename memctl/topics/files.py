@@ -119,3 +119,21 @@ def append_index(tx, store: Store, name: str, records: list[dict]) -> None:
 
 def read_index(store: Store, name: str) -> list[dict]:
     return [line.value for line in jsonl.read(store.topics_dir / name) if line.value is not None]
+
+
+# A link as seen from each end: links.jsonl says {"from": A, "to": B, "kind": K}.
+_SEEN_FROM = {"parent": ("child", "parent"), "related": ("related", "related"),
+              "merged-into": ("merged-into", "merged-from")}
+
+
+def links_of(store: Store, topic_id: str) -> list[dict]:
+    """The topic's links, oldest first, each named from its side: {"kind", "topic_id", "at"} -
+    a parent's link to its sub-topic is "child" at the parent and "parent" at the sub-topic."""
+    found = []
+    for link in read_index(store, LINKS):
+        forward, backward = _SEEN_FROM.get(link.get("kind"), (link.get("kind"), link.get("kind")))
+        if link.get("from") == topic_id:
+            found.append({"kind": forward, "topic_id": link.get("to"), "at": link.get("at")})
+        elif link.get("to") == topic_id:
+            found.append({"kind": backward, "topic_id": link.get("from"), "at": link.get("at")})
+    return found

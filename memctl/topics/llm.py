@@ -1,15 +1,31 @@
-"""Split with any LLM command (T10): the prompt on stdin, the design 001 §6.4 XML on stdout.
+"""Any LLM command (T10): a prompt on stdin, a strictly checked answer on stdout.
 
-The command is run without a shell (split like a shell would); long inputs go
-in batches of [topics] llm_batch messages, each with the current topic list
-(new topics of earlier batches included, their id "new:<name>"). Answers are checked strictly:
-every message of the batch exactly once, known ids only, one of the three
-kinds of assignment. Anything else raises LLMAnswerError naming the batch
-and what was wrong, before anything is written.
+The command is run without a shell (split like a shell would). Every prompt
+is a template shipped in memctl/topics/prompts/ that a store may override
+with prompts/<name>.md; `{name}` placeholders are filled in one pass, so a
+message that happens to contain "{summary}" stays as it was written.
 
-The prompt template ships as memctl/topics/prompts/split.md; a store may
-override it with prompts/split.md in the store. `{topics}` and `{messages}`
-are filled in.
+- Split (design 001 §6.4, prompts/split.md): long inputs go in batches of
+  [topics] llm_batch messages, each with the current topic list (new topics
+  of earlier batches included, their id "new:<name>"). Every message of the
+  batch exactly once, known ids only, one of the three kinds of assignment.
+- Summary (prompts/summary.md): after a split, each topic it touched gets its
+  name and summary from the LLM (shown its current name and summary and the
+  messages the split added), [topics] llm_parallel at once; the answer is
+  one <topic> with one non-empty <name> (one line, at most NAME_CHARS) and one
+  non-empty <summary> within [topics] summary_bytes.
+- Routing (design 001 §6.3, prompts/route.md) for `topics activate`: one
+  <topic_routing> with one <matched_topics> of <topic id relevance> elements,
+  listed ids only, each once, relevance high | medium | low.
+- Daily review (prompts/review.md, prompts/compress.md): one <topic_review>
+  of <merge topic_id into> and <related topic_id with> elements; per topic to
+  compress, one <topic> with a <summary> within the compressed budget and an
+  <importance> from 0 to 1.
+
+Anything else raises LLMAnswerError naming the call and what was wrong.
+The commands that write what the LLM said (split, the daily review) then
+write nothing; `topics activate` (like the §6.1 evaluation in evaluate.py)
+falls back to the built-in method and reports why.
 """
 
 from __future__ import annotations
@@ -18,17 +34,28 @@ import re
 import shlex
 import subprocess
 import xml.etree.ElementTree as ElementTree
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
+from typing import Any, Callable, NamedTuple
+from xml.sax.saxutils import escape, quoteattr, unescape
 
 from memctl.errors import MemctlError
 from memctl.store.store import Store
 from memctl.topics.files import Topic
 
 KINDS = ("existing_active", "existing_inactive", "new")
+NAME_CHARS = 80
 
 
 class LLMAnswerError(MemctlError):
     """The LLM command failed or answered something that cannot be applied; nothing was written."""
+
+
+def command_argv(command: str) -> list[str]:
+    argv = shlex.split(command)
+    if not argv:
+        raise MemctlError("the LLM command is empty; give --llm CMD or [topics] llm_command")
+    return argv
 
 
 def template(store: Store, name: str) -> str:
@@ -38,10 +65,19 @@ def template(store: Store, name: str) -> str:
     return resources.files(__package__).joinpath("prompts", f"{name}.md").read_text(encoding="utf-8")
 
 
+def fill(prompt_template: str, values: dict[str, str]) -> str:
+    """The template with each `{key}` of `values` replaced, in one pass (inserted text is not rescanned)."""
+    pattern = re.compile("|".join(re.escape("{" + key + "}") for key in values))
+    return pattern.sub(lambda match: values[match.group()[1:-1]], prompt_template)
+
+
+def elements(text: str, tag: str) -> list[str]:
+    """The contents of every <tag>…</tag> in `text` (not nested)."""
+    return re.findall(rf"<{tag}>(.*?)</{tag}>", text, re.S)
+
+
 def chooser(store: Store, command: str, timeout: float, batch: int):
-    argv = shlex.split(command)
-    if not argv:
-        raise MemctlError("the LLM command is empty; give --llm CMD or [topics] llm_command")
+    argv = command_argv(command)
     prompt_template = template(store, "split")
 
     def choose(messages: list[dict], topics: dict[str, Topic]) -> list[tuple[str, str | None, str | None]]:
@@ -51,9 +87,8 @@ def chooser(store: Store, command: str, timeout: float, batch: int):
         for first in range(0, len(messages), batch):
             part = messages[first:first + batch]
             where = f"LLM batch {first // batch + 1} (messages {first + 1}-{first + len(part)})"
-            fill = {"{topics}": _topic_list(listed), "{messages}": _message_list(part)}
-            prompt = re.sub(r"\{topics\}|\{messages\}", lambda match: fill[match.group()], prompt_template)
-            answer = _ask(argv, prompt, timeout, where)
+            prompt = fill(prompt_template, {"topics": topic_list(listed), "messages": message_list(part)})
+            answer = ask(argv, prompt, timeout, where)
             picked = parse(answer, [m["id"] for m in part], listed, where)
             for key, name, summary in picked:
                 if key.startswith("new:") and key not in listed:
@@ -64,32 +99,36 @@ def chooser(store: Store, command: str, timeout: float, batch: int):
     return choose
 
 
-def _topic_list(listed: dict) -> str:
+def topic_list(listed: dict) -> str:
+    """id -> (name, summary, state) as the prompts list topics."""
     if not listed:
         return "(none)"
     lines = []
     for tid, (name, summary, state) in listed.items():
-        lines.append(f'<topic id="{tid}" state="{state}" name="{name}">\n{summary}\n</topic>')
+        lines.append(f'<topic id={quoteattr(tid)} state={quoteattr(state)} name={quoteattr(name)}>\n'
+                     f'{escape(summary)}\n</topic>')
     return "\n".join(lines)
 
 
-def _message_list(messages: list[dict]) -> str:
-    return "\n".join(f'<message id="{m["id"]}" role="{m.get("role", "")}" speaker="{m.get("speaker", "")}" '
-                     f'ts="{m.get("ts", "")}">\n{m.get("text", "")}\n</message>' for m in messages)
+def message_list(messages: list[dict]) -> str:
+    return "\n".join(f'<message id={quoteattr(m["id"])} role={quoteattr(m.get("role") or "")} '
+                     f'speaker={quoteattr(m.get("speaker") or "")} ts={quoteattr(m.get("ts") or "")}>\n'
+                     f'{escape(m.get("text", ""))}\n</message>' for m in messages)
 
 
-def _ask(argv: list[str], prompt: str, timeout: float, where: str) -> str:
+def ask(argv: list[str], prompt: str, timeout: float, where: str) -> str:
+    """The command's answer to `prompt`; LLMAnswerError if it fails or takes longer than `timeout`."""
     try:
         done = subprocess.run(argv, input=prompt.encode(), capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise LLMAnswerError(f"{where}: '{argv[0]}' gave no answer within {timeout:g} s "
-                             "([topics] llm_timeout); nothing was split") from None
+                             "([topics] llm_timeout)") from None
     except OSError as exc:
         raise LLMAnswerError(f"{where}: cannot run '{argv[0]}': {exc.strerror or exc}") from None
     if done.returncode != 0:
         said = done.stderr.decode(errors="replace").strip().splitlines()
         raise LLMAnswerError(f"{where}: '{argv[0]}' exited with status {done.returncode}"
-                             + (f": {said[-1]}" if said else "") + "; nothing was split")
+                             + (f": {said[-1]}" if said else ""))
     return done.stdout.decode("utf-8", errors="replace")
 
 
@@ -98,37 +137,231 @@ def parse(answer: str, message_ids: list[str], listed: dict, where: str) -> list
     start, end = answer.find("<topic_split"), answer.rfind("</topic_split>")
     if start < 0 or end < 0:
         raise LLMAnswerError(f"{where}: the answer has no <topic_split>…</topic_split> element"
-                             + (" (it was empty)" if not answer.strip() else "") + "; nothing was split")
+                             + (" (it was empty)" if not answer.strip() else "") + "")
     try:
         root = ElementTree.fromstring(answer[start:end + len("</topic_split>")])
     except ElementTree.ParseError as exc:
-        raise LLMAnswerError(f"{where}: the <topic_split> XML is malformed ({exc}); nothing was split") from None
+        raise LLMAnswerError(f"{where}: the <topic_split> XML is malformed ({exc})") from None
     wanted = set(message_ids)
     found: dict[str, tuple[str, str | None, str | None]] = {}
     for number, item in enumerate(root, 1):
         what = f"{where}: assignment {number}"
         if item.tag != "assignment":
-            raise LLMAnswerError(f"{what}: unexpected element <{item.tag}>; nothing was split")
+            raise LLMAnswerError(f"{what}: unexpected element <{item.tag}>")
         message_id, kind = item.get("msg_id"), item.get("topic")
         if message_id not in wanted:
-            raise LLMAnswerError(f"{what}: msg_id {message_id!r} is not a message of this batch; nothing was split")
+            raise LLMAnswerError(f"{what}: msg_id {message_id!r} is not a message of this batch")
         if message_id in found:
-            raise LLMAnswerError(f"{what}: message {message_id} is assigned twice; nothing was split")
+            raise LLMAnswerError(f"{what}: message {message_id} is assigned twice")
         if kind not in KINDS:
-            raise LLMAnswerError(f"{what}: topic={kind!r} must be one of {', '.join(KINDS)}; nothing was split")
+            raise LLMAnswerError(f"{what}: topic={kind!r} must be one of {', '.join(KINDS)}")
         if kind == "new":
             name = (item.get("topic_name") or "").strip()
             if not name:
-                raise LLMAnswerError(f"{what}: a new topic needs topic_name; nothing was split")
+                raise LLMAnswerError(f"{what}: a new topic needs topic_name")
             summary = item.find("summary")
             found[message_id] = (f"new:{name}", name, (summary.text or "").strip() if summary is not None else None)
         else:
             topic_id = item.get("topic_id")
             if topic_id not in listed:
-                raise LLMAnswerError(f"{what}: topic_id {topic_id!r} is not a known topic; nothing was split")
+                raise LLMAnswerError(f"{what}: topic_id {topic_id!r} is not a known topic")
             found[message_id] = (topic_id, None, None)
     missing = [m for m in message_ids if m not in found]
     if missing:
         raise LLMAnswerError(f"{where}: the answer assigns {len(found)} of {len(message_ids)} messages; "
-                             f"missing {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}; nothing was split")
+                             f"missing {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}")
     return [found[m] for m in message_ids]
+
+
+# -- the summary prompt ---------------------------------------------------------------------
+
+class Draft(NamedTuple):
+    """A topic to describe or compress."""
+    label: str            # names it in errors: its id
+    messages: list[dict]  # all its messages
+    added: list[dict]     # the ones added since `summary` was written (all, for a new topic)
+    name: str
+    summary: str
+
+
+Describer = Callable[[list[Draft]], list[tuple[str, str]]]
+
+
+def in_parallel(one: Callable[[Draft], Any], drafts: list[Draft], parallel: int) -> list[Any]:
+    """`one` of each draft, `parallel` at once, in draft order; the first failure in that order raises."""
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(drafts)))) as pool:
+        futures = [pool.submit(one, draft) for draft in drafts]
+    return [future.result() for future in futures]
+
+
+def describer(store: Store, command: str, timeout: float, parallel: int, budget: int) -> Describer:
+    """(name, summary) for each draft from the summary prompt: the current name and summary and the
+    messages added since (a topic's summary carries the earlier ones, so a call costs what the split
+    added, not the whole topic). The first bad answer, in draft order, raises LLMAnswerError."""
+    argv = command_argv(command)
+    prompt_template = template(store, "summary")
+
+    def one(draft: Draft) -> tuple[str, str]:
+        where = f"LLM summary of topic {draft.label}"
+        prompt = fill(prompt_template, {"name": draft.name or "(none yet)", "summary": draft.summary or "(none yet)",
+                                        "budget": str(budget), "messages": message_list(draft.added)})
+        return parse_summary(ask(argv, prompt, timeout, where), budget, where)
+
+    return lambda drafts: in_parallel(one, drafts, parallel)
+
+
+def parse_summary(answer: str, budget: int, where: str) -> tuple[str, str]:
+    """(name, summary) from `<topic><name>…</name><summary>…</summary></topic>`."""
+    found = elements(answer, "topic")
+    if len(found) != 1:
+        raise LLMAnswerError(f"{where}: " + (f"the answer has {len(found)} <topic> elements, not one" if found else
+                             "the answer has no <topic>…</topic> element"
+                             + (" (it was empty)" if not answer.strip() else "")))
+    names, summaries = elements(found[0], "name"), elements(found[0], "summary")
+    if len(names) != 1 or not names[0].strip() or "\n" in names[0].strip():
+        raise LLMAnswerError(f"{where}: <topic> needs exactly one <name> of one non-empty line")
+    name = unescape(names[0].strip())
+    if len(name) > NAME_CHARS:
+        raise LLMAnswerError(f"{where}: <name> has {len(name)} characters, over {NAME_CHARS}")
+    if len(summaries) != 1 or not summaries[0].strip():
+        raise LLMAnswerError(f"{where}: <topic> needs exactly one non-empty <summary>")
+    summary = unescape(summaries[0].strip())
+    size = len(summary.encode())
+    if size > budget:
+        raise LLMAnswerError(f"{where}: <summary> has {size} bytes, over [topics] summary_bytes ({budget})")
+    return name, summary
+
+
+# -- the routing prompt (design 001 §6.3) ---------------------------------------------------------
+
+RELEVANCE = {"high": 0.7, "medium": 0.5, "low": 0.3}   # design §4.2: clearly, moderately, maybe weakly related
+_ROUTED = re.compile(r"<topic\s+([^>]*)>(.*?)</topic>", re.S)
+_ATTRIBUTE = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
+
+
+def route(store: Store, command: str, timeout: float, request: str,
+          candidates: dict[str, Topic]) -> tuple[list[tuple[str, str, str]], str]:
+    """The §6.3 routing prompt over `candidates`: ([(topic id, relevance, reason)] in the answer's
+    order, the no-match reason); LLMAnswerError when the answer is not exactly that."""
+    where = "LLM routing"
+    listed = "\n".join(
+        f'<topic id={quoteattr(tid)} name={quoteattr(t.header.get("name", ""))} state={quoteattr(t.state)} '
+        f'updated={quoteattr(t.header.get("updated", ""))}>\n{escape(t.header.get("summary", ""))}\n</topic>'
+        for tid, t in candidates.items())
+    prompt = fill(template(store, "route"), {"request": escape(request), "topics": listed or "(none)"})
+    return parse_routing(ask(command_argv(command), prompt, timeout, where), set(candidates), where)
+
+
+def parse_routing(answer: str, known: set[str], where: str) -> tuple[list[tuple[str, str, str]], str]:
+    found = elements(answer, "topic_routing")
+    if len(found) != 1:
+        raise LLMAnswerError(f"{where}: " + (f"the answer has {len(found)} <topic_routing> elements, not one"
+                             if found else "the answer has no <topic_routing>…</topic_routing> element"
+                             + (" (it was empty)" if not answer.strip() else "")))
+    lists = elements(found[0], "matched_topics")
+    if len(lists) != 1:
+        raise LLMAnswerError(f"{where}: <topic_routing> needs exactly one <matched_topics>, found {len(lists)}")
+    left = _ROUTED.sub("", lists[0]).strip()
+    if left:
+        raise LLMAnswerError(f"{where}: <matched_topics> holds something other than <topic> elements: {left[:60]!r}")
+    matches: list[tuple[str, str, str]] = []
+    for number, (attributes, reason) in enumerate(_ROUTED.findall(lists[0]), 1):
+        values = dict(_ATTRIBUTE.findall(attributes))
+        topic_id, relevance = values.get("id"), values.get("relevance")
+        if topic_id not in known:
+            raise LLMAnswerError(f"{where}: match {number}: id {topic_id!r} is not one of the listed topics")
+        if relevance not in RELEVANCE:
+            raise LLMAnswerError(f"{where}: match {number}: relevance={relevance!r} must be one of high, medium, low")
+        if any(topic_id == m[0] for m in matches):
+            raise LLMAnswerError(f"{where}: match {number}: topic {topic_id} is matched twice")
+        matches.append((topic_id, relevance, unescape(reason.strip())))
+    reasons = elements(found[0], "no_match_reason")
+    return matches, unescape(reasons[0].strip()) if reasons else ""
+
+
+# -- the daily review: merges, related topics, compressed summaries ------------------------------
+
+_REVIEWED = re.compile(r"<(merge|related)\s+([^>]*)>(.*?)</\1>", re.S)
+
+
+def review_links(store: Store, command: str, timeout: float,
+                 topics: dict[str, Topic]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """The review prompt over `topics`: ([(merged id, kept id, reason)], [(id, related id, reason)])."""
+    where = "LLM review of the topics"
+    listed = "\n".join(
+        f'<topic id={quoteattr(tid)} name={quoteattr(t.header.get("name", ""))} state={quoteattr(t.state)} '
+        f'updated={quoteattr(t.header.get("updated", ""))} messages="{len(t.messages)}">\n'
+        f'{escape(t.header.get("summary", ""))}\n</topic>' for tid, t in topics.items())
+    prompt = fill(template(store, "review"), {"topics": listed})
+    return parse_review(ask(command_argv(command), prompt, timeout, where), set(topics), where)
+
+
+def parse_review(answer: str, known: set[str], where: str):
+    found = elements(answer, "topic_review")
+    if len(found) != 1:
+        raise LLMAnswerError(f"{where}: " + (f"the answer has {len(found)} <topic_review> elements, not one"
+                             if found else "the answer has no <topic_review>…</topic_review> element"
+                             + (" (it was empty)" if not answer.strip() else "")))
+    left = _REVIEWED.sub("", found[0]).strip()
+    if left:
+        raise LLMAnswerError(f"{where}: <topic_review> holds something other than <merge> and <related>: {left[:60]!r}")
+    merges: list[tuple[str, str, str]] = []
+    related: list[tuple[str, str, str]] = []
+    for number, (kind, attributes, reason) in enumerate(_REVIEWED.findall(found[0]), 1):
+        values = dict(_ATTRIBUTE.findall(attributes))
+        other_key = "into" if kind == "merge" else "with"
+        one, other = values.get("topic_id"), values.get(other_key)
+        what = f"{where}: <{kind}> {number}"
+        for key, value in (("topic_id", one), (other_key, other)):
+            if value not in known:
+                raise LLMAnswerError(f"{what}: {key}={value!r} is not one of the listed topics")
+        if one == other:
+            raise LLMAnswerError(f"{what}: a topic cannot be {'merged into' if kind == 'merge' else 'related to'} itself")
+        if kind == "merge":
+            if one in {m[0] for m in merges}:
+                raise LLMAnswerError(f"{what}: {one} is merged away twice")
+            if other in {m[0] for m in merges} or one in {m[1] for m in merges}:
+                raise LLMAnswerError(f"{what}: a topic merged away cannot take another topic's messages")
+            merges.append((one, other, unescape(reason.strip())))
+        else:
+            if any({one, other} == {r[0], r[1]} for r in related):
+                raise LLMAnswerError(f"{what}: {one} and {other} are related twice")
+            related.append((one, other, unescape(reason.strip())))
+    return merges, related
+
+
+def compressor(store: Store, command: str, timeout: float, parallel: int,
+               budget: int) -> Callable[[list[Draft]], list[tuple[str, float]]]:
+    """(compressed summary, importance) for each draft from the compress prompt, `parallel` at once."""
+    argv = command_argv(command)
+    prompt_template = template(store, "compress")
+
+    def one(draft: Draft) -> tuple[str, float]:
+        where = f"LLM compression of topic {draft.label}"
+        prompt = fill(prompt_template, {"name": draft.name, "summary": draft.summary, "budget": str(budget),
+                                        "messages": message_list(draft.messages)})
+        return parse_compressed(ask(argv, prompt, timeout, where), budget, where)
+
+    return lambda drafts: in_parallel(one, drafts, parallel)
+
+
+def parse_compressed(answer: str, budget: int, where: str) -> tuple[str, float]:
+    found = elements(answer, "topic")
+    if len(found) != 1:
+        raise LLMAnswerError(f"{where}: " + (f"the answer has {len(found)} <topic> elements, not one" if found else
+                             "the answer has no <topic>…</topic> element"
+                             + (" (it was empty)" if not answer.strip() else "")))
+    summaries, importances = elements(found[0], "summary"), elements(found[0], "importance")
+    if len(summaries) != 1 or not summaries[0].strip():
+        raise LLMAnswerError(f"{where}: <topic> needs exactly one non-empty <summary>")
+    summary = unescape(summaries[0].strip())
+    if len(summary.encode()) > budget:
+        raise LLMAnswerError(f"{where}: <summary> has {len(summary.encode())} bytes, over the compressed "
+                             f"budget ({budget})")
+    try:
+        importance = float(importances[0]) if len(importances) == 1 else None
+    except ValueError:
+        importance = None
+    if importance is None or not 0 <= importance <= 1:
+        raise LLMAnswerError(f"{where}: <importance> must be one number from 0 to 1, got {importances!r}")
+    return summary, importance

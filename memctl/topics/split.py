@@ -9,7 +9,6 @@ the half-written files back, so every message is either unsplit or in one topic.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -21,7 +20,8 @@ from memctl.text.tokens import count_tokens
 from memctl.topics import files, segment
 from memctl.topics.files import Topic
 from memctl.topics.context import archived_message_ids
-from memctl.topics.summary import summarise
+from memctl.topics.llm import Describer, Draft
+from memctl.topics.summary import Background, background_of, summarise
 
 
 @dataclass
@@ -72,8 +72,12 @@ def context_tokens(system_text: str, topics: dict[str, Topic], unsplit: list[dic
 
 def split(store: Store, session: str, *, system_text: str = "", keep_recent: int | None = None,
           force: bool = False, dry_run: bool = False, choose: Chooser | None = None,
-          progress: Callable[[str], None] | None = None) -> SplitReport:
-    """Split the session if its context is over the threshold (or `force`); `choose` is the LLM path."""
+          describe: Describer | None = None, progress: Callable[[str], None] | None = None) -> SplitReport:
+    """Split the session if its context is over the threshold (or `force`); `choose` (where messages
+    go) and `describe` (names and summaries) are the LLM path, built-in when None. A bad LLM answer
+    raises LLMAnswerError and nothing is written."""
+    from memctl.topics.llm import LLMAnswerError
+
     settings = settings_of(store)
     keep = settings["keep_recent"] if keep_recent is None else keep_recent
     with store.transaction(dry_run=dry_run) as tx:
@@ -91,8 +95,11 @@ def split(store: Store, session: str, *, system_text: str = "", keep_recent: int
             return report
         if progress:
             progress(f"splitting {len(older)} messages of session {session}")
-        chosen = (choose or builtin_chooser(store))(older, topics)
-        _apply(tx, store, settings, older, chosen, topics, report)
+        try:
+            chosen = (choose or builtin_chooser(store))(older, topics)
+            _apply(tx, store, settings, older, chosen, topics, report, describe)
+        except LLMAnswerError as exc:  # the transaction rolls back what was written
+            raise LLMAnswerError(f"{exc}; nothing was split") from None
     return report
 
 
@@ -113,6 +120,18 @@ def builtin_chooser(store: Store) -> Chooser:
     return choose
 
 
+def builtin_describer(background: Background, budget: int) -> Describer:
+    """Extractive summaries (summary.py); a topic keeps the name it was given when it opened."""
+    def describe(drafts: list[Draft]) -> list[tuple[str, str]]:
+        described = []
+        for draft in drafts:
+            found, summary = summarise(draft.messages, background, budget)
+            described.append((draft.name or found, summary))
+        return described
+
+    return describe
+
+
 def embed(texts: list[str], store: Store):
     from memctl.index.embedding import Embedder, model_dir
 
@@ -123,7 +142,7 @@ def embed(texts: list[str], store: Store):
 
 
 def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[Choice],
-           topics: dict[str, Topic], report: SplitReport) -> None:
+           topics: dict[str, Topic], report: SplitReport, describe: Describer | None) -> None:
     """Write the choice: `chosen` gives per message an existing topic id or a new-topic key (and maybe a name)."""
     now = clock.format_ts(clock.now())
     by_key: dict[str, Topic] = {}
@@ -147,34 +166,26 @@ def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[
         topic.messages.append(files.record(message))
         added.setdefault(topic.id, []).append(files.record(message))
         report.assignments.append(Assignment(message["id"], topic.id, action))
-    background, documents = _background(topics)
-    for tid, new in added.items():
+    describe = describe or builtin_describer(background_of(t.messages for t in topics.values()),
+                                             settings["summary_bytes"])
+    described = describe([Draft(tid, topics[tid].messages, topics[tid].messages if tid in fresh else new,
+                                topics[tid].header.get("name", ""), given.get(tid) or topics[tid].header.get("summary", ""))
+                          for tid, new in added.items()])
+    for (tid, new), (name, summary) in zip(added.items(), described):
         topic = topics[tid]
-        name, summary = summarise(topic.messages, background, documents, settings["summary_bytes"])
-        topic.header.update(name=topic.header.get("name") or name, summary=given.get(tid, summary), state="active",
+        topic.header.update(name=name, summary=summary, state="active",
                             updated=now, messages=len(topic.messages),
                             tokens=sum(count_tokens(m.get("text", "")) for m in topic.messages))
         files.write_topic(tx, store, topic, new, fresh=tid in fresh)
         report.topics[tid] = topic.header["name"]
         if topic.header["tokens"] > settings["topic_limit"]:
-            report.subtopics += _into_subtopics(tx, store, settings, topic, topics, background, documents, now)
+            report.subtopics += _into_subtopics(tx, store, settings, topic, topics, describe, now)
     stamps = [m.get("ts") for m in messages if m.get("ts")]
     files.append_index(tx, store, files.TIME_INDEX, [{"from": min(stamps, default=None), "to": max(stamps, default=None),
                                                       "topics": sorted(added), "at": now}])
 
 
-def _background(topics: dict[str, Topic]) -> tuple[Counter, int]:
-    """Document frequencies of terms over every topic's messages: what makes a topic's words distinctive."""
-    background: Counter = Counter()
-    documents = 0
-    for topic in topics.values():
-        for m in topic.messages:
-            background.update(set(segment.terms_of(m.get("text", ""))))
-            documents += 1
-    return background, documents
-
-
-def _into_subtopics(tx, store, settings, topic: Topic, topics, background, documents, now) -> list[str]:
+def _into_subtopics(tx, store, settings, topic: Topic, topics, describe: Describer, now) -> list[str]:
     """T8: a topic past topic_limit tokens hands its messages to sub-topics (children with `parent`),
     cut where its subject moves (the built-in split), each at most half the limit; the parent keeps
     its header and summary."""
@@ -194,9 +205,10 @@ def _into_subtopics(tx, store, settings, topic: Topic, topics, background, docum
         return []
     children = []
     links = []
-    for piece in pieces:
-        name, summary = summarise(piece, background, documents, settings["summary_bytes"])
-        child = Topic({"type": "topic", "id": files.topic_id(piece[0]["id"] + "/" + topic.id), "name": name,
+    ids = [files.topic_id(piece[0]["id"] + "/" + topic.id) for piece in pieces]
+    described = describe([Draft(tid, piece, piece, "", "") for tid, piece in zip(ids, pieces)])
+    for tid, piece, (name, summary) in zip(ids, pieces, described):
+        child = Topic({"type": "topic", "id": tid, "name": name,
                        "summary": summary, "parent": topic.id, "children": [], "state": "active",
                        "created": now, "updated": now, "messages": len(piece),
                        "tokens": sum(count_tokens(m.get("text", "")) for m in piece)}, list(piece), 1)
