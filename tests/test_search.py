@@ -12,6 +12,7 @@ from conftest import FIXTURES
 from memctl.store import counters as access
 from memctl.index.index import Index
 from memctl.ingest.ingest import ingest
+from memctl.search.explain import explain_lines
 from memctl.search.filters import Filters
 from memctl.search.search import Query, search_store
 from memctl.store.store import Store
@@ -193,6 +194,7 @@ def test_a_turn_gains_from_the_reply_that_reads_it(tmp_path):
     assert photo["cosine_reply"] > photo["cosine_own"]
     assert photo["cosine"] == pytest.approx((photo["cosine_own"] + photo["cosine_reply"]) / 2, abs=2e-4)
     assert "cosine_reply" not in found["x"]  # the last turn has no reply
+    assert any("raised towards its reply's" in line for line in explain_lines(photo))  # --explain shows it
     (store.root / "memctl.toml").write_text("[retrieval]\ncontext_weight = 0\n")
     photo = explained()["p"]
     assert photo["cosine"] == photo["cosine_own"]

@@ -26,8 +26,10 @@ def explain_lines(explain: dict[str, Any]) -> list[str]:
         unknown = f"; unknown word pieces {explain['unknown_share']}" if "unknown_share" in explain else ""
         lines.append(f"fused {explain['fused']:.4f} = {how}{unknown}")
         if "cosine_reply" in explain:
-            lines.append(f"cosine {explain['cosine']} = own {explain['cosine_own']}, raised towards its reply's "
-                         f"{explain['cosine_reply']} (the reply's vector reads this turn too)")
+            own, reply = explain["cosine_own"], explain["cosine_reply"]
+            lines.append(f"cosine {explain['cosine']} = own {own}, raised towards its reply's {reply} (the reply's "
+                         "vector reads this turn too)" if reply > own else
+                         f"cosine {own}: its reply's {reply} is lower, no credit")
     if "relevance" in explain:
         lines.append(f"relevance {explain['relevance']:.4f} = calibrated own cosine "
                      f"{explain.get('relevance_cosine', explain['cosine_calibrated'])}, "
