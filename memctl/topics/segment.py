@@ -6,15 +6,16 @@ Two kinds of conversation, told apart by how many people speak:
   of messages gets a similarity mixing sentence vectors with lexical overlap
   (TF-IDF of words; of character bigrams for Chinese, which the bundled MiniLM
   reads little of), in standard deviations of the conversation's own
-  similarities, plus a bonus for being near (smaller where subjects
-  alternate). Blocks start as exchanges opened by the party that opens
-  subjects; neighbouring blocks merge, most similar first (average linkage,
-  contiguous); a later block whose subject came back rejoins the earlier
-  cluster (where subjects alternate, the one two blocks back first). Each
+  similarities. Where the text is readable, the units are exchanges opened
+  by the party that opens subjects, followed in order: each goes to the
+  topic it is most like (the one of the exchange before favoured, then the
+  one just left), or opens a new topic when none is close enough, unless it
+  begins as a reply ("Yes please", "That works"), which never opens one.
+  Mostly Chinese text keeps single messages: neighbours merge, most similar
+  first (average linkage, contiguous, with a bonus for being near), and a
+  later block whose subject came back rejoins the earlier cluster. Each
   cluster is then matched against the topics of earlier splits: close enough
-  to one, it returns there; otherwise it opens a new topic. On DialSeg711 dev
-  this beat TextTiling depth cuts over the same similarities (ARI .686 vs
-  .573) and a non-contiguous average linkage (.599).
+  to one, it returns there; otherwise it opens a new topic.
 * Many people at once (IRC): subjects interleave message by message, so each
   message follows the reply structure instead: naming someone puts it in that
   person's conversation; otherwise it continues the speaker's own recent one
@@ -45,11 +46,19 @@ VECTOR_FLOOR = 0.3
 @dataclass
 class Settings:
     """Tuned on the dev parts of ../shared/bench/topics (bench/README.md has the figures)."""
+    # Exchanges, followed in order (two parties, readable text): in standard deviations of the
+    # conversation's own similarities. DialSeg711 dev ARI / Pk and interleaved ARI / returns:
+    # stay 1.25, new 1.5: .767 / .167 and .503 / 33%; stay 1.5, new 1.75: .784 / .159 and .487 / 26%;
+    # stay 1.0, new 1.25: .740 / .175 and .51 / 36%; new 1.75 with stay 1.25: Pk .20.
+    stay_bonus: float = 1.25       # added to an exchange's similarity with the topic of the one before
+    stay_recent_share: float = 0.5  # ... which is this much the previous exchange alone (0: .755, 1: .760)
+    return_bonus: float = 0.75     # added for the topic left at the exchange before (0: DialSeg711 .776,
+                                   # interleaved .470 / 22%; .5: 29%; 1.0: 38% with DialSeg711 .755)
+    new_threshold: float = 1.5     # an exchange opens a new topic when no topic scores above this
+    greeting_threshold: float = 3.0  # ... and below this when it opens with a greeting (1.5: DialSeg711 .767 -> .758)
+    # Single messages, merged (Chinese; one speaker): blocks of neighbours, then rejoined.
     near_bonus: float = 6.0        # added to the similarity of neighbours (in standard deviations), decaying
     near_decay: float = 1.0        # ... by e per this many messages apart
-    alternation_scale: float = 0.2  # ... in full when neighbouring exchanges are this much more alike than ones two apart
-    near_floor: float = 0.3        # ... and never less than this share of it
-    alternation_bonus: float = 0.6  # a block's rejoin score with the cluster before the previous, where subjects alternate
     merge_threshold: float = 0.8   # neighbouring blocks merge while their mean similarity is above this
     rejoin_threshold: float = 1.2  # a later block rejoins an earlier one of this split above this
     return_threshold: float = 0.55  # a new block goes back to a topic of an earlier split above this cosine
@@ -175,21 +184,25 @@ def _add(bags: list[dict]) -> dict:
 
 
 def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf) -> list[str]:
-    """Contiguous average-linkage clustering, then each cluster matched to the topics that exist."""
+    """Clusters of this conversation (exchanges followed in order, or merged single messages), then
+    each cluster matched to the topics that exist."""
     n = len(messages)
     sim = _similarities(messages, vectors, weighted).astype(np.float64)
     if n > 2:  # in standard deviations of this conversation's own similarities: Chinese bigrams and
         off = ~np.eye(n, dtype=bool)  # English vectors then share one threshold
         sim = (sim - sim[off].mean()) / (sim[off].std() + 1e-9)
     readable = np.array([readable_share(m.get("text", "")) for m in messages])
-    units = _exchanges([m.get("role") for m in messages], vectors, readable)
-    distance = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
-    nearness = _nearness_trust(sim, units, settings)
-    sim += settings.near_bonus * nearness * np.exp(-(distance - 1) / settings.near_decay)
-    alternation = (1 - nearness) / (1 - settings.near_floor)
+    exchanges = _exchanges([m.get("role") for m in messages], vectors, readable)
+    if exchanges:
+        clusters = _followed(sim, exchanges, [_opening(messages[start].get("text", "")) for start, _ in exchanges],
+                             settings)
+    else:
+        distance = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
+        sim += settings.near_bonus * np.exp(-(distance - 1) / settings.near_decay)
+        clusters = _rejoined(sim, _merged_blocks(sim, settings, [(i, i + 1) for i in range(n)]), settings)
     existing = list(topics)
     keys = [""] * n
-    for rows in _clusters(sim, settings, units, alternation):
+    for rows in clusters:
         vector = vectors[rows].sum(0) if vectors is not None else None
         terms = _add([weighted[i] for i in rows])
         best, best_score = None, settings.return_threshold
@@ -206,49 +219,93 @@ def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf) -> list
     return keys
 
 
-def _nearness_trust(sim: np.ndarray, units: list[tuple[int, int]], settings: Settings) -> float:
-    """How far to trust nearness here (0..1): in a conversation whose subjects alternate, an exchange
-    is about as like the one after next as like the next, and the bonus for neighbours glues
-    alternating subjects together. Scaled by how much more alike neighbouring exchanges are than
-    exchanges two apart (DialSeg711 dev: median .41 standard deviations; the interleaved data .19).
-    Interleaved dev ARI .378 -> .405 and Pk .416 -> .327; DialSeg711 .702 -> .705."""
-    if len(units) < 4 or len(units) == len(sim):
-        return 1.0   # single messages as units (Chinese, several speakers in a row): no exchange lags
-    lags = [np.mean([sim[a:b, c:e].mean() for (a, b), (c, e) in zip(units, units[d:])]) for d in (1, 2)]
-    return float(np.clip((lags[0] - lags[1]) / settings.alternation_scale, settings.near_floor, 1.0))
-
-
-def _clusters(sim: np.ndarray, settings: Settings, units: list[tuple[int, int]],
-              alternation: float) -> list[list[int]]:
-    """Clusters of message rows, in order of their first message."""
-    return _rejoined(sim, _merged_blocks(sim, settings, units), settings, alternation)
-
-
-def _exchanges(roles: list, vectors: np.ndarray | None, readable: np.ndarray) -> list[tuple[int, int]]:
+def _exchanges(roles: list, vectors: np.ndarray | None, readable: np.ndarray) -> list[tuple[int, int]] | None:
     """Exchanges no cut splits: each starts at a message of the party that opens subjects here.
 
     That party is the one whose messages are least like the message before them (sentence vectors):
     on DialSeg711 dev 97% of gold boundaries fall before a user message and this finds the opener in
     174 of 178 conversations; cutting only there took ARI .687 -> .702, Pk .263 -> .247. On ZYS
     (Chinese, the agent opens) the vectors read too little to tell (56 of 127, ARI .546 -> .539), so
-    mostly unreadable conversations keep single messages as units."""
+    mostly unreadable conversations keep single messages as units (None)."""
     n = len(roles)
-    singles = [(i, i + 1) for i in range(n)]
     if vectors is None or len(set(roles)) != 2 or readable.mean() < 0.5:
-        return singles
+        return None
     before: dict = {role: [] for role in set(roles)}
     for i in range(1, n):
         if roles[i] != roles[i - 1]:
             before[roles[i]].append(float(vectors[i - 1] @ vectors[i]))
     if not all(before.values()):
-        return singles
+        return None
     opener = min(before, key=lambda role: np.mean(before[role]))
     starts = [0] + [i for i in range(1, n) if roles[i] == opener and roles[i - 1] != opener]
     return list(zip(starts, starts[1:] + [n]))
 
 
+# How an exchange's first message begins says whether it can open a subject. On DialSeg711 dev, of
+# the user messages beginning with one of these words 11 of 838 open a new dialogue (yes 10 of 192,
+# no 0 of 94, that 0 of 54, thank(s) 1 of 79), against 41% of those beginning with "I"; all 66
+# beginning with a greeting open one. English only: the Chinese path has no exchanges.
+REPLY_WORDS = frozenset(
+    "yes yeah yep yup no nope nah sure ok okay alright right great perfect fine good cool awesome excellent "
+    "wonderful thanks thank that that's it it's this they those these then so and also but actually well "
+    "oh hmm sorry sounds not just i'll let's".split())
+GREETINGS = frozenset("hi hello hey greetings".split())
+_FIRST_WORDS = re.compile(r"[a-z']+")
+REPLY, NEUTRAL, GREETING = -1, 0, 1
+
+
+def _opening(text: str) -> int:
+    """REPLY when the text begins by answering or pointing back ("Yes please", "That works", "How about
+    Friday?"), GREETING when it begins with a greeting, NEUTRAL otherwise."""
+    words = _FIRST_WORDS.findall(text[:40].lower())[:2]
+    if not words:
+        return NEUTRAL
+    if words[0] in REPLY_WORDS or (words[0] in ("how", "what") and words[1:] == ["about"]):
+        return REPLY
+    return GREETING if words[0] in GREETINGS else NEUTRAL
+
+
+def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], openings: list[int],
+              settings: Settings) -> list[list[int]]:
+    """Exchanges in order, each to the topic it is most like or to a new one.
+
+    An exchange's score with a topic is its mean similarity with the topic's messages; the topic of
+    the exchange before gets stay_bonus (its similarity there partly with that exchange alone) and the
+    topic left at the exchange before return_bonus (after a one-exchange digression, the subject
+    left is the likeliest to come back). No score above new_threshold opens a new topic, except
+    that an exchange beginning as a reply never opens one and one beginning with a greeting needs
+    greeting_threshold to stay. Against merging neighbouring exchanges and then rejoining (the way
+    single messages go), DialSeg711 dev ARI .703 -> .767, Pk .246 -> .167; interleaved ARI .420 ->
+    .503, returns 20% -> 33%; on both halves of each. Without the reply rule DialSeg711 .646 / .274
+    and interleaved .440 / 21%."""
+    clusters: list[list[int]] = []
+    current = left = None     # the topics of the exchange before and, if another, of the one before it
+    previous: list[int] = []  # the exchange before
+    for (start, end), opening in zip(exchanges, openings):
+        rows = list(range(start, end))
+        threshold = settings.greeting_threshold if opening == GREETING else settings.new_threshold
+        best, best_score = None, -math.inf if opening == REPLY else threshold
+        for c, cluster in enumerate(clusters):
+            score = sim[np.ix_(cluster, rows)].mean()
+            if c == current:
+                recent = sim[np.ix_(previous, rows)].mean()
+                score += settings.stay_recent_share * (recent - score) + settings.stay_bonus
+            elif c == left:
+                score += settings.return_bonus
+            if score > best_score:
+                best, best_score = c, score
+        if best is None:
+            clusters.append(rows)
+            best = len(clusters) - 1
+        else:
+            clusters[best] = clusters[best] + rows
+        current, left = best, (current if current != best else None)
+        previous = rows
+    return clusters
+
+
 def _merged_blocks(sim: np.ndarray, settings: Settings, blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Neighbouring blocks (at first the exchanges) merge, most similar first (mean similarity of their
+    """Neighbouring blocks (at first single messages) merge, most similar first (mean similarity of their
     messages), while above merge_threshold; only the two scores beside a merge change, so this is O(n) merges of O(block) work."""
     n = len(blocks)
 
@@ -269,16 +326,11 @@ def _merged_blocks(sim: np.ndarray, settings: Settings, blocks: list[tuple[int, 
     return blocks
 
 
-def _rejoined(sim: np.ndarray, blocks: list[tuple[int, int]], settings: Settings,
-              alternation: float) -> list[list[int]]:
+def _rejoined(sim: np.ndarray, blocks: list[tuple[int, int]], settings: Settings) -> list[list[int]]:
     """A block whose subject came back rejoins the earlier cluster it continues (mean similarity above
-    rejoin_threshold); the cluster it was just refused a merge with is not a candidate. Where subjects
-    alternate (0..1), the cluster before the previous one is the likeliest to come back: bonus
-    alternation_bonus x alternation (interleaved dev ARI .405 -> .419, returns 15% -> 20%; DialSeg711
-    .705 -> .702; .6 of the bonus was best, 1.0 .419 / .696, 1.5 .369 / .681)."""
+    rejoin_threshold); the cluster it was just refused a merge with is not a candidate."""
     clusters: list[list[int]] = []
     previous: list[int] = []
-    recent: list[int | None] = [None, None]   # the clusters of the last two blocks, older first
     for start, end in blocks:
         rows = list(range(start, end))
         best, best_score = None, settings.rejoin_threshold
@@ -286,16 +338,12 @@ def _rejoined(sim: np.ndarray, blocks: list[tuple[int, int]], settings: Settings
             if cluster == previous:
                 continue  # a neighbour the merge already refused
             score = sim[np.ix_(cluster, rows)].mean()
-            if c == recent[0]:
-                score += settings.alternation_bonus * alternation
             if score > best_score:
                 best, best_score = c, score
         if best is None:
             clusters.append(rows)
-            best = len(clusters) - 1
         else:
             clusters[best] += rows
-        recent = [recent[1], best]
         previous = rows
     return clusters
 
