@@ -28,6 +28,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -41,6 +42,11 @@ _WORD_CHARS = re.compile(r"[^\W_]")
 # MiniLM knows a few hundred Chinese characters: ZYS dev ARI .526 at floor 0, .546 at 0.3, .541 at 0.6.
 VECTOR_SHARE = 0.8
 VECTOR_FLOOR = 0.3
+# Share of the similarity of two messages in exchanges that comes from the vectors of their whole
+# exchanges ("Yes please." reads as what it agrees to): DialSeg711 dev ARI / Pk, interleaved ARI /
+# returns at 0: .777 / .146, .543 / 43%; .5: .784 / .130, .548 / 52%; .75 (re-tuned): .778 / .150,
+# .582 / 50%; 1.0: .755 / .135, .559 / 58%.
+EXCHANGE_SHARE = 0.75
 
 
 # How an exchange's first message begins (_opening).
@@ -52,18 +58,18 @@ class Settings:
     """Tuned on the dev parts of ../shared/bench/topics (bench/README.md has the figures)."""
     # Exchanges, followed in order (two parties, readable text): in standard deviations of the
     # conversation's own similarities. DialSeg711 dev ARI / Pk, interleaved ARI / returns (in process):
-    # as set .777 / .146, .543 / 43%; stay 1.5: .762 / .144, .475 / 41%; return_bonus 1.0: .757 /
-    # .151, .560 / 52%; return_decay .5: .794 / .142, .529 / 37%, 0 (only right after the digression):
-    # .804 / .139, .518 / 34%.
+    # as set .778 / .150, .582 / 50%; stay 1.0: .739 / .172, .593 / 54%; stay 1.5: .781 / .130,
+    # .535 / 50% (with plain 1.5, introducing 2.0); return_bonus 1.0: .763 / .152, .584 / 54%;
+    # return_decay .6: .790 / .145, .569 / 45%, .9: .768 / .151, .577 / 51%.
     stay_bonus: float = 1.25       # added to an exchange's similarity with the topic of the one before
     stay_recent_share: float = 0.5  # ... which is this much the previous exchange alone
     return_bonus: float = 0.75     # added for the topic left at the exchange before
     return_decay: float = 0.8      # ... times this for each further exchange since
     closed_penalty: float = 1.0    # taken instead from a topic closed with thanks or a goodbye
     # An exchange opens a new topic when no topic scores above the threshold for how it begins
-    # (introducing 2.0, plain 1.25: DialSeg711 .777, interleaved .543; both 1.5: .772 / .505;
-    # 2.0 / 1.0: .737 / .514; 2.0 / 1.4: .773 / .548).
-    new_thresholds: dict = field(default_factory=lambda: {REPLY: -math.inf, PLAIN: 1.25, INTRODUCES: 2.0,
+    # (plain 1.5, introducing 2.5: DialSeg711 .778, interleaved .582; 1.5 / 2.0: .776 / .566;
+    # 1.25 / 2.0: .775 / .555; 1.0 / 2.0: .742 / .571).
+    new_thresholds: dict = field(default_factory=lambda: {REPLY: -math.inf, PLAIN: 1.5, INTRODUCES: 2.5,
                                                           GREETING: 3.0})
     # Single messages, merged (Chinese; one speaker): blocks of neighbours, then rejoined.
     near_bonus: float = 6.0        # added to the similarity of neighbours (in standard deviations), decaying
@@ -123,11 +129,12 @@ def many_parties(messages: list[dict]) -> bool:
 
 
 def partition(messages: list[dict], vectors: np.ndarray | None, topics: list[TopicEvidence] | None = None,
-              settings: Settings | None = None) -> list[str]:
+              settings: Settings | None = None, embed: Callable[[list[str]], np.ndarray] | None = None) -> list[str]:
     """A topic key for each message: an existing topic's key, or "new-N" for the Nth new topic.
 
     `vectors` are L2-normalised sentence vectors, one row a message (or None).
     `topics` are the topics that exist; the ones this call opens are added to it.
+    `embed` gives the same model's vectors of other texts: whole exchanges are read with it.
     """
     settings = settings or Settings()
     topics = topics if topics is not None else []
@@ -142,7 +149,7 @@ def partition(messages: list[dict], vectors: np.ndarray | None, topics: list[Top
     for start in range(0, len(messages), settings.chunk):
         part = slice(start, start + settings.chunk)
         keys += _by_blocks(messages[part], None if vectors is None else vectors[part],
-                           bags[part], weighted[part], topics, settings, idf)
+                           bags[part], weighted[part], topics, settings, idf, embed)
     return keys
 
 
@@ -163,6 +170,16 @@ def _similarities(messages, vectors, weighted) -> np.ndarray:
         return lex
     share = VECTOR_SHARE * np.maximum(np.sqrt(np.outer(readable, readable)), VECTOR_FLOOR)
     return share * (vectors @ vectors.T) + (1 - share) * lex
+
+
+def _in_deviations(sim: np.ndarray) -> np.ndarray:
+    """Similarities in standard deviations of the conversation's own (off the diagonal): Chinese
+    bigrams and English vectors then share one threshold."""
+    n = len(sim)
+    if n <= 2:
+        return sim
+    off = ~np.eye(n, dtype=bool)
+    return (sim - sim[off].mean()) / (sim[off].std() + 1e-9)
 
 
 def _idf(bags: list[Counter]) -> dict[str, float]:
@@ -192,18 +209,20 @@ def _add(bags: list[dict]) -> dict:
     return total
 
 
-def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf) -> list[str]:
+def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf, embed) -> list[str]:
     """Clusters of this conversation (exchanges followed in order, or merged single messages), then
     each cluster matched to the topics that exist."""
     n = len(messages)
-    sim = _similarities(messages, vectors, weighted).astype(np.float64)
-    if n > 2:  # in standard deviations of this conversation's own similarities: Chinese bigrams and
-        off = ~np.eye(n, dtype=bool)  # English vectors then share one threshold
-        sim = (sim - sim[off].mean()) / (sim[off].std() + 1e-9)
-    readable = np.array([readable_share(m.get("text", "")) for m in messages])
+    texts = [m.get("text", "") for m in messages]
+    sim = _in_deviations(_similarities(messages, vectors, weighted).astype(np.float64))
+    readable = np.array([readable_share(text) for text in texts])
     exchanges = _exchanges([m.get("role") for m in messages], vectors, readable)
     if exchanges:
-        clusters = _followed(sim, exchanges, [m.get("text", "") for m in messages], settings)
+        if embed is not None and len(exchanges) > 2:
+            whole = embed(["\n".join(texts[start:end]) for start, end in exchanges])
+            unit = np.repeat(np.arange(len(exchanges)), [end - start for start, end in exchanges])
+            sim = (1 - EXCHANGE_SHARE) * sim + EXCHANGE_SHARE * _in_deviations(whole @ whole.T)[np.ix_(unit, unit)]
+        clusters = _followed(sim, exchanges, texts, settings)
     else:
         distance = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
         sim += settings.near_bonus * np.exp(-(distance - 1) / settings.near_decay)
