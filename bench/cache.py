@@ -28,6 +28,7 @@ MEMCTL = str(Path(sys.executable).parent / "memctl")  # the console script an ag
 
 from memctl.cache import Cache, CacheError  # noqa: E402
 from memctl.store.store import Store  # noqa: E402
+from installed import compile_package  # noqa: E402
 
 
 def command(effect: Path, key: int) -> list[str]:
@@ -161,6 +162,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=50)
     parser.add_argument("--items", type=int, default=1000)
     args = parser.parse_args()
+    compile_package()
     work = Path(tempfile.mkdtemp())
     server = None
     rows = []

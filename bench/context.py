@@ -11,9 +11,12 @@ message rendering: the last 20 messages, then `search` results (hybrid, k=50)
 packed in rank order while they fit. Both run in-process through
 `memctl.Memory` (the same code the command line calls; a process per
 question would take hours here); `--latency N` times N cold `memctl context`
-processes on the last conversation's store (each a fresh Python).
+processes (each a fresh Python, bytecode written as an install has it) on a
+store of `--latency-messages` messages: the dev conversations' turns,
+repeated under new ids until there are that many, in one session, split
+into topics and indexed.
 
-    python bench/context.py [--limit 60] [--context-limit 4000] [--latency 15]
+    python bench/context.py [--limit 60] [--context-limit 4000] [--latency 15] [--latency-messages 6000]
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import tempfile
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
+
+from installed import compile_package
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -55,6 +60,25 @@ def evidence_of(question: dict) -> set[str]:
     return {e.replace(":", "-").rstrip(";,") for item in question["evidence"] for e in item.split()}
 
 
+def latency_store(root: Path, messages: int, context_limit: int) -> Path:
+    """A store of one session of `messages` LoCoMo turns (copies get new ids), split and indexed."""
+    from memctl import Memory
+
+    root.mkdir(parents=True)
+    (root / "memctl.toml").write_text(f"[topics]\ncontext_limit = {context_limit}\n")
+    conversations = json.loads(DATA.read_text())
+    lines = []
+    for copy in range(1 + messages // sum(len(t) for c in conversations for t in locomo_sessions(c))):
+        for conversation in conversations:
+            for turns in locomo_sessions(conversation):
+                lines += [json.dumps({**t, "id": f"{conversation['sample_id']}-{copy}-{t['id']}"}) for t in turns]
+    memory = Memory(root)
+    memory.ingest(("\n".join(lines[:messages]) + "\n").encode(), fmt="jsonl", keep_noise=True)
+    memory.split("s")
+    memory.index()
+    return root
+
+
 def baseline(memory, messages: list[dict], question: str, budget: int) -> set[str]:
     from memctl.text.tokens import count_tokens
     from memctl.topics.context import render_message
@@ -79,7 +103,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=60, help="questions per conversation (0: all)")
     parser.add_argument("--context-limit", type=int, default=4000, help="[topics] context_limit for the splits")
     parser.add_argument("--latency", type=int, default=15, help="cold `memctl context` runs to time")
+    parser.add_argument("--latency-messages", type=int, default=6000, help="messages in the store they run on")
     args = parser.parse_args()
+    compile_package()
     from memctl import Memory
 
     recall = {b: {"topic": [], "baseline": []} for b in BUDGETS}
@@ -119,20 +145,21 @@ def main() -> None:
     for budget in BUDGETS:
         topic, base = (statistics.mean(recall[budget][k]) for k in ("topic", "baseline"))
         print(f"| {budget:,} | {topic:.3f} | {base:.3f} | {topic - base:+.3f} | {len(recall[budget]['topic'])} |")
-    if args.latency and store is not None:
+    if args.latency:
+        store = latency_store(Path(tmp) / "latency", args.latency_messages, args.context_limit)
         times = []
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         for n in range(args.latency):
             start = time.perf_counter()
             done = subprocess.run([sys.executable, "-m", "memctl", "--store", str(store), "context", "--session", "s",
-                                   "--message", "what did we talk about last week?", "--budget", "4000",
+                                   "--message", "What did Caroline research for her adoption?", "--budget", "4000",
                                    "--no-record"], capture_output=True, env=env)
             times.append(time.perf_counter() - start)
             if done.returncode:
                 sys.exit(done.stderr.decode())
-        print(f"\n`memctl context` cold, built-in, {len(messages)} messages: p50 {statistics.median(times) * 1000:.0f} ms "
-              f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}, n={len(times)})")
-
+        print(f"\n`memctl context` cold, built-in, {args.latency_messages} messages: p50 "
+              f"{statistics.median(times) * 1000:.0f} ms (min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}, "
+              f"n={len(times)})")
 
 if __name__ == "__main__":
     main()

@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from installed import compile_package
+
 MEMCTL = str(Path(sys.executable).parent / "memctl")
 
 
@@ -32,6 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args()
+    compile_package()
     store = tempfile.mkdtemp()
     try:
         rows = [

@@ -156,5 +156,11 @@ def test_context_and_topic_tools_through_the_server(store_dir, run):
         hotel = next(s["topic_id"] for s in built["sections"] if s["kind"] == "topic")
         activated = payload(await session.call_tool("topics_activate", {"query": hotel}))
         assert [a["topic_id"] for a in activated["activated"]] == [hotel]
+        # The library names a bad option by its flag; a client is told the argument it sent.
+        bad_month = await session.call_tool("topics_list", {"archived": True, "since": "2026-13"})
+        assert bad_month.is_error
+        assert bad_month.content[0].text == "argument 'since': not a month (YYYY-MM) or an ISO 8601 date: '2026-13'"
+        bad_scope = await session.call_tool("search", {"query": "hotel", "scope": "everywhere"})
+        assert bad_scope.is_error and bad_scope.content[0].text.startswith("argument 'scope': ")
 
     anyio.run(session_run, store_dir, body)

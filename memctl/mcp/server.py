@@ -28,7 +28,7 @@ from mcp.server.stdio import stdio_server
 
 from memctl import __version__
 from memctl.api import Memory
-from memctl.errors import MemctlError
+from memctl.errors import InputError, MemctlError
 from memctl.mcp.tools import TOOLS, Tool
 
 INSTRUCTIONS = """\
@@ -71,6 +71,8 @@ class Tools:
             raise ToolError(_argument_error(error))
         try:
             return tool.run(self.memory, **arguments)
+        except InputError as exc:
+            raise ToolError(_in_argument_terms(exc)) from None
         except MemctlError as exc:
             raise ToolError(str(exc)) from None
         except OSError as exc:
@@ -78,6 +80,13 @@ class Tools:
         except Exception as exc:  # a bug of ours: told to the client and logged, and the server goes on
             traceback.print_exc(file=sys.stderr)
             raise ToolError(f"internal error: {type(exc).__name__}: {exc}") from None
+
+
+def _in_argument_terms(exc: InputError) -> str:
+    """The library names a bad option by its command-line flag (`--min-score: ...`); a client sent an argument."""
+    if exc.source and exc.source.startswith("--"):
+        return f"argument '{exc.source[2:].replace('-', '_')}': {exc.message}"
+    return str(exc)
 
 
 def build(memory: Memory) -> Server:

@@ -32,6 +32,7 @@ from pathlib import Path
 import orjson
 
 from memctl import clock
+from memctl.errors import InputError
 from memctl.store import jsonl
 from memctl.store.store import Store
 from memctl.topics import activation, files, log
@@ -64,6 +65,11 @@ def archive_dir(store: Store) -> Path:
 
 def archived_topics(store: Store, since: str | None = None) -> list[dict]:
     """Headers of archived topics, oldest month first; `since` (YYYY-MM or a date) keeps later months."""
+    if since:
+        try:
+            clock.parse_ts(since if len(since) > 7 else f"{since}-01")
+        except (ValueError, TypeError):
+            raise InputError(f"not a month (YYYY-MM) or an ISO 8601 date: {since!r}", source="--since") from None
     root = archive_dir(store)
     if not root.is_dir():
         return []
