@@ -44,7 +44,7 @@ VECTOR_SHARE = 0.8
 VECTOR_FLOOR = 0.3
 # Share of the similarity of two messages in exchanges that comes from the vectors of their whole
 # exchanges ("Yes please." reads as what it agrees to): DialSeg711 dev ARI / Pk, interleaved ARI /
-# returns at 0: .777 / .146, .543 / 43%; .5: .784 / .130, .548 / 52%; .75 (re-tuned): .778 / .150,
+# returns (before the names bonus) at 0: .777 / .146, .543 / 43%; .5: .784 / .130, .548 / 52%; .75 (re-tuned): .778 / .150,
 # .582 / 50%; 1.0: .755 / .135, .559 / 58%.
 EXCHANGE_SHARE = 0.75
 
@@ -57,8 +57,8 @@ REPLY, PLAIN, INTRODUCES, GREETING = "reply", "plain", "introduces", "greeting"
 class Settings:
     """Tuned on the dev parts of ../shared/bench/topics (bench/README.md has the figures)."""
     # Exchanges, followed in order (two parties, readable text): in standard deviations of the
-    # conversation's own similarities. DialSeg711 dev ARI / Pk, interleaved ARI / returns (in process):
-    # as set .778 / .150, .582 / 50%; stay 1.0: .739 / .172, .593 / 54%; stay 1.5: .781 / .130,
+    # conversation's own similarities. DialSeg711 dev ARI / Pk, interleaved ARI / returns (in process,
+    # before the names bonus): as set .778 / .150, .582 / 50%; stay 1.0: .739 / .172, .593 / 54%; stay 1.5: .781 / .130,
     # .535 / 50% (with plain 1.5, introducing 2.0); return_bonus 1.0: .763 / .152, .584 / 54%;
     # return_decay .6: .790 / .145, .569 / 45%, .9: .768 / .151, .577 / 51%.
     stay_bonus: float = 1.25       # added to an exchange's similarity with the topic of the one before
@@ -66,8 +66,13 @@ class Settings:
     return_bonus: float = 0.75     # added for the topic left at the exchange before
     return_decay: float = 0.8      # ... times this for each further exchange since
     closed_penalty: float = 1.0    # taken instead from a topic closed with thanks or a goodbye
+    # An earlier topic sharing a name or number (in at most name_reach messages) with the exchange:
+    # DialSeg711 .781 -> .773, interleaved .582 -> .596, returns 50% -> 53% (both halves alike);
+    # bonus 1.0: .764, .598 / 55%; any shared word of at most 3 messages: .745, .602 / 60%.
+    shared_name_bonus: float = 0.5
+    name_reach: int = 3
     # An exchange opens a new topic when no topic scores above the threshold for how it begins
-    # (plain 1.5, introducing 2.5: DialSeg711 .778, interleaved .582; 1.5 / 2.0: .776 / .566;
+    # (before the names bonus: plain 1.5, introducing 2.5: DialSeg711 .778, interleaved .582; 1.5 / 2.0: .776 / .566;
     # 1.25 / 2.0: .775 / .555; 1.0 / 2.0: .742 / .571).
     new_thresholds: dict = field(default_factory=lambda: {REPLY: -math.inf, PLAIN: 1.5, INTRODUCES: 2.5,
                                                           GREETING: 3.0})
@@ -288,6 +293,9 @@ _POINTS_BACK = re.compile(r"\b(it|its|they|them|their|those|these|that|there|the
 _CLOSING = re.compile(r"\b(thanks|thank you|that's all|that is all|that will be all|goodbye|bye|anything else|"
                       r"have a (nice|good|great|wonderful) (day|night|evening|trip)|you're welcome|you are welcome)\b")
 _FIRST_WORDS = re.compile(r"[a-z']+")
+# Names and numbers: a capitalised word inside a sentence, a word with a digit (of 3 characters or
+# more: "2 people" names nothing).
+_NAME_OR_NUMBER = re.compile(r"(?<=[a-z,;:] )([A-Z][a-z]+)|\b(\w*\d\w*)\b")
 
 
 def _opening(text: str) -> str:
@@ -305,6 +313,14 @@ def _opening(text: str) -> str:
     return PLAIN
 
 
+def _rare_names(texts: list[str], reach: int) -> list[set[str]]:
+    """Per message, its names and numbers that at most `reach` messages of the conversation have."""
+    names = [{(word or number).lower() for word, number in _NAME_OR_NUMBER.findall(text) if len(word or number) > 2}
+             for text in texts]
+    count = Counter(name for found in names for name in found)
+    return [{name for name in found if count[name] <= reach} for found in names]
+
+
 def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str],
               settings: Settings) -> list[list[int]]:
     """Exchanges in order, each to the topic it is most like or to a new one.
@@ -313,20 +329,25 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
     the exchange before gets stay_bonus (its similarity there partly with that exchange alone), a
     topic left a few exchanges ago return_bonus, less for each exchange since (after a digression,
     the subject left is the likeliest to come back) unless it was closed with thanks or a goodbye.
+    An earlier topic that shares a rare name or number with the exchange gets shared_name_bonus.
     A new topic opens when no score passes the threshold of how the exchange begins: a reply
     never opens one; a greeting or a message introducing something new opens one more easily.
     Against merging neighbouring exchanges and then rejoining (the way single messages go),
-    DialSeg711 dev ARI .703 -> .777, Pk .246 -> .146; interleaved ARI .420 -> .543, returns 20% -> 43%;
+    DialSeg711 dev ARI .703 -> .773, Pk .246 -> .149; interleaved ARI .420 -> .596, returns 20% -> 53%;
     on both halves of each. Each piece of evidence, left out (DialSeg711 ARI / Pk, interleaved ARI /
-    returns): the reply rule .685 / .225, .498 / 37%; introducing .721 / .162, .495 / 48%; greetings
-    .747 / .157, .521 / 44%; closing .745 / .154, .541 / 49%."""
+    returns): the reply rule .681 / .229, .558 / 48%; introducing .737 / .151, .547 / 54%; greetings
+    .748 / .157, .580 / 53%; closing .728 / .163, .588 / 58%; shared names .781 / .148, .582 / 50%;
+    whole-exchange vectors .763 / .169, .559 / 38%."""
+    rare = _rare_names(texts, settings.name_reach)
     clusters: list[list[int]] = []
     left_at: list[int] = []     # per cluster: the exchange it last had
     closed: list[bool] = []     # per cluster: its last exchange closed the subject
+    names: list[set] = []       # per cluster: its rare names and numbers
     current = None
     previous: list[int] = []    # the exchange before
     for k, (start, end) in enumerate(exchanges):
         rows = list(range(start, end))
+        named = set().union(*(rare[i] for i in rows))
         opening = _opening(texts[start])
         best, best_score = None, settings.new_thresholds[opening]
         for c, cluster in enumerate(clusters):
@@ -338,15 +359,19 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
                 score -= settings.closed_penalty
             else:
                 score += settings.return_bonus * settings.return_decay ** (k - left_at[c] - 2)
+            if c != current and named & names[c]:
+                score += settings.shared_name_bonus
             if score > best_score:
                 best, best_score = c, score
         if best is None:
             clusters.append(rows)
             left_at.append(k)
             closed.append(False)
+            names.append(set())
             best = len(clusters) - 1
         else:
             clusters[best] = clusters[best] + rows
+        names[best] |= named
         left_at[best] = k
         closed[best] = any(_CLOSING.search(texts[i].lower()) for i in rows)
         current, previous = best, rows
