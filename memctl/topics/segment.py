@@ -44,8 +44,8 @@ VECTOR_SHARE = 0.8
 VECTOR_FLOOR = 0.3
 # Share of the similarity of two messages in exchanges that comes from the vectors of their whole
 # exchanges ("Yes please." reads as what it agrees to): DialSeg711 dev ARI / Pk, interleaved ARI /
-# returns (before the names bonus) at 0: .777 / .146, .543 / 43%; .5: .784 / .130, .548 / 52%; .75 (re-tuned): .778 / .150,
-# .582 / 50%; 1.0: .755 / .135, .559 / 58%.
+# returns (before the names bonus) at 0: .777 / .146, .543 / 43%; .5: .784 / .130, .548 / 52%;
+# .75 (re-tuned): .778 / .150, .582 / 50%; 1.0: .755 / .135, .559 / 58%.
 EXCHANGE_SHARE = 0.75
 
 
@@ -380,7 +380,8 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
 
 def _merged_blocks(sim: np.ndarray, settings: Settings, blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Neighbouring blocks (at first single messages) merge, most similar first (mean similarity of their
-    messages), while above merge_threshold; only the two scores beside a merge change, so this is O(n) merges of O(block) work."""
+    messages), while above merge_threshold; only the two scores beside a merge change, so this is
+    O(n) merges of O(block) work."""
     n = len(blocks)
 
     def link(a, b):
