@@ -8,9 +8,11 @@ Two kinds of conversation, told apart by how many people speak:
   reads little of), in standard deviations of the conversation's own
   similarities. Where the text is readable, the units are exchanges opened
   by the party that opens subjects, followed in order: each goes to the
-  topic it is most like (the one of the exchange before favoured, then the
-  one just left), or opens a new topic when none is close enough, unless it
-  begins as a reply ("Yes please", "That works"), which never opens one.
+  topic it is most like (the one of the exchange before favoured, then one
+  just left or one sharing a rare name or number), or opens a new topic when
+  none is close enough for how it begins: a reply ("Yes please", "That
+  works") never opens one, a greeting or a message introducing something
+  opens one more easily.
   Mostly Chinese text keeps single messages: neighbours merge, most similar
   first (average linkage, contiguous, with a bonus for being near), and a
   later block whose subject came back rejoins the earlier cluster. Each
@@ -57,10 +59,11 @@ REPLY, PLAIN, INTRODUCES, GREETING = "reply", "plain", "introduces", "greeting"
 class Settings:
     """Tuned on the dev parts of ../shared/bench/topics (bench/README.md has the figures)."""
     # Exchanges, followed in order (two parties, readable text): in standard deviations of the
-    # conversation's own similarities. DialSeg711 dev ARI / Pk, interleaved ARI / returns (in process,
-    # before the names bonus): as set .778 / .150, .582 / 50%; stay 1.0: .739 / .172, .593 / 54%; stay 1.5: .781 / .130,
-    # .535 / 50% (with plain 1.5, introducing 2.0); return_bonus 1.0: .763 / .152, .584 / 54%;
-    # return_decay .6: .790 / .145, .569 / 45%, .9: .768 / .151, .577 / 51%.
+    # conversation's own similarities. DialSeg711 dev ARI / Pk, interleaved ARI / returns (in
+    # process, before the names bonus): as set .778 / .150, .582 / 50%; stay 1.0: .739 / .172,
+    # .593 / 54%; stay 1.5: .781 / .130, .535 / 50% (with plain 1.5, introducing 2.0);
+    # return_bonus 1.0: .763 / .152, .584 / 54%; return_decay .6: .790 / .145, .569 / 45%,
+    # .9: .768 / .151, .577 / 51%.
     stay_bonus: float = 1.25       # added to an exchange's similarity with the topic of the one before
     stay_recent_share: float = 0.5  # ... which is this much the previous exchange alone
     return_bonus: float = 0.75     # added for the topic left at the exchange before
@@ -72,8 +75,8 @@ class Settings:
     shared_name_bonus: float = 0.5
     name_reach: int = 3
     # An exchange opens a new topic when no topic scores above the threshold for how it begins
-    # (before the names bonus: plain 1.5, introducing 2.5: DialSeg711 .778, interleaved .582; 1.5 / 2.0: .776 / .566;
-    # 1.25 / 2.0: .775 / .555; 1.0 / 2.0: .742 / .571).
+    # (before the names bonus: plain 1.5, introducing 2.5: DialSeg711 .778, interleaved .582;
+    # 1.5 / 2.0: .776 / .566; 1.25 / 2.0: .775 / .555; 1.0 / 2.0: .742 / .571).
     new_thresholds: dict = field(default_factory=lambda: {REPLY: -math.inf, PLAIN: 1.5, INTRODUCES: 2.5,
                                                           GREETING: 3.0})
     # Single messages, merged (Chinese; one speaker): blocks of neighbours, then rejoined.
