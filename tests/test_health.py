@@ -184,8 +184,9 @@ def test_every_review_and_health_subcommand_has_help_with_examples(run):
 
 
 def test_governance_commands_start_without_heavy_imports():
-    code = ("import sys\nfrom memctl.cli import main\nsys.argv = ['memctl', '--help']\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+    # The click group, not main(): main() ends the process once the command is done.
+    code = ("import sys\nfrom memctl.cli import cli\n"
+            "try:\n    cli.main(['--help'], prog_name='memctl')\nexcept SystemExit:\n    pass\n"
             "import memctl.governance.governance, memctl.governance.lifecycle, memctl.governance.health, memctl.governance.review\n"
             "heavy = {'numpy', 'torch', 'tiktoken', 'tantivy', 'sqlite_utils', 'sentence_transformers'}\n"
             "print(sorted(heavy & set(sys.modules)))")

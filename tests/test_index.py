@@ -201,3 +201,24 @@ def test_a_copied_store_is_read_again_but_not_embedded_again(store, tmp_path):
     shutil.copytree(store.root, copy.root)  # new inodes everywhere
     report = Index(copy).update()
     assert not report.rebuilt and report.files_read == len(Index(copy).stamps()) and report.embedded == 0
+
+
+def test_the_default_filter_reads_the_status_index_which_an_old_table_gets_at_its_next_update(store):
+    from memctl.search.filters import Filters
+
+    where, params = Filters().sql_where()
+    plan = f"EXPLAIN QUERY PLAN SELECT row FROM units WHERE {' AND '.join(where)}"
+    conn = sqlite3.connect(store.index_dir / "units.db")
+    try:
+        assert "COVERING INDEX units_status" in str(conn.execute(plan, params).fetchall())
+        conn.execute("DROP INDEX units_status")  # as a table written before the index was
+        conn.commit()
+    finally:
+        conn.close()
+    chat(store, "gamma", 4, 1)
+    assert Index(store).update().added == 1
+    conn = sqlite3.connect(store.index_dir / "units.db")
+    try:
+        assert "COVERING INDEX units_status" in str(conn.execute(plan, params).fetchall())
+    finally:
+        conn.close()

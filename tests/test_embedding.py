@@ -1,0 +1,42 @@
+"""The ONNX model cache: what the first process saves, later processes load unchanged."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from memctl.index import embedding
+
+TEXTS = ["Kestrel uses PostgreSQL for the recipe metadata.", "What did Caroline research for her adoption?",
+         "淡水分店的店長是陳小姐。", "a"]
+
+
+def test_the_optimised_graph_is_saved_once_with_its_weights_beside_it(tmp_path, monkeypatch):
+    directory = embedding.model_dir("")
+    export = embedding.ensure_onnx(directory, embedding.model_key(directory), "int8")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    target = embedding.cache_dir() / embedding.model_key(directory)
+    target.mkdir(parents=True)
+    os.symlink(export, target / export.name)  # the export itself (10 s of torch) is not what is tested here
+
+    first = embedding.Embedder(directory, threads=1, precision="int8").embed(TEXTS)
+    saved = target / "model.int8.optimised"
+    graph, weights = saved / "model.onnx", saved / "weights.bin"
+    assert graph.stat().st_size < 1_000_000 < 20_000_000 < weights.stat().st_size
+    assert sorted(p.name for p in target.iterdir()) == ["model.int8.onnx", "model.int8.optimised"]  # no partial left
+    stamps = graph.stat().st_mtime_ns, weights.stat().st_mtime_ns
+
+    again = embedding.Embedder(directory, threads=1, precision="int8").embed(TEXTS)
+    assert np.array_equal(first, again)
+    assert (graph.stat().st_mtime_ns, weights.stat().st_mtime_ns) == stamps  # loaded, not saved again
+
+
+def test_a_session_opened_for_a_few_texts_gives_the_vectors_of_one_opened_for_many():
+    directory = embedding.model_dir("")
+    many = embedding.Embedder(directory, threads=1, precision="int8")
+    many.embed(TEXTS * embedding.FEW_TEXTS)  # opens its session with the weights prepacked
+    few = embedding.Embedder(directory, threads=1, precision="int8")
+    few.embed_queries(TEXTS[:1])  # without
+    for text in TEXTS:
+        assert np.array_equal(few.embed_queries([text]), many.embed([text])), text
