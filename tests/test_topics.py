@@ -81,6 +81,16 @@ def test_a_returning_subject_goes_back_to_its_dormant_topic(run, store_dir):
     assert shown["messages"] == 6 and shown["state"] == "active"
 
 
+def test_a_subject_resumed_after_a_digression_goes_back_within_one_split(run, store_dir):
+    resumed = ["Yes, book it for 3 nights from Friday for 2 people, please.",
+               "Booked the Acorn Guest House: reference ACG-42, 3 nights from Friday."]
+    run("ingest", "-", input=session_lines(HOTEL[:2] + WEATHER[:2] + resumed))
+    rows = {r["message_id"]: r["topic_id"] for r in map(json.loads, run(
+        "split", "--session", "s1", "--force", "--keep-recent", "0", "--json").stdout.splitlines())}
+    assert rows["m0"] == rows["m1"] == rows["m4"] == rows["m5"]  # the reply goes back to the hotel
+    assert rows["m2"] == rows["m3"] != rows["m0"]
+
+
 def test_split_waits_until_the_context_is_over_the_threshold(run, store_dir):
     run("ingest", "-", input=session_lines(WEATHER + HOTEL))
     quiet = run("split", "--session", "s1")

@@ -6,15 +6,18 @@ Two kinds of conversation, told apart by how many people speak:
   of messages gets a similarity mixing sentence vectors with lexical overlap
   (TF-IDF of words; of character bigrams for Chinese, which the bundled MiniLM
   reads little of), in standard deviations of the conversation's own
-  similarities, plus a bonus for being near (smaller where subjects
-  alternate). Blocks start as exchanges opened by the party that opens
-  subjects; neighbouring blocks merge, most similar first (average linkage,
-  contiguous); a later block whose subject came back rejoins the earlier
-  cluster (where subjects alternate, the one two blocks back first). Each
+  similarities. Where the text is readable, the units are exchanges opened
+  by the party that opens subjects, followed in order: each goes to the
+  topic it is most like (the one of the exchange before favoured, then one
+  just left or one sharing a rare name or number), or opens a new topic when
+  none is close enough for how it begins: a reply ("Yes please", "That
+  works") never opens one, a greeting or a message introducing something
+  opens one more easily.
+  Mostly Chinese text keeps single messages: neighbours merge, most similar
+  first (average linkage, contiguous, with a bonus for being near), and a
+  later block whose subject came back rejoins the earlier cluster. Each
   cluster is then matched against the topics of earlier splits: close enough
-  to one, it returns there; otherwise it opens a new topic. On DialSeg711 dev
-  this beat TextTiling depth cuts over the same similarities (ARI .686 vs
-  .573) and a non-contiguous average linkage (.599).
+  to one, it returns there; otherwise it opens a new topic.
 * Many people at once (IRC): subjects interleave message by message, so each
   message follows the reply structure instead: naming someone puts it in that
   person's conversation; otherwise it continues the speaker's own recent one
@@ -27,11 +30,12 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from memctl.text.cjk import IDEOGRAPHIC_RUN, bigrams
-from memctl.text.words import STOPWORDS
+from memctl.text.words import STOPWORDS, fold_plural
 
 _WORD = re.compile(r"[^\W_]+")
 _WORD_CHARS = re.compile(r"[^\W_]")
@@ -40,16 +44,44 @@ _WORD_CHARS = re.compile(r"[^\W_]")
 # MiniLM knows a few hundred Chinese characters: ZYS dev ARI .526 at floor 0, .546 at 0.3, .541 at 0.6.
 VECTOR_SHARE = 0.8
 VECTOR_FLOOR = 0.3
+# Share of the similarity of two messages in exchanges that comes from the vectors of their whole
+# exchanges ("Yes please." reads as what it agrees to): DialSeg711 dev ARI / Pk, interleaved ARI /
+# returns (before the names bonus) at 0: .777 / .146, .543 / 43%; .5: .784 / .130, .548 / 52%;
+# .75 (re-tuned): .778 / .150, .582 / 50%; 1.0: .755 / .135, .559 / 58%.
+EXCHANGE_SHARE = 0.75
+
+
+# How an exchange's first message begins (_opening).
+REPLY, PLAIN, INTRODUCES, GREETING = "reply", "plain", "introduces", "greeting"
 
 
 @dataclass
 class Settings:
     """Tuned on the dev parts of ../shared/bench/topics (bench/README.md has the figures)."""
+    # Exchanges, followed in order (two parties, readable text): in standard deviations of the
+    # conversation's own similarities. DialSeg711 dev ARI / Pk, interleaved ARI / returns (in
+    # process, before the names bonus): as set .778 / .150, .582 / 50%; stay 1.0: .739 / .172,
+    # .593 / 54%; stay 1.5: .781 / .130, .535 / 50% (with plain 1.5, introducing 2.0);
+    # return_bonus 1.0: .763 / .152, .584 / 54%; return_decay .6: .790 / .145, .569 / 45%,
+    # .9: .768 / .151, .577 / 51%.
+    stay_bonus: float = 1.25       # added to an exchange's similarity with the topic of the one before
+    stay_recent_share: float = 0.5  # ... which is this much the previous exchange alone
+    return_bonus: float = 0.75     # added for the topic left at the exchange before
+    return_decay: float = 0.8      # ... times this for each further exchange since
+    closed_penalty: float = 1.0    # taken instead from a topic closed with thanks or a goodbye
+    # An earlier topic sharing a name or number (in at most name_reach messages) with the exchange:
+    # DialSeg711 .781 -> .773, interleaved .582 -> .596, returns 50% -> 53% (both halves alike);
+    # bonus 1.0: .764, .598 / 55%; any shared word of at most 3 messages: .745, .602 / 60%.
+    shared_name_bonus: float = 0.5
+    name_reach: int = 3
+    # An exchange opens a new topic when no topic scores above the threshold for how it begins
+    # (before the names bonus: plain 1.5, introducing 2.5: DialSeg711 .778, interleaved .582;
+    # 1.5 / 2.0: .776 / .566; 1.25 / 2.0: .775 / .555; 1.0 / 2.0: .742 / .571).
+    new_thresholds: dict = field(default_factory=lambda: {REPLY: -math.inf, PLAIN: 1.5, INTRODUCES: 2.5,
+                                                          GREETING: 3.0})
+    # Single messages, merged (Chinese; one speaker): blocks of neighbours, then rejoined.
     near_bonus: float = 6.0        # added to the similarity of neighbours (in standard deviations), decaying
     near_decay: float = 1.0        # ... by e per this many messages apart
-    alternation_scale: float = 0.2  # ... in full when neighbouring exchanges are this much more alike than ones two apart
-    near_floor: float = 0.3        # ... and never less than this share of it
-    alternation_bonus: float = 0.6  # a block's rejoin score with the cluster before the previous, where subjects alternate
     merge_threshold: float = 0.8   # neighbouring blocks merge while their mean similarity is above this
     rejoin_threshold: float = 1.2  # a later block rejoins an earlier one of this split above this
     return_threshold: float = 0.55  # a new block goes back to a topic of an earlier split above this cosine
@@ -85,7 +117,7 @@ def terms_of(text: str) -> Counter:
         terms.update(bigrams(run))
     for word in _WORD.findall(IDEOGRAPHIC_RUN.sub(" ", text).lower()):
         if word not in STOPWORDS and (len(word) > 1 or word.isdigit()):
-            terms[word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word] += 1
+            terms[fold_plural(word)] += 1
     return terms
 
 
@@ -105,11 +137,12 @@ def many_parties(messages: list[dict]) -> bool:
 
 
 def partition(messages: list[dict], vectors: np.ndarray | None, topics: list[TopicEvidence] | None = None,
-              settings: Settings | None = None) -> list[str]:
+              settings: Settings | None = None, embed: Callable[[list[str]], np.ndarray] | None = None) -> list[str]:
     """A topic key for each message: an existing topic's key, or "new-N" for the Nth new topic.
 
     `vectors` are L2-normalised sentence vectors, one row a message (or None).
     `topics` are the topics that exist; the ones this call opens are added to it.
+    `embed` gives the same model's vectors of other texts: whole exchanges are read with it.
     """
     settings = settings or Settings()
     topics = topics if topics is not None else []
@@ -124,7 +157,7 @@ def partition(messages: list[dict], vectors: np.ndarray | None, topics: list[Top
     for start in range(0, len(messages), settings.chunk):
         part = slice(start, start + settings.chunk)
         keys += _by_blocks(messages[part], None if vectors is None else vectors[part],
-                           bags[part], weighted[part], topics, settings, idf)
+                           bags[part], weighted[part], topics, settings, idf, embed)
     return keys
 
 
@@ -145,6 +178,16 @@ def _similarities(messages, vectors, weighted) -> np.ndarray:
         return lex
     share = VECTOR_SHARE * np.maximum(np.sqrt(np.outer(readable, readable)), VECTOR_FLOOR)
     return share * (vectors @ vectors.T) + (1 - share) * lex
+
+
+def _in_deviations(sim: np.ndarray) -> np.ndarray:
+    """Similarities in standard deviations of the conversation's own (off the diagonal): Chinese
+    bigrams and English vectors then share one threshold."""
+    n = len(sim)
+    if n <= 2:
+        return sim
+    off = ~np.eye(n, dtype=bool)
+    return (sim - sim[off].mean()) / (sim[off].std() + 1e-9)
 
 
 def _idf(bags: list[Counter]) -> dict[str, float]:
@@ -174,22 +217,27 @@ def _add(bags: list[dict]) -> dict:
     return total
 
 
-def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf) -> list[str]:
-    """Contiguous average-linkage clustering, then each cluster matched to the topics that exist."""
+def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf, embed) -> list[str]:
+    """Clusters of this conversation (exchanges followed in order, or merged single messages), then
+    each cluster matched to the topics that exist."""
     n = len(messages)
-    sim = _similarities(messages, vectors, weighted).astype(np.float64)
-    if n > 2:  # in standard deviations of this conversation's own similarities: Chinese bigrams and
-        off = ~np.eye(n, dtype=bool)  # English vectors then share one threshold
-        sim = (sim - sim[off].mean()) / (sim[off].std() + 1e-9)
-    readable = np.array([readable_share(m.get("text", "")) for m in messages])
-    units = _exchanges([m.get("role") for m in messages], vectors, readable)
-    distance = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
-    nearness = _nearness_trust(sim, units, settings)
-    sim += settings.near_bonus * nearness * np.exp(-(distance - 1) / settings.near_decay)
-    alternation = (1 - nearness) / (1 - settings.near_floor)
+    texts = [m.get("text", "") for m in messages]
+    sim = _in_deviations(_similarities(messages, vectors, weighted).astype(np.float64))
+    readable = np.array([readable_share(text) for text in texts])
+    exchanges = _exchanges([m.get("role") for m in messages], vectors, readable)
+    if exchanges:
+        if embed is not None and len(exchanges) > 2:
+            whole = embed(["\n".join(texts[start:end]) for start, end in exchanges])
+            unit = np.repeat(np.arange(len(exchanges)), [end - start for start, end in exchanges])
+            sim = (1 - EXCHANGE_SHARE) * sim + EXCHANGE_SHARE * _in_deviations(whole @ whole.T)[np.ix_(unit, unit)]
+        clusters = _followed(sim, exchanges, texts, settings)
+    else:
+        distance = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
+        sim += settings.near_bonus * np.exp(-(distance - 1) / settings.near_decay)
+        clusters = _rejoined(sim, _merged_blocks(sim, settings, [(i, i + 1) for i in range(n)]), settings)
     existing = list(topics)
     keys = [""] * n
-    for rows in _clusters(sim, settings, units, alternation):
+    for rows in clusters:
         vector = vectors[rows].sum(0) if vectors is not None else None
         terms = _add([weighted[i] for i in rows])
         best, best_score = None, settings.return_threshold
@@ -206,50 +254,137 @@ def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf) -> list
     return keys
 
 
-def _nearness_trust(sim: np.ndarray, units: list[tuple[int, int]], settings: Settings) -> float:
-    """How far to trust nearness here (0..1): in a conversation whose subjects alternate, an exchange
-    is about as like the one after next as like the next, and the bonus for neighbours glues
-    alternating subjects together. Scaled by how much more alike neighbouring exchanges are than
-    exchanges two apart (DialSeg711 dev: median .41 standard deviations; the interleaved data .19).
-    Interleaved dev ARI .378 -> .405 and Pk .416 -> .327; DialSeg711 .702 -> .705."""
-    if len(units) < 4 or len(units) == len(sim):
-        return 1.0   # single messages as units (Chinese, several speakers in a row): no exchange lags
-    lags = [np.mean([sim[a:b, c:e].mean() for (a, b), (c, e) in zip(units, units[d:])]) for d in (1, 2)]
-    return float(np.clip((lags[0] - lags[1]) / settings.alternation_scale, settings.near_floor, 1.0))
-
-
-def _clusters(sim: np.ndarray, settings: Settings, units: list[tuple[int, int]],
-              alternation: float) -> list[list[int]]:
-    """Clusters of message rows, in order of their first message."""
-    return _rejoined(sim, _merged_blocks(sim, settings, units), settings, alternation)
-
-
-def _exchanges(roles: list, vectors: np.ndarray | None, readable: np.ndarray) -> list[tuple[int, int]]:
+def _exchanges(roles: list, vectors: np.ndarray | None, readable: np.ndarray) -> list[tuple[int, int]] | None:
     """Exchanges no cut splits: each starts at a message of the party that opens subjects here.
 
     That party is the one whose messages are least like the message before them (sentence vectors):
     on DialSeg711 dev 97% of gold boundaries fall before a user message and this finds the opener in
     174 of 178 conversations; cutting only there took ARI .687 -> .702, Pk .263 -> .247. On ZYS
     (Chinese, the agent opens) the vectors read too little to tell (56 of 127, ARI .546 -> .539), so
-    mostly unreadable conversations keep single messages as units."""
+    mostly unreadable conversations keep single messages as units (None)."""
     n = len(roles)
-    singles = [(i, i + 1) for i in range(n)]
     if vectors is None or len(set(roles)) != 2 or readable.mean() < 0.5:
-        return singles
+        return None
     before: dict = {role: [] for role in set(roles)}
     for i in range(1, n):
         if roles[i] != roles[i - 1]:
             before[roles[i]].append(float(vectors[i - 1] @ vectors[i]))
     if not all(before.values()):
-        return singles
+        return None
     opener = min(before, key=lambda role: np.mean(before[role]))
     starts = [0] + [i for i in range(1, n) if roles[i] == opener and roles[i - 1] != opener]
     return list(zip(starts, starts[1:] + [n]))
 
 
+# How an exchange's first message begins says whether it can open a subject. On DialSeg711 dev, of
+# the user messages beginning with one of these words 11 of 838 open a new dialogue (yes 10 of 192,
+# no 0 of 94, that 0 of 54, thank(s) 1 of 79), against 41% of those beginning with "I"; all 66
+# beginning with a greeting open one. English only: the Chinese path has no exchanges.
+REPLY_WORDS = frozenset(
+    "yes yeah yep yup no nope nah sure ok okay alright right great perfect fine good cool awesome excellent "
+    "wonderful thanks thank that that's it it's this they those these then so and also but actually well "
+    "oh hmm sorry sounds not just i'll let's".split())
+GREETINGS = frozenset("hi hello hey greetings".split())
+# A message that introduces something ("a hotel", "any trains", "looking for") and points back to
+# nothing ("it", "their", "the one") opens a subject: on DialSeg711 dev 50% of the first user
+# messages of a dialogue, 11% of the others; 10% of the returning halves of the interleaved data.
+_INTRODUCES = re.compile(r"\b(a|an|any|some|looking for|need help|help me)\b")
+_POINTS_BACK = re.compile(r"\b(it|its|they|them|their|those|these|that|there|the one|the same|also)\b")
+# A subject closed with thanks or a goodbye rarely comes back: 40% of the DialSeg711 dev dialogues
+# end so, 6% of the interleaved first halves whose subject returns (closed_penalty 0: DialSeg711
+# ARI .771, .5: .776, 1: .777, 2: .778; interleaved .543 +- .004).
+_CLOSING = re.compile(r"\b(thanks|thank you|that's all|that is all|that will be all|goodbye|bye|anything else|"
+                      r"have a (nice|good|great|wonderful) (day|night|evening|trip)|you're welcome|you are welcome)\b")
+_FIRST_WORDS = re.compile(r"[a-z']+")
+# Names and numbers: a capitalised word inside a sentence, a word with a digit (of 3 characters or
+# more: "2 people" names nothing).
+_NAME_OR_NUMBER = re.compile(r"(?<=[a-z,;:] )([A-Z][a-z]+)|\b(\w*\d\w*)\b")
+
+
+def _opening(text: str) -> str:
+    """How a message begins a turn: REPLY when it answers or points back first ("Yes please", "That
+    works", "How about Friday?"), GREETING, INTRODUCES (something new, pointing back to nothing),
+    or PLAIN."""
+    lowered = text.lower()
+    words = _FIRST_WORDS.findall(lowered[:40])[:2]
+    if words and (words[0] in REPLY_WORDS or (words[0] in ("how", "what") and words[1:] == ["about"])):
+        return REPLY
+    if words and words[0] in GREETINGS:
+        return GREETING
+    if _INTRODUCES.search(lowered) and not _POINTS_BACK.search(lowered):
+        return INTRODUCES
+    return PLAIN
+
+
+def _rare_names(texts: list[str], reach: int) -> list[set[str]]:
+    """Per message, its names and numbers that at most `reach` messages of the conversation have."""
+    names = [{(word or number).lower() for word, number in _NAME_OR_NUMBER.findall(text) if len(word or number) > 2}
+             for text in texts]
+    count = Counter(name for found in names for name in found)
+    return [{name for name in found if count[name] <= reach} for found in names]
+
+
+def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str],
+              settings: Settings) -> list[list[int]]:
+    """Exchanges in order, each to the topic it is most like or to a new one.
+
+    An exchange's score with a topic is its mean similarity with the topic's messages; the topic of
+    the exchange before gets stay_bonus (its similarity there partly with that exchange alone), a
+    topic left a few exchanges ago return_bonus, less for each exchange since (after a digression,
+    the subject left is the likeliest to come back) unless it was closed with thanks or a goodbye.
+    An earlier topic that shares a rare name or number with the exchange gets shared_name_bonus.
+    A new topic opens when no score passes the threshold of how the exchange begins: a reply
+    never opens one; a greeting or a message introducing something new opens one more easily.
+    Against merging neighbouring exchanges and then rejoining (the way single messages go),
+    DialSeg711 dev ARI .703 -> .773, Pk .246 -> .149; interleaved ARI .420 -> .596, returns 20% -> 53%;
+    on both halves of each. Each piece of evidence, left out (DialSeg711 ARI / Pk, interleaved ARI /
+    returns): the reply rule .681 / .229, .558 / 48%; introducing .737 / .151, .547 / 54%; greetings
+    .748 / .157, .580 / 53%; closing .728 / .163, .588 / 58%; shared names .781 / .148, .582 / 50%;
+    whole-exchange vectors .763 / .169, .559 / 38%."""
+    rare = _rare_names(texts, settings.name_reach)
+    clusters: list[list[int]] = []
+    left_at: list[int] = []     # per cluster: the exchange it last had
+    closed: list[bool] = []     # per cluster: its last exchange closed the subject
+    names: list[set] = []       # per cluster: its rare names and numbers
+    current = None
+    previous: list[int] = []    # the exchange before
+    for k, (start, end) in enumerate(exchanges):
+        rows = list(range(start, end))
+        named = set().union(*(rare[i] for i in rows))
+        opening = _opening(texts[start])
+        best, best_score = None, settings.new_thresholds[opening]
+        for c, cluster in enumerate(clusters):
+            score = sim[np.ix_(cluster, rows)].mean()
+            if c == current:
+                recent = sim[np.ix_(previous, rows)].mean()
+                score += settings.stay_recent_share * (recent - score) + settings.stay_bonus
+            elif closed[c]:
+                score -= settings.closed_penalty
+            else:
+                score += settings.return_bonus * settings.return_decay ** (k - left_at[c] - 2)
+            if c != current and named & names[c]:
+                score += settings.shared_name_bonus
+            if score > best_score:
+                best, best_score = c, score
+        if best is None:
+            clusters.append(rows)
+            left_at.append(k)
+            closed.append(False)
+            names.append(set())
+            best = len(clusters) - 1
+        else:
+            clusters[best] = clusters[best] + rows
+        names[best] |= named
+        left_at[best] = k
+        closed[best] = any(_CLOSING.search(texts[i].lower()) for i in rows)
+        current, previous = best, rows
+    return clusters
+
+
 def _merged_blocks(sim: np.ndarray, settings: Settings, blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Neighbouring blocks (at first the exchanges) merge, most similar first (mean similarity of their
-    messages), while above merge_threshold; only the two scores beside a merge change, so this is O(n) merges of O(block) work."""
+    """Neighbouring blocks (at first single messages) merge, most similar first (mean similarity of their
+    messages), while above merge_threshold; only the two scores beside a merge change, so this is
+    O(n) merges of O(block) work."""
     n = len(blocks)
 
     def link(a, b):
@@ -269,16 +404,11 @@ def _merged_blocks(sim: np.ndarray, settings: Settings, blocks: list[tuple[int, 
     return blocks
 
 
-def _rejoined(sim: np.ndarray, blocks: list[tuple[int, int]], settings: Settings,
-              alternation: float) -> list[list[int]]:
+def _rejoined(sim: np.ndarray, blocks: list[tuple[int, int]], settings: Settings) -> list[list[int]]:
     """A block whose subject came back rejoins the earlier cluster it continues (mean similarity above
-    rejoin_threshold); the cluster it was just refused a merge with is not a candidate. Where subjects
-    alternate (0..1), the cluster before the previous one is the likeliest to come back: bonus
-    alternation_bonus x alternation (interleaved dev ARI .405 -> .419, returns 15% -> 20%; DialSeg711
-    .705 -> .702; .6 of the bonus was best, 1.0 .419 / .696, 1.5 .369 / .681)."""
+    rejoin_threshold); the cluster it was just refused a merge with is not a candidate."""
     clusters: list[list[int]] = []
     previous: list[int] = []
-    recent: list[int | None] = [None, None]   # the clusters of the last two blocks, older first
     for start, end in blocks:
         rows = list(range(start, end))
         best, best_score = None, settings.rejoin_threshold
@@ -286,16 +416,12 @@ def _rejoined(sim: np.ndarray, blocks: list[tuple[int, int]], settings: Settings
             if cluster == previous:
                 continue  # a neighbour the merge already refused
             score = sim[np.ix_(cluster, rows)].mean()
-            if c == recent[0]:
-                score += settings.alternation_bonus * alternation
             if score > best_score:
                 best, best_score = c, score
         if best is None:
             clusters.append(rows)
-            best = len(clusters) - 1
         else:
             clusters[best] += rows
-        recent = [recent[1], best]
         previous = rows
     return clusters
 

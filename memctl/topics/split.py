@@ -106,7 +106,8 @@ def split(store: Store, session: str, *, system_text: str = "", keep_recent: int
 def builtin_chooser(store: Store) -> Chooser:
     def choose(messages: list[dict], topics: dict[str, Topic]) -> list[Choice]:
         known = [t for t in topics.values() if t.state != "archived" and t.messages]
-        vectors = embed([m.get("text", "") for m in messages] + [t.header.get("summary", "") for t in known], store)
+        model = embedder(store)
+        vectors = model.embed([m.get("text", "") for m in messages] + [t.header.get("summary", "") for t in known])
         evidence = []
         for row, topic in enumerate(known, len(messages)):
             item = segment.TopicEvidence(key=topic.id)
@@ -114,7 +115,7 @@ def builtin_chooser(store: Store) -> Chooser:
                 item.add(None, segment.terms_of(m.get("text", "")), segment.speaker_of(m))
             item.vector = vectors[row]  # the summary stands for the topic's messages, not re-embedded
             evidence.append(item)
-        keys = segment.partition(messages, vectors[:len(messages)], evidence)
+        keys = segment.partition(messages, vectors[:len(messages)], evidence, embed=model.embed)
         return [(key, None, None) for key in keys]
 
     return choose
@@ -132,13 +133,17 @@ def builtin_describer(background: Background, budget: int) -> Describer:
     return describe
 
 
-def embed(texts: list[str], store: Store):
+def embedder(store: Store):
+    """The sentence model the split reads messages with (the bundled MiniLM unless memctl.toml says otherwise)."""
     from memctl.index.embedding import Embedder, model_dir
 
     settings = config.load(store.config_file)["embedding"]
-    embedder = Embedder(model_dir(settings["model"]), threads=settings["threads"],
-                        batch_size=settings["batch_size"], precision=settings["precision"])
-    return embedder.embed(texts)
+    return Embedder(model_dir(settings["model"]), threads=settings["threads"],
+                    batch_size=settings["batch_size"], precision=settings["precision"])
+
+
+def embed(texts: list[str], store: Store):
+    return embedder(store).embed(texts)
 
 
 def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[Choice],
