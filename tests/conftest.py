@@ -65,9 +65,11 @@ def python_command(tmp_path: Path):
 
 
 def killed_after(seconds: float, script: str, *args: str) -> str:
-    """Run Python source as a process and SIGKILL it `seconds` in; what it printed by then
-    (its acknowledged writes)."""
+    """Run Python source as a process and SIGKILL it `seconds` after it prints its first line,
+    "ready" (imports done: on a loaded machine they alone can outlast the delay); what it
+    printed after that by then (its acknowledged writes)."""
     process = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "ready\n"
     time.sleep(seconds)
     process.send_signal(signal.SIGKILL)
     return process.communicate()[0]

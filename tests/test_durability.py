@@ -68,6 +68,7 @@ WRITER_SCRIPT = textwrap.dedent("""
     from memctl.ingest.ingest import ingest
     from memctl.store.store import Store
     store, run = Store(sys.argv[1]), sys.argv[2]
+    print("ready", flush=True)
     for n in range(10_000):
         batch = b"".join(orjson.dumps({"id": f"{run}-{n}-{k}", "session": f"s{k % 4}", "role": "user",
                                        "text": f"run {run} batch {n} message {k} " + "x" * 300,

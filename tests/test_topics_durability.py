@@ -44,6 +44,7 @@ SPLITTER = textwrap.dedent("""
     from memctl.store.store import Store
     from memctl.topics.split import split
     store, run = Store(sys.argv[1]), sys.argv[2]
+    print("ready", flush=True)
 
     def choose(messages, topics):  # quick and deterministic: the store's files are what is tested
         old = sorted(topics)
