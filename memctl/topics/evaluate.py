@@ -125,10 +125,6 @@ def _references(topic: Topic, hits: dict[str, float]) -> tuple[list[str], dict[s
 
 # -- the LLM path ----------------------------------------------------------------
 
-class AnswerProblem(Exception):
-    pass
-
-
 def with_llm(store: Store, command: str, timeout: float, parallel: int, unsplit: list[dict],
              topics: dict[str, Topic], fallback: dict[str, Evaluation]) -> dict[str, Evaluation]:
     """One §6.1 call per topic, `parallel` at once; a bad answer keeps the built-in result (`fallback`)."""
@@ -143,10 +139,10 @@ def with_llm(store: Store, command: str, timeout: float, parallel: int, unsplit:
         prompt = fill(prompt_template, {"name": topic.header.get("name", ""), "summary": topic.header.get("summary", ""),
                                         "file": file, "topic_messages": message_list(topic.messages),
                                         "unsplit_messages": message_list(unsplit)})
+        where = f"LLM evaluation of topic {tid}"
         try:
-            answer = ask(argv, prompt, timeout, f"LLM evaluation of topic {tid}")
-            score, ids, summary = parse(answer, {m["id"] for m in topic.messages})
-        except (LLMAnswerError, AnswerProblem) as exc:
+            score, ids, summary = parse(ask(argv, prompt, timeout, where), {m["id"] for m in topic.messages}, where)
+        except LLMAnswerError as exc:
             kept = fallback[tid]
             kept.fallback = str(exc)
             return kept
@@ -156,31 +152,27 @@ def with_llm(store: Store, command: str, timeout: float, parallel: int, unsplit:
         return dict(zip(topics, pool.map(one, list(topics))))
 
 
-def parse(answer: str, topic_ids: set[str]) -> tuple[float, list[str], str]:
-    """(score, referenced ids, summary) from a §6.1 answer; AnswerProblem says what is wrong."""
-    from memctl.topics.llm import elements
+def parse(answer: str, topic_ids: set[str], where: str) -> tuple[float, list[str], str]:
+    """(score, referenced ids, summary) from a §6.1 answer; LLMAnswerError says what is wrong."""
+    from memctl.topics.llm import LLMAnswerError, elements, only_element
 
-    found = elements(answer, "topic_result")
-    if len(found) != 1:
-        raise AnswerProblem("the answer has no <topic_result>…</topic_result>" if not found
-                            else f"the answer has {len(found)} <topic_result> elements, not one")
-    body = found[0]
+    body = only_element(answer, "topic_result", where)
     score_text = elements(body, "relevance_score")
     try:
         score = float(score_text[0].strip()) if len(score_text) == 1 else None
     except ValueError:
         score = None
     if score is None or not 0 <= score <= 1:
-        raise AnswerProblem(f"<relevance_score> must be one number from 0 to 1, got {score_text!r}")
+        raise LLMAnswerError(f"{where}: <relevance_score> must be one number from 0 to 1, got {score_text!r}")
     listed = elements(body, "referenced_messages")
     ids = [line.strip() for line in (listed[0] if listed else "").splitlines() if line.strip()]
     unknown = [i for i in ids if i not in topic_ids]
     if unknown:
-        raise AnswerProblem(f"<referenced_messages> names {unknown[0]!r}, not a message of this topic")
+        raise LLMAnswerError(f"{where}: <referenced_messages> names {unknown[0]!r}, not a message of this topic")
     summaries = elements(body, "summary")
     summary = summaries[0].strip() if summaries else ""
     if len(summary) > SUMMARY_CHARS:
-        raise AnswerProblem(f"<summary> has {len(summary)} characters, over {SUMMARY_CHARS}")
+        raise LLMAnswerError(f"{where}: <summary> has {len(summary)} characters, over {SUMMARY_CHARS}")
     if score >= REFERENCE_FROM and not ids:
-        raise AnswerProblem(f"a score of {score:g} needs <referenced_messages>")
+        raise LLMAnswerError(f"{where}: a score of {score:g} needs <referenced_messages>")
     return score, list(dict.fromkeys(ids)), summary

@@ -76,6 +76,16 @@ def elements(text: str, tag: str) -> list[str]:
     return re.findall(rf"<{tag}>(.*?)</{tag}>", text, re.S)
 
 
+def only_element(answer: str, tag: str, where: str) -> str:
+    """The content of the answer's one <tag>…</tag>; LLMAnswerError when it has none or several."""
+    found = elements(answer, tag)
+    if len(found) != 1:
+        raise LLMAnswerError(f"{where}: " + (f"the answer has {len(found)} <{tag}> elements, not one" if found else
+                             f"the answer has no <{tag}>…</{tag}> element"
+                             + (" (it was empty)" if not answer.strip() else "")))
+    return found[0]
+
+
 def chooser(store: Store, command: str, timeout: float, batch: int):
     argv = command_argv(command)
     prompt_template = template(store, "split")
@@ -212,12 +222,8 @@ def describer(store: Store, command: str, timeout: float, parallel: int, budget:
 
 def parse_summary(answer: str, budget: int, where: str) -> tuple[str, str]:
     """(name, summary) from `<topic><name>…</name><summary>…</summary></topic>`."""
-    found = elements(answer, "topic")
-    if len(found) != 1:
-        raise LLMAnswerError(f"{where}: " + (f"the answer has {len(found)} <topic> elements, not one" if found else
-                             "the answer has no <topic>…</topic> element"
-                             + (" (it was empty)" if not answer.strip() else "")))
-    names, summaries = elements(found[0], "name"), elements(found[0], "summary")
+    body = only_element(answer, "topic", where)
+    names, summaries = elements(body, "name"), elements(body, "summary")
     if len(names) != 1 or not names[0].strip() or "\n" in names[0].strip():
         raise LLMAnswerError(f"{where}: <topic> needs exactly one <name> of one non-empty line")
     name = unescape(names[0].strip())
@@ -253,12 +259,8 @@ def route(store: Store, command: str, timeout: float, request: str,
 
 
 def parse_routing(answer: str, known: set[str], where: str) -> tuple[list[tuple[str, str, str]], str]:
-    found = elements(answer, "topic_routing")
-    if len(found) != 1:
-        raise LLMAnswerError(f"{where}: " + (f"the answer has {len(found)} <topic_routing> elements, not one"
-                             if found else "the answer has no <topic_routing>…</topic_routing> element"
-                             + (" (it was empty)" if not answer.strip() else "")))
-    lists = elements(found[0], "matched_topics")
+    body = only_element(answer, "topic_routing", where)
+    lists = elements(body, "matched_topics")
     if len(lists) != 1:
         raise LLMAnswerError(f"{where}: <topic_routing> needs exactly one <matched_topics>, found {len(lists)}")
     left = _ROUTED.sub("", lists[0]).strip()
@@ -275,7 +277,7 @@ def parse_routing(answer: str, known: set[str], where: str) -> tuple[list[tuple[
         if any(topic_id == m[0] for m in matches):
             raise LLMAnswerError(f"{where}: match {number}: topic {topic_id} is matched twice")
         matches.append((topic_id, relevance, unescape(reason.strip())))
-    reasons = elements(found[0], "no_match_reason")
+    reasons = elements(body, "no_match_reason")
     return matches, unescape(reasons[0].strip()) if reasons else ""
 
 
@@ -297,17 +299,13 @@ def review_links(store: Store, command: str, timeout: float,
 
 
 def parse_review(answer: str, known: set[str], where: str):
-    found = elements(answer, "topic_review")
-    if len(found) != 1:
-        raise LLMAnswerError(f"{where}: " + (f"the answer has {len(found)} <topic_review> elements, not one"
-                             if found else "the answer has no <topic_review>…</topic_review> element"
-                             + (" (it was empty)" if not answer.strip() else "")))
-    left = _REVIEWED.sub("", found[0]).strip()
+    body = only_element(answer, "topic_review", where)
+    left = _REVIEWED.sub("", body).strip()
     if left:
         raise LLMAnswerError(f"{where}: <topic_review> holds something other than <merge> and <related>: {left[:60]!r}")
     merges: list[tuple[str, str, str]] = []
     related: list[tuple[str, str, str]] = []
-    for number, (kind, attributes, reason) in enumerate(_REVIEWED.findall(found[0]), 1):
+    for number, (kind, attributes, reason) in enumerate(_REVIEWED.findall(body), 1):
         values = dict(_ATTRIBUTE.findall(attributes))
         other_key = "into" if kind == "merge" else "with"
         one, other = values.get("topic_id"), values.get(other_key)
@@ -346,12 +344,8 @@ def compressor(store: Store, command: str, timeout: float, parallel: int,
 
 
 def parse_compressed(answer: str, budget: int, where: str) -> tuple[str, float]:
-    found = elements(answer, "topic")
-    if len(found) != 1:
-        raise LLMAnswerError(f"{where}: " + (f"the answer has {len(found)} <topic> elements, not one" if found else
-                             "the answer has no <topic>…</topic> element"
-                             + (" (it was empty)" if not answer.strip() else "")))
-    summaries, importances = elements(found[0], "summary"), elements(found[0], "importance")
+    body = only_element(answer, "topic", where)
+    summaries, importances = elements(body, "summary"), elements(body, "importance")
     if len(summaries) != 1 or not summaries[0].strip():
         raise LLMAnswerError(f"{where}: <topic> needs exactly one non-empty <summary>")
     summary = unescape(summaries[0].strip())
