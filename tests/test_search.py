@@ -155,6 +155,14 @@ def test_long_text_is_chunked_and_found_by_its_end(tmp_path):
     assert len(ids(found)) == len(set(ids(found)))  # one result per record, its best chunk
 
 
+def ingest_chat(store: Store, chat: list[tuple[str, str, str]]) -> None:
+    """(id, speaker, text) turns of one session, a minute apart, in order."""
+    ingest(store, b"".join(orjson.dumps({"id": i, "session": "s", "speaker": who, "text": text,
+                                         "ts": f"2026-11-20T10:0{n}:00Z"}) + b"\n"
+                           for n, (i, who, text) in enumerate(chat)),
+           source="<stdin>", fmt="jsonl", keep_noise=True)
+
+
 def test_a_reply_is_found_by_the_turn_it_answers(tmp_path):
     # BM25 reads a message's turn before it, in a field of its own at half weight: the
     # answer alone never names what it answers. Each query word counts once, where it
@@ -163,10 +171,7 @@ def test_a_reply_is_found_by_the_turn_it_answers(tmp_path):
     chat = [("q", "Mei", "Which database did the Kestrel team choose for the recipes?"),
             ("a", "Bo", "They went with PostgreSQL, mostly for JSONB."),
             ("x", "Mei", "The espresso machine on floor 3 is broken again.")]
-    ingest(store, b"".join(orjson.dumps({"id": i, "session": "s", "speaker": who, "text": text,
-                                         "ts": f"2026-11-20T10:0{n}:00Z"}) + b"\n"
-                           for n, (i, who, text) in enumerate(chat)),
-           source="<stdin>", fmt="jsonl", keep_noise=True)
+    ingest_chat(store, chat)
     assert ids(find(store, "Kestrel database", mode="bm25", min_score=0)) == ["q", "a"]
     (store.root / "memctl.toml").write_text("[retrieval]\ncontext_weight = 0\n")
     assert ids(find(store, "Kestrel database", mode="bm25", min_score=0)) == ["q"]
@@ -179,10 +184,7 @@ def test_a_turn_gains_from_the_reply_that_reads_it(tmp_path):
     chat = [("p", "Mel", "Take a look at this! [shares a photo: a painting of a lake at dawn]"),
             ("r", "Cat", "Wow, you painted that sunrise yourself? The colours are lovely."),
             ("x", "Mel", "The espresso machine on floor 3 is broken again.")]
-    ingest(store, b"".join(orjson.dumps({"id": i, "session": "s", "speaker": who, "text": text,
-                                         "ts": f"2026-11-20T10:0{n}:00Z"}) + b"\n"
-                           for n, (i, who, text) in enumerate(chat)),
-           source="<stdin>", fmt="jsonl", keep_noise=True)
+    ingest_chat(store, chat)
 
     def explained():
         return {r.record_id: r.explain for r in find(store, "When did Mel paint a sunrise?", mode="vector",

@@ -250,14 +250,20 @@ def test_llm_answer_is_applied(run, store_dir, answer):
     ("empty", "it was empty"), ("slow", "no answer within 1 s"),
 ])
 def test_bad_llm_answers_change_nothing(run, store_dir, answer, kind, said):
+    message = refused_split(run, store_dir, answer(kind), timeout=1)
+    assert said in message and "nothing was split" in message
+
+
+def refused_split(run, store_dir, llm: str, timeout: int) -> str:
+    """Split the weather and hotel chat with `llm`; the one-line refusal, after checking the store is as it was."""
     run("ingest", "-", input=session_lines(WEATHER + HOTEL))
     before = snapshot(store_dir)
-    done = run("split", "--session", "s1", "--force", "--keep-recent", "0", "--llm", answer(kind),
-               env={"MEMCTL_TOPICS_LLM_TIMEOUT": "1"})
+    done = run("split", "--session", "s1", "--force", "--keep-recent", "0", "--llm", llm,
+               env={"MEMCTL_TOPICS_LLM_TIMEOUT": str(timeout)})
     assert done.returncode == 2
     message = done.stderr.decode().strip()
-    assert said in message and "nothing was split" in message and len(message.splitlines()) == 1
-    assert snapshot(store_dir) == before
+    assert len(message.splitlines()) == 1 and snapshot(store_dir) == before
+    return message
 
 
 @pytest.mark.parametrize("kind, said", [
@@ -267,14 +273,8 @@ def test_bad_llm_answers_change_nothing(run, store_dir, answer, kind, said):
     ("empty", "it was empty"), ("slow", "no answer within 2 s"),
 ])
 def test_bad_llm_summaries_change_nothing(run, store_dir, summary_answer, kind, said):
-    run("ingest", "-", input=session_lines(WEATHER + HOTEL))
-    before = snapshot(store_dir)
-    done = run("split", "--session", "s1", "--force", "--keep-recent", "0", "--llm", summary_answer(kind),
-               env={"MEMCTL_TOPICS_LLM_TIMEOUT": "2"})
-    assert done.returncode == 2
-    message = done.stderr.decode().strip()
+    message = refused_split(run, store_dir, summary_answer(kind), timeout=2)
     assert "LLM summary of topic t-" in message and said in message and message.endswith("; nothing was split")
-    assert len(message.splitlines()) == 1 and snapshot(store_dir) == before
 
 
 def test_prompt_template_can_be_overridden_from_the_store(run, store_dir, tmp_path):
