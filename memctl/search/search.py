@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import sqlite3
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import orjson
 
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
 MODES = ("hybrid", "bm25", "vector")
 MAX_RESULTS = 100_000
+_CHUNK = 500  # SQLite parameters a statement
 _FIELDS = ("row", "id", "record_id", "kind", "text", "source", "line_start", "line_end", "section", "session",
            "speaker", "ts", "scope", "status", "fields", "context_id")
 
@@ -225,13 +226,8 @@ class Searcher:
         have = {row["record_id"] for row in rows}
         wanted = sorted({row["context_id"] for row in rows if row["row"] in cosines and row["context_id"]} - have)
         where, params = filters.sql_where()
-        found = []
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start:start + 500]
-            sql = (f"SELECT {', '.join(_FIELDS)} FROM units WHERE "
-                   + " AND ".join([f"record_id IN ({', '.join('?' * len(chunk))})", *where]))
-            found += [dict(zip(_FIELDS, values)) for values in self.db.execute(sql, [*chunk, *params])]
-        return found
+        return [dict(zip(_FIELDS, values))
+                for values in _select_in(self.db, ", ".join(_FIELDS), "record_id", wanted, where, params)]
 
     def _reply_cosines(self, rows: list[dict], query_vectors) -> dict[str, float]:
         """Record id -> the best cosine of the messages read with it as their turn before.
@@ -242,11 +238,8 @@ class Searcher:
         """
         ids = sorted({row["record_id"] for row in rows if row["kind"] == "message"})
         replies: dict[str, list[int]] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            sql = f"SELECT context_id, row FROM units WHERE context_id IN ({', '.join('?' * len(chunk))})"
-            for context_id, row in self.db.execute(sql, chunk):
-                replies.setdefault(context_id, []).append(row)
+        for context_id, row in _select_in(self.db, "context_id, row", "context_id", ids):
+            replies.setdefault(context_id, []).append(row)
         if not replies:
             return {}
         reply_rows = [row for found in replies.values() for row in found]
@@ -256,11 +249,8 @@ class Searcher:
     def _rows(self, bm25_ids: list[str], vector_rows: list[int]) -> list[dict]:
         rows: dict[int, dict] = {}
         for column, keys in (("id", bm25_ids), ("row", vector_rows)):
-            for start in range(0, len(keys), 500):
-                chunk = keys[start:start + 500]
-                sql = f"SELECT {', '.join(_FIELDS)} FROM units WHERE {column} IN ({', '.join('?' * len(chunk))})"
-                for values in self.db.execute(sql, chunk):
-                    rows[values[0]] = dict(zip(_FIELDS, values))
+            for values in _select_in(self.db, ", ".join(_FIELDS), column, keys):
+                rows[values[0]] = dict(zip(_FIELDS, values))
         return list(rows.values())
 
     @staticmethod
@@ -511,3 +501,13 @@ def _age_days(ts: str | None, now) -> float:
         return clock.age_days(ts, now)
     except (ValueError, TypeError):
         return 0.0
+
+
+def _select_in(db: sqlite3.Connection, columns: str, key: str, values: list, where: Iterable[str] = (),
+               params: Iterable[Any] = ()) -> Iterator[tuple]:
+    """`SELECT columns FROM units WHERE key IN values [AND where]`, `_CHUNK` values a statement."""
+    for start in range(0, len(values), _CHUNK):
+        chunk = values[start:start + _CHUNK]
+        sql = f"SELECT {columns} FROM units WHERE " + " AND ".join([f"{key} IN ({', '.join('?' * len(chunk))})",
+                                                                     *where])
+        yield from db.execute(sql, [*chunk, *params])
