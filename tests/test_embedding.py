@@ -40,3 +40,38 @@ def test_a_session_opened_for_a_few_texts_gives_the_vectors_of_one_opened_for_ma
     few.embed_queries(TEXTS[:1])  # without
     for text in TEXTS:
         assert np.array_equal(few.embed_queries([text]), many.embed([text])), text
+
+
+def test_a_long_lived_memory_loads_the_model_once_for_its_updates_and_searches(tmp_path, monkeypatch):
+    """An agent's server ingests a turn, then searches, turn after turn: one ONNX session for all."""
+    import onnxruntime
+
+    from memctl import Memory
+    from memctl.index import embedders
+
+    opened = []
+
+    class CountedSession(onnxruntime.InferenceSession):
+        def __init__(self, *args, **kwargs):
+            opened.append(args[0])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", CountedSession)
+    monkeypatch.setattr(embedders, "_OPENED", {})  # what earlier tests of this process opened
+    memory = Memory(tmp_path / ".memory")
+    for turn, text in enumerate(["Kestrel uses PostgreSQL for the recipe metadata.",
+                                 "The boiler in the basement was serviced on Monday.",
+                                 "Ana is learning the cello."]):
+        memory.ingest(f'{{"id": "t{turn}", "text": "{text}"}}', fmt="jsonl")
+        assert memory.index().embedded == 1
+        assert memory.search("which database does Kestrel use")[0].text.startswith("Kestrel")
+    assert len(opened) == 1
+    # Other settings are another embedder: a rebuild's many texts run on [embedding] threads.
+    assert embedders.open_embedder({**memory_settings(memory), "threads": 3}) is not \
+        embedders.open_embedder({**memory_settings(memory), "threads": 1})
+
+
+def memory_settings(memory) -> dict:
+    from memctl import config
+
+    return config.load(memory.store.config_file)["embedding"]

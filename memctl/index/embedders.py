@@ -56,7 +56,12 @@ def register(backend: Backend) -> Backend:
 
 
 def open_embedder(embedding: dict[str, Any], retrieval: dict[str, Any] | None = None) -> TextEmbedder:
-    """The embedder [embedding] model names, calibrated (a [retrieval] cosine_floor/ceiling >= 0 wins)."""
+    """The embedder [embedding] model names, calibrated (a [retrieval] cosine_floor/ceiling >= 0 wins).
+
+    Opened once a process for the same settings: a long-lived process (memctl mcp, a program
+    using Memory) that indexes a turn and then searches used to load the model twice for it,
+    once for the update and once for the query (tokenizer and ONNX session, ~45 ms each).
+    """
     name = embedding["model"] or BUNDLED
     backend = BACKENDS.get(name)
     if backend is None:
@@ -64,15 +69,22 @@ def open_embedder(embedding: dict[str, Any], retrieval: dict[str, Any] | None = 
             raise MemctlError(f"[embedding] model: unknown model '{name}'; known: {', '.join(BACKENDS)}, "
                               "or the path of a sentence-transformers directory")
         backend = BACKENDS[BUNDLED]
-    try:
-        embedder = backend.open(embedding)
-    except ImportError:
-        raise MemctlError(f"[embedding] model '{name}' needs {backend.install}") from None
     retrieval = retrieval or {}
     floor, ceiling = retrieval.get("cosine_floor", -1.0), retrieval.get("cosine_ceiling", -1.0)
-    embedder.cosine_floor = floor if floor >= 0 else backend.cosine_floor
-    embedder.cosine_ceiling = ceiling if ceiling >= 0 else backend.cosine_ceiling
-    return embedder
+    floor = floor if floor >= 0 else backend.cosine_floor
+    ceiling = ceiling if ceiling >= 0 else backend.cosine_ceiling
+    key = (backend.name, tuple(sorted(embedding.items())), floor, ceiling)
+    if key not in _OPENED:
+        try:
+            embedder = backend.open(embedding)
+        except ImportError:
+            raise MemctlError(f"[embedding] model '{name}' needs {backend.install}") from None
+        embedder.cosine_floor, embedder.cosine_ceiling = floor, ceiling
+        _OPENED[key] = embedder
+    return _OPENED[key]
+
+
+_OPENED: dict[tuple, TextEmbedder] = {}
 
 
 def _sentence_transformers(embedding: dict[str, Any]):
