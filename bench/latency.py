@@ -7,7 +7,10 @@ session names to reach N), then measures through the command line:
   - `memctl index` on the fresh store (messages/s, model export excluded),
   - `memctl index` again with nothing changed,
   - `--update` rounds of 20 new messages, each `memctl ingest` then a timed
-    `memctl index` (p50 and slowest round, files read),
+    `memctl index` (p50 and slowest round, files read), beside a process that
+    only loads the embedding model and embeds the same 20 texts: the floor
+    under any update that embeds something, and the same rounds in one
+    long-lived process (the MCP server's case),
   - `memctl search` as a fresh process per query, hybrid and --mode bm25:
     p50 / p90 wall time and peak RSS.
 
@@ -108,6 +111,46 @@ def updates(common: list[str], rounds: int) -> list[tuple[Run, int]]:
     return out
 
 
+# Only the embedding model, in a fresh process: import, tokenizer, ONNX session (as an update of
+# a few texts opens it) and the 20 texts an update embeds (each with the turn before it).
+_MODEL_ONLY = """
+import sys
+from memctl import config
+from memctl.index.embedders import open_embedder
+settings = config.DEFAULTS["embedding"]
+texts = [f"a brand new message 1763800000000-{n} about sourdough starters" for n in range(21)]
+open_embedder({**settings, "threads": settings["query_threads"]}).embed(
+    [f"{before}\\n{text}" for before, text in zip(texts, texts[1:])])
+"""
+
+
+# The same rounds in one long-lived process, as the MCP server or a program using Memory runs them;
+# the first round loads the model and is left out.
+_LONG_LIVED = """
+import sys, time, orjson
+from memctl import Memory
+memory, took = Memory(sys.argv[1]), []
+for round in range(int(sys.argv[2]) + 1):
+    memory.ingest(b"\\n".join(orjson.dumps({"id": f"warm{time.time_ns()}-{n}", "text": f"a brand new message "
+                                         f"{round}-{n} about sourdough starters"}) for n in range(20)), fmt="jsonl")
+    start = time.perf_counter()
+    assert memory.index().embedded == 20
+    took.append(time.perf_counter() - start)
+print(orjson.dumps(took[1:]).decode())
+"""
+
+
+def long_lived(store: str, rounds: int) -> list[float]:
+    """Seconds of each update in a process that stays up."""
+    done = subprocess.run([sys.executable, "-c", _LONG_LIVED, store, str(rounds)], check=True, capture_output=True)
+    return orjson.loads(done.stdout)
+
+
+def model_only(rounds: int) -> list[Run]:
+    """What the embedding alone costs a fresh process: the floor under an update of a few messages."""
+    return [measure([sys.executable, "-c", _MODEL_ONLY]) for _ in range(rounds)]
+
+
 def searches(common: list[str], questions: list[str]) -> list[tuple[str, float, float, float, int]]:
     """(mode, wall p50, wall p90, CPU p50 in ms, peak RSS) of a fresh `memctl search` a question."""
     rows = []
@@ -141,6 +184,8 @@ def main() -> None:
         subprocess.run([*common, "index"], check=True, capture_output=True)  # a reused store: up to date first
         unchanged = measure([*common, "index"])
         rounds = updates(common, args.update)
+        floor = model_only(args.update)
+        warm = long_lived(store, args.update)
         rows = searches(common, questions[:args.queries])
     print(f"\nstore of {args.messages} messages ({os.cpu_count()} cores, load average at the end "
           f"{os.getloadavg()[0]:.1f}; CPU is user + system time)\n")
@@ -155,6 +200,12 @@ def main() -> None:
               f"{statistics.median(seconds) * 1000:.0f} ms, slowest {seconds[-1] * 1000:.0f} ms, CPU p50 "
               f"{statistics.median(run.cpu for run, _ in rounds) * 1000:.0f} ms, "
               f"files read {sorted({f for _, f in rounds})} |")
+        floor_seconds = statistics.median(run.seconds for run in floor)
+        print(f"| the same {NEW_MESSAGES} texts embedded by a process that does nothing else (model load "
+              f"and embedding, no store) | p50 {floor_seconds * 1000:.0f} ms, CPU p50 "
+              f"{statistics.median(run.cpu for run in floor) * 1000:.0f} ms |")
+        print(f"| index, {NEW_MESSAGES} messages added, in a long-lived process (memctl mcp, Memory) | p50 "
+              f"{statistics.median(warm) * 1000:.0f} ms, slowest {max(warm) * 1000:.0f} ms |")
     for mode, p50, p90, cpu, rss in rows:
         print(f"| search --mode {mode}, cold process | p50 {p50:.0f} ms, p90 {p90:.0f} ms, CPU p50 {cpu:.0f} ms, "
               f"peak RSS {rss} MB |")
