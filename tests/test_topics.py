@@ -60,6 +60,15 @@ def test_split_puts_each_older_message_in_one_topic_and_rerunning_changes_nothin
     assert snapshot(store_dir) == before
 
 
+def test_split_reads_with_the_model_memctl_toml_names(run, store_dir):
+    """[embedding] model may name a registered model ("minilm" is the bundled one by name)."""
+    assert run("ingest", "-", input=session_lines(WEATHER + HOTEL)).returncode == 0
+    (store_dir / "memctl.toml").write_text('[embedding]\nmodel = "minilm"\n')
+    done = run("split", "--session", "s1", "--force", "--keep-recent", "0", "--json")
+    assert done.returncode == 0, done.stderr
+    assert placed(store_dir) == Counter(f"m{n}" for n in range(8))
+
+
 def test_a_returning_subject_goes_back_to_its_dormant_topic(run, store_dir):
     run("ingest", "-", input=session_lines(WEATHER + HOTEL))
     first = [json.loads(line) for line in run("split", "--session", "s1", "--force", "--keep-recent", "0",

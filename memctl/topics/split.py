@@ -134,12 +134,11 @@ def builtin_describer(background: Background, budget: int) -> Describer:
 
 
 def embedder(store: Store):
-    """The sentence model the split reads messages with (the bundled MiniLM unless memctl.toml says otherwise)."""
-    from memctl.index.embedding import Embedder, model_dir
+    """The sentence model the split reads messages with: the index's ([embedding] model, any
+    backend of embedders.py; the bundled MiniLM unless memctl.toml says otherwise)."""
+    from memctl.index.embedders import open_embedder
 
-    settings = config.load(store.config_file)["embedding"]
-    return Embedder(model_dir(settings["model"]), threads=settings["threads"],
-                    batch_size=settings["batch_size"], precision=settings["precision"])
+    return open_embedder(config.load(store.config_file)["embedding"])
 
 
 def embed(texts: list[str], store: Store):
