@@ -114,7 +114,8 @@ def updates(common: list[str], rounds: int) -> list[tuple[Run, int]]:
 # Only the embedding model, in a fresh process: import, tokenizer, ONNX session (as an update of
 # a few texts opens it) and the 20 texts an update embeds (each with the turn before it).
 _MODEL_ONLY = """
-import sys
+import os
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as the CLI sets it before numpy loads
 from memctl import config
 from memctl.index.embedders import open_embedder
 settings = config.DEFAULTS["embedding"]
