@@ -214,7 +214,7 @@ class Index:
     def _read_files(self, table: _Table, names: set[str]) -> _Reading | None:
         """The units of the named files (and of the daily logs their messages affect); None if
         an id is shared with a file not read."""
-        from memctl.index.units import log_units, memory_units, message_units, topic_units
+        from memctl.index.units import log_ids, log_units, memory_units, message_units, topic_units
 
         store = self.store
         sessions_prefix = store.relative(store.sessions_dir) + "/"
@@ -229,8 +229,15 @@ class Index:
         logs |= table.log_sources(now - before)
         if before - now:
             logs |= {store.relative(path) for path in store.daily_logs()}
-        skip = _MessageIds(table, just_read=now, outside=set(sessions))
-        units += messages + list(log_units(store, skip, self._existing(sorted(logs))))
+        # Entries that are stored messages, those just read or the table's from the session files
+        # not read, are no units of their own: asked in one go (today's log of an agent's busy
+        # day, 5,000 entries, asked one at a time took 35 ms of every update under cProfile; in
+        # one go 9 ms).
+        log_paths = self._existing(sorted(logs))
+        outside = set(sessions)
+        skip = now | {record_id for record_id, source in table.message_sources(log_ids(log_paths)).items()
+                      if source not in outside}
+        units += messages + list(log_units(store, skip, log_paths))
         topics = sorted(name for name in names if name.startswith(store.relative(store.topics_dir) + "/"))
         units += topic_units(store, self._existing(topics))
         units, shared_ids = _unique(units)
@@ -458,20 +465,6 @@ class _Change:
         return cls(fresh, digests, removed + changed, added=len(fresh) - len(changed), removed=len(removed))
 
 
-class _MessageIds:
-    """The ids of stored messages, asked one at a time (a daily log's entries are checked against it):
-    those of the session files just read, else the table's from other session files."""
-
-    def __init__(self, table: _Table, just_read: set[str], outside: set[str]):
-        self.table, self.just_read, self.outside = table, just_read, outside
-
-    def __contains__(self, record_id: object) -> bool:
-        if record_id in self.just_read:
-            return True
-        source = self.table.message_source(record_id)
-        return source is not None and source not in self.outside
-
-
 class _Table:
     """units.db: one row a unit, its `row` being its row in vectors.npy.
 
@@ -526,10 +519,10 @@ class _Table:
         return {record_id for record_id, kind in self._select("record_id, kind", "source", sources)
                 if kind == "message"}
 
-    def message_source(self, record_id) -> str | None:
-        found = self.conn.execute(f"SELECT source FROM {_TABLE} WHERE id = ? AND kind = 'message'",
-                                  (record_id,)).fetchone()
-        return found[0] if found else None
+    def message_sources(self, record_ids: list[str]) -> dict[str, str]:
+        """record id -> the session file of each stored message among `record_ids`."""
+        return {unit_id: source for unit_id, source, kind in self._select("id, source, kind", "id", record_ids)
+                if kind == "message"}
 
     def log_sources(self, record_ids: set[str]) -> set[str]:
         return {source for source, kind in self._select("source, kind", "record_id", sorted(record_ids))

@@ -150,6 +150,17 @@ def log_units(store: Store, skip: Container[str], paths: list[Path] | None = Non
                 body.append(line)
 
 
+def log_ids(paths: list[Path]) -> list[str]:
+    """The record ids the entries of these daily logs name in their headings."""
+    ids = []
+    for path in paths:
+        for line in path.read_bytes().decode("utf-8", errors="replace").split("\n"):
+            match = LOG_HEADING.match(line) if line.startswith("### ") else None
+            if match:
+                ids.append(match.group(4))
+    return ids
+
+
 def _chunks(unit: Unit) -> Iterator[Unit]:
     """The unit itself, or overlapping chunks of it when its text is long."""
     # No more UTF-8 bytes than tokens allowed means it fits: a token is at least a byte.
