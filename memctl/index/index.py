@@ -399,13 +399,13 @@ class _Model:
     """The configured embedding model: named cheaply, loaded only when something is embedded."""
 
     def __init__(self, settings: dict):
-        from memctl.index.embedders import BACKENDS, BUNDLED, open_embedder
+        from memctl.index.embedders import BUNDLED, backend_for, open_embedder
         from memctl.index.embedding import model_dir, model_identity
 
         self.settings = settings
         self._embedder = None
         name = settings["model"]
-        if name in BACKENDS and name != BUNDLED:
+        if backend_for(name).name != BUNDLED:
             # A packaged model (embedders.py) is named by its package's version: opening one
             # reads no weights yet.
             self._embedder = open_embedder(settings)
