@@ -104,6 +104,7 @@ class Memory:
         """Bring .index/ up to date with the files (a search does this by itself)."""
         from memctl.index.index import Index
 
+        self.store.require()
         report = Index(self.store).update(rebuild=rebuild, progress=progress)
         self._retriever = None  # reopen on the next search
         return report

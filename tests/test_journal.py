@@ -143,7 +143,7 @@ def test_copied_store_rolls_back_itself_not_the_original(run, store, tmp_path):
 
 def test_search_of_a_missing_store_says_so(run, tmp_path):
     missing = tmp_path / "no" / "such"
-    for args in (["search", "heron"], ["review", "pending"], ["state", "show"]):
+    for args in (["search", "heron"], ["index"], ["review", "pending"], ["state", "show"]):
         result = run(*args, store=missing)
         assert result.returncode == 2, (args, result)
         assert result.stderr == f"memctl: error: no store at {missing}\n".encode(), result.stderr
