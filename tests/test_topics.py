@@ -324,3 +324,16 @@ def test_a_builtin_name_is_the_topics_most_distinctive_phrase():
     assert names[1].split(" · ")[0] == "taxi"
     assert names[2].startswith("创业板") and "业板" not in names[2].replace("创业板", "")
     assert names[3].startswith("港股通")
+
+
+def test_summary_keywords_are_written_as_the_messages_write_them():
+    from memctl.topics.summary import background_of, summarise
+
+    queue = ["Jonas asked whether we can move the queue from RabbitMQ to Redis Streams.",
+             "Redis Streams would work, and you already run Redis for caching.",
+             "We decided: Redis Streams, with a separate stream for failed events."]
+    groups = [[{"text": t} for t in texts] for texts in (queue, HOTEL, TAXI)]
+    _, summary = summarise(groups[0], background_of(groups), 1000)
+    keywords = summary.splitlines()[0].removeprefix("Keywords: ").split(", ")
+    assert keywords[0] == "Redis" and "Streams" in keywords  # not the folded "redi", "stream"
+    assert "from" not in keywords

@@ -141,13 +141,19 @@ def _inside(short: str, long: str) -> bool:
 
 
 def distinctive_terms(texts: list[str], background: Counter, documents: int, limit: int) -> list[str]:
-    """Terms frequent here and rare in the background (document frequencies over `documents` documents)."""
+    """Terms frequent here and rare in the background (document frequencies over `documents` documents),
+    each as the texts write it most often ("Redis", not the folded "redi"); no word that names
+    nothing ("from", "just")."""
     counts: Counter = Counter()
+    written: dict[str, Counter] = {}
     for text in texts:
         counts.update(set(terms_of(text)))
+        for word in _WORD.findall(IDEOGRAPHIC_RUN.sub(" ", text)):
+            written.setdefault(fold_plural(word[0].lower()), Counter())[word[0]] += 1
     scored = {t: c * math.log((documents + 1) / (1 + background.get(t, 0))) for t, c in counts.items()
-              if len(t) > 1}
-    return [t for t, _ in sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:limit]]
+              if len(t) > 1 and t not in NAME_STOPWORDS}
+    chosen = [t for t, _ in sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:limit]]
+    return [written[t].most_common(1)[0][0] if t in written else t for t in chosen]
 
 
 def summarise(messages: list[dict], background: Background, budget: int) -> tuple[str, str]:
