@@ -306,6 +306,8 @@ def test_search_finds_topics_by_their_summary(run, store_dir):
     hit = json.loads(found.stdout.splitlines()[0])
     assert hit["kind"] == "topic" and hit["id"] == rows[-1]["topic_id"]
     assert hit["source"] == f"topics/{hit['id']}.jsonl"
+    plain = run("search", "Acorn Guest House booking", "--kind", "topic", "-k", "1").stdout.decode()
+    assert plain.startswith(f"topics/{hit['id']}.jsonl:1  topic  ")  # a topic is nobody's words
 
 
 # -- built-in names -------------------------------------------------------------------

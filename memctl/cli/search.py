@@ -158,10 +158,12 @@ def _print_layered(memory, query: str, workspace: str | None, budget: int, as_js
 def _print_result(result, explain: bool) -> None:
     first, last = result.lines
     where = f"{result.source}:{first}" + (f"-{last}" if last != first else "")
-    # One rule for the column: a memory's section; for anything said, who said it: the speaker, else the
-    # role (a message without one is a user's, as the daily log has it).
-    role = (result.fields or {}).get("role") if result.kind != "memory" else None
-    label = f"[{result.section}]" if result.kind == "memory" else (result.speaker or role or "user")
+    # One rule for the column: a memory's section; a topic (its name and summary) is nobody's words; for
+    # anything said, who said it: the speaker, else the role (a message without one is a user's, as the
+    # daily log has it).
+    role = (result.fields or {}).get("role") if result.kind not in ("memory", "topic") else None
+    label = f"[{result.section}]" if result.kind == "memory" else \
+        "topic" if result.kind == "topic" else (result.speaker or role or "user")
     click.echo(f"{where}  {label}  {result.score:.3f}  {result.record_id or result.id}")
     snippet = " ".join(result.text.split())
     click.echo("    " + (snippet if len(snippet) <= 300 else snippet[:299] + "…"))
