@@ -350,7 +350,7 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
     A new topic opens when no score passes the threshold of how the exchange begins: a reply
     never opens one; a greeting or a message introducing something new opens one more easily.
     Against merging neighbouring exchanges and then rejoining (the way single messages go),
-    DialSeg711 dev ARI .703 -> .782, Pk .246 -> .152; interleaved ARI .420 -> .612, returns 20% -> 55%;
+    DialSeg711 dev ARI .703 -> .782, Pk .246 -> .152; interleaved ARI .420 -> .619, returns 20% -> 55%;
     on both halves of each. Each piece of evidence, left out (DialSeg711 ARI / Pk, interleaved ARI /
     returns): the reply rule .681 / .229, .558 / 48%; introducing .737 / .151, .547 / 54%; greetings
     .748 / .157, .580 / 53%; closing .728 / .163, .588 / 58%; shared names .781 / .148, .582 / 50%;
