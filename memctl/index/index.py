@@ -28,7 +28,7 @@ import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import orjson
 
@@ -496,12 +496,12 @@ class _Table:
     def rows(self, sources: list[str] | None = None) -> dict[str, tuple[int, str, str]]:
         """id -> (row, digest, embed digest) of every unit, or of the units from `sources`."""
         columns = "id, row, digest, embed_digest"
-        found = self._select(columns, "source", sources) if sources is not None else \
+        found = select_in(self.conn, columns, "source", sources) if sources is not None else \
             self.conn.execute(f"SELECT {columns} FROM {_TABLE}")
         return {unit_id: (row, digest, embed_digest) for unit_id, row, digest, embed_digest in found}
 
     def rows_of(self, ids: list[str]) -> list[int]:
-        return [row for (row,) in self._select("row", "id", ids)]
+        return [row for (row,) in select_in(self.conn, "row", "id", ids)]
 
     def rows_in_order(self, excluding: list[str]) -> list[int]:
         gone = set(excluding)
@@ -509,23 +509,23 @@ class _Table:
                 if unit_id not in gone]
 
     def sources_of(self, ids: list[str]) -> dict[str, str]:
-        return dict(self._select("id, source", "id", ids))
+        return dict(select_in(self.conn, "id, source", "id", ids))
 
     def donors(self, embed_digests: set[str]) -> dict[str, int]:
         """embed digest -> a row holding the vector of that text."""
-        return dict(self._select("embed_digest, row", "embed_digest", sorted(embed_digests)))
+        return dict(select_in(self.conn, "embed_digest, row", "embed_digest", sorted(embed_digests)))
 
     def message_ids(self, sources: list[str]) -> set[str]:
-        return {record_id for record_id, kind in self._select("record_id, kind", "source", sources)
+        return {record_id for record_id, kind in select_in(self.conn, "record_id, kind", "source", sources)
                 if kind == "message"}
 
     def message_sources(self, record_ids: list[str]) -> dict[str, str]:
         """record id -> the session file of each stored message among `record_ids`."""
-        return {unit_id: source for unit_id, source, kind in self._select("id, source, kind", "id", record_ids)
+        return {unit_id: source for unit_id, source, kind in select_in(self.conn, "id, source, kind", "id", record_ids)
                 if kind == "message"}
 
     def log_sources(self, record_ids: set[str]) -> set[str]:
-        return {source for source, kind in self._select("source, kind", "record_id", sorted(record_ids))
+        return {source for source, kind in select_in(self.conn, "source, kind", "record_id", sorted(record_ids))
                 if kind == "log"}
 
     def patch(self, gone: list[str], records: list[dict]) -> None:
@@ -566,11 +566,17 @@ class _Table:
         os.chmod(partial, 0o600)
         return partial
 
-    def _select(self, columns: str, key: str, values: list) -> Iterator[tuple]:
-        for start in range(0, len(values), _CHUNK):
-            chunk = values[start:start + _CHUNK]
-            yield from self.conn.execute(
-                f"SELECT {columns} FROM {_TABLE} WHERE {key} IN ({', '.join('?' * len(chunk))})", chunk)
+
+
+def select_in(conn: sqlite3.Connection, columns: str, key: str, values: list, where: Iterable[str] = (),
+              params: Iterable[Any] = ()) -> Iterator[tuple]:
+    """`SELECT columns FROM units WHERE key IN values [AND where]`, _CHUNK values a statement
+    (the table's reader here and the search's)."""
+    for start in range(0, len(values), _CHUNK):
+        chunk = values[start:start + _CHUNK]
+        sql = f"SELECT {columns} FROM {_TABLE} WHERE " + " AND ".join(
+            [f"{key} IN ({', '.join('?' * len(chunk))})", *where])
+        yield from conn.execute(sql, [*chunk, *params])
 
 
 def _create_indexes(conn: sqlite3.Connection) -> None:

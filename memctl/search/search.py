@@ -39,13 +39,14 @@ from __future__ import annotations
 import math
 import sqlite3
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from memctl import clock
 from memctl import config
 from memctl.errors import InputError
+from memctl.index.index import select_in
 from memctl.search.filters import Filters
 from memctl.text.noise import noise_reason
 from memctl.store.store import Store
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
 
 MODES = ("hybrid", "bm25", "vector")
 MAX_RESULTS = 100_000
-_CHUNK = 500  # SQLite parameters a statement
 _FIELDS = ("row", "id", "record_id", "kind", "text", "source", "line_start", "line_end", "section", "session",
            "speaker", "ts", "scope", "status", "fields", "context_id")
 
@@ -227,7 +227,7 @@ class Searcher:
         wanted = sorted({row["context_id"] for row in rows if row["row"] in cosines and row["context_id"]} - have)
         where, params = filters.sql_where()
         return [dict(zip(_FIELDS, values))
-                for values in _select_in(self.db, ", ".join(_FIELDS), "record_id", wanted, where, params)]
+                for values in select_in(self.db, ", ".join(_FIELDS), "record_id", wanted, where, params)]
 
     def _reply_cosines(self, rows: list[dict], query_vectors) -> dict[str, float]:
         """Record id -> the best cosine of the messages read with it as their turn before.
@@ -238,7 +238,7 @@ class Searcher:
         """
         ids = sorted({row["record_id"] for row in rows if row["kind"] == "message"})
         replies: dict[str, list[int]] = {}
-        for context_id, row in _select_in(self.db, "context_id, row", "context_id", ids):
+        for context_id, row in select_in(self.db, "context_id, row", "context_id", ids):
             replies.setdefault(context_id, []).append(row)
         if not replies:
             return {}
@@ -249,7 +249,7 @@ class Searcher:
     def _rows(self, bm25_ids: list[str], vector_rows: list[int]) -> list[dict]:
         rows: dict[int, dict] = {}
         for column, keys in (("id", bm25_ids), ("row", vector_rows)):
-            for values in _select_in(self.db, ", ".join(_FIELDS), column, keys):
+            for values in select_in(self.db, ", ".join(_FIELDS), column, keys):
                 rows[values[0]] = dict(zip(_FIELDS, values))
         return list(rows.values())
 
@@ -502,12 +502,3 @@ def _age_days(ts: str | None, now) -> float:
     except (ValueError, TypeError):
         return 0.0
 
-
-def _select_in(db: sqlite3.Connection, columns: str, key: str, values: list, where: Iterable[str] = (),
-               params: Iterable[Any] = ()) -> Iterator[tuple]:
-    """`SELECT columns FROM units WHERE key IN values [AND where]`, `_CHUNK` values a statement."""
-    for start in range(0, len(values), _CHUNK):
-        chunk = values[start:start + _CHUNK]
-        sql = f"SELECT {columns} FROM units WHERE " + " AND ".join([f"{key} IN ({', '.join('?' * len(chunk))})",
-                                                                     *where])
-        yield from db.execute(sql, [*chunk, *params])
