@@ -154,16 +154,10 @@ def with_llm(store: Store, command: str, timeout: float, parallel: int, unsplit:
 
 def parse(answer: str, topic_ids: set[str], where: str) -> tuple[float, list[str], str]:
     """(score, referenced ids, summary) from a §6.1 answer; LLMAnswerError says what is wrong."""
-    from memctl.topics.llm import LLMAnswerError, elements, only_element
+    from memctl.topics.llm import LLMAnswerError, elements, only_element, only_fraction
 
     body = only_element(answer, "topic_result", where)
-    score_text = elements(body, "relevance_score")
-    try:
-        score = float(score_text[0].strip()) if len(score_text) == 1 else None
-    except ValueError:
-        score = None
-    if score is None or not 0 <= score <= 1:
-        raise LLMAnswerError(f"{where}: <relevance_score> must be one number from 0 to 1, got {score_text!r}")
+    score = only_fraction(body, "relevance_score", where)
     listed = elements(body, "referenced_messages")
     ids = [line.strip() for line in (listed[0] if listed else "").splitlines() if line.strip()]
     unknown = [i for i in ids if i not in topic_ids]

@@ -86,6 +86,18 @@ def only_element(answer: str, tag: str, where: str) -> str:
     return found[0]
 
 
+def only_fraction(body: str, tag: str, where: str) -> float:
+    """The number in the body's one <tag>, from 0 to 1; LLMAnswerError otherwise."""
+    found = elements(body, tag)
+    try:
+        value = float(found[0].strip()) if len(found) == 1 else None
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value <= 1:
+        raise LLMAnswerError(f"{where}: <{tag}> must be one number from 0 to 1, got {found!r}")
+    return value
+
+
 def chooser(store: Store, command: str, timeout: float, batch: int):
     argv = command_argv(command)
     prompt_template = template(store, "split")
@@ -250,12 +262,17 @@ def route(store: Store, command: str, timeout: float, request: str,
     """The §6.3 routing prompt over `candidates`: ([(topic id, relevance, reason)] in the answer's
     order, the no-match reason); LLMAnswerError when the answer is not exactly that."""
     where = "LLM routing"
-    listed = "\n".join(
-        f'<topic id={quoteattr(tid)} name={quoteattr(t.header.get("name", ""))} state={quoteattr(t.state)} '
-        f'updated={quoteattr(t.header.get("updated", ""))}>\n{escape(t.header.get("summary", ""))}\n</topic>'
-        for tid, t in candidates.items())
-    prompt = fill(template(store, "route"), {"request": escape(request), "topics": listed or "(none)"})
+    prompt = fill(template(store, "route"), {"request": escape(request),
+                                             "topics": _listed(candidates, sizes=False) or "(none)"})
     return parse_routing(ask(command_argv(command), prompt, timeout, where), set(candidates), where)
+
+
+def _listed(topics: dict[str, Topic], sizes: bool) -> str:
+    """The topics as the routing and review prompts show them: a <topic> with its summary each."""
+    return "\n".join(
+        f'<topic id={quoteattr(tid)} name={quoteattr(t.header.get("name", ""))} state={quoteattr(t.state)} '
+        f'updated={quoteattr(t.header.get("updated", ""))}' + (f' messages="{len(t.messages)}"' if sizes else "")
+        + f'>\n{escape(t.header.get("summary", ""))}\n</topic>' for tid, t in topics.items())
 
 
 def parse_routing(answer: str, known: set[str], where: str) -> tuple[list[tuple[str, str, str]], str]:
@@ -290,11 +307,7 @@ def review_links(store: Store, command: str, timeout: float,
                  topics: dict[str, Topic]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
     """The review prompt over `topics`: ([(merged id, kept id, reason)], [(id, related id, reason)])."""
     where = "LLM review of the topics"
-    listed = "\n".join(
-        f'<topic id={quoteattr(tid)} name={quoteattr(t.header.get("name", ""))} state={quoteattr(t.state)} '
-        f'updated={quoteattr(t.header.get("updated", ""))} messages="{len(t.messages)}">\n'
-        f'{escape(t.header.get("summary", ""))}\n</topic>' for tid, t in topics.items())
-    prompt = fill(template(store, "review"), {"topics": listed})
+    prompt = fill(template(store, "review"), {"topics": _listed(topics, sizes=True)})
     return parse_review(ask(command_argv(command), prompt, timeout, where), set(topics), where)
 
 
@@ -345,17 +358,11 @@ def compressor(store: Store, command: str, timeout: float, parallel: int,
 
 def parse_compressed(answer: str, budget: int, where: str) -> tuple[str, float]:
     body = only_element(answer, "topic", where)
-    summaries, importances = elements(body, "summary"), elements(body, "importance")
+    summaries = elements(body, "summary")
     if len(summaries) != 1 or not summaries[0].strip():
         raise LLMAnswerError(f"{where}: <topic> needs exactly one non-empty <summary>")
     summary = unescape(summaries[0].strip())
     if len(summary.encode()) > budget:
         raise LLMAnswerError(f"{where}: <summary> has {len(summary.encode())} bytes, over the compressed "
                              f"budget ({budget})")
-    try:
-        importance = float(importances[0]) if len(importances) == 1 else None
-    except ValueError:
-        importance = None
-    if importance is None or not 0 <= importance <= 1:
-        raise LLMAnswerError(f"{where}: <importance> must be one number from 0 to 1, got {importances!r}")
-    return summary, importance
+    return summary, only_fraction(body, "importance", where)
