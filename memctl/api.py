@@ -305,7 +305,7 @@ class Memory:
         from memctl.topics.split import settings_of, split
 
         settings = settings_of(self.store)
-        command = llm_command if llm_command is not None else settings["llm_command"]
+        command = _given_or(llm_command, settings["llm_command"])
         choose = llm.chooser(self.store, command, settings["llm_timeout"], settings["llm_batch"]) if command else None
         describe = llm.describer(self.store, command, settings["llm_timeout"], settings["llm_parallel"],
                                  settings["summary_bytes"]) if command else None
@@ -344,9 +344,9 @@ class Memory:
         from memctl.topics.split import settings_of
 
         settings = settings_of(self.store)
-        command = llm_command if llm_command is not None else settings["llm_command"]
+        command = _given_or(llm_command, settings["llm_command"])
         return build(self.store, self._retriever_open(), session, message, system_text=system_text,
-                     budget=budget if budget is not None else settings["context_budget"], record=record,
+                     budget=_given_or(budget, settings["context_budget"]), record=record,
                      llm_command=command, say=self.say)
 
     def topics_activate(self, query: str, *, include_archived: bool = False,
@@ -360,7 +360,7 @@ class Memory:
         from memctl.topics.split import settings_of
 
         self._need_query(query)
-        command = llm_command if llm_command is not None else settings_of(self.store)["llm_command"]
+        command = _given_or(llm_command, settings_of(self.store)["llm_command"])
         return activate(self.store, self._retriever_open(), query, include_archived=include_archived,
                         llm_command=command)
 
@@ -387,7 +387,7 @@ class Memory:
         from memctl.topics.split import settings_of
 
         self.store.require()
-        command = llm_command if llm_command is not None else settings_of(self.store)["llm_command"]
+        command = _given_or(llm_command, settings_of(self.store)["llm_command"])
         return review(self.store, dry_run=dry_run, llm_command=command)
 
     def topic_links(self, topic_id: str) -> list[dict[str, Any]]:
@@ -448,3 +448,7 @@ class Memory:
         if not query or not query.strip():
             raise InputError("give a query", source="query")
 
+
+def _given_or(given: Any, configured: Any) -> Any:
+    """What the caller gave (a flag; "" is given too: no LLM) wins over memctl.toml."""
+    return given if given is not None else configured

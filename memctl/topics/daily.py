@@ -212,10 +212,10 @@ def _similar_pairs(store: Store, live: dict[str, Topic]):
     or over RELATED_SIMILARITY, and among the top RELATED_PERCENTILE of the store's pairs, are related."""
     import numpy as np
 
-    from memctl.topics.split import embed
+    from memctl.topics.split import embedder
 
     ids = list(live)
-    vectors = embed([live[t].header.get("summary", "") for t in ids], store)
+    vectors = embedder(store).embed([live[t].header.get("summary", "") for t in ids])
     similarity = vectors @ vectors.T
     pairs = similarity[np.triu_indices(len(ids), 1)]
     related_from = max(RELATED_SIMILARITY, float(np.percentile(pairs, RELATED_PERCENTILE)))

@@ -141,10 +141,6 @@ def embedder(store: Store):
     return open_embedder(config.load(store.config_file)["embedding"])
 
 
-def embed(texts: list[str], store: Store):
-    return embedder(store).embed(texts)
-
-
 def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[Choice],
            topics: dict[str, Topic], report: SplitReport, describe: Describer | None) -> None:
     """Write the choice: `chosen` gives per message an existing topic id or a new-topic key (and maybe a name)."""
