@@ -98,14 +98,20 @@ def build_store(store: str, messages: int, data: Path) -> list[str]:
     return questions
 
 
+def new_messages() -> bytes:
+    """NEW_MESSAGES JSON lines never stored before: a stamp in the text too, since a text embedded
+    before would be copied, not embedded."""
+    stamp = int(time.time() * 1000)  # 13 digits, as the model-only texts have: the same token count
+    return b"\n".join(orjson.dumps({"id": f"new{stamp}-{n}", "text": f"a brand new message {stamp}-{n} "
+                                    "about sourdough starters"}) for n in range(NEW_MESSAGES))
+
+
 def updates(common: list[str], rounds: int) -> list[tuple[Run, int]]:
     """The `memctl index` run after each round of new messages, and the files it read."""
     out = []
     for _ in range(rounds):
-        first = int(time.time() * 1000)
-        extra = b"\n".join(orjson.dumps({"id": f"new{first}-{n}", "text": f"a brand new message {first}-{n} "
-                                         "about sourdough starters"}) for n in range(NEW_MESSAGES))
-        subprocess.run([*common, "ingest", "-f", "jsonl", "-"], input=extra, check=True, capture_output=True)
+        subprocess.run([*common, "ingest", "-f", "jsonl", "-"], input=new_messages(), check=True,
+                       capture_output=True)
         run = measure([*common, "index", "--json"])
         out.append((run, orjson.loads(run.stdout).get("files_read", -1)))
     return out
@@ -129,14 +135,13 @@ open_embedder({**settings, "threads": settings["query_threads"]}).embed(
 # the first round loads the model and is left out.
 _LONG_LIVED = """
 import sys, time, orjson
+from latency import NEW_MESSAGES, new_messages
 from memctl import Memory
 memory, took = Memory(sys.argv[1]), []
 for round in range(int(sys.argv[2]) + 1):
-    first = time.time_ns()  # in the text too: a text embedded before would be copied, not embedded
-    memory.ingest(b"\\n".join(orjson.dumps({"id": f"warm{first}-{n}", "text": f"a brand new message "
-                                         f"{first}-{n} about sourdough starters"}) for n in range(20)), fmt="jsonl")
+    memory.ingest(new_messages(), fmt="jsonl")
     start = time.perf_counter()
-    assert memory.index().embedded == 20
+    assert memory.index().embedded == NEW_MESSAGES
     took.append(time.perf_counter() - start)
 print(orjson.dumps(took[1:]).decode())
 """
@@ -144,7 +149,8 @@ print(orjson.dumps(took[1:]).decode())
 
 def long_lived(store: str, rounds: int) -> list[float]:
     """Seconds of each update in a process that stays up."""
-    done = subprocess.run([sys.executable, "-c", _LONG_LIVED, store, str(rounds)], check=True, capture_output=True)
+    done = subprocess.run([sys.executable, "-c", _LONG_LIVED, store, str(rounds)], check=True, capture_output=True,
+                          cwd=Path(__file__).parent)
     return orjson.loads(done.stdout)
 
 
