@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from redis_server import RedisServer
@@ -64,13 +65,17 @@ def python_command(tmp_path: Path):
     return command
 
 
-def killed_after(seconds: float, script: str, *args: str) -> str:
+def killed_after(seconds: float, script: str, *args: str, once: Callable[[], bool] | None = None) -> str:
     """Run Python source as a process and SIGKILL it `seconds` after it prints its first line,
-    "ready" (imports done: on a loaded machine they alone can outlast the delay); what it
-    printed after that by then (its acknowledged writes)."""
+    "ready" (imports done: on a loaded machine they alone can outlast the delay), or, with
+    `once`, at the first moment after that when once() is true (within 10 s); what it printed
+    after that by then (its acknowledged writes)."""
     process = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True)
     assert process.stdout.readline() == "ready\n"
     time.sleep(seconds)
+    deadline = time.monotonic() + 10
+    while once is not None and not once() and time.monotonic() < deadline:
+        time.sleep(0.0001)
     process.send_signal(signal.SIGKILL)
     return process.communicate()[0]
 
