@@ -100,6 +100,17 @@ def test_a_subject_resumed_after_a_digression_goes_back_within_one_split(run, st
     assert rows["m2"] == rows["m3"] != rows["m0"]
 
 
+def test_a_question_that_points_back_returns_to_the_subject_it_points_to(run, store_dir):
+    # "Does it have a garden" names nothing: it leans on the guest house two exchanges back, so it
+    # goes back there rather than opening a topic of its own (it did before the reply rules).
+    resumed = ["Does it have a garden as well?", "Yes, there is a garden behind the house."]
+    run("ingest", "-", input=session_lines(HOTEL[:2] + WEATHER[:2] + resumed))
+    rows = {r["message_id"]: r["topic_id"] for r in map(json.loads, run(
+        "split", "--session", "s1", "--force", "--keep-recent", "0", "--json").stdout.splitlines())}
+    assert rows["m0"] == rows["m1"] == rows["m4"] == rows["m5"]
+    assert rows["m2"] == rows["m3"] != rows["m0"]
+
+
 def test_split_waits_until_the_context_is_over_the_threshold(run, store_dir):
     run("ingest", "-", input=session_lines(WEATHER + HOTEL))
     quiet = run("split", "--session", "s1")
@@ -339,3 +350,20 @@ def test_summary_keywords_are_written_as_the_messages_write_them():
     keywords = summary.splitlines()[0].removeprefix("Keywords: ").split(", ")
     assert keywords[0] == "Redis" and "Streams" in keywords  # not the folded "redi", "stream"
     assert "from" not in keywords
+
+
+@pytest.mark.parametrize("text, opening", [
+    ("Does it have free wifi?", "reply"),                      # points back
+    ("Can I have the postcode please?", "reply"),              # an attribute of nothing it names
+    ("Any area is fine, just somewhere cheap.", "reply"),      # an answer
+    ("I'm going to the Royal Standard.", "reply"),
+    ("Do any of the three have parking?", "reply"),
+    ("Will it rain in Fresno on Sunday?", "plain"),            # the weather's "it" points nowhere
+    ("I need a train. The train should leave on Friday.", "introduces"),  # its own referent first
+    ("Can you give me the phone number for the police?", "plain"),        # the number's owner is named
+    ("Hello, I need a taxi.", "greeting"),
+])
+def test_how_an_exchange_begins(text, opening):
+    from memctl.topics.segment import _opening
+
+    assert _opening(text) == opening

@@ -8,10 +8,11 @@ Two kinds of conversation, told apart by how many people speak:
   reads little of), in standard deviations of the conversation's own
   similarities. Where the text is readable, the units are exchanges opened
   by the party that opens subjects, followed in order: each goes to the
-  topic it is most like (the one of the exchange before favoured, then one
-  left on an unanswered question a little before, or one sharing a rare name
-  or number), or opens a new topic when none is close enough for how it
-  begins: a reply ("Yes please", "That works") never opens one, a greeting
+  topic it is most like (the one of the exchange before favoured unless the
+  exchange passes over its question, then one left a little before, most of
+  all on a question, or one sharing a rare name or number), or opens a new
+  topic when none is close enough for how it begins: a reply ("Yes please",
+  "Does it have parking?", "I need the postcode") never opens one, a greeting
   or a message introducing something opens one more easily.
   Mostly Chinese text keeps single messages: neighbours merge, most similar
   first (average linkage, contiguous, with a bonus for being near), and a
@@ -60,29 +61,40 @@ class Settings:
     """Tuned on the dev parts of ../shared/bench/topics (bench/README.md has the figures)."""
     # Exchanges, followed in order (two parties, readable text): in standard deviations of the
     # conversation's own similarities. DialSeg711 dev ARI / Pk, interleaved ARI / returns (in
-    # process, before the names bonus and the question rule below, with a return bonus of .75 for any
-    # topic left, decay .8): as set .778 / .150, .582 / 50%; stay 1.0: .739 / .172,
+    # process, when it was set: before the names bonus and the question and reply rules below, with
+    # a return bonus of .75 for any topic left, decay .8): as set .778 / .150, .582 / 50%; stay 1.0: .739 / .172,
     # .593 / 54%; stay 1.5: .781 / .130, .535 / 50% (with plain 1.5, introducing 2.0);
     # return_bonus 1.0: .763 / .152, .584 / 54%; return_decay .6: .790 / .145, .569 / 45%,
     # .9: .768 / .151, .577 / 51%.
     stay_bonus: float = 1.25       # added to an exchange's similarity with the topic of the one before
     stay_recent_share: float = 0.5  # ... which is this much the previous exchange alone
+    # ... or this instead, when the exchange passes over the question that topic ended on ("What time
+    # would you like?" - "Can I have the address please?"): figures below as DialSeg711 dev ARI / Pk,
+    # interleaved ARI / returns, on the even | odd halves; as set .793 / .131, .673 / 72% | .772 / .139,
+    # .668 / 72%; 1.25 (no such rule) .805 / .123, .663 / 70% | .779 / .133, .655 / 68%; .5: .794 / .130,
+    # .671 / 71% | .774 / .136, .669 / 71%.
+    unanswered_stay: float = 0.0
+    # Added to a topic whose last question a yes or a no answers, taken from one where it cannot (a
+    # wh-question, a statement): 0: .778 / .131, .666 / 71% | .779 / .135, .653 / 70%; 1: .786 / .134,
+    # .667 / 70% | .764 / .142, .666 / 73%.
+    answer_bonus: float = 0.5
     # Added for a topic left on a question (an offer or question nobody took up) at the exchange
-    # before, times return_decay for each further exchange since; a topic left otherwise gets none.
-    # Of the gold segments left on such a question (not a closing "anything else?"), 16% of 696 on
-    # DialSeg711 dev, 68% of the 676 interleaved halves that come back. DialSeg711 dev ARI / Pk,
-    # interleaved ARI / returns (halves even / odd): as set .783 / .781, .156 / .149, .618 / .606,
-    # 55% / 54%; before, .75 for any topic left, decay .8: .772 / .774, .149 / .148, .596 / .597,
-    # 55% / 51%; .25 for any topic left and 1.25 after a question, decay .8: .786 / .778, .610 / .606;
-    # bonus 1.1: .783 / .780, .617 / .602; 1.4: .782 / .773, .600 / .604; decay .85: .783 / .782,
-    # .617 / .603; .95: .782 / .767, .612 / .603.
+    # before, left_bonus for one left otherwise, each times return_decay for each further exchange
+    # since. Of the gold segments left on such a question (not a closing "anything else?"), 16% of
+    # 696 on DialSeg711 dev, 68% of the 676 interleaved halves that come back. Left otherwise
+    # 0 (as before, with decay .9): .797 / .127, .651 / 66% | .778 / .133, .670 / 68%; left 1.0:
+    # .781 / .133, .650 / 71% | .758 / .141, .662 / 73%; decay .7: .797 / .129, .665 / 70% | .780 / .134,
+    # .659 / 70%; decay .9: .778 / .135, .653 / 71% | .757 / .141, .667 / 73%. Before the reply rules
+    # (_REFERS_BACK), a bonus for any topic left cost DialSeg711 more than it gained (.772, 55%).
     return_bonus: float = 1.25
-    return_decay: float = 0.9
+    left_bonus: float = 0.75
+    return_decay: float = 0.8
     closed_penalty: float = 1.0    # taken instead from a topic closed with thanks or a goodbye
     # An earlier topic sharing a name or number (in at most name_reach messages) with the exchange:
-    # DialSeg711 .781 -> .773, interleaved .582 -> .596, returns 50% -> 53% (both halves alike);
-    # bonus 1.0: .764, .598 / 55%; any shared word of at most 3 messages: .745, .602 / 60%.
-    shared_name_bonus: float = 0.5
+    # when it was set, DialSeg711 .781 -> .773, interleaved .582 -> .596, returns 50% -> 53%; any shared
+    # word of at most 3 messages: .745, .602 / 60%. Now .5: .796 / .131, .667 / 71% | .775 / .136,
+    # .675 / 72%; 1.0: .791 / .132, .673 / 72% | .759 / .145, .659 / 72%.
+    shared_name_bonus: float = 0.75
     name_reach: int = 3
     # An exchange opens a new topic when no topic scores above the threshold for how it begins
     # (before the names bonus: plain 1.5, introducing 2.5: DialSeg711 .778, interleaved .582;
@@ -301,8 +313,52 @@ GREETINGS = frozenset("hi hello hey greetings".split())
 # A message that introduces something ("a hotel", "any trains", "looking for") and points back to
 # nothing ("it", "their", "the one") opens a subject: on DialSeg711 dev 50% of the first user
 # messages of a dialogue, 11% of the others; 10% of the returning halves of the interleaved data.
+# (Pointing back as _REFERS_BACK reads it, rather than the bare words: interleaved ARI .667 -> .672
+# and .642 -> .669 on the two halves, DialSeg711 alike.)
 _INTRODUCES = re.compile(r"\b(a|an|any|some|looking for|need help|help me)\b")
-_POINTS_BACK = re.compile(r"\b(it|its|they|them|their|those|these|that|there|the one|the same|also)\b")
+# A message that leans on what was said before cannot open a subject (it is a REPLY), if it does so
+# before introducing anything. On DialSeg711 dev, 11 of the 186 exchanges so opened start a new
+# dialogue ("... the fastest road to get there?"); of the interleaved returning halves that
+# opened a new topic, most were such: "Does it include free wifi?", "Any area is fine", "I need the
+# postcode and phone number", "I'm going to royal standard". DialSeg711 ARI / Pk, interleaved ARI /
+# returns, even | odd halves, without any of it: .760 / .169, .625 / 62% | .758 / .164, .666 / 67%;
+# with it: .793 / .131, .673 / 72% | .772 / .139, .668 / 72%.
+_REFERS_BACK = re.compile(
+    r"\b(its?|they|them|their|theirs|that one|this one|the one|ones?|the same|also|too|as well|either|instead|there)\b"
+    r"|\b(any|one|some|none|either|both|each|all|two|three) of (them|these|those|the)\b|\b(any|some|ones?) (that|which|with)\b"
+    r"|\b(this|these|those) (?!(week|weekend|morning|afternoon|evening|month|year|time|is|are)\b)[a-z]+")
+# ... and the uses of those words that point nowhere: the weather's "it", "is there", "one" counting.
+_REFERS_NOWHERE = re.compile(
+    r"\b(it|it's|its)\b\s*(will |is |was |going |gonna |supposed |to )*(be|going|gonna|supposed|rain|snow|hail|drizzle|"
+    r"getting|hot|cold|warm)\b|\b(is|will|was) it\b"
+    r"|\b(is|are|was|were|be) there\b|\bthere (is|are|was|were|be|will|should|might|'s)\b|\bthere's\b"
+    r"|\b(one|ones) (person|people|ticket|tickets|night|nights|room|rooms|day|days|adult|adults|week|hour|minute)"
+    r"|\bfor one\b|\bone of\b|\bno one\b|\bsomeone\b|\banyone\b")
+# An attribute asked for without its owner: "the postcode", "their phone number" (not "the phone
+# number for the police").
+_ATTRIBUTE = re.compile(
+    r"\b(the|their|its|your) (post ?code|phone( number)?|(telephone|contact|reference|ref|confirmation|train|booking) "
+    r"number|number|address|reference|price|fee|entrance fee|travel time|arrival time|departure time|booking|"
+    r"reservation|table|room|ticket|tickets|trip|car type|area|location|directions|route)\b(?! (of|for|to|at|in|on|near|number)\b)")
+# Answers: indifference, a preference, when or where to go.
+_ANSWERS = re.compile(
+    r"\b(don't care|do not care|doesn't matter|does not matter|no preference|any (area|type|price|part|place|kind|one|"
+    r"of them) (is|will|would)|anything (is|will|would)|(either|whatever) (is fine|will do|works|is ok)|nothing in "
+    r"particular|not really|not particularly|whichever|whatever)\b"
+    r"|^(i'd|i would|i will|i'll)? ?(prefer|rather)\b|\bi'd prefer\b|\bi would prefer\b"
+    r"|\b(what|which|one) (do|would) you (recommend|suggest)\b|\brecommend (one|something)\b"
+    r"|\b(to|i'll|i will|i'd|i would) (leave|arrive|depart|travel|be leaving|be arriving|be departing|be traveling|"
+    r"be travelling)\b"
+    r"|\b(is|are|would be|will be) (fine|ok|okay|good|great|perfect)\b|\bsounds (good|great|fine|perfect)\b|"
+    r"\bworks for me\b|^(i'm|i am|i'll be|i will be|we're|we are) (going|headed|heading) (to|for)\b")
+# Questions and how a reply takes them up (_question, _takes_up, _leaves_unanswered).
+WH, CHOICE, YES_NO = "wh", "choice", "yes-no"
+WH_WORDS = frozenset("what which when where who how why what's where's".split())
+YES_OR_NO = frozenset("yes yeah yep yup sure ok okay no nope nah certainly absolutely".split())
+# A reply beginning with one of these does not give what a wh-question asks for ("That sounds great").
+ACKNOWLEDGES = YES_OR_NO | frozenset("great perfect fine alright sounds that not".split())
+REQUEST_WORDS = frozenset("can could may would will do does is are what where when which how give tell get please "
+                          "i'd what's".split())
 # A subject closed with thanks or a goodbye rarely comes back: 40% of the DialSeg711 dev dialogues
 # end so, 6% of the interleaved first halves whose subject returns (closed_penalty 0: DialSeg711
 # ARI .771, .5: .776, 1: .777, 2: .778; interleaved .543 +- .004).
@@ -316,17 +372,74 @@ _NAME_OR_NUMBER = re.compile(r"(?<=[a-z,;:] )([A-Z][a-z]+)|\b(\w*\d\w*)\b")
 
 def _opening(text: str) -> str:
     """How a message begins a turn: REPLY when it answers or points back first ("Yes please", "That
-    works", "How about Friday?"), GREETING, INTRODUCES (something new, pointing back to nothing),
-    or PLAIN."""
+    works", "How about Friday?", "Does it have parking?", "I need the postcode"), GREETING,
+    INTRODUCES (something new, pointing back to nothing), or PLAIN."""
     lowered = text.lower()
     words = _FIRST_WORDS.findall(lowered[:40])[:2]
     if words and (words[0] in REPLY_WORDS or (words[0] in ("how", "what") and words[1:] == ["about"])):
         return REPLY
     if words and words[0] in GREETINGS:
         return GREETING
-    if _INTRODUCES.search(lowered) and not _POINTS_BACK.search(lowered):
+    if _points_back(lowered):
+        return REPLY
+    if _INTRODUCES.search(lowered) and not _REFERS_BACK.search(_pointing_only(lowered)):
         return INTRODUCES
     return PLAIN
+
+
+def _points_back(lowered: str) -> bool:
+    """Whether the message leans on something said before it: it points back ("it", "their", "one of
+    them", "this guesthouse"), asks for an attribute of nothing it names ("the postcode") or answers
+    ("no preference", "I'd prefer", "after 13:30 is fine", "I'm going to ..."), before it introduces
+    anything ("I need a train. The train should leave..." introduces its own referent)."""
+    introduced = _INTRODUCES.search(lowered)
+    limit = introduced.start() if introduced else len(lowered)
+    if any(match.start() <= limit for match in (_ATTRIBUTE.search(lowered), _ANSWERS.search(lowered)) if match):
+        return True
+    match = _REFERS_BACK.search(_pointing_only(lowered))
+    return match is not None and match.start() <= limit
+
+
+def _pointing_only(lowered: str) -> str:
+    """The text with the uses of pointing words that point nowhere blanked (same length)."""
+    return _REFERS_NOWHERE.sub(lambda nowhere: " " * len(nowhere.group()), lowered)
+
+
+def _question(text: str) -> str | None:
+    """The kind of question a message ends on: WH ("What time?"), CHOICE ("A museum or a
+    nightclub?"), YES_NO ("Shall I book it?"), or None."""
+    stripped = text.strip().lower()
+    if not stripped.endswith("?"):
+        return None
+    last = re.split(r"(?<=[.!?])\s+", stripped)[-1]
+    words = _FIRST_WORDS.findall(last)
+    if words and words[0] in WH_WORDS:
+        return WH
+    return CHOICE if " or " in last else YES_NO
+
+
+def _takes_up(question: str | None, reply: str) -> int:
+    """+1 when the reply's first word answers a yes-no question, -1 when a yes or a no cannot answer
+    what was said last (a wh-question, a statement), else 0."""
+    words = _FIRST_WORDS.findall(reply.lower()[:30])
+    if not words or words[0] not in YES_OR_NO:
+        return 0
+    if question == YES_NO:
+        return 1
+    return 0 if question == CHOICE else -1
+
+
+def _leaves_unanswered(question: str | None, reply: str) -> bool:
+    """Whether the reply passes over the question the exchange before ended on: thanks after any
+    question; a yes, an acknowledgement, a request or a question of its own after a wh-question."""
+    if question is None:
+        return False
+    words = _FIRST_WORDS.findall(reply.lower()[:30])
+    if not words:
+        return False
+    if words[0] in ("thanks", "thank"):
+        return True
+    return question == WH and (words[0] in ACKNOWLEDGES or words[0] in REQUEST_WORDS)
 
 
 def _rare_names(texts: list[str], reach: int) -> list[set[str]]:
@@ -342,10 +455,12 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
     """Exchanges in order, each to the topic it is most like or to a new one.
 
     An exchange's score with a topic is its mean similarity with the topic's messages; the topic of
-    the exchange before gets stay_bonus (its similarity there partly with that exchange alone), a
-    topic left on an unanswered question a few exchanges ago return_bonus, less for each exchange
-    since (after a digression, the subject left hanging is the likeliest to come back); a topic closed
-    with thanks or a goodbye loses closed_penalty.
+    the exchange before gets stay_bonus (its similarity there partly with that exchange alone), or
+    only unanswered_stay when the exchange passes over the question it ended on; a topic left on an
+    unanswered question a few exchanges ago return_bonus, one left otherwise left_bonus, less for each
+    exchange since (after a digression, the subject left hanging is the likeliest to come back); a
+    topic closed with thanks or a goodbye loses closed_penalty. A yes or a no favours the topic whose
+    last question it answers (answer_bonus).
     An earlier topic that shares a rare name or number with the exchange gets shared_name_bonus.
     A new topic opens when no score passes the threshold of how the exchange begins: a reply
     never opens one; a greeting or a message introducing something new opens one more easily.
@@ -355,12 +470,13 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
     returns): the reply rule .681 / .229, .558 / 48%; introducing .737 / .151, .547 / 54%; greetings
     .748 / .157, .580 / 53%; closing .728 / .163, .588 / 58%; shared names .781 / .148, .582 / 50%;
     whole-exchange vectors .763 / .169, .559 / 38% (measured before the question bonus, from .773 /
-    .149, .596 / 53%)."""
+    .149, .596 / 53%). The rules on replies, unanswered questions and topics left otherwise took it
+    to .783 / .135, .671 / 72% (Settings has each one's share)."""
     rare = _rare_names(texts, settings.name_reach)
     clusters: list[list[int]] = []
     left_at: list[int] = []     # per cluster: the exchange it last had
     closed: list[bool] = []     # per cluster: its last exchange closed the subject
-    asked: list[bool] = []      # per cluster: its last message is a question
+    question: list = []         # per cluster: the kind of question its last message asks (or None)
     names: list[set] = []       # per cluster: its rare names and numbers
     current = None
     previous: list[int] = []    # the exchange before
@@ -368,16 +484,20 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
         rows = list(range(start, end))
         named = set().union(*(rare[i] for i in rows))
         opening = _opening(texts[start])
+        unanswered = current is not None and not closed[current] and _leaves_unanswered(question[current], texts[start])
         best, best_score = None, settings.new_thresholds[opening]
         for c, cluster in enumerate(clusters):
             score = sim[np.ix_(cluster, rows)].mean()
             if c == current:
                 recent = sim[np.ix_(previous, rows)].mean()
-                score += settings.stay_recent_share * (recent - score) + settings.stay_bonus
+                stay = settings.unanswered_stay if unanswered else settings.stay_bonus
+                score += settings.stay_recent_share * (recent - score) + stay
             elif closed[c]:
                 score -= settings.closed_penalty
-            elif asked[c]:
-                score += settings.return_bonus * settings.return_decay ** (k - left_at[c] - 2)
+            else:
+                left = settings.return_bonus if question[c] else settings.left_bonus
+                score += left * settings.return_decay ** (k - left_at[c] - 2)
+            score += settings.answer_bonus * _takes_up(question[c], texts[start])
             if c != current and named & names[c]:
                 score += settings.shared_name_bonus
             if score > best_score:
@@ -386,7 +506,7 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
             clusters.append(rows)
             left_at.append(k)
             closed.append(False)
-            asked.append(False)
+            question.append(None)
             names.append(set())
             best = len(clusters) - 1
         else:
@@ -394,7 +514,7 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
         names[best] |= named
         left_at[best] = k
         closed[best] = any(_CLOSING.search(texts[i].lower()) for i in rows)
-        asked[best] = texts[end - 1].rstrip().endswith("?")
+        question[best] = _question(texts[end - 1])
         current, previous = best, rows
     return clusters
 
