@@ -380,29 +380,19 @@ def _opening(text: str) -> str:
         return REPLY
     if words and words[0] in GREETINGS:
         return GREETING
-    if _points_back(lowered):
+    # It leans on something said before if it points back ("it", "their", "one of them", "this
+    # guesthouse"), asks for an attribute of nothing it names ("the postcode") or answers ("no
+    # preference", "after 13:30 is fine", "I'm going to ..."), before it introduces anything ("I need a
+    # train. The train should leave..." introduces its own referent).
+    introduced = _INTRODUCES.search(lowered)
+    pointing = _REFERS_BACK.search(_REFERS_NOWHERE.sub(lambda nowhere: " " * len(nowhere.group()), lowered))
+    limit = introduced.start() if introduced else len(lowered)
+    if any(match and match.start() <= limit
+           for match in (pointing, _ATTRIBUTE.search(lowered), _ANSWERS.search(lowered))):
         return REPLY
-    if _INTRODUCES.search(lowered) and not _REFERS_BACK.search(_pointing_only(lowered)):
+    if introduced and not pointing:
         return INTRODUCES
     return PLAIN
-
-
-def _points_back(lowered: str) -> bool:
-    """Whether the message leans on something said before it: it points back ("it", "their", "one of
-    them", "this guesthouse"), asks for an attribute of nothing it names ("the postcode") or answers
-    ("no preference", "I'd prefer", "after 13:30 is fine", "I'm going to ..."), before it introduces
-    anything ("I need a train. The train should leave..." introduces its own referent)."""
-    introduced = _INTRODUCES.search(lowered)
-    limit = introduced.start() if introduced else len(lowered)
-    if any(match.start() <= limit for match in (_ATTRIBUTE.search(lowered), _ANSWERS.search(lowered)) if match):
-        return True
-    match = _REFERS_BACK.search(_pointing_only(lowered))
-    return match is not None and match.start() <= limit
-
-
-def _pointing_only(lowered: str) -> str:
-    """The text with the uses of pointing words that point nowhere blanked (same length)."""
-    return _REFERS_NOWHERE.sub(lambda nowhere: " " * len(nowhere.group()), lowered)
 
 
 def _question(text: str) -> str | None:
@@ -418,28 +408,25 @@ def _question(text: str) -> str | None:
     return CHOICE if " or " in last else YES_NO
 
 
-def _takes_up(question: str | None, reply: str) -> int:
-    """+1 when the reply's first word answers a yes-no question, -1 when a yes or a no cannot answer
+def _takes_up(question: str | None, first_word: str) -> int:
+    """+1 when a reply beginning so answers a yes-no question, -1 when a yes or a no cannot answer
     what was said last (a wh-question, a statement), else 0."""
-    words = _FIRST_WORDS.findall(reply.lower()[:30])
-    if not words or words[0] not in YES_OR_NO:
+    if first_word not in YES_OR_NO:
         return 0
     if question == YES_NO:
         return 1
     return 0 if question == CHOICE else -1
 
 
-def _leaves_unanswered(question: str | None, reply: str) -> bool:
-    """Whether the reply passes over the question the exchange before ended on: thanks after any
-    question; a yes, an acknowledgement, a request or a question of its own after a wh-question."""
+def _leaves_unanswered(question: str | None, first_word: str) -> bool:
+    """Whether a reply beginning so passes over the question the exchange before ended on: thanks
+    after any question; a yes, an acknowledgement, a request or a question of its own after a
+    wh-question."""
     if question is None:
         return False
-    words = _FIRST_WORDS.findall(reply.lower()[:30])
-    if not words:
-        return False
-    if words[0] in ("thanks", "thank"):
+    if first_word in ("thanks", "thank"):
         return True
-    return question == WH and (words[0] in ACKNOWLEDGES or words[0] in REQUEST_WORDS)
+    return question == WH and (first_word in ACKNOWLEDGES or first_word in REQUEST_WORDS)
 
 
 def _rare_names(texts: list[str], reach: int) -> list[set[str]]:
@@ -484,7 +471,8 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
         rows = list(range(start, end))
         named = set().union(*(rare[i] for i in rows))
         opening = _opening(texts[start])
-        unanswered = current is not None and not closed[current] and _leaves_unanswered(question[current], texts[start])
+        first_word = next(iter(_FIRST_WORDS.findall(texts[start].lower()[:30])), "")
+        unanswered = current is not None and not closed[current] and _leaves_unanswered(question[current], first_word)
         best, best_score = None, settings.new_thresholds[opening]
         for c, cluster in enumerate(clusters):
             score = sim[np.ix_(cluster, rows)].mean()
@@ -497,7 +485,7 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
             else:
                 left = settings.return_bonus if question[c] else settings.left_bonus
                 score += left * settings.return_decay ** (k - left_at[c] - 2)
-            score += settings.answer_bonus * _takes_up(question[c], texts[start])
+            score += settings.answer_bonus * _takes_up(question[c], first_word)
             if c != current and named & names[c]:
                 score += settings.shared_name_bonus
             if score > best_score:
