@@ -563,5 +563,5 @@ def log_records(records: list[dict]) -> bytes:
 
 
 def log_path(store: Store):
-    return store.root / LOG_FILE
+    return store.path(LOG_FILE)
 

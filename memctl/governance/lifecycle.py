@@ -60,19 +60,17 @@ class Change:
 
 
 def deleted_file(store: Store, moment: datetime) -> Path:
-    return store.root / DELETED_DIR / f"{moment:%Y-%m}.md"
+    return store.path(DELETED_DIR, f"{moment:%Y-%m}.md")
 
 
 def load_deleted(store: Store) -> list[Entry]:
     """Every soft-deleted entry (deleted/*.md), oldest file first; unreadable files are skipped."""
-    folder = store.root / DELETED_DIR
     entries: list[Entry] = []
-    if folder.is_dir():
-        for path in sorted(folder.glob("*.md")):
-            try:
-                entries += memoryfile.load(path).entries
-            except memoryfile.StoreError:
-                continue  # health check reports it
+    for path in store.listing(store.path(DELETED_DIR), "*.md"):
+        try:
+            entries += memoryfile.load(path).entries
+        except memoryfile.StoreError:
+            continue  # health check reports it
     return entries
 
 

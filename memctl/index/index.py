@@ -247,7 +247,7 @@ class Index:
         return _Reading(units, table.rows(sorted(read)), False, files=len(self._existing(sorted(read))))
 
     def _existing(self, names: list[str]) -> list[Path]:
-        return [path for path in (self.store.root / name for name in names) if path.exists()]
+        return [path for path in (self.store.confine(self.store.root / name) for name in names) if path.exists()]
 
     # -- vectors -----------------------------------------------------------------
     def _vectors_for(self, fresh: list[Unit], table: _Table | None, model: _Model, progress,

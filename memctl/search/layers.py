@@ -140,7 +140,7 @@ def _place(result: Layered, layer: str, item: dict[str, Any], count_tokens) -> N
 def _turns(store: Store) -> int:
     """Layered searches counted so far; the count lives in the store, so every 5th turn is known."""
     try:
-        state = orjson.loads((store.root / COUNTER_FILE).read_bytes())
+        state = orjson.loads(store.path(COUNTER_FILE).read_bytes())
     except (FileNotFoundError, orjson.JSONDecodeError):
         return 0
     turns = state.get("layered_turns", 0) if isinstance(state, dict) else 0
@@ -151,4 +151,4 @@ def _count_turn(store: Store) -> None:
     if not store.exists():
         return
     with store.lock():
-        atomic_write(store.root / COUNTER_FILE, orjson.dumps({"layered_turns": _turns(store) + 1}))
+        atomic_write(store.path(COUNTER_FILE), orjson.dumps({"layered_turns": _turns(store) + 1}))

@@ -18,7 +18,7 @@ FILE_NAME = "access.json"
 
 def load(store: Store) -> dict[str, dict]:
     try:
-        data = orjson.loads((store.root / FILE_NAME).read_bytes())
+        data = orjson.loads(store.path(FILE_NAME).read_bytes())
     except (FileNotFoundError, orjson.JSONDecodeError):
         return {}  # a damaged counter file costs counts, never a search; health reports it
     return data if isinstance(data, dict) else {}
@@ -40,4 +40,4 @@ def record(store: Store, memory_ids: list[str]) -> None:
             entry = counts.get(memory_id)
             entry = entry if isinstance(entry, dict) else {}
             counts[memory_id] = {"count": int(entry.get("count", 0)) + 1, "last": stamp}
-        atomic_write(store.root / FILE_NAME, orjson.dumps(counts, option=orjson.OPT_SORT_KEYS))
+        atomic_write(store.path(FILE_NAME), orjson.dumps(counts, option=orjson.OPT_SORT_KEYS))

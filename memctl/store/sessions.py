@@ -34,7 +34,7 @@ def message_line(message: dict) -> bytes:
 def iter_messages(store: Store, paths: list[Path] | None = None) -> Iterator[tuple[Path, int, dict]]:
     """(file, line, message) for every parseable message of every session (or of the given files)."""
     if paths is None:
-        paths = sorted(store.sessions_dir.glob("*.jsonl")) if store.sessions_dir.is_dir() else []
+        paths = store.listing(store.sessions_dir, "*.jsonl")
     for path in paths:
         for line in jsonl.read(path):
             if line.value is not None and isinstance(line.value.get("id"), str):

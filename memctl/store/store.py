@@ -19,13 +19,15 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import stat
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import orjson
 
-from memctl.errors import StoreError
+from memctl.errors import InputError, StoreError
 
 DEFAULT_STORE = ".memory"
 STORE_ENV = "MEMCTL_STORE"
@@ -38,6 +40,17 @@ _JOURNAL_FILE = "journal.json"
 _BACKUP_NAME = re.compile(r"^\d+\.bak$")
 # What an id, a session, a scope or a tool may be called: also safe as a file name.
 NAME = re.compile(r"[\w.:@+-]{1,128}")
+NAME_RULE = "1-128 letters, digits or . _ : @ + -, not only dots"
+
+
+def check_name(value, what: str, *, source: str | None = None, line: int | None = None) -> str:
+    """The one test of a name that becomes part of a path (a session, a topic or message id,
+    a cache scope, tool, key or entry id), wherever it came from: an argument, an MCP call,
+    an LLM answer or a store file. Store.path() applies it to every part it is given."""
+    if not isinstance(value, str) or not NAME.fullmatch(value) or not value.strip("."):
+        shown = value if isinstance(value, str) else type(value).__name__
+        raise InputError(f"must be {NAME_RULE}, got {shown!r:.80}", source=source, line=line, field=what)
+    return value
 
 
 class Store:
@@ -52,56 +65,92 @@ class Store:
         return cls(path or os.environ.get(STORE_ENV) or DEFAULT_STORE)
 
     # -- layout (SPEC section 0) -------------------------------------------
+    # Every file and folder of the store is reached through path(): nothing of a store,
+    # however it was made, leads outside it.
+    def path(self, *parts: str) -> Path:
+        """The store's file or folder at root/part/part/...: each part a checked name
+        (check_name), and no part on the way a symbolic link (confine)."""
+        for part in parts:
+            check_name(part, "file name", source=str(self.root))
+        return self.confine(self.root.joinpath(*parts))
+
+    def confine(self, path: Path) -> Path:
+        """`path` if it lies under the root and nothing between the root and it is a
+        symbolic link; else StoreError naming the link. The root itself may be a link
+        (where the user keeps the store is theirs to say); inside it memctl follows none,
+        so every name resolves inside the store's real path."""
+        root = Path(os.path.abspath(self.root))
+        try:
+            relative = Path(os.path.abspath(path)).relative_to(root)
+        except ValueError:
+            raise StoreError(f"{path}: not a file of the store at {self.root}") from None
+        current = root
+        for part in relative.parts:
+            current = current / part
+            try:
+                mode = os.lstat(current).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                break  # what does not exist yet is not a link
+            if stat.S_ISLNK(mode):
+                raise StoreError(f"{current}: a symbolic link inside the store; memctl follows none "
+                                 "(README: Trust): replace it with the real folder or file")
+        return path
+
+    def listing(self, folder: Path, pattern: str) -> list[Path]:
+        """The files of a store folder matching `pattern`, sorted; none if the folder is not
+        there. A link among them (or the folder one) is refused as path() refuses it."""
+        self.confine(folder)
+        if not folder.is_dir():
+            return []
+        return [self.confine(path) for path in sorted(folder.glob(pattern))]
+
     @property
     def memory_md(self) -> Path:
-        return self.root / "MEMORY.md"
+        return self.path("MEMORY.md")
 
     @property
     def daily_dir(self) -> Path:
-        return self.root / "memory"
+        return self.path("memory")
 
     @property
     def sessions_dir(self) -> Path:
-        return self.root / "sessions"
+        return self.path("sessions")
 
     @property
     def topics_dir(self) -> Path:
-        return self.root / "topics"
+        return self.path("topics")
 
     @property
     def pending_file(self) -> Path:
-        return self.root / "pending.jsonl"
+        return self.path("pending.jsonl")
 
     @property
     def state_file(self) -> Path:
-        return self.root / "index_state.json"
+        return self.path("index_state.json")
 
     @property
     def config_file(self) -> Path:
-        return self.root / "memctl.toml"
+        return self.path("memctl.toml")
 
     @property
     def index_dir(self) -> Path:
-        return self.root / ".index"
+        return self.path(".index")
 
     def daily_log(self, day: str) -> Path:
-        return self.daily_dir / f"{day}.md"
+        return self.path("memory", f"{day}.md")
 
     def session_file(self, session: str) -> Path:
-        return self.sessions_dir / f"{session}.jsonl"
+        check_name(session, "session")
+        return self.path("sessions", f"{session}.jsonl")
 
     def daily_logs(self) -> list[Path]:
-        if not self.daily_dir.is_dir():
-            return []
-        return sorted(p for p in self.daily_dir.iterdir() if _DAY_FILE.match(p.name))
+        return [p for p in self.listing(self.daily_dir, "*.md") if _DAY_FILE.match(p.name)]
 
     def source_files(self) -> list[Path]:
         """The files the index is built from: their sizes and times tell when to re-index."""
         files = [self.memory_md] if self.memory_md.exists() else []
-        if self.sessions_dir.is_dir():
-            files += sorted(self.sessions_dir.glob("*.jsonl"))
-        if self.topics_dir.is_dir():
-            files += sorted(self.topics_dir.glob("t-*.jsonl"))
+        files += self.listing(self.sessions_dir, "*.jsonl")
+        files += self.listing(self.topics_dir, "t-*.jsonl")
         return files + self.daily_logs()
 
     def relative(self, path: Path) -> str:
@@ -124,7 +173,7 @@ class Store:
     def lock(self) -> Iterator[None]:
         """Hold the store's exclusive lock; repairs an unfinished transaction."""
         _make_dirs(self.root)
-        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
+        fd = os.open(self.path(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._recover()
@@ -143,7 +192,7 @@ class Store:
         creates nothing in a store memctl never wrote to.
         """
         try:
-            fd = os.open(self.root / ".lock", os.O_RDONLY)
+            fd = os.open(self.path(".lock"), os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
             yield  # no memctl writer ever took the lock here: nothing to wait for
             return
@@ -151,7 +200,12 @@ class Store:
             fcntl.flock(fd, fcntl.LOCK_SH)
             if recover and (self.root / _JOURNAL_DIR).exists():
                 fcntl.flock(fd, fcntl.LOCK_EX)  # not atomic: re-check the journal under the lock
-                self._recover()
+                try:
+                    self._recover()
+                except StoreError as exc:
+                    # A journal nobody can undo must not lock every reader out of their memory:
+                    # read on, and say once what to remove (writers still refuse).
+                    print(f"memctl: warning: {exc}", file=sys.stderr)
                 fcntl.flock(fd, fcntl.LOCK_SH)
             yield
         finally:
@@ -205,7 +259,7 @@ class Transaction:
 
     def __init__(self, store: Store, *, resume: bool = False):
         self.store = store
-        self.dir = store.root / _JOURNAL_DIR
+        self.dir = store.path(_JOURNAL_DIR)
         self.ops: list[dict] = []
         self._seen: set[str] = set()
         if resume:
@@ -254,13 +308,10 @@ class Transaction:
         self._record({"op": "replace", "path": key, "backup": backup})
 
     def _key(self, path: Path) -> str:
-        """A path as the journal names it: relative to the store root, never outside it."""
-        absolute = Path(os.path.abspath(path))
-        root = Path(os.path.abspath(self.store.root))
-        try:
-            return absolute.relative_to(root).as_posix()
-        except ValueError:
-            raise StoreError(f"{path}: not a file of the store at {self.store.root}") from None
+        """A path as the journal names it: relative to the store root, never outside it,
+        and never through a symbolic link (Store.confine)."""
+        self.store.confine(path)
+        return Path(os.path.abspath(path)).relative_to(Path(os.path.abspath(self.store.root))).as_posix()
 
     def _record(self, op: dict) -> None:
         self._seen.add(op["path"])
@@ -280,20 +331,36 @@ class Transaction:
         self.ops = []
 
     def rollback(self) -> None:
-        """Undo every recorded change, newest first (ops were checked by load_journal)."""
+        """Undo every recorded change, newest first (ops were checked by load_journal).
+
+        A change that cannot be undone (its folder replaced by a file, a disk that
+        refuses) stops the rollback with one line saying what to remove: the journal
+        stays, writers refuse until a person looks, and readers go on (Store.reading)."""
         for op in reversed(self.ops):
             path = self.store.root / op["path"]
-            if op["op"] == "append":
-                if op["size"] < 0:
-                    path.unlink(missing_ok=True)
+            try:
+                if op["op"] == "append":
+                    if op["size"] < 0:
+                        _unlink_if_there(path)
+                    else:
+                        _truncate(path, op["size"])
+                elif op["backup"]:
+                    os.replace(self.dir / op["backup"], path)
+                    _fsync_dir(path.parent)
                 else:
-                    _truncate(path, op["size"])
-            elif op["backup"]:
-                os.replace(self.dir / op["backup"], path)
-                _fsync_dir(path.parent)
-            else:
-                path.unlink(missing_ok=True)
+                    _unlink_if_there(path)
+            except OSError as exc:
+                raise StoreError(f"{self.dir}: an unfinished change to {op['path']} cannot be undone "
+                                 f"({exc.strerror or exc}); check that file, then remove {self.dir}") from None
         self.commit()
+
+
+def _unlink_if_there(path: Path) -> None:
+    """Remove a file the transaction created; where its folder is not one, it cannot be there."""
+    try:
+        path.unlink()
+    except (FileNotFoundError, NotADirectoryError):
+        pass
 
 
 class DryRun(Transaction):
@@ -361,7 +428,7 @@ def _truncate(path: Path, size: int) -> None:
     """Cut a file back to its old size; never follows a symlink."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return
     try:
         os.ftruncate(fd, size)
@@ -373,7 +440,7 @@ def _truncate(path: Path, size: int) -> None:
 def atomic_write(path: Path, data: bytes) -> None:
     """Write a whole file so that readers see the old or the new, never a mix."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
     try:
         _write_all(fd, data)
         os.fsync(fd)

@@ -34,6 +34,7 @@ Run once a day (cron). In one Transaction (or, with dry_run, as a plan only):
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,12 +43,13 @@ import orjson
 from memctl import clock
 from memctl.errors import InputError
 from memctl.store import jsonl
-from memctl.store.store import Store
+from memctl.store.store import Store, check_name
 from memctl.topics import activation, files, log
 from memctl.topics.files import Topic
 from memctl.topics.summary import background_of, distinctive_terms, summarise
 
 ARCHIVED = "archived"
+_MONTH = re.compile(r"\d{4}-\d{2}")  # an archive folder, YYYY-MM of the topic's last update
 AUTO_SUMMARIES = "auto_summaries.jsonl"
 COMPRESSED_SHARE = 0.6
 ONE_OFF = 2
@@ -75,7 +77,7 @@ class DailyReport:
 
 
 def archive_dir(store: Store) -> Path:
-    return store.topics_dir / ARCHIVED
+    return store.path("topics", ARCHIVED)
 
 
 def archived_topics(store: Store, since: str | None = None) -> list[dict]:
@@ -85,14 +87,11 @@ def archived_topics(store: Store, since: str | None = None) -> list[dict]:
             clock.parse_ts(since if len(since) > 7 else f"{since}-01")
         except (ValueError, TypeError):
             raise InputError(f"not a month (YYYY-MM) or an ISO 8601 date: {since!r}", source="--since") from None
-    root = archive_dir(store)
-    if not root.is_dir():
-        return []
     headers = []
-    for month in sorted(p for p in root.iterdir() if p.is_dir()):
+    for month in store.listing(archive_dir(store), "[0-9][0-9][0-9][0-9]-[0-9][0-9]"):
         if since and month.name < since[:7]:
             continue
-        for path in sorted(month.glob("t-*.jsonl")):
+        for path in store.listing(month, "t-*.jsonl"):
             for line in jsonl.read(path):
                 if line.value is not None and line.value.get("type") == "topic":
                     headers.append(line.value)
@@ -124,7 +123,9 @@ def restore_archived(tx, store: Store, query: str, now: str) -> dict[str, Topic]
 
 
 def _archived_path(store: Store, header: dict) -> Path:
-    return archive_dir(store) / header.get("updated", "0000-00")[:7] / f"{header['id']}.jsonl"
+    month = str(header.get("updated", "0000-00"))[:7]
+    return store.path("topics", ARCHIVED, month if _MONTH.fullmatch(month) else "0000-00",
+                      f"{check_name(header['id'], 'id')}.jsonl")
 
 
 def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> DailyReport:
@@ -264,9 +265,9 @@ def _idle_summaries(tx, store, settings, now_moment, background) -> list[dict]:
     from memctl.topics.split import session_messages
 
     done = {(line.value.get("session"), line.value.get("until"))
-            for line in jsonl.read(store.root / AUTO_SUMMARIES) if line.value}
+            for line in jsonl.read(store.path(AUTO_SUMMARIES)) if line.value}
     lines = []
-    for path in sorted(store.sessions_dir.glob("*.jsonl")) if store.sessions_dir.is_dir() else []:
+    for path in store.listing(store.sessions_dir, "*.jsonl"):
         messages = session_messages(store, path.stem)
         if not messages or not messages[-1].get("ts"):
             continue
@@ -281,5 +282,5 @@ def _idle_summaries(tx, store, settings, now_moment, background) -> list[dict]:
         lines.append({"session": session, "until": last["id"], "at": clock.format_ts(now_moment),
                       "keywords": list(dict.fromkeys(keywords))[:5], "summary": summary})
     if lines:
-        tx.append(store.root / AUTO_SUMMARIES, b"".join(orjson.dumps(line) + b"\n" for line in lines))
+        tx.append(store.path(AUTO_SUMMARIES), b"".join(orjson.dumps(line) + b"\n" for line in lines))
     return lines

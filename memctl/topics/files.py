@@ -27,7 +27,7 @@ import orjson
 
 from memctl.errors import StoreError
 from memctl.store import jsonl
-from memctl.store.store import Store
+from memctl.store.store import Store, check_name
 
 COMPACT_AFTER = 8
 STATES = ("active", "dormant", "archived")
@@ -55,7 +55,7 @@ def topic_id(first_message_id: str) -> str:
 
 
 def topic_path(store: Store, identifier: str) -> Path:
-    return store.topics_dir / f"{identifier}.jsonl"
+    return store.path("topics", f"{check_name(identifier, 'id')}.jsonl")
 
 
 def load_topic(path: Path) -> Topic | None:
@@ -78,9 +78,7 @@ def load_topic(path: Path) -> Topic | None:
 def load_topics(store: Store) -> dict[str, Topic]:
     """Every topic of the store, by id, oldest first."""
     topics: dict[str, Topic] = {}
-    if not store.topics_dir.is_dir():
-        return topics
-    for path in sorted(store.topics_dir.glob("t-*.jsonl")):
+    for path in store.listing(store.topics_dir, "t-*.jsonl"):
         topic = load_topic(path)
         if topic is not None:
             topics[topic.id] = topic
@@ -114,11 +112,11 @@ def rewrite_topic(tx, store: Store, topic: Topic) -> None:
 
 def append_index(tx, store: Store, name: str, records: list[dict]) -> None:
     if records:
-        tx.append(store.topics_dir / name, b"".join(orjson.dumps(r) + b"\n" for r in records))
+        tx.append(store.path("topics", name), b"".join(orjson.dumps(r) + b"\n" for r in records))
 
 
 def read_index(store: Store, name: str) -> list[dict]:
-    return [line.value for line in jsonl.read(store.topics_dir / name) if line.value is not None]
+    return [line.value for line in jsonl.read(store.path("topics", name)) if line.value is not None]
 
 
 # A link as seen from each end: links.jsonl says {"from": A, "to": B, "kind": K}.

@@ -59,7 +59,7 @@ def command_argv(command: str) -> list[str]:
 
 
 def template(store: Store, name: str) -> str:
-    override = store.root / "prompts" / f"{name}.md"
+    override = store.path("prompts", f"{name}.md")
     if override.exists():
         return override.read_text(encoding="utf-8")
     return resources.files(__package__).joinpath("prompts", f"{name}.md").read_text(encoding="utf-8")

@@ -22,7 +22,7 @@ LOG = "activation_log.jsonl"
 
 def append(tx, store: Store, events: list[dict]) -> None:
     if events:
-        tx.append(store.topics_dir / LOG, b"".join(orjson.dumps(e) + b"\n" for e in events))
+        tx.append(store.path("topics", LOG), b"".join(orjson.dumps(e) + b"\n" for e in events))
 
 
 def read(store: Store, since: str | None = None) -> list[dict]:
@@ -34,12 +34,12 @@ def read(store: Store, since: str | None = None) -> list[dict]:
         except (ValueError, TypeError):
             raise InputError(f"not an ISO 8601 date or time: {since!r}", source="--since") from None
     events = []
-    for line in jsonl.read(store.topics_dir / LOG):
+    for line in jsonl.read(store.path("topics", LOG)):
         event = line.value
         if line.problem == jsonl.UNTERMINATED:
             continue
         if event is None:
-            raise InputError(line.problem or "not a JSON object", source=str(store.topics_dir / LOG), line=line.number)
+            raise InputError(line.problem or "not a JSON object", source=str(store.path("topics", LOG)), line=line.number)
         if start is None or clock.parse_ts(event["at"]) >= start:
             events.append(event)
     return events

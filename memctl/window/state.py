@@ -249,7 +249,7 @@ def load_state(store: Store, settings: dict[str, Any] | None = None) -> State | 
 
 
 def topic_file(store: Store) -> Path:
-    return store.root / TOPIC_FILE
+    return store.path(TOPIC_FILE)
 
 
 def memory_sections(store: Store) -> list[str]:
