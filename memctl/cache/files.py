@@ -25,7 +25,7 @@ from typing import Iterator
 
 import orjson
 
-from memctl.store.store import FILE_MODE, Store, _make_dirs, atomic_write
+from memctl.store.store import FILE_MODE, NAME, Store, _make_dirs, atomic_write
 from memctl.cache.backend import EVENTS, Entry, wait_for
 
 _EVENT_CODES = {"hits": b"h", "misses": b"m", "negative_hits": b"n"}
@@ -36,14 +36,15 @@ class FileBackend:
     name = "files"
 
     def __init__(self, store: Store):
-        self.root = store.root / "cache"
+        self.store = store
 
-    def _dir(self, scope: str, part: str) -> Path:
-        return self.root / scope / part
+    def _path(self, scope: str, part: str, *name: str) -> Path:
+        """Every path of the cache: scope, key and entry id are names (Store.path checks them)."""
+        return self.store.path("cache", scope, part, *name)
 
     def load(self, scope: str, key: str) -> Entry | None:
         try:
-            entry = Entry.from_json(orjson.loads((self._dir(scope, "entries") / f"{key}.json").read_bytes()))
+            entry = Entry.from_json(orjson.loads(self._path(scope, "entries", f"{key}.json").read_bytes()))
         except FileNotFoundError:
             return None
         except (ValueError, TypeError):  # an entry edited by hand into nonsense: a miss, replaced by the next run
@@ -51,54 +52,53 @@ class FileBackend:
         if entry.expires_at <= time.time():
             return None
         try:
-            entry.access_count = 1 + os.stat(self._dir(scope, "access") / entry.id).st_size
+            entry.access_count = 1 + os.stat(self._path(scope, "access", entry.id)).st_size
         except FileNotFoundError:
             pass
         try:
-            entry.consolidated = (self._dir(scope, "consolidated") / entry.id).read_text() or None
+            entry.consolidated = self._path(scope, "consolidated", entry.id).read_text() or None
         except FileNotFoundError:
             pass
         return entry
 
     def save(self, entry: Entry, ttl: float) -> None:
         entry.expires_at = time.time() + ttl
-        folder = self._dir(entry.scope, "entries")
-        _make_dirs(folder)
-        atomic_write(folder / f"{entry.key}.json", orjson.dumps(entry.to_json()))
+        path = self._path(entry.scope, "entries", f"{entry.key}.json")
+        _make_dirs(path.parent)
+        atomic_write(path, orjson.dumps(entry.to_json()))
 
     def count_access(self, entry: Entry) -> int:
-        return 1 + _append(self._dir(entry.scope, "access") / entry.id, b"1")
+        return 1 + _append(self._path(entry.scope, "access", entry.id), b"1")
 
     def count(self, scope: str, tool: str, event: str) -> None:
-        _append(self._dir(scope, "events"), _EVENT_CODES[event] + b"\t" + tool.encode() + b"\n")
+        _append(self.store.path("cache", scope, "events"), _EVENT_CODES[event] + b"\t" + tool.encode() + b"\n")
 
     @contextmanager
     def single_run(self, scope: str, key: str, timeout: float) -> Iterator[bool]:
-        folder = self._dir(scope, "locks")
-        _make_dirs(folder)
-        fd = os.open(folder / key, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        path = self._path(scope, "locks", key)
+        _make_dirs(path.parent)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
         try:
             yield wait_for(lambda: _try_flock(fd), timeout=timeout, scope=scope, key=key)
         finally:
             os.close(fd)  # closing releases the flock
 
     def entries(self, scope: str) -> Iterator[Entry]:
-        folder = self._dir(scope, "entries")
-        if not folder.is_dir():
-            return
-        for path in sorted(folder.glob("*.json")):
+        for path in self.store.listing(self._path(scope, "entries"), "*.json"):
+            if not NAME.fullmatch(path.stem):
+                continue  # not a key memctl wrote (health names the file)
             entry = self.load(scope, path.stem)
             if entry is not None:
                 yield entry
 
     def mark_consolidated(self, marks: list[tuple[Entry, str]]) -> None:
         for entry, memory_id in marks:  # no fsync: a lost mark costs a no-op ingest, not a duplicate
-            _append(self._dir(entry.scope, "consolidated") / entry.id, memory_id.encode(), replace=True)
+            _append(self._path(entry.scope, "consolidated", entry.id), memory_id.encode(), replace=True)
 
     def counters(self, scope: str) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(EVENTS, 0))
         try:
-            data = self._dir(scope, "events").read_bytes()
+            data = self.store.path("cache", scope, "events").read_bytes()
         except FileNotFoundError:
             return {}
         for line in data.split(b"\n"):
@@ -108,19 +108,18 @@ class FileBackend:
         return dict(out)
 
     def scopes(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        return [p.name for p in self.store.listing(self.store.path("cache"), "*")
+                if p.is_dir() and not p.name.startswith(".")]
 
     def clear(self, scope: str) -> int:
-        folder = self.root / scope
+        folder = self.store.path("cache", scope)  # a link is refused here, before anything is renamed
         if not folder.is_dir():
             return 0
         count = sum(1 for _ in self.entries(scope))
         # Renamed first, so the scope disappears at once, even for readers in mid-walk.
         import shutil
 
-        doomed = self.root / f".{scope}.{os.getpid()}.cleared"
+        doomed = self.store.path("cache", f".{scope}.{os.getpid()}.cleared")
         os.rename(folder, doomed)
         shutil.rmtree(doomed)
         return count
@@ -128,7 +127,7 @@ class FileBackend:
 
 def _append(path: Path, data: bytes, *, replace: bool = False) -> int:
     """Append in one write (atomic with O_APPEND), or replace the content; returns the file's size after it."""
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if replace else os.O_APPEND)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if replace else os.O_APPEND)
     try:
         fd = os.open(path, flags, FILE_MODE)
     except FileNotFoundError:

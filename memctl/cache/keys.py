@@ -15,13 +15,12 @@ from typing import Any
 import orjson
 
 from memctl.errors import InputError
-from memctl.store.store import NAME
+from memctl.store import store
+
 
 def check_name(value: str, what: str) -> str:
-    """A scope or tool name: 1-128 letters, digits or . _ : @ + - (also safe as a file name)."""
-    if not isinstance(value, str) or not NAME.fullmatch(value) or value in (".", ".."):
-        raise InputError("must be 1-128 letters, digits or . _ : @ + -", source=f"--{what}", field=what)
-    return value
+    """A scope or tool name, as the store checks every name that becomes a path, named by its flag."""
+    return store.check_name(value, what, source=f"--{what}")
 
 
 def canonical(value: Any) -> Any:
