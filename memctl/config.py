@@ -75,6 +75,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "default_scope": "global",
         "default_memory_class": "episodic",
         "filter_noise": True,
+        # One message or note: a larger one is refused whole (a 50 MB message took the index past
+        # 600 s and 700 MB). 1 MiB is ~250k tokens, past any model's context.
+        "max_text_bytes": 1 << 20,
     },
     # The section-hit window (W, memctl/state.py). window_size and
     # dominant_threshold are the values a new index_state.json starts with;
@@ -160,6 +163,7 @@ LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
     ("ingest", "default_section"): (lambda v: bool(v.strip()) and "\n" not in v, "one line of text"),
     # Ten years: further out, an expiry time overflows the calendar (1e308 hours did).
     ("ingest", "pending_ttl_hours"): (lambda v: 0 < v <= 87_600, "hours above 0, at most 87600 (ten years)"),
+    ("ingest", "max_text_bytes"): (lambda v: 1 <= v <= 64 << 20, "a whole number from 1 to 67108864 (64 MiB)"),
     ("state", "dominant_threshold"): (lambda v: 0 < v <= 1, "a number in (0, 1]"),
     ("state", "miss_threshold"): (lambda v: v >= 1, "a whole number >= 1"),
     ("state", "topic_after_turns"): (lambda v: v >= 1, "a whole number >= 1"),

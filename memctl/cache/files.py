@@ -25,7 +25,7 @@ from typing import Iterator
 
 import orjson
 
-from memctl.store.store import FILE_MODE, NAME, Store, _make_dirs, atomic_write
+from memctl.store.store import FILE_MODE, Store, is_name, _make_dirs, atomic_write
 from memctl.cache.backend import EVENTS, Entry, wait_for
 
 _EVENT_CODES = {"hits": b"h", "misses": b"m", "negative_hits": b"n"}
@@ -85,7 +85,7 @@ class FileBackend:
 
     def entries(self, scope: str) -> Iterator[Entry]:
         for path in self.store.listing(self._path(scope, "entries"), "*.json"):
-            if not NAME.fullmatch(path.stem):
+            if not is_name(path.stem):
                 continue  # not a key memctl wrote (health names the file)
             entry = self.load(scope, path.stem)
             if entry is not None:

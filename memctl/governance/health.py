@@ -51,7 +51,7 @@ class Problem:
     message: str
     code: str               # stable: parse, field, duplicate-id, dangling-link, cycle, fork, superseded-current,
                             # topic-conflict, missing-field, pending-expired, permissions, journal, temp-file,
-                            # config, index
+                            # config, index, symlink, store (a link or a file where a folder should be), cache
     severity: str = "error"  # error | warning
     fixable: bool = False
 
@@ -95,24 +95,113 @@ def check(store: Store, now: datetime | None = None) -> list[Problem]:
     """Every problem in the store, in a stable order (by file, then line)."""
     store.require()
     now = now or clock.now()
+    problems: list[Problem] = _check_links(store)
+    if any(p.file == ".lock" for p in problems):
+        return problems  # without its lock the store cannot be read consistently: the link comes first
     with store.reading(recover=False):  # report an unfinished transaction, don't undo it
-        problems: list[Problem] = []
-        problems += _check_config(store)
-        problems += _check_leftovers(store)
-        problems += _check_permissions(store)
+        problems += _guarded(problems, lambda: _check_config(store)) or []
+        problems += _guarded(problems, lambda: _check_leftovers(store)) or []
+        problems += _guarded(problems, lambda: _check_permissions(store)) or []
         ids: dict[str, str] = {}  # id -> where first seen
-        doc = _check_memory_md(store, problems, ids)
-        _check_messages(store, problems, ids)
-        _check_pending(store, problems, ids, now)
-        _check_json(store, problems)
-        _check_daily_logs(store, problems)
-        deleted = _check_deleted(store, problems)
+        doc = _guarded(problems, lambda: _check_memory_md(store, problems, ids))
+        _guarded(problems, lambda: _check_messages(store, problems, ids))
+        _guarded(problems, lambda: _check_pending(store, problems, ids, now))
+        _guarded(problems, lambda: _check_json(store, problems))
+        _guarded(problems, lambda: _check_daily_logs(store, problems))
+        deleted = _guarded(problems, lambda: _check_deleted(store, problems)) or []
+        _guarded(problems, lambda: _check_topics(store, problems))
+        # CACHE-CHECK-PENDING
         if doc is not None:
             _check_chains(doc, deleted, problems)
-        problems += index_problems(store)
+        problems += _guarded(problems, lambda: index_problems(store)) or []
     order = {"MEMORY.md": 0}
     problems.sort(key=lambda p: (order.get(p.file, 1), p.file, p.line or 0))
     return problems
+
+
+def _guarded(problems: list[Problem], check):
+    """A check's result; one that cannot go on (a link it may not follow, a folder that is a
+    file) is a problem of its own, and the other checks still run."""
+    try:
+        return check()
+    except InputError as exc:
+        problems.append(Problem(exc.source or ".", exc.line, _message_of(exc), "field"))
+    except MemctlError as exc:
+        problems.append(Problem(".", None, str(exc), "store"))
+    except OSError as exc:
+        problems.append(Problem(str(exc.filename or "."), None, exc.strerror or str(exc), "store"))
+    return None
+
+
+def _message_of(exc: InputError) -> str:
+    return (f"field '{exc.field}': " if exc.field else "") + exc.message
+
+
+def _check_links(store: Store) -> list[Problem]:
+    """Every symbolic link inside the store: memctl follows none (README: Trust), so each is
+    named here and refused by every command that meets it."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(store.root):  # os.walk does not descend into links
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                out.append(Problem(store.relative(path), None, f"a symbolic link (to {os.readlink(path)}); "
+                                   "memctl follows none: replace it with the real folder or file", "symlink"))
+    return out
+
+
+def _check_topics(store: Store, problems: list[Problem]) -> None:
+    """Topic files, archived ones, links, the time index, the activation log and auto summaries,
+    each line as the topic commands read it (memctl.topics.files.check_record)."""
+    from memctl.topics import files
+    from memctl.topics.daily import ARCHIVED, AUTO_SUMMARIES
+    from memctl.topics.log import LOG
+
+    if store.topics_dir.exists() and not store.topics_dir.is_dir():
+        problems.append(Problem("topics", None, "not a folder (memctl keeps topic files in it)", "store"))
+        return
+    paths = store.listing(store.topics_dir, "t-*.jsonl")
+    paths += [p for month in store.listing(store.path("topics", ARCHIVED), "*") if month.is_dir()
+              for p in store.listing(month, "t-*.jsonl")]
+    owner: dict[str, str] = {}
+    for path in paths:
+        rel = store.relative(path)
+        for number, record in _jsonl(store, path, problems, "a topic line"):
+            try:
+                files.check_record(record, rel, number, file_id=path.stem)
+            except InputError as exc:
+                problems.append(Problem(rel, number, _message_of(exc), "field"))
+                continue
+            if record["type"] == "message":
+                first = owner.setdefault(record["id"], rel)
+                if first != rel and "/archived/" not in rel + first:
+                    problems.append(Problem(rel, number, f"message '{record['id']}' is also in {first}: "
+                                            "a message belongs to one topic", "duplicate-id"))
+    for name in (files.LINKS, files.TIME_INDEX):
+        path = store.path("topics", name)
+        for number, record in _jsonl(store, path, problems, "an index line"):
+            problem = files.check_index_line(name, record)
+            if problem:
+                problems.append(Problem(store.relative(path), number, f"field '{problem[0]}': {problem[1]}",
+                                        "field"))
+    for _ in _jsonl(store, store.path("topics", LOG), problems, "a log event"):
+        pass
+    summaries = store.path(AUTO_SUMMARIES)
+    for number, record in _jsonl(store, summaries, problems, "an auto summary"):
+        for key, ok in (("session", isinstance(record.get("session"), str)),
+                        ("until", isinstance(record.get("until"), str)),
+                        ("summary", isinstance(record.get("summary", ""), str)),
+                        ("keywords", isinstance(record.get("keywords", []), list))):
+            if not ok:
+                problems.append(Problem(AUTO_SUMMARIES, number, f"field '{key}': wrong type", "field"))
+                break
+
+
+def _check_cache(store: Store, problems: list[Problem]) -> None:
+    """The files cache backend's entries and event logs (memctl.cache.files.problems)."""
+    from memctl.cache.files import problems as cache_problems
+
+    problems += [Problem(file, line, message, "cache") for file, line, message in cache_problems(store)]
 
 
 def index_problems(store: Store) -> list[Problem]:
@@ -242,9 +331,7 @@ def _jsonl(store: Store, path: Path, problems: list[Problem], what: str) -> Iter
 
 
 def _check_messages(store: Store, problems: list[Problem], ids: dict[str, str]) -> None:
-    if not store.sessions_dir.is_dir():
-        return
-    for path in sorted(store.sessions_dir.glob("*.jsonl")):
+    for path in store.listing(store.sessions_dir, "*.jsonl"):
         rel = store.relative(path)
         for number, message in _jsonl(store, path, problems, "a message"):
             if not isinstance(message.get("id"), str):
@@ -253,7 +340,22 @@ def _check_messages(store: Store, problems: list[Problem], ids: dict[str, str]) 
             if not isinstance(message.get("text"), str):
                 problems.append(Problem(rel, number, f"message '{message['id']}': field 'text' must be text",
                                         "field"))
+            for key in ("session", "role", "speaker"):
+                if message.get(key) is not None and not isinstance(message[key], str):
+                    problems.append(Problem(rel, number, f"message '{message['id']}': field '{key}' must be text",
+                                            "field"))
+            if not _is_time(message.get("ts")):
+                problems.append(Problem(rel, number, f"message '{message['id']}': field 'ts' must be an "
+                                        "ISO 8601 time", "field"))
             _note_id(ids, message["id"], rel, number, problems)
+
+
+def _is_time(value) -> bool:
+    try:
+        clock.parse_ts(value)
+    except (ValueError, TypeError, OverflowError, OSError):
+        return False
+    return isinstance(value, str)
 
 
 def _check_pending(store: Store, problems: list[Problem], ids: dict[str, str], now: datetime) -> None:
@@ -329,9 +431,7 @@ def _settings_or_defaults(store: Store) -> dict:
 
 
 def _check_daily_logs(store: Store, problems: list[Problem]) -> None:
-    if not store.daily_dir.is_dir():
-        return
-    for path in sorted(store.daily_dir.glob("*.md")):
+    for path in store.listing(store.daily_dir, "*.md"):
         data = path.read_bytes()
         try:
             data.decode("utf-8")
@@ -341,11 +441,8 @@ def _check_daily_logs(store: Store, problems: list[Problem]) -> None:
 
 
 def _check_deleted(store: Store, problems: list[Problem]) -> list[memoryfile.Entry]:
-    folder = store.root / lifecycle.DELETED_DIR
     entries: list[memoryfile.Entry] = []
-    if not folder.is_dir():
-        return entries
-    for path in sorted(folder.glob("*.md")):
+    for path in store.listing(store.path(lifecycle.DELETED_DIR), "*.md"):
         rel = store.relative(path)
         try:
             doc = memoryfile.load(path)

@@ -25,7 +25,7 @@ from memctl.errors import InputError
 from memctl.store.memoryfile import check_field
 from memctl.text.noise import noise_reason
 from memctl.store.sessions import append_daily_log, load_ids, message_line
-from memctl.store.store import NAME, Store
+from memctl.store.store import Store, check_name
 
 _MESSAGE_KEYS = ("id", "session", "role", "speaker", "ts", "text")
 _NOTE_KEYS = {"id", "text", "content", "section", "ts"} | set(memoryfile.FIELD_ORDER)
@@ -86,8 +86,8 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
         ttl_hours = config.check("ingest", "pending_ttl_hours", float(ttl_hours), "--ttl")
     if keep_noise is None:
         keep_noise = not settings["filter_noise"]
-    if session is not None and not NAME.fullmatch(session):
-        raise InputError("must be 1-128 letters, digits or . _ : @ + -", source="--session", field="session")
+    if session is not None:
+        check_name(session, "session", source="--session")
     text = inputs.decode(data, source)
     if fmt == "auto":
         fmt = inputs.detect_format(text, source)
@@ -98,6 +98,10 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
     if supersedes:
         _add_supersedes(items, kind, supersedes)
     item_kind = "message" if kind == "message" else ("pending" if pending else "memory")
+    for line, item, _ in items:
+        if len(item["text"].encode("utf-8", "surrogatepass")) > settings["max_text_bytes"]:
+            raise InputError(f"longer than [ingest] max_text_bytes ({settings['max_text_bytes']} bytes); "
+                             "nothing was stored", source=source, line=line, field="text")
 
     kept = []
     for line, item, role in items:
@@ -220,13 +224,11 @@ def _message(record: inputs.Record, source: str, default_session: str,
         if name in value and not isinstance(value[name], str):
             raise InputError(f"must be text, got {json_type(value[name])}",
                              source=source, line=line, field=name)
-    if "id" in value and not NAME.fullmatch(value["id"]):
-        raise InputError("must be 1-128 letters, digits or . _ : @ + -", source=source, line=line, field="id")
+    if "id" in value:
+        check_name(value["id"], "id", source=source, line=line)
     defaults = record.defaults or {}
     session = forced or value.get("session") or defaults.get("session") or default_session
-    if not NAME.fullmatch(session):
-        raise InputError("must be 1-128 letters, digits or . _ : @ + -", source=source, line=line,
-                         field="session")
+    check_name(session, "session", source=source, line=line)
     raw_ts = value.get("ts", defaults.get("ts"))
     ts = normal_ts(raw_ts, source, line, "ts") if raw_ts is not None else clock.format_ts(clock.now())
     role = value.get("role")

@@ -43,11 +43,16 @@ NAME = re.compile(r"[\w.:@+-]{1,128}")
 NAME_RULE = "1-128 letters, digits or . _ : @ + -, not only dots"
 
 
+def is_name(value) -> bool:
+    """Whether `value` may become part of a path (check_name's test, for those that skip rather than refuse)."""
+    return isinstance(value, str) and NAME.fullmatch(value) is not None and bool(value.strip("."))
+
+
 def check_name(value, what: str, *, source: str | None = None, line: int | None = None) -> str:
     """The one test of a name that becomes part of a path (a session, a topic or message id,
     a cache scope, tool, key or entry id), wherever it came from: an argument, an MCP call,
     an LLM answer or a store file. Store.path() applies it to every part it is given."""
-    if not isinstance(value, str) or not NAME.fullmatch(value) or not value.strip("."):
+    if not is_name(value):
         shown = value if isinstance(value, str) else type(value).__name__
         raise InputError(f"must be {NAME_RULE}, got {shown!r:.80}", source=source, line=line, field=what)
     return value
@@ -266,9 +271,19 @@ class Transaction:
             self.ops = load_journal(store)
 
     def append(self, path: Path, data: bytes) -> None:
-        """Append bytes to a file (created if missing), durably."""
+        """Append bytes to a file (created if missing), durably.
+
+        A JSON-lines file whose last line has no newline (a writer killed mid-line, a hand
+        edit) is mended first, or the new lines would follow it on the same line and the
+        torn line would sit mid-file where every reader refuses it: a last line that parses
+        gets its newline, one that does not is cut, and the file is replaced atomically."""
         if not data:
             return
+        if path.suffix == ".jsonl":
+            mended = _mended_tail(path)
+            if mended is not None:
+                self.replace(path, mended + data)
+                return
         key = self._key(path)
         if key not in self._seen:
             size = path.stat().st_size if path.exists() else -1
@@ -353,6 +368,29 @@ class Transaction:
                 raise StoreError(f"{self.dir}: an unfinished change to {op['path']} cannot be undone "
                                  f"({exc.strerror or exc}); check that file, then remove {self.dir}") from None
         self.commit()
+
+
+def _mended_tail(path: Path) -> bytes | None:
+    """The content of a JSON-lines file with its unterminated last line ended or cut; None if it is whole."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return None
+        data = os.pread(fd, size, 0)
+    finally:
+        os.close(fd)
+    keep = data.rfind(b"\n") + 1
+    try:
+        orjson.loads(data[keep:])
+        return data + b"\n"
+    except orjson.JSONDecodeError:
+        print(f"memctl: warning: {path}: cut a torn last line ({size - keep} bytes) before appending",
+              file=sys.stderr)
+        return data[:keep]
 
 
 def _unlink_if_there(path: Path) -> None:
