@@ -442,6 +442,77 @@ def fuzz(root: Path, base: Path, count: int, seed: int) -> dict:
     return counts
 
 
+def topic_store(root: Path) -> Path:
+    """The demo chat split into topics, three of them archived, and a cache scope with one entry:
+    the store the crafted cases of bench/crafted_cases.py corrupt."""
+    store = root / "topics-base"
+    assert memctl(store, "ingest", str(DEMO / "chat.jsonl")).returncode == 0
+    assert memctl(store, "ingest", str(DEMO / "MEMORY.md")).returncode == 0
+    sessions = sorted(p.stem for p in (store / "sessions").glob("*.jsonl"))
+    for session in sessions:
+        assert memctl(store, "split", "--session", session, "--force", "--keep-recent", "2").returncode == 0
+    for _ in range(6):  # the later session's subject makes the others dormant ...
+        memctl(store, "context", "--session", sessions[-1], "--message", "redis streams sync queue")
+    later = {**ENV, "MEMCTL_NOW": "2027-01-20T00:00:00Z"}  # ... and two months on, review archives them
+    assert subprocess.run([*MEMCTL, "--store", str(store), "review", "daily"], env=later,
+                          capture_output=True).returncode == 0
+    assert memctl(store, "cache", "put", "--scope", "run1", "--tool", "grep", "--", "grep", "-r", "kestrel",
+                  input=b"notes.md: Kestrel uses PostgreSQL 16\n").returncode == 0
+    assert memctl(store, "index").returncode == 0
+    return store
+
+
+def crafted(root: Path, base: Path, commands: int | None, timeout: float) -> dict:
+    """Every crafted store of bench/crafted_cases.py under every command, as real processes."""
+    import crafted_cases
+
+    counts = {"cases": 0, "runs": 0, "tracebacks": 0, "hangs": 0, "not_one_line": 0, "outside_touched": 0,
+              "outside_printed": 0, "health_silent": 0}
+    failures: list[str] = []
+    chosen = crafted_cases.COMMANDS[:commands] if commands else crafted_cases.COMMANDS
+    for number, case in enumerate(crafted_cases.CASES):
+        folder = root / f"crafted-{number}"
+        store, victim = folder / "store", folder / "outside" / "victim.txt"
+        shutil.copytree(base, store, symlinks=True)
+        victim.parent.mkdir(parents=True)
+        victim.write_text(crafted_cases.SECRET + "\n")
+        case.apply(store, victim)
+        outside = snapshot(victim.parent)
+        counts["cases"] += 1
+        for args in chosen + [["health", "check", "--json"]]:
+            counts["runs"] += 1
+            what = f"{case.name} | {' '.join(args)}"
+            try:
+                result = memctl(store, *args, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                counts["hangs"] += 1
+                failures.append(f"{what}: over {timeout:.0f} s")
+                continue
+            stderr = result.stderr.decode(errors="replace")
+            if "Traceback" in stderr or result.returncode not in (0, 1, 2):
+                counts["tracebacks"] += 1
+                failures.append(f"{what}: exit {result.returncode} {stderr.strip().splitlines()[-1:]}")
+            elif result.returncode == 2 and len([l for l in stderr.splitlines() if "error" in l]) != 1:
+                counts["not_one_line"] += 1
+                failures.append(f"{what}: stderr {stderr[:300]!r}")
+            if crafted_cases.SECRET.encode() in result.stdout + result.stderr:
+                counts["outside_printed"] += 1
+                failures.append(f"{what}: printed the file outside the store")
+            if args[0] == "health" and case.health:
+                files = [orjson.loads(line).get("file", "") for line in result.stdout.splitlines() if line.strip()]
+                if result.returncode != 1 or not any(f.startswith(case.file) or case.file.startswith(f)
+                                                     for f in files if f):
+                    counts["health_silent"] += 1
+                    failures.append(f"{what}: health did not name {case.file} (exit {result.returncode}, {files})")
+        if snapshot(victim.parent) != outside:
+            counts["outside_touched"] += 1
+            failures.append(f"{case.name}: a file outside the store changed")
+        shutil.rmtree(folder)
+    counts["failures"] = failures
+    counts["ok"] = all(counts[k] == 0 for k in counts if k not in ("cases", "runs", "failures"))
+    return counts
+
+
 def huge_input(root: Path, base: Path) -> dict:
     """An input past the size limit (a sparse file: no disk used) is refused in one line."""
     store = root / "huge"
@@ -458,7 +529,8 @@ def huge_input(root: Path, base: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=["concurrency", "kill", "journals", "permissions", "fuzz", "huge"],
+    parser.add_argument("--only", choices=["concurrency", "kill", "journals", "permissions", "fuzz", "huge",
+                                           "crafted"],
                         action="append", help="Run only these parts (repeatable).")
     parser.add_argument("--procs", type=int, default=16)
     parser.add_argument("--ingests", type=int, default=100)
@@ -468,8 +540,10 @@ def main() -> None:
     parser.add_argument("--kill-trials", type=int, default=300)
     parser.add_argument("--fuzz", type=int, default=10000)
     parser.add_argument("--seed", type=int, default=8)
+    parser.add_argument("--crafted-commands", type=int, help="Only the first N commands of each crafted case.")
+    parser.add_argument("--hang", type=float, default=10.0, help="Seconds after which a crafted run is a hang.")
     options = parser.parse_args()
-    parts = options.only or ["permissions", "journals", "huge", "fuzz", "kill", "concurrency"]
+    parts = options.only or ["permissions", "journals", "crafted", "huge", "fuzz", "kill", "concurrency"]
     ok = True
     with tempfile.TemporaryDirectory(prefix="memctl-torture-") as tmp:
         root = Path(tmp)
@@ -487,6 +561,8 @@ def main() -> None:
                 result = permissions(root)
             elif part == "huge":
                 result = huge_input(root, base)
+            elif part == "crafted":
+                result = crafted(root, topic_store(root), options.crafted_commands, options.hang)
             else:
                 result = fuzz(root, base, options.fuzz, options.seed)
             result["wall_seconds"] = round(time.perf_counter() - started, 1)
