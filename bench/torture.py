@@ -513,6 +513,62 @@ def crafted(root: Path, base: Path, commands: int | None, timeout: float) -> dic
     return counts
 
 
+def store_commands(root: Path, base: Path) -> dict:
+    """A store whose memctl.toml names programs: none of them may run, whatever command reads it."""
+    store = root / "commanding"
+    shutil.copytree(base, store, symlinks=True)
+    marker = root / "PWNED"
+    program = f"sh -c 'echo ran >> {marker}'"
+    (store / "memctl.toml").write_text(f'[topics]\nllm_command = "{program}"\n\n'
+                                        f'[cache]\nsummary_command = "{program}"\n')
+    session = sorted(p.stem for p in (base / "sessions").glob("*.jsonl"))[0]
+    commands = [["context", "--session", session, "--message", "which database?", "--no-record"],
+                ["context", "--session", session, "--message", "which database?"],
+                ["split", "--session", session, "--force", "--keep-recent", "2"],
+                ["topics", "activate", "database"], ["review", "daily"],
+                ["cache", "put", "--scope", "r", "--tool", "t", "--", "x"],
+                ["cache", "consolidate", "--scope", "r", "--all"], ["health", "check"]]
+    warned = 0
+    for args in commands:
+        result = memctl(store, *args, input=b"output\n")
+        warned += b"llm_command" in result.stderr or b"summary_command" in result.stderr
+    ran = len(marker.read_text().splitlines()) if marker.exists() else 0
+    return {"commands": len(commands), "programs_run": ran, "commands_that_warned": warned, "ok": ran == 0}
+
+
+def sizes(root: Path, base: Path, llm_timeout: float) -> dict:
+    """A 50 MB message is refused whole, quickly; a 1 MB LLM answer is refused within the timeout and
+    leaves no process behind (the command's grandchild included)."""
+    store = root / "sizes"
+    shutil.copytree(base, store, symlinks=True)
+    big = orjson.dumps({"session": "big", "role": "user", "text": "word " * (10 << 20)}) + b"\n"
+    before = snapshot(store)
+    started = time.perf_counter()
+    result = memctl(store, "ingest", "-", input=big)
+    message = {"exit": result.returncode, "seconds": round(time.perf_counter() - started, 2),
+               "stored_nothing": snapshot(store) == before, "stderr": result.stderr.decode().strip()[:200]}
+    pids = root / "llm-pids"
+    answer = root / "answer.py"
+    answer.write_text("import os, sys\nsys.stdin.read()\n"
+                      f"open({str(pids)!r}, 'a').write(str(os.getpid()) + '\\n')\n"
+                      "sys.stdout.write('<topic>x</topic>' * 70000)\nsys.stdout.flush()\n")
+    wrapper = f"sh -c '{sys.executable} {answer}; sleep 300'"  # the grandchild the timeout must also end
+    env = {**ENV, "MEMCTL_TOPICS_LLM_TIMEOUT": str(llm_timeout)}
+    session = sorted(p.stem for p in (base / "sessions").glob("*.jsonl"))[0]
+    started = time.perf_counter()
+    result = subprocess.run([*MEMCTL, "--store", str(store), "split", "--session", session, "--force",
+                             "--keep-recent", "2", "--llm", wrapper], env=env, capture_output=True, timeout=120)
+    seconds = time.perf_counter() - started
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", str(answer)], capture_output=True).stdout.split()
+    sleeping = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True).stdout.split()
+    llm = {"exit": result.returncode, "seconds": round(seconds, 2), "processes_left": len(left) + len(sleeping),
+           "stderr": result.stderr.decode().strip()[-200:]}
+    ok = (message["exit"] == 2 and message["seconds"] < 5 and message["stored_nothing"]
+          and llm["exit"] == 2 and llm["seconds"] < 10 and llm["processes_left"] == 0)
+    return {"message_50mb": message, "llm_answer_1mb": llm, "ok": ok}
+
+
 def huge_input(root: Path, base: Path) -> dict:
     """An input past the size limit (a sparse file: no disk used) is refused in one line."""
     store = root / "huge"
@@ -530,7 +586,7 @@ def huge_input(root: Path, base: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=["concurrency", "kill", "journals", "permissions", "fuzz", "huge",
-                                           "crafted"],
+                                           "crafted", "store-commands", "sizes"],
                         action="append", help="Run only these parts (repeatable).")
     parser.add_argument("--procs", type=int, default=16)
     parser.add_argument("--ingests", type=int, default=100)
@@ -542,12 +598,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=8)
     parser.add_argument("--crafted-commands", type=int, help="Only the first N commands of each crafted case.")
     parser.add_argument("--hang", type=float, default=10.0, help="Seconds after which a crafted run is a hang.")
+    parser.add_argument("--llm-timeout", type=float, default=5.0, help="[topics] llm_timeout of the sizes part.")
     options = parser.parse_args()
-    parts = options.only or ["permissions", "journals", "crafted", "huge", "fuzz", "kill", "concurrency"]
+    parts = options.only or ["permissions", "journals", "crafted", "store-commands", "sizes", "huge", "fuzz",
+                             "kill", "concurrency"]
     ok = True
     with tempfile.TemporaryDirectory(prefix="memctl-torture-") as tmp:
         root = Path(tmp)
         base = base_store(root)
+        topics = None  # the split store of the topic parts, made once if one of them runs
         for part in parts:
             started = time.perf_counter()
             if part == "concurrency":
@@ -561,8 +620,11 @@ def main() -> None:
                 result = permissions(root)
             elif part == "huge":
                 result = huge_input(root, base)
-            elif part == "crafted":
-                result = crafted(root, topic_store(root), options.crafted_commands, options.hang)
+            elif part in ("crafted", "store-commands", "sizes"):
+                topics = topics or topic_store(root)
+                result = (crafted(root, topics, options.crafted_commands, options.hang) if part == "crafted"
+                          else store_commands(root, topics) if part == "store-commands"
+                          else sizes(root, topics, options.llm_timeout))
             else:
                 result = fuzz(root, base, options.fuzz, options.seed)
             result["wall_seconds"] = round(time.perf_counter() - started, 1)

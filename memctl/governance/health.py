@@ -344,7 +344,7 @@ def _check_messages(store: Store, problems: list[Problem], ids: dict[str, str]) 
                 if message.get(key) is not None and not isinstance(message[key], str):
                     problems.append(Problem(rel, number, f"message '{message['id']}': field '{key}' must be text",
                                             "field"))
-            if not _is_time(message.get("ts")):
+            if message.get("ts") is not None and not _is_time(message["ts"]):
                 problems.append(Problem(rel, number, f"message '{message['id']}': field 'ts' must be an "
                                         "ISO 8601 time", "field"))
             _note_id(ids, message["id"], rel, number, problems)

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from memctl.errors import StoreError
 from memctl.store import memoryfile
 from memctl.governance.governance import Scorer, active_tails, is_core, settings
 from memctl.store.store import Store, atomic_write
@@ -150,5 +151,8 @@ def _turns(store: Store) -> int:
 def _count_turn(store: Store) -> None:
     if not store.exists():
         return
-    with store.lock():
-        atomic_write(store.path(COUNTER_FILE), orjson.dumps({"layered_turns": _turns(store) + 1}))
+    try:
+        with store.lock():
+            atomic_write(store.path(COUNTER_FILE), orjson.dumps({"layered_turns": _turns(store) + 1}))
+    except StoreError:
+        return  # as counters.record: a wedged store is read on, uncounted

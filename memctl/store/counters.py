@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import orjson
 
+from memctl.errors import StoreError
+
 from memctl import clock
 from memctl.store.store import Store, atomic_write
 
@@ -33,11 +35,14 @@ def record(store: Store, memory_ids: list[str]) -> None:
     """Count one access for each id; one small atomic write under the store lock."""
     if not memory_ids or not store.exists():
         return
-    with store.lock():
-        counts = load(store)
-        stamp = clock.format_ts(clock.now())
-        for memory_id in dict.fromkeys(memory_ids):
-            entry = counts.get(memory_id)
-            entry = entry if isinstance(entry, dict) else {}
-            counts[memory_id] = {"count": int(entry.get("count", 0)) + 1, "last": stamp}
-        atomic_write(store.path(FILE_NAME), orjson.dumps(counts, option=orjson.OPT_SORT_KEYS))
+    try:
+        with store.lock():
+            counts = load(store)
+            stamp = clock.format_ts(clock.now())
+            for memory_id in dict.fromkeys(memory_ids):
+                entry = counts.get(memory_id)
+                entry = entry if isinstance(entry, dict) else {}
+                counts[memory_id] = {"count": int(entry.get("count", 0)) + 1, "last": stamp}
+            atomic_write(store.path(FILE_NAME), orjson.dumps(counts, option=orjson.OPT_SORT_KEYS))
+    except StoreError:
+        return  # a journal nobody can undo, or a link: the read goes on uncounted (Store.reading said why)

@@ -54,7 +54,9 @@ def check_name(value, what: str, *, source: str | None = None, line: int | None 
     an LLM answer or a store file. Store.path() applies it to every part it is given."""
     if not is_name(value):
         shown = value if isinstance(value, str) else type(value).__name__
-        raise InputError(f"must be {NAME_RULE}, got {shown!r:.80}", source=source, line=line, field=what)
+        # with no file to name, the name came from an argument: --session, --scope, ...
+        raise InputError(f"must be {NAME_RULE}, got {shown!r:.80}", source=source or f"--{what}", line=line,
+                         field=what)
     return value
 
 
