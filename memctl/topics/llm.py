@@ -58,7 +58,10 @@ class LLMAnswerError(MemctlError):
 
 
 def command_argv(command: str) -> list[str]:
-    argv = shlex.split(command)
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:  # an unclosed quote
+        raise MemctlError(f"the LLM command {command!r} cannot be split into words: {exc}") from None
     if not argv:
         raise MemctlError("the LLM command is empty; give --llm CMD or [topics] llm_command")
     return argv
