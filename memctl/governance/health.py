@@ -10,7 +10,8 @@ the file (relative to the store) and line where it is:
 Errors are damage or broken rules (unparseable lines, duplicate ids, broken
 or cyclic supersedes links, loose permissions, leftovers of a killed writer);
 warnings are states a person may have chosen (two current memories in one
-topic after `ingest --add`, expired pending items, a stale temp file).
+topic after `ingest --add`, expired pending items, a stale temp file, a
+program named in memctl.toml, which memctl ignores).
 fix() repairs only what is safe: rolls back an unfinished transaction,
 drops expired pending items, makes permissions private, removes stale temp
 files. It never edits a memory.
@@ -51,7 +52,8 @@ class Problem:
     message: str
     code: str               # stable: parse, field, duplicate-id, dangling-link, cycle, fork, superseded-current,
                             # topic-conflict, missing-field, pending-expired, permissions, journal, temp-file,
-                            # config, index, symlink, store (a link or a file where a folder should be), cache
+                            # config, program, index, symlink, store (a link or a file where a folder should
+                            # be), cache
     severity: str = "error"  # error | warning
     fixable: bool = False
 
@@ -100,6 +102,7 @@ def check(store: Store, now: datetime | None = None) -> list[Problem]:
         return problems  # without its lock the store cannot be read consistently: the link comes first
     with store.reading(recover=False):  # report an unfinished transaction, don't undo it
         problems += _guarded(problems, lambda: _check_config(store)) or []
+        problems += _guarded(problems, lambda: _check_programs(store)) or []
         problems += _guarded(problems, lambda: _check_leftovers(store)) or []
         problems += _guarded(problems, lambda: _check_permissions(store)) or []
         ids: dict[str, str] = {}  # id -> where first seen
@@ -220,10 +223,25 @@ def _check_config(store: Store) -> list[Problem]:
     except InputError as exc:
         match = _TOML_LINE.search(exc.message)
         line = exc.line if exc.line is not None else int(match.group(1)) if match else None
-        return [Problem("memctl.toml", line, exc.message, "config")]
+        # Settings come from the user's config.toml and the environment too: name the one at fault.
+        outside = exc.source not in (None, str(store.config_file))
+        return [Problem(exc.source if outside else "memctl.toml", line, exc.message, "config")]
     except MemctlError as exc:
         return [Problem("memctl.toml", None, str(exc).removeprefix(f"{store.config_file}: "), "config")]
     return []
+
+
+def _check_programs(store: Store) -> list[Problem]:
+    """A program named in the store's memctl.toml: never run (config.PROGRAM_SETTINGS), and worth a
+    look, since a store is data anyone may have written."""
+    from memctl import config
+
+    try:
+        named = config.programs_named(store.config_file)
+    except MemctlError:
+        return []  # a broken memctl.toml: the config check reports it
+    return [Problem("memctl.toml", line, config.ignored_program_note(table, key), "program", "warning")
+            for table, key, line in named]
 
 
 def _check_leftovers(store: Store) -> list[Problem]:
