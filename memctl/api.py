@@ -450,5 +450,6 @@ class Memory:
 
 
 def _given_or(given: Any, configured: Any) -> Any:
-    """What the caller gave (a flag; "" is given too: no LLM) wins over memctl.toml."""
+    """What the caller gave (a flag; "" is given too: no LLM) wins over the settings (config.load: for a
+    program to run, the environment or the user's config.toml, never the store's memctl.toml)."""
     return given if given is not None else configured
