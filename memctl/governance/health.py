@@ -216,8 +216,6 @@ def index_problems(store: Store) -> list[Problem]:
 
 
 def _check_config(store: Store) -> list[Problem]:
-    if not store.config_file.exists():
-        return []
     try:
         governance.settings(store)  # loads (and checks) every table, then the governance ranges
     except InputError as exc:
