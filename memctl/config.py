@@ -166,6 +166,17 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 # environment, their config.toml): a store's memctl.toml is data anyone may have written.
 PROGRAM_SETTINGS = frozenset({("topics", "llm_command"), ("cache", "summary_command")})
 
+
+def names_program(table: str, key: str, value: Any) -> bool:
+    """Whether a setting's value names something memctl would run. Besides PROGRAM_SETTINGS, an
+    [embedding] model given as a directory: it is loaded through torch, whose weight files can
+    carry code (pickle), so a store naming one chooses code as surely as a command does. A
+    registered model's name (minilm, usem3, e5-small) is data."""
+    if (table, key) in PROGRAM_SETTINGS:
+        return True
+    return ((table, key) == ("embedding", "model") and isinstance(value, str)
+            and ("/" in value or "\\" in value or value.startswith((".", "~"))))
+
 # Settings whose values are limited further than by their type: (test, what is allowed).
 LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
     ("state", "window_size"): (lambda v: v in (3, 5, 10), "3, 5 or 10"),
@@ -235,7 +246,7 @@ def load(config_file: Path) -> dict[str, dict[str, Any]]:
     for (table, key), value in _user_settings().items():
         settings[table][key] = copy.deepcopy(value)  # the parse is shared by every load
     for (table, key), value in _file_settings(config_file).items():
-        if (table, key) in PROGRAM_SETTINGS:
+        if names_program(table, key, value):
             _say_ignored_once(config_file, table, key)
         else:
             settings[table][key] = value
@@ -259,7 +270,7 @@ def programs_named(config_file: Path) -> list[tuple[str, str, int | None]]:
     InputError when the file is no valid settings file."""
     text = _text_of(config_file)
     return sorted((table, key, _line_of_key(text, table, key))
-                  for table, key in _file_settings(config_file) if (table, key) in PROGRAM_SETTINGS)
+                  for (table, key), value in _file_settings(config_file).items() if names_program(table, key, value))
 
 
 def ignored_program_note(table: str, key: str) -> str:

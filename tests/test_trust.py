@@ -127,6 +127,17 @@ def test_the_users_config_lies_under_the_store_and_the_environment(tmp_path, use
     assert capsys.readouterr().err.count(IGNORED) == 1
 
 
+@pytest.mark.parametrize("model, from_store", [("../../models/evil", False), ("/opt/model", False),
+                                               ("~/model", False), ("usem3", True)])
+def test_a_model_directory_is_the_users_to_name_a_model_name_is_not(tmp_path, model, from_store, capsys):
+    """A model directory is loaded through torch (pickle: code); a registered model's name is data."""
+    store_file = tmp_path / "memctl.toml"
+    store_file.write_text(f'[embedding]\nmodel = "{model}"\n')
+    assert (config.load(store_file)["embedding"]["model"] == model) is from_store
+    assert ("[embedding] model is ignored" in capsys.readouterr().err) is not from_store
+    assert bool(config.programs_named(store_file)) is not from_store
+
+
 def test_a_broken_user_config_is_named_by_its_own_path(run, store_dir, user_config_dir):
     run("ingest", "--kind", "memory", "-", input='{"text": "Kestrel uses PostgreSQL"}')
     write_user_config(user_config_dir, "[topics]\nllm_batch = 'many'\n")
