@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from memctl.governance.lifecycle import Change
     from memctl.index.index import UpdateReport
     from memctl.ingest.ingest import IngestResult, Outcome
-    from memctl.search.layers import Layered
+    from memctl.governance.layers import Layered
     from memctl.search.search import Result
     from memctl.topics.context import Context
     from memctl.topics.daily import DailyReport
@@ -176,7 +176,7 @@ class Memory:
 
     def layered_search(self, query: str, *, workspace: str | None = None, budget: int = 2000) -> "Layered":
         """Layered result (G1): L0 core, L1 workspace, L2 query within `budget` tokens."""
-        from memctl.search.layers import layered_search
+        from memctl.governance.layers import layered_search
 
         self._need_query(query)
         self.store.require()

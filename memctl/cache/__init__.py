@@ -201,7 +201,7 @@ class Cache:
                agents: tuple[str, ...] = (), k: int = 10):
         """Search what the agents of a run already found (design 004's search_shared_memory):
         the consolidated items in long-term memory, by meaning and words."""
-        from memctl.search.filters import Filters
+        from memctl.index.filters import Filters
         from memctl.search.search import Query, search_store
 
         filters = Filters(kinds=("memory",), cache_scopes=(check_name(scope, "scope"),) if scope else (),

@@ -34,6 +34,8 @@ import orjson
 
 from memctl import clock
 from memctl.governance import governance
+from memctl.search.scores import Scorer, governance_settings, is_core
+from memctl.store.status import is_current, status_of
 from memctl.governance import lifecycle
 from memctl.store import memoryfile
 from memctl.governance import review as pending
@@ -75,12 +77,12 @@ def scores(store: Store, *, sort: str = "health", now: datetime | None = None) -
     Sort: health (weakest first), id, age (oldest first; unknown age last).
     """
     doc = memoryfile.load(store.memory_md)
-    scorer = governance.Scorer(store, now)
+    scorer = Scorer(store, now)
     rows = []
     for entry in doc.entries:
         score = scorer.health(entry)
         rows.append({"id": entry.id, "line": entry.line, "section": entry.section,
-                     "status": governance.status_of(entry), "core": governance.is_core(entry, scorer.gov),
+                     "status": status_of(entry), "core": is_core(entry, scorer.gov),
                      "health": round(score.total, 6), **{k: v for k, v in score.as_dict().items() if k != "score"},
                      "summary": memoryfile.summary_of(entry)})
     if sort == "id":
@@ -217,7 +219,7 @@ def index_problems(store: Store) -> list[Problem]:
 
 def _check_config(store: Store) -> list[Problem]:
     try:
-        governance.settings(store)  # loads (and checks) every table, then the governance ranges
+        governance_settings(store)  # loads (and checks) every table, then the governance ranges
     except InputError as exc:
         match = _TOML_LINE.search(exc.message)
         line = exc.line if exc.line is not None else int(match.group(1)) if match else None
@@ -485,12 +487,12 @@ def _check_chains(doc: memoryfile.Document, deleted: list[memoryfile.Entry], pro
             problems.append(Problem("MEMORY.md", line.get(old), f"'{old}' is superseded by more than one "
                                     f"memory: {', '.join(news)}", "fork", "warning"))
     for entry in doc.entries:
-        if not governance.is_current(entry):
+        if not is_current(entry):
             continue
         newer = [n for n in graph.newer.get(entry.id, []) if n in graph.entries and n not in graph.deleted
-                 and governance.is_current(graph.entries[n])]
+                 and is_current(graph.entries[n])]
         if newer:
-            problems.append(Problem("MEMORY.md", entry.line, f"'{entry.id}' is still {governance.status_of(entry)} "
+            problems.append(Problem("MEMORY.md", entry.line, f"'{entry.id}' is still {status_of(entry)} "
                                     f"though '{newer[0]}' supersedes it (set status: deprecated?)",
                                     "superseded-current", "warning"))
     for topic, ids in governance.topic_conflicts(doc).items():

@@ -18,6 +18,7 @@ import orjson
 from memctl import clock
 from memctl import config
 from memctl.ingest import inputs
+from memctl.store import jsonl
 from memctl.store.jsonl import json_type
 from memctl.ingest.notes import complete_note, derived_id, normal_ts
 from memctl.store import memoryfile
@@ -88,7 +89,7 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
         keep_noise = not settings["filter_noise"]
     if session is not None:
         check_name(session, "session", source="--session")
-    text = inputs.decode(data, source)
+    text = jsonl.decode(data, source)
     if fmt == "auto":
         fmt = inputs.detect_format(text, source)
     if kind == "auto":
@@ -176,9 +177,9 @@ def _store_items(store: Store, tx, kept: list[tuple[int, dict]], item_kind: str,
                                        governance=reports.get(item["id"])))
 
 
-def _records(text: str, source: str, fmt: str, by: str) -> list[inputs.Record]:
+def _records(text: str, source: str, fmt: str, by: str) -> list[jsonl.Record]:
     if fmt == "jsonl":
-        return inputs.read_jsonl(text, source)
+        return jsonl.read_input(text, source)
     if fmt == "json":
         return inputs.read_json(text, source)
     if fmt == "text":
@@ -213,7 +214,7 @@ def _text_of(value: dict[str, Any], source: str, line: int) -> str:
     return text.strip()
 
 
-def _message(record: inputs.Record, source: str, default_session: str,
+def _message(record: jsonl.Record, source: str, default_session: str,
              forced: str | None) -> tuple[int, dict, str | None]:
     line, value = record.line, record.value
     if isinstance(value, str):
@@ -257,7 +258,7 @@ def _canonical_key(key: str) -> str:
     return lowered if lowered in ("id", "role", "content", "text", "speaker", "session", "ts") else key
 
 
-def _note(record: inputs.Record, source: str, settings: dict, section: str | None,
+def _note(record: jsonl.Record, source: str, settings: dict, section: str | None,
           warnings: list[str]) -> tuple[int, dict, None]:
     line, value = record.line, record.value
     if isinstance(value, str):
@@ -315,12 +316,13 @@ def _write_notes(store: Store, tx, doc: memoryfile.Document, notes: list[tuple[i
                  allow_conflict: bool = False) -> tuple[dict[str, str], dict[str, Any]]:
     """Add notes to `doc` (MEMORY.md as read inside the transaction), applying their supersedes links."""
     from memctl.governance import governance
+    from memctl.search import scores
 
     if not notes:
         return {}, {}
     path = store.memory_md
     reports, log = governance.apply_notes(doc, notes, source=source, allow_conflict=allow_conflict,
-                                          gov=governance.settings(store))
+                                          gov=scores.governance_settings(store))
     tx.replace(path, doc.render().encode("utf-8"))
     tx.append(governance.log_path(store), governance.log_records(log))
     return {note["id"]: store.relative(path) for _, note in notes}, reports
@@ -330,11 +332,12 @@ def _check_notes(store: Store, doc: memoryfile.Document, notes: list[tuple[int, 
                  source: str) -> dict[str, Any]:
     """Governance of notes held as pending: links must resolve; conflicts are reported, decided on confirm."""
     from memctl.governance import governance
+    from memctl.search import scores
 
     if not notes:
         return {}
     reports, _ = governance.apply_notes(doc, notes, source=source, allow_conflict=True, hold=True,
-                                        gov=governance.settings(store))
+                                        gov=scores.governance_settings(store))
     return reports
 
 

@@ -68,7 +68,7 @@ def calibrated(raw: float) -> float:
 
 def raw_scores(retriever, text: str, topics: dict[str, Topic]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """(raw score per topic, hit score per message id per topic) from one message and one topic search."""
-    from memctl.search.filters import Filters
+    from memctl.index.filters import Filters
     from memctl.search.search import Query
 
     owner = {m["id"]: tid for tid, t in topics.items() for m in t.messages}
