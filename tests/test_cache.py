@@ -15,7 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import memctl_command
-from memctl.cache import Cache, canonical, key_of
+from memctl.cache import Cache, canonical, key_of, parse_args
+from memctl.cache.keys import ARGS_MAX_BYTES, ARGS_MAX_DEPTH, INT_MAX, INT_MIN
+from memctl.errors import InputError
 from memctl.store.store import Store
 
 
@@ -280,3 +282,84 @@ def test_an_entry_file_edited_into_nonsense_is_a_miss_and_is_replaced(run, tmp_p
     again = run("cache", "run", "--scope", "s", "--tool", "t", "--", *command)
     assert again.returncode == 0 and again.stdout == b"fine" and runs(effect) == 2
     assert orjson.loads(entry_file.read_bytes())["output"] == "fine"
+
+
+# -- hostile and careless input (Hardening II): one line and exit 2, or a documented miss ---------------
+
+
+def one_line_error(result: subprocess.CompletedProcess, *named: str) -> str:
+    """The one line of a refused call, which names `named` (its flag or file and field)."""
+    text = result.stderr.decode()
+    assert result.returncode == 2 and result.stdout == b"", text
+    assert "Traceback" not in text and len(text.strip().splitlines()) == 1, text
+    for name in named:
+        assert name in text, text
+    return text
+
+
+def nested(levels: int, leaf=1):
+    value = leaf
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+DEEP = "[" * 500 + "]" * 500
+BAD_ARGS = {
+    "nested 500 deep": (DEEP, "nested deeper than 64"),
+    "objects nested 100 deep": (orjson.dumps(nested(100)).decode(), "nested deeper than 64"),
+    "one level too deep": ("[" * (ARGS_MAX_DEPTH + 1) + "]" * (ARGS_MAX_DEPTH + 1), "nested deeper than 64"),
+    "past orjson's own depth limit": ("[" * 5000 + "]" * 5000, "not JSON"),
+    "larger than 64 KB": (orjson.dumps({"q": "x" * ARGS_MAX_BYTES}).decode(), "longer than"),
+    "a float that is a huge whole number": ('{"q": 1e300}', "beyond 64-bit"),
+    "an integer past unsigned 64 bits": ('{"q": 18446744073709551616}', "beyond 64-bit"),
+    "an integer below signed 64 bits": ("[-9223372036854777856]", "beyond 64-bit"),
+    "infinity": ('{"q": 1e400}', "not JSON"),
+}
+
+
+@pytest.mark.parametrize("text, problem", BAD_ARGS.values(), ids=BAD_ARGS.keys())
+def test_bad_args_are_one_line_errors_and_the_next_call_works(run, tmp_path, text, problem):
+    effect = tmp_path / "effect"
+    command = tool_command(effect, output="fine")
+    one_line_error(run("cache", "get", "--scope", "s", "--tool", "t", "--args", text), "--args", problem)
+    one_line_error(run("cache", "run", "--scope", "s", "--tool", "t", "--args", text, "--", *command), "--args",
+                   problem)
+    assert runs(effect) == 0
+    assert run("cache", "run", "--scope", "s", "--tool", "t", "--args", '{"q": 1}', "--", *command).stdout == b"fine"
+    assert run("cache", "get", "--scope", "s", "--tool", "t", "--args", '{"q": 1.0}').stdout == b"fine"
+
+
+def test_args_at_the_bounds_are_keyed_and_keys_stay_what_they_were():
+    # Keys computed before the bounds existed: a valid call still meets its old entries.
+    assert key_of("stock", ["./stock.sh", "2330"]) == "9bd750eaadc6d6d5404e661b2b6caa36"
+    call = '{"q": " TSMC  price", "limit": 5.0, "nested": [1.0, {"b": null, "a": true}, -2.5, 1e18]}'
+    assert key_of("search", parse_args(call)) == "e54c7e9a67fe6ca0b75a71813f9aa3e4"
+    assert key_of("t", parse_args(str(INT_MAX))) == "abd1f11007b11ab920afc3e74ef98865"
+    assert key_of("t", parse_args(str(INT_MIN))) == "bec077c30817a9f2e0627d79fad7f9b0"
+    deepest = "[" * ARGS_MAX_DEPTH + "]" * ARGS_MAX_DEPTH
+    largest = orjson.dumps("x" * (ARGS_MAX_BYTES - 2)).decode()
+    for text in (deepest, largest, "1.8446744073709550e19", "1e-300"):
+        assert len(key_of("t", parse_args(text))) == 32
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers(min_value=-2**70, max_value=2**70) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON_VALUES, depth=st.integers(0, 80))
+def test_any_json_args_are_keyed_or_refused_with_an_input_error(value, depth):
+    import json  # writes what orjson will not: NaN, Infinity, integers of any size
+
+    text = json.dumps(nested(depth, value))
+    for text in (text, text[:-1]):  # and the same cut short
+        try:
+            key = key_of("t", parse_args(text))
+        except InputError as exc:
+            assert "\n" not in str(exc)
+        else:
+            assert len(key) == 32
+

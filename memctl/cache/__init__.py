@@ -113,7 +113,7 @@ class Cache:
         check_name(tool, "tool")
         if not argv:
             raise InputError("give the command to run after --", source="COMMAND")
-        key = key_of(tool, list(argv) if args is None else args)
+        key = key_of(tool, list(argv), "COMMAND") if args is None else key_of(tool, args)
         if not refresh:
             entry = self.backend.load(scope, key)
             if entry is not None:
