@@ -304,6 +304,43 @@ def nested(levels: int, leaf=1):
     return value
 
 
+@pytest.mark.parametrize("option, value", [
+    *[("--ttl", v) for v in ("inf", "-inf", "nan", "0", "-1", "1e308", "315360001", "1" + "0" * 400)],
+    *[("--timeout", v) for v in ("nan", "inf", "-1")],
+])
+def test_a_bad_duration_is_refused_before_the_command_runs(run, tmp_path, option, value):
+    effect = tmp_path / "effect"
+    command = tool_command(effect, output="fine")
+    one_line_error(run("cache", "run", "--scope", "s", "--tool", "t", option, value, "--", *command), option)
+    if option == "--ttl":
+        one_line_error(run("cache", "put", "--scope", "s", "--tool", "t", "--ttl", value, "--", *command,
+                           input="stored"), "--ttl")
+    assert runs(effect) == 0
+    fine = run("cache", "run", "--scope", "s", "--tool", "t", "--ttl", "315360000", "--", *command)
+    again = run("cache", "get", "--scope", "s", "--tool", "t", "--", *command)
+    assert (fine.stdout, again.stdout, runs(effect)) == (b"fine", b"fine", 1)
+
+
+@pytest.mark.parametrize("exit_code", ["256", "-1", "9" * 30])
+def test_put_refuses_a_status_no_process_can_exit_with(run, exit_code):
+    one_line_error(run("cache", "put", "--scope", "s", "--tool", "t", "--args", "{}", "--exit-code", exit_code,
+                       input=""), "--exit-code")
+    assert run("cache", "put", "--scope", "s", "--tool", "t", "--args", "{}", "--exit-code", "255",
+               input="").returncode == 0
+
+
+@pytest.mark.parametrize("setting, env", [
+    ("[cache]\nttl = 1e308\n", {}),
+    ("[cache]\nnegative_ttl = 315360001\n", {}),
+    ("", {"MEMCTL_CACHE_LOCK_TTL": "1e308"}),
+])
+def test_a_ttl_setting_past_ten_years_is_a_one_line_error(run, store_dir, setting, env):
+    store_dir.mkdir()
+    (store_dir / "memctl.toml").write_text(setting)
+    source = f"${next(iter(env))}" if env else "memctl.toml"
+    one_line_error(run("cache", "put", "--scope", "s", "--tool", "t", "--args", "{}", input="x", env=env), source)
+
+
 DEEP = "[" * 500 + "]" * 500
 BAD_ARGS = {
     "nested 500 deep": (DEEP, "nested deeper than 64"),
@@ -362,4 +399,27 @@ def test_any_json_args_are_keyed_or_refused_with_an_input_error(value, depth):
             assert "\n" not in str(exc)
         else:
             assert len(key) == 32
+
+
+def test_the_library_and_mcp_refuse_what_the_command_line_refuses(store_dir):
+    pytest.importorskip("mcp")
+    from memctl.api import Memory
+    from memctl.mcp.server import ToolError, Tools
+
+    tools = Tools(Memory(store_dir))
+    call = {"scope": "s", "tool": "t", "args": {"q": 1}}
+    for name, arguments, argument in [
+        ("cache_put", {**call, "output": "x", "ttl": 1e308}, "ttl"),
+        ("cache_put", {**call, "output": "x", "exit_code": 300}, "exit_code"),
+        ("cache_put", {**call, "args": nested(100), "output": "x"}, "args"),
+        ("cache_get", {**call, "args": {"q": 2**70}}, "args"),
+        ("cache_get", {**call, "args": [1e300]}, "args"),
+    ]:
+        with pytest.raises(ToolError, match=f"^argument '{argument}': "):
+            tools.call(name, arguments)
+    assert tools.call("cache_put", {**call, "output": "x", "ttl": 60})["entry"]["output"] == "x"
+    cache = Cache(Store(store_dir))
+    for args in ({"q": float("inf")}, {"q": float("nan")}, {"q": {1, 2}}, {1: "q"}, [b"bytes"]):
+        with pytest.raises(InputError):
+            cache.get("s", "t", args)
 

@@ -82,6 +82,13 @@ class Entry:
         return out
 
 
+EXIT_CODE_MAX = 255  # what a process can exit with: `cache run` exits with the stored status
+
+
+def is_exit_code(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= EXIT_CODE_MAX
+
+
 class Backend(Protocol):
     """Storage of entries, counters and single-run locks, per scope."""
 
