@@ -273,17 +273,6 @@ def test_consolidate_on_hit_writes_an_item_when_it_reaches_the_threshold(cache_r
     assert (store_dir / "MEMORY.md").read_text().count("<!-- memory") == 1
 
 
-def test_an_entry_file_edited_into_nonsense_is_a_miss_and_is_replaced(run, tmp_path, store_dir):
-    effect = tmp_path / "effect"
-    command = tool_command(effect, output="fine")
-    run("cache", "run", "--scope", "s", "--tool", "t", "--", *command)
-    (entry_file,) = (store_dir / "cache" / "s" / "entries").iterdir()
-    entry_file.write_text("{not json")
-    again = run("cache", "run", "--scope", "s", "--tool", "t", "--", *command)
-    assert again.returncode == 0 and again.stdout == b"fine" and runs(effect) == 2
-    assert orjson.loads(entry_file.read_bytes())["output"] == "fine"
-
-
 # -- hostile and careless input (Hardening II): one line and exit 2, or a documented miss ---------------
 
 
@@ -423,3 +412,87 @@ def test_the_library_and_mcp_refuse_what_the_command_line_refuses(store_dir):
         with pytest.raises(InputError):
             cache.get("s", "t", args)
 
+
+MISSING = object()
+BAD_ENTRIES = {
+    "not JSON": (b"{not json", "not valid JSON"),
+    "not UTF-8": (b'{"id": "\xff"}', "not valid JSON"),
+    "a list": (b"[]", "expected an entry"),
+    "expires_at text": ({"expires_at": "soon"}, "field 'expires_at'"),
+    "expires_at null": ({"expires_at": None}, "field 'expires_at'"),
+    "expires_at past the year 9999": ({"expires_at": 1e308}, "field 'expires_at'"),
+    "expires_at a boolean": ({"expires_at": True}, "field 'expires_at'"),
+    "id a number": ({"id": 7}, "field 'id'"),
+    "id a path": ({"id": "../../victim"}, "field 'id'"),
+    "another scope's": ({"scope": "other"}, "field 'scope'"),
+    "another key's": ({"key": "0" * 32}, "field 'key'"),
+    "args too deep": ({"args": nested(100)}, "field 'args'"),
+    "output a number": ({"output": 5}, "field 'output'"),
+    "output_base64 not base64": ({"output_base64": "!!"}, "field 'output_base64'"),
+    "exit_code text": ({"exit_code": "1"}, "field 'exit_code'"),
+    "exit_code past 255": ({"exit_code": 300}, "field 'exit_code'"),
+    "duration_ms below 0": ({"duration_ms": -1}, "field 'duration_ms'"),
+    "created_at not a time": ({"created_at": "yesterday"}, "field 'created_at'"),
+    "agent not a name": ({"agent": "two words"}, "field 'agent'"),
+    "output missing": ({"output": MISSING}, "field 'output'"),
+    "expires_at missing": ({"expires_at": MISSING}, "field 'expires_at'"),
+}
+
+
+def bad_entry(good: bytes, bad: bytes | dict) -> bytes:
+    if isinstance(bad, bytes):
+        return bad
+    data = {**orjson.loads(good), **bad}
+    return orjson.dumps({k: v for k, v in data.items() if v is not MISSING})
+
+
+@pytest.mark.parametrize("bad", [bad for bad, _ in BAD_ENTRIES.values()], ids=BAD_ENTRIES.keys())
+def test_an_entry_edited_into_nonsense_is_a_miss_and_replaced(cache_backend, tmp_path, bad):
+    effect = tmp_path / "effect"
+    store = Store(tmp_path / "store")
+    cache = Cache(store, backend=cache_backend)
+    command = tool_command(effect, output="fine")
+    key = cache.run("s", "t", command).entry.key
+    if cache_backend == "files":
+        path = tmp_path / "store" / "cache" / "s" / "entries" / f"{key}.json"
+        path.write_bytes(bad_entry(path.read_bytes(), bad))
+    else:
+        name = cache.backend._prefix("s") + "e:" + key
+        cache.backend.client.set(name, bad_entry(cache.backend.client.get(name), bad), px=60_000)
+    assert cache.get("s", "t", command) is None
+    assert [row["keys"] for row in cache.stats("s")] == [0]
+    again = cache.run("s", "t", command)
+    assert (again.hit, again.entry.output, runs(effect)) == (False, b"fine", 2)
+    assert cache.get("s", "t", command).output == b"fine"
+
+
+def test_the_command_line_reads_a_nonsense_entry_as_a_miss(run, tmp_path, store_dir):
+    effect = tmp_path / "effect"
+    command = tool_command(effect, output="fine")
+    run("cache", "run", "--scope", "s", "--tool", "t", "--", *command)
+    (entry_file,) = (store_dir / "cache" / "s" / "entries").iterdir()
+    entry_file.write_bytes(orjson.dumps({**orjson.loads(entry_file.read_bytes()), "expires_at": "soon"}))
+    for args, status in ((["get", "--scope", "s", "--tool", "t", "--", *command], 1), (["stats"], 0)):
+        result = run("cache", *args)
+        assert result.returncode == status and b"Traceback" not in result.stderr, result.stderr
+    again = run("cache", "run", "--scope", "s", "--tool", "t", "--", *command)
+    assert again.returncode == 0 and again.stdout == b"fine" and runs(effect) == 2
+    assert orjson.loads(entry_file.read_bytes())["output"] == "fine"
+
+
+def test_redis_values_edited_by_hand_are_misses_and_skipped(redis_server, tmp_path):
+    redis_server.flush()
+    effect = tmp_path / "effect"
+    cache = Cache(Store(tmp_path / "store"), backend=redis_server.url)
+    command = tool_command(effect, output="fine")
+    key = cache.run("s", "t", command).entry.key
+    client, prefix = cache.backend.client, cache.backend._prefix("s")
+    client.set(prefix + "a:" + key, b"many")  # INCR could not add to it
+    assert cache.get("s", "t", command) is None
+    assert cache.run("s", "t", command).hit is False and cache.get("s", "t", command).access_count == 2
+    client.set(prefix + "c:" + key, b"\xff\xfe")
+    assert cache.get("s", "t", command).consolidated is None
+    client.hset(prefix + "s", mapping={b"hits\t\xff": 1, b"hits\tt": b"lots", b"bogus\tt": 4})
+    client.sadd("memctl:cache:scopes", b"\xff", b"two words")
+    client.set(prefix + "e:\xff", b"{}")
+    assert [(r["scope"], r["tool"], r["hits"], r["keys"]) for r in cache.stats()] == [("s", "t", 0, 1)]

@@ -10,6 +10,10 @@ Entries are single files replaced by rename (readers see the old or the new
 entry, never a mix), and counters are appends, which the kernel makes atomic
 for a short write with O_APPEND: a hit takes no lock at all. The run lock is
 an flock, so it goes away with its holder when that process dies.
+
+Whatever a hand (or another program) left unreadable is read as nothing
+rather than raised: an entry as a miss that the next run replaces, a
+consolidation mark as none.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from typing import Iterator
 
 import orjson
 
-from memctl.store.store import FILE_MODE, NAME, Store, _make_dirs, atomic_write
+from memctl.errors import InputError
+from memctl.store.store import FILE_MODE, Store, _make_dirs, atomic_write
 from memctl.cache.backend import EVENTS, Entry, wait_for
+from memctl.cache.keys import is_name
 
 _EVENT_CODES = {"hits": b"h", "misses": b"m", "negative_hits": b"n"}
 _EVENT_NAMES = {code: name for name, code in _EVENT_CODES.items()}
@@ -43,11 +49,12 @@ class FileBackend:
         return self.store.path("cache", scope, part, *name)
 
     def load(self, scope: str, key: str) -> Entry | None:
+        path = self._path(scope, "entries", f"{key}.json")
         try:
-            entry = Entry.from_json(orjson.loads(self._path(scope, "entries", f"{key}.json").read_bytes()))
+            entry = self._read_entry(path, scope, key)
         except FileNotFoundError:
             return None
-        except (ValueError, TypeError):  # an entry edited by hand into nonsense: a miss, replaced by the next run
+        except InputError:  # an entry edited by hand into nonsense: a miss, replaced by the next run
             return None
         if entry.expires_at <= time.time():
             return None
@@ -55,11 +62,33 @@ class FileBackend:
             entry.access_count = 1 + os.stat(self._path(scope, "access", entry.id)).st_size
         except FileNotFoundError:
             pass
-        try:
-            entry.consolidated = self._path(scope, "consolidated", entry.id).read_text() or None
-        except FileNotFoundError:
-            pass
+        entry.consolidated = self._read_mark(self._path(scope, "consolidated", entry.id))
         return entry
+
+    def _read_entry(self, path: Path, scope: str, key: str) -> Entry:
+        """The entry in `path`, which must be scope's entry of key; InputError naming the file if not."""
+        source = self.store.relative(path)
+        try:
+            data = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError as exc:
+            raise InputError(f"not valid JSON ({exc})", source=source) from None
+        entry = Entry.from_json(data, source)
+        # Counted and marked by its own scope and id: another's would be counted in the wrong place.
+        if entry.scope != scope:
+            raise InputError(f"is scope {scope!r}'s file, not {entry.scope!r}'s", source=source, field="scope")
+        if entry.key != key:
+            raise InputError(f"is the file of key {key}, not {entry.key}", source=source, field="key")
+        return entry
+
+    @staticmethod
+    def _read_mark(path: Path) -> str | None:
+        """The memory id an entry became, if its mark is there and one; a missing or unreadable
+        mark costs consolidation a no-op ingest, never a duplicate (memctl/cache/consolidate.py)."""
+        try:
+            mark = path.read_bytes().decode("utf-8")
+        except (FileNotFoundError, UnicodeDecodeError):
+            return None
+        return mark if is_name(mark) else None
 
     def save(self, entry: Entry, ttl: float) -> None:
         entry.expires_at = time.time() + ttl
@@ -85,7 +114,7 @@ class FileBackend:
 
     def entries(self, scope: str) -> Iterator[Entry]:
         for path in self.store.listing(self._path(scope, "entries"), "*.json"):
-            if not NAME.fullmatch(path.stem):
+            if not is_name(path.stem):
                 continue  # not a key memctl wrote (health names the file)
             entry = self.load(scope, path.stem)
             if entry is not None:

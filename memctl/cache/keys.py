@@ -33,6 +33,11 @@ def check_name(value: str, what: str) -> str:
     return store.check_name(value, what, source=f"--{what}")
 
 
+def is_name(text: str) -> bool:
+    """Whether check_name would take `text` (a name read back from a file or a server), without raising."""
+    return bool(store.NAME.fullmatch(text)) and bool(text.strip("."))
+
+
 def check_args(value: Any, source: str | None = "--args") -> Any:
     """`value` if a key can be made of it, else InputError naming source and what is wrong, where:
     JSON values only, nested at most ARGS_MAX_DEPTH deep, numbers finite, integers (and
