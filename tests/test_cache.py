@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import memctl_command
-from memctl.cache import Cache, canonical, key_of, parse_args
+from memctl.cache import Cache, cache_problems, canonical, key_of, parse_args
 from memctl.cache.keys import ARGS_MAX_BYTES, ARGS_MAX_DEPTH, INT_MAX, INT_MIN
 from memctl.errors import InputError
 from memctl.store.store import Store
@@ -446,8 +446,8 @@ def bad_entry(good: bytes, bad: bytes | dict) -> bytes:
     return orjson.dumps({k: v for k, v in data.items() if v is not MISSING})
 
 
-@pytest.mark.parametrize("bad", [bad for bad, _ in BAD_ENTRIES.values()], ids=BAD_ENTRIES.keys())
-def test_an_entry_edited_into_nonsense_is_a_miss_and_replaced(cache_backend, tmp_path, bad):
+@pytest.mark.parametrize("bad, problem", BAD_ENTRIES.values(), ids=BAD_ENTRIES.keys())
+def test_an_entry_edited_into_nonsense_is_a_miss_reported_and_replaced(cache_backend, tmp_path, bad, problem):
     effect = tmp_path / "effect"
     store = Store(tmp_path / "store")
     cache = Cache(store, backend=cache_backend)
@@ -461,9 +461,12 @@ def test_an_entry_edited_into_nonsense_is_a_miss_and_replaced(cache_backend, tmp
         cache.backend.client.set(name, bad_entry(cache.backend.client.get(name), bad), px=60_000)
     assert cache.get("s", "t", command) is None
     assert [row["keys"] for row in cache.stats("s")] == [0]
+    if cache_backend == "files":
+        ((file, line, message),) = cache_problems(store)
+        assert (file, line) == (f"cache/s/entries/{key}.json", None) and problem in message, message
     again = cache.run("s", "t", command)
     assert (again.hit, again.entry.output, runs(effect)) == (False, b"fine", 2)
-    assert cache.get("s", "t", command).output == b"fine"
+    assert cache.get("s", "t", command).output == b"fine" and cache_problems(store) == []
 
 
 def test_the_command_line_reads_a_nonsense_entry_as_a_miss(run, tmp_path, store_dir):
@@ -478,6 +481,48 @@ def test_the_command_line_reads_a_nonsense_entry_as_a_miss(run, tmp_path, store_
     again = run("cache", "run", "--scope", "s", "--tool", "t", "--", *command)
     assert again.returncode == 0 and again.stdout == b"fine" and runs(effect) == 2
     assert orjson.loads(entry_file.read_bytes())["output"] == "fine"
+
+
+def test_bad_events_marks_and_folders_are_skipped_and_reported(run, tmp_path, store_dir):
+    effect = tmp_path / "effect"
+    command = tool_command(effect, output="fine")
+    env = {"MEMCTL_CACHE_CONSOLIDATE_ON": '["hit"]'}
+    for _ in range(2):  # a miss, then a hit that consolidates it
+        run("cache", "run", "--scope", "s", "--tool", "t", "--", *command, env=env)
+    scope = store_dir / "cache" / "s"
+    with open(scope / "events", "ab") as events:  # lines 3 to 6 are not events; line 7, a miss, is
+        events.write(b"h\tt\xff\n" + b"x\tt\n" + b"\n" + b"h\ttwo words\n" + b"m\tt\n")
+    (mark,) = (scope / "consolidated").iterdir()
+    mark.write_bytes(b"\xfe not an id")
+    (store_dir / "cache" / "no good").mkdir()
+    stats = run("cache", "stats", "--json")
+    assert stats.returncode == 0, stats.stderr
+    rows = [orjson.loads(line) for line in stats.stdout.splitlines()]
+    assert [(r["scope"], r["hits"], r["misses"], r["consolidated"]) for r in rows] == [("s", 1, 2, 0)]
+    problems = cache_problems(Store(store_dir))
+    assert [(file, line) for file, line, _ in problems] == [
+        ("cache/no good", None), (f"cache/s/consolidated/{mark.name}", None),
+        *[("cache/s/events", n) for n in (3, 4, 5, 6)]]
+    assert ["not UTF-8" in m for _, _, m in problems[2:]] == [True, False, False, False]
+    assert "unknown event 'x'" in problems[3][2] and "tool must be" in problems[5][2]
+
+
+def test_cache_problems_reports_links_and_folders_one_by_one(tmp_path):
+    store = Store(tmp_path / "store")
+    cache = Cache(store)
+    for scope in ("s", "u"):
+        cache.put(scope, "t", {"q": 1}, "x")
+    root = tmp_path / "store" / "cache"
+    (root / "linked").symlink_to(tmp_path)
+    (root / "s" / "entries" / f"{'a' * 32}.json").mkdir()
+    (root / "u" / "entries" / f"{'b' * 32}.json").symlink_to(tmp_path / "elsewhere.json")
+    (root / "u" / "events").symlink_to(tmp_path / "elsewhere")
+    problems = cache_problems(store)  # one link does not hide the rest, and nothing raises
+    assert [(file, line) for file, line, _ in problems] == [
+        ("cache/linked", None), (f"cache/s/entries/{'a' * 32}.json", None),
+        (f"cache/u/entries/{'b' * 32}.json", None), ("cache/u/events", None)]
+    messages = [message for _, _, message in problems]
+    assert ["symbolic link" in m for m in messages] == [True, False, True, True] and "directory" in messages[1]
 
 
 def test_redis_values_edited_by_hand_are_misses_and_skipped(redis_server, tmp_path):

@@ -32,7 +32,7 @@ from memctl.store.store import Store
 from memctl.cache.backend import EVENTS, EXIT_CODE_MAX, Backend, CacheError, Entry, is_exit_code
 from memctl.cache.keys import canonical, check_name, key_of, parse_args
 
-__all__ = ["Cache", "CacheError", "Entry", "RunResult", "canonical", "check_seconds", "key_of",
+__all__ = ["Cache", "CacheError", "Entry", "RunResult", "cache_problems", "canonical", "check_seconds", "key_of",
            "open_backend", "parse_args"]
 
 # Ten years, as [ingest] pending_ttl_hours: further out, an expiry time overflows the
@@ -57,6 +57,16 @@ def check_seconds(value: Any, *, source: str, field: str, zero: bool = False) ->
         raise InputError(f"must be {lowest} and at most {SECONDS_MAX} seconds (ten years), got {seconds!r}",
                          source=source, field=field)
     return seconds
+
+
+def cache_problems(store: Store) -> list[tuple[str, int | None, str]]:
+    """What is wrong in the files of the store's cache, for `memctl health`: (file relative to
+    the store, line or None for the whole file, message), one a problem. Reading the cache
+    never fails on them: a bad entry is a miss (the next run replaces it), a bad events line is
+    not counted, a bad consolidation mark is no mark. The Redis backend is not read."""
+    from memctl.cache.files import FileBackend
+
+    return FileBackend(store).problems()
 
 
 @dataclass
