@@ -414,6 +414,7 @@ def test_the_library_and_mcp_refuse_what_the_command_line_refuses(store_dir):
 
 
 MISSING = object()
+DEEPEST_JSON = "[" * 1023 + "]" * 1023  # in an entry, as deep as orjson reads; Python cannot repr it
 BAD_ENTRIES = {
     "not JSON": (b"{not json", "not valid JSON"),
     "not UTF-8": (b'{"id": "\xff"}', "not valid JSON"),
@@ -429,8 +430,10 @@ BAD_ENTRIES = {
     "args too deep": ({"args": nested(100)}, "field 'args'"),
     "output a number": ({"output": 5}, "field 'output'"),
     "output_base64 not base64": ({"output_base64": "!!"}, "field 'output_base64'"),
+    "output_base64 not ASCII": ({"output_base64": "é"}, "field 'output_base64'"),
     "exit_code text": ({"exit_code": "1"}, "field 'exit_code'"),
     "exit_code past 255": ({"exit_code": 300}, "field 'exit_code'"),
+    "exit_code 1023 arrays deep": ({"exit_code": DEEPEST_JSON}, "field 'exit_code'"),
     "duration_ms below 0": ({"duration_ms": -1}, "field 'duration_ms'"),
     "created_at not a time": ({"created_at": "yesterday"}, "field 'created_at'"),
     "agent not a name": ({"agent": "two words"}, "field 'agent'"),
@@ -443,7 +446,8 @@ def bad_entry(good: bytes, bad: bytes | dict) -> bytes:
     if isinstance(bad, bytes):
         return bad
     data = {**orjson.loads(good), **bad}
-    return orjson.dumps({k: v for k, v in data.items() if v is not MISSING})
+    text = orjson.dumps({k: v for k, v in data.items() if v is not MISSING})
+    return text.replace(orjson.dumps(DEEPEST_JSON), DEEPEST_JSON.encode())  # deeper than orjson writes
 
 
 @pytest.mark.parametrize("bad, problem", BAD_ENTRIES.values(), ids=BAD_ENTRIES.keys())

@@ -9,7 +9,6 @@ machines. memctl/cache/__init__.py holds the behaviour both share.
 from __future__ import annotations
 
 import base64
-import binascii
 import math
 import time
 from contextlib import AbstractContextManager
@@ -79,7 +78,7 @@ class Entry:
         def checked(name: str, test: Callable[[Any], bool], rule: str) -> Any:
             value = required(name)
             if not test(value):
-                raise InputError(f"must be {rule}, got {value!r:.80}", source=source, field=name)
+                raise InputError(f"must be {rule}, got {_shown(value)}", source=source, field=name)
             return value
 
         names = {name: store.check_name(required(name), name, source=source)
@@ -90,7 +89,7 @@ class Entry:
         if "output_base64" in data:
             try:
                 output = base64.b64decode(checked("output_base64", _is_text, "text"), validate=True)
-            except binascii.Error:
+            except ValueError:  # binascii.Error, or text that is not ASCII
                 raise InputError("must be base64 text", source=source, field="output_base64") from None
         else:
             output = checked("output", _is_text, "text").encode("utf-8")
@@ -132,6 +131,14 @@ def _is_expiry(value: Any) -> bool:
 
 def _is_duration(value: Any) -> bool:
     return _is_number(value) and value >= 0
+
+
+def _shown(value: Any) -> str:
+    """A field's value in a message: a scalar as written, clipped; an array or object by its kind
+    (its repr could be 1,000 levels deep, past Python's recursion limit)."""
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "an array"
+    return f"{value!r:.80}"
 
 
 def _is_time(value: Any) -> bool:
