@@ -408,7 +408,12 @@ def test_the_library_and_mcp_refuse_what_the_command_line_refuses(store_dir):
             tools.call(name, arguments)
     assert tools.call("cache_put", {**call, "output": "x", "ttl": 60})["entry"]["output"] == "x"
     cache = Cache(Store(store_dir))
-    for args in ({"q": float("inf")}, {"q": float("nan")}, {"q": {1, 2}}, {1: "q"}, [b"bytes"]):
+    cycle: list = []
+    cycle.append(cycle)
+    shared = [1]
+    for _ in range(60):  # 2**60 values to walk, in 61 lists
+        shared = [shared, shared]
+    for args in ({"q": float("inf")}, {"q": float("nan")}, {"q": {1, 2}}, {1: "q"}, [b"bytes"], cycle, shared):
         with pytest.raises(InputError):
             cache.get("s", "t", args)
 

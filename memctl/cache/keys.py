@@ -45,8 +45,12 @@ def check_args(value: Any, source: str | None = "--args") -> Any:
 
     A loop, not recursion: it guards canonical() and orjson, which would overflow."""
     pending: list[tuple[Any, int, str]] = [(value, 0, "")]
+    seen = 0
     while pending:
         item, depth, where = pending.pop()
+        seen += 1
+        if seen > ARGS_MAX_BYTES:  # every value takes a byte of JSON; and a Python caller's shared lists end here
+            raise InputError(f"more than {ARGS_MAX_BYTES} values", source=source, field="args")
         if isinstance(item, (dict, list, tuple)):
             if depth == ARGS_MAX_DEPTH:  # said without the path: 64 steps of it say nothing
                 raise InputError(f"nested deeper than {ARGS_MAX_DEPTH} levels", source=source, field="args")
