@@ -500,7 +500,7 @@ def crafted(root: Path, base: Path, commands: int | None, timeout: float) -> dic
                 failures.append(f"{what}: printed the file outside the store")
             if args[0] == "health" and case.health:
                 files = [orjson.loads(line).get("file", "") for line in result.stdout.splitlines() if line.strip()]
-                if result.returncode != 1 or not any(f.startswith(case.file) or case.file.startswith(f)
+                if result.returncode not in (0, 1) or not any(f.startswith(case.file) or case.file.startswith(f)
                                                      for f in files if f):
                     counts["health_silent"] += 1
                     failures.append(f"{what}: health did not name {case.file} (exit {result.returncode}, {files})")

@@ -115,7 +115,7 @@ def check(store: Store, now: datetime | None = None) -> list[Problem]:
         _guarded(problems, lambda: _check_daily_logs(store, problems))
         deleted = _guarded(problems, lambda: _check_deleted(store, problems)) or []
         _guarded(problems, lambda: _check_topics(store, problems))
-        # CACHE-CHECK-PENDING
+        _guarded(problems, lambda: _check_cache(store, problems))
         if doc is not None:
             _check_chains(doc, deleted, problems)
         problems += _guarded(problems, lambda: index_problems(store)) or []
@@ -203,10 +203,11 @@ def _check_topics(store: Store, problems: list[Problem]) -> None:
 
 
 def _check_cache(store: Store, problems: list[Problem]) -> None:
-    """The files cache backend's entries and event logs (memctl.cache.files.problems)."""
-    from memctl.cache.files import problems as cache_problems
+    """The files cache backend's entries and event logs: warnings, since reading the cache
+    takes each as a miss (the next run replaces it) and nothing remembered is lost."""
+    from memctl.cache import cache_problems
 
-    problems += [Problem(file, line, message, "cache") for file, line, message in cache_problems(store)]
+    problems += [Problem(file, line, message, "cache", "warning") for file, line, message in cache_problems(store)]
 
 
 def index_problems(store: Store) -> list[Problem]:
