@@ -170,7 +170,7 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
 def note_of(p: Pending, settings: dict, supersedes: list[str] | tuple = ()) -> dict:
     """The note a pending line would write to MEMORY.md, checked as `ingest` checks one; InputError names
     the line and field. `memctl health` calls this too, so it reports exactly what confirm would refuse."""
-    from memctl.ingest.notes import complete_note
+    from memctl.store.notes import complete_note
 
     item = p.item
     fields = item.get("fields", {})

@@ -20,7 +20,7 @@ from memctl import config
 from memctl.ingest import inputs
 from memctl.store import jsonl
 from memctl.store.jsonl import json_type
-from memctl.ingest.notes import complete_note, derived_id, normal_ts
+from memctl.store.notes import complete_note, derived_id, normal_ts
 from memctl.store import memoryfile
 from memctl.errors import InputError
 from memctl.store.memoryfile import check_field
