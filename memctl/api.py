@@ -21,7 +21,7 @@ from memctl.store.store import Store
 if TYPE_CHECKING:
     from memctl.cache import Cache, Entry
     from memctl.governance.governance import Chain
-    from memctl.governance.health import Problem
+    from memctl.check import Problem
     from memctl.governance.lifecycle import Change
     from memctl.index.index import UpdateReport
     from memctl.ingest.ingest import IngestResult, Outcome
@@ -247,13 +247,13 @@ class Memory:
 
     def health_check(self) -> list["Problem"]:
         """Every problem of the store, like git fsck; writes nothing."""
-        from memctl.governance.health import check
+        from memctl.check import check
 
         return check(self.store)
 
     def health_fix(self, problems: list["Problem"], *, dry_run: bool = False) -> list[str]:
         """Repair what is safe among `problems`; one line per repair (made or, dry, that would be)."""
-        from memctl.governance.health import fix
+        from memctl.check import fix
 
         return fix(self.store, problems, dry_run=dry_run)
 

@@ -187,7 +187,7 @@ def test_governance_commands_start_without_heavy_imports():
     # The click group, not main(): main() ends the process once the command is done.
     code = ("import sys\nfrom memctl.cli import cli\n"
             "try:\n    cli.main(['--help'], prog_name='memctl')\nexcept SystemExit:\n    pass\n"
-            "import memctl.governance.governance, memctl.governance.lifecycle, memctl.governance.health, memctl.governance.review\n"
+            "import memctl.governance.governance, memctl.governance.lifecycle, memctl.governance.health, memctl.governance.review, memctl.check\n"
             "heavy = {'numpy', 'torch', 'tiktoken', 'tantivy', 'sqlite_utils', 'sentence_transformers'}\n"
             "print(sorted(heavy & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
