@@ -42,7 +42,7 @@ from memctl.governance import lifecycle
 from memctl.store import memoryfile
 from memctl.governance import review as pending
 from memctl.errors import InputError, MemctlError, StoreError
-from memctl.store import jsonl
+from memctl.store import counters, jsonl
 from memctl.store.store import DIR_MODE, FILE_MODE, Store, load_journal
 
 _TEMP = re.compile(r"^\..+\.(\d+)\.tmp$")
@@ -378,7 +378,7 @@ def _check_pending(store: Store, problems: list[Problem], ids: dict[str, str], n
 def _check_json(store: Store, problems: list[Problem]) -> None:
     if store.state_file.exists():
         _check_state(store, problems)
-    for path, what in ((store.root / "access.json", "access.json"),):
+    for path, what in ((store.path(counters.FILE_NAME), counters.FILE_NAME),):
         if not path.exists():
             continue
         try:
@@ -396,6 +396,9 @@ def _check_json(store: Store, problems: list[Problem]) -> None:
                                             "time}}", "field"))
     for _ in _jsonl(store, governance.log_path(store), problems, "a log record"):
         pass
+    for number, record in _jsonl(store, store.path(counters.LOG_NAME), problems, "a logged access"):
+        if not (isinstance(record.get("at"), str) and isinstance(record.get("ids"), list)):
+            problems.append(Problem(counters.LOG_NAME, number, "expected {\"at\": time, \"ids\": [ids]}", "field"))
 
 
 def _check_state(store: Store, problems: list[Problem]) -> None:

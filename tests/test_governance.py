@@ -204,3 +204,20 @@ def test_recency_matches_the_design_examples():
         decay = scores.health_score({"created_at": days_ago(days)}, NOW).recency_decay
         assert decay == pytest.approx(expected, abs=0.005)
     assert math.isclose(scores.governance_settings()["recency_half_life_days"], 14)
+
+
+def test_accesses_are_logged_and_folded_by_the_lifecycle(tmp_path):
+    from memctl.governance import lifecycle
+    from memctl.store import counters
+
+    store = Store(tmp_path / "store")
+    store.memory_md.parent.mkdir(parents=True)
+    store.memory_md.write_text("## General\n\nA plain note.\n")
+    counters.record(store, ["a", "b", "a"])
+    counters.record(store, ["a"])
+    assert {k: v["count"] for k, v in counters.load(store).items()} == {"a": 2, "b": 1}
+    assert store.path(counters.LOG_NAME).exists() and not store.path(counters.FILE_NAME).exists()
+    lifecycle.run(store)
+    assert not store.path(counters.LOG_NAME).exists()
+    counters.record(store, ["b"])
+    assert {k: v["count"] for k, v in counters.load(store).items()} == {"a": 2, "b": 2}

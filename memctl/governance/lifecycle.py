@@ -32,6 +32,7 @@ from typing import Any
 from memctl import clock
 from memctl.governance import governance
 from memctl.search import scores
+from memctl.store import counters
 from memctl.store.status import status_of
 from memctl.store import memoryfile
 from memctl.store.memoryfile import Blank, Document, Entry, summary_of
@@ -84,6 +85,7 @@ def run(store: Store, *, dry_run: bool = False, hard: bool = False, now: datetim
     if not store.memory_md.exists():
         return changes  # nothing to review, and no store to create
     with store.transaction(dry_run=dry_run) as tx:
+        counters.compact(store, tx)  # searches only log their accesses; the nightly pass folds them
         doc = memoryfile.load(store.memory_md)
         scorer = scores.Scorer(store, now)
         gov = scorer.gov
