@@ -134,7 +134,7 @@ def _check_links(store: Store) -> list[Problem]:
 def _check_topics(store: Store, problems: list[Problem]) -> None:
     """Topic files, archived ones, links, the time index, the activation log and auto summaries,
     each line as the topic commands read it (memctl.topics.files.check_record)."""
-    from memctl.topics import files
+    from memctl.topics import activation, files
     from memctl.topics.daily import ARCHIVED, AUTO_SUMMARIES
     from memctl.topics.log import LOG
 
@@ -167,6 +167,10 @@ def _check_topics(store: Store, problems: list[Problem]) -> None:
                                         "field"))
     for _ in _jsonl(store, store.path("topics", LOG), problems, "a log event"):
         pass
+    try:
+        activation.load_part(store)
+    except InputError as exc:
+        problems.append(Problem(exc.source or activation.FILE_NAME, exc.line, _message_of(exc), "field"))
     summaries = store.path(AUTO_SUMMARIES)
     for number, record in _jsonl(store, summaries, problems, "an auto summary"):
         for key, ok in (("session", isinstance(record.get("session"), str)),

@@ -145,7 +145,7 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
     try:
         with store.transaction(dry_run=dry_run) as tx:
             topics = files.load_topics(store)
-            _, part = activation.load_part(store)
+            part = activation.load_part(store)
             averages = activation.averages_of(part)
             background = background_of(t.messages for t in topics.values())
             events = []
