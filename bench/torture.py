@@ -479,7 +479,7 @@ def crafted(root: Path, base: Path, commands: int | None, timeout: float) -> dic
         case.apply(store, victim)
         outside = snapshot(victim.parent)
         counts["cases"] += 1
-        for args in chosen + [["health", "check", "--json"]]:
+        for args in [["health", "check", "--json"]] + chosen:  # health first: a later write mends a torn line
             counts["runs"] += 1
             what = f"{case.name} | {' '.join(args)}"
             try:
@@ -554,7 +554,10 @@ def sizes(root: Path, base: Path, llm_timeout: float) -> dict:
                       "sys.stdout.write('<topic>x</topic>' * 70000)\nsys.stdout.flush()\n")
     wrapper = f"sh -c '{sys.executable} {answer}; sleep 300'"  # the grandchild the timeout must also end
     env = {**ENV, "MEMCTL_TOPICS_LLM_TIMEOUT": str(llm_timeout)}
-    session = sorted(p.stem for p in (base / "sessions").glob("*.jsonl"))[0]
+    session = "llm-sized"  # a session of its own, with messages left to split
+    chat = b"".join(orjson.dumps({"session": session, "role": "user", "text": f"message {i} about the sync queue"})
+                    + b"\n" for i in range(12))
+    assert memctl(store, "ingest", "-", input=chat).returncode == 0
     started = time.perf_counter()
     result = subprocess.run([*MEMCTL, "--store", str(store), "split", "--session", session, "--force",
                              "--keep-recent", "2", "--llm", wrapper], env=env, capture_output=True, timeout=120)
