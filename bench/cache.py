@@ -177,7 +177,7 @@ def main() -> None:
                 backend = server.url
             else:
                 backend = "files"
-            fresh = lambda label: work / f"{name}-{label}"  # noqa: E731
+            fresh = lambda label, name=name: work / f"{name}-{label}"  # noqa: E731
             hit, help_ms = cold_hit_ms(fresh("cold"), backend, args.runs)
             rows.append((name, "`memctl cache run` hit, cold process, p50", f"{hit:.0f} ms (`memctl --help`: "
                          f"{help_ms:.0f} ms)"))

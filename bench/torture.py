@@ -492,7 +492,7 @@ def crafted(root: Path, base: Path, commands: int | None, timeout: float) -> dic
             if "Traceback" in stderr or result.returncode not in (0, 1, 2):
                 counts["tracebacks"] += 1
                 failures.append(f"{what}: exit {result.returncode} {stderr.strip().splitlines()[-1:]}")
-            elif result.returncode == 2 and len([l for l in stderr.splitlines() if "error" in l]) != 1:
+            elif result.returncode == 2 and len([line for line in stderr.splitlines() if "error" in line]) != 1:
                 counts["not_one_line"] += 1
                 failures.append(f"{what}: stderr {stderr[:300]!r}")
             if crafted_cases.SECRET.encode() in result.stdout + result.stderr:

@@ -26,12 +26,13 @@ ORDER = [
     ["governance", "window", "topics", "cache"],
     ["check"],
     ["ingest"],
-    ["api"],
-    ["cli", "mcp", "__main__"],
+    ["api", "memctl"],          # memctl/__init__.py, the package's face, is the API
+    ["cli", "mcp"],
+    ["__main__"],
 ]
 RANK = {name: level for level, names in enumerate(ORDER) for name in names}
 # Siblings of one level that may use each other, one way only (the first uses the second).
-SIDEWAYS = {("cli", "mcp")}
+SIDEWAYS = {("cli", "mcp"), ("memctl", "api")}
 
 
 def modules(root: Path) -> dict[str, Path]:

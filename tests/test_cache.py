@@ -380,8 +380,8 @@ JSON_VALUES = st.recursive(
 def test_any_json_args_are_keyed_or_refused_with_an_input_error(value, depth):
     import json  # writes what orjson will not: NaN, Infinity, integers of any size
 
-    text = json.dumps(nested(depth, value))
-    for text in (text, text[:-1]):  # and the same cut short
+    whole = json.dumps(nested(depth, value))
+    for text in (whole, whole[:-1]):  # and the same cut short
         try:
             key = key_of("t", parse_args(text))
         except InputError as exc:

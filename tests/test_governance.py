@@ -138,7 +138,7 @@ def test_chain_is_oldest_first_from_any_version():
     for start in ("v1", "v2", "v3"):
         found = governance.chain(doc, start)
         assert found.ids == ["v1", "v2", "v3"] and found.problems == [] and found.tails == ["v3"]
-    links = {l.id: l for l in governance.chain(doc, "v2").links}
+    links = {line.id: line for line in governance.chain(doc, "v2").links}
     assert links["v2"].supersedes == ["v1"] and links["v2"].superseded_by == ["v3"]
     assert links["v1"].as_dict()["status"] == "deprecated"
 

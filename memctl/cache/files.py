@@ -20,7 +20,6 @@ with its file and line, for `memctl health` (memctl.cache.cache_problems).
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import time
 from collections import defaultdict
@@ -30,6 +29,7 @@ from typing import Iterator
 
 import orjson
 
+from memctl.store import locking
 from memctl.errors import InputError, StoreError
 from memctl.store.store import FILE_MODE, NAME_RULE, Store, _make_dirs, atomic_write, is_name
 from memctl.cache.backend import EVENTS, Entry, wait_for
@@ -269,7 +269,7 @@ def _append(path: Path, data: bytes, *, replace: bool = False) -> int:
 def _try_flock(fd: int) -> bool:
     """Take the lock without blocking (blocking could not time out); the kernel drops it if we die."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        locking.flock(fd, locking.LOCK_EX | locking.LOCK_NB)
         return True
     except OSError as exc:
         if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):

@@ -16,7 +16,6 @@ never executed.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import stat
@@ -28,6 +27,7 @@ from typing import Iterator
 import orjson
 
 from memctl.errors import InputError, StoreError
+from memctl.store import locking
 
 DEFAULT_STORE = ".memory"
 STORE_ENV = "MEMCTL_STORE"
@@ -182,7 +182,7 @@ class Store:
         _make_dirs(self.root)
         fd = os.open(self.path(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            locking.flock(fd, locking.LOCK_EX)
             self._recover()
             yield
         finally:
@@ -204,16 +204,16 @@ class Store:
             yield  # no memctl writer ever took the lock here: nothing to wait for
             return
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            locking.flock(fd, locking.LOCK_SH)
             if recover and (self.root / _JOURNAL_DIR).exists():
-                fcntl.flock(fd, fcntl.LOCK_EX)  # not atomic: re-check the journal under the lock
+                locking.flock(fd, locking.LOCK_EX)  # not atomic: re-check the journal under the lock
                 try:
                     self._recover()
                 except StoreError as exc:
                     # A journal nobody can undo must not lock every reader out of their memory:
                     # read on, and say once what to remove (writers still refuse).
                     print(f"memctl: warning: {exc}", file=sys.stderr)
-                fcntl.flock(fd, fcntl.LOCK_SH)
+                locking.flock(fd, locking.LOCK_SH)
             yield
         finally:
             os.close(fd)
