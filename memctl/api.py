@@ -404,8 +404,9 @@ class Memory:
         run, get, put, stats, consolidate, search, clear (memctl/cache/__init__.py)."""
         if backend not in self._caches:
             from memctl.cache import Cache
+            from memctl.ingest.consolidate import consolidate
 
-            self._caches[backend] = Cache(self.store, backend=backend)
+            self._caches[backend] = Cache(self.store, backend=backend, consolidator=consolidate)
         return self._caches[backend]
 
     def cache_get(self, scope: str, tool: str, args: Any) -> "Entry | None":

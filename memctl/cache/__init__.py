@@ -14,8 +14,11 @@ where `memctl search` finds it by tool, agent and time.
     answer.entry.output, answer.hit
 
 This module is imported on every `memctl cache` call, so it stays small:
-the ingest, index and search machinery is imported only by consolidate and
-search.
+the index and search machinery is imported only by search. Consolidation
+writes long-term memory, which is ingest's work, and ingest stands above the
+cache: a Cache consolidates through the consolidator it is given, and
+Memory(...).cache() gives it memctl/ingest/consolidate.py's. A Cache made
+without one keeps tool outputs and writes no memory.
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from memctl import config
-from memctl.errors import InputError
+from memctl.errors import InputError, MemctlError
 from memctl.store.store import Store
 from memctl.cache.backend import EVENTS, EXIT_CODE_MAX, Backend, CacheError, Entry, is_exit_code
 from memctl.cache.keys import canonical, check_name, key_of, parse_args
@@ -100,8 +103,9 @@ class Cache:
     """The working memory of one store, on the backend its settings (or `backend`) name."""
 
     def __init__(self, store: Store, *, backend: str | Backend | None = None,
-                 settings: dict[str, dict[str, Any]] | None = None):
+                 settings: dict[str, dict[str, Any]] | None = None, consolidator: Callable | None = None):
         self.store = store
+        self._consolidator = consolidator  # (cache, scope, everything=, dry_run=, only=, index=) -> rows
         self.all_settings = settings or config.load(store.config_file)
         self.settings = self.all_settings["cache"]
         for name in _SECONDS_SETTINGS:  # memctl.toml takes any finite number; a TTL of 1e308 overflows
@@ -190,7 +194,8 @@ class Cache:
     def _count_hit(self, entry: Entry) -> None:
         entry.access_count = self.backend.count_access(entry)
         self.backend.count(entry.scope, entry.tool, "negative_hits" if entry.negative else "hits")
-        if "hit" in self.settings["consolidate_on"] and entry.access_count == self.settings["consolidate_min_access"]:
+        if (self._consolidator and "hit" in self.settings["consolidate_on"]
+                and entry.access_count == self.settings["consolidate_min_access"]):
             self.consolidate(entry.scope, only=[entry])
 
     def _ttl(self, entry: Entry, ttl: float | None) -> float:
@@ -226,7 +231,7 @@ class Cache:
         """End a run: forget the scope (after consolidating it, where [cache] consolidate_on has clear)."""
         check_name(scope, "scope")
         consolidated = []
-        if "clear" in self.settings["consolidate_on"]:
+        if self._consolidator and "clear" in self.settings["consolidate_on"]:
             consolidated = self.consolidate(scope, dry_run=dry_run)
         entries = len(self.entries(scope)) if dry_run else self.backend.clear(scope)
         return {"scope": scope, "entries": entries, "consolidated": [c.as_dict() for c in consolidated],
@@ -235,11 +240,11 @@ class Cache:
     def consolidate(self, scope: str, *, everything: bool = False, dry_run: bool = False,
                     only: list[Entry] | None = None, index: bool = True):
         """Write what proved useful (access count >= [cache] consolidate_min_access, or everything)
-        to long-term memory, once; see memctl/cache/consolidate.py."""
-        from memctl.cache.consolidate import consolidate
-
+        to long-term memory, once; see memctl/ingest/consolidate.py."""
         check_name(scope, "scope")
-        return consolidate(self, scope, everything=everything, dry_run=dry_run, only=only, index=index)
+        if self._consolidator is None:
+            raise MemctlError("this cache writes no long-term memory; open it through Memory(...).cache()")
+        return self._consolidator(self, scope, everything=everything, dry_run=dry_run, only=only, index=index)
 
     def search(self, query: str, *, scope: str | None = None, tools: tuple[str, ...] = (),
                agents: tuple[str, ...] = (), k: int = 10):
