@@ -88,7 +88,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # 600 s and 700 MB). 1 MiB is ~250k tokens, past any model's context.
         "max_text_bytes": 1 << 20,
     },
-    # The section-hit window (W, memctl/state.py). window_size and
+    # The section-hit window (W, memctl/window/state.py). window_size and
     # dominant_threshold are the values a new index_state.json starts with;
     # after that the file holds them (memctl state config changes them).
     "state": {
@@ -98,7 +98,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "topic_after_turns": 3,      # dominant this many turns in a row -> MEMORY_TOPIC.md
         "keywords": {},              # section -> extra keywords for `memctl state plan`
     },
-    # MERA governance (G1, G4-G6; memctl/governance.py checks the ranges).
+    # MERA governance (G1, G4-G6; memctl/governance/governance.py checks the ranges).
     "governance": {
         # retrieval_score = sum of these times relevance, recency, access, user_weight/10
         "retrieval_weight_relevance": 0.4,

@@ -2,7 +2,7 @@
 
 A backend keeps entries per scope and never lets one scope see another's.
 Two implement this protocol: files in the store (memctl/cache/files.py, the
-default) and a Redis server (memctl/cache/redis.py), for agents on several
+default) and a Redis server (memctl/cache/redis_backend.py), for agents on several
 machines. memctl/cache/__init__.py holds the behaviour both share.
 """
 

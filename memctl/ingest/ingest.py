@@ -75,7 +75,7 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
     Raises InputError, with the store unchanged, for any bad record. With
     dry_run, everything is checked and reported but nothing is written.
 
-    Notes go through governance (G6, memctl/governance.py): `supersedes`
+    Notes go through governance (G6, memctl/governance/governance.py): `supersedes`
     (the one note of the input replaces these ids, which become deprecated)
     and a note's own `supersedes` field are applied in the same transaction;
     a note whose canonical_topic already has a current memory is refused
