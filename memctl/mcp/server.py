@@ -8,7 +8,8 @@ opened it, and the event loop stays free to answer while a long ingest runs.
 
 A call never brings the server down: bad arguments, refused input and even a
 bug come back as a tool error (`isError`, one line of text), and the next call
-is served as usual.
+is served as usual; a request that is not one (not JSON, too long or deep, a
+bad shape) gets a JSON-RPC error (memctl/mcp/wire.py).
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ import jsonschema
 import mcp_types as types
 import orjson
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
 
-from memctl import __version__
+from memctl import __version__, config
 from memctl.api import Memory
 from memctl.errors import InputError, MemctlError
 from memctl.mcp.tools import TOOLS, Tool
+from memctl.mcp.wire import stdio_wire
 
 INSTRUCTIONS = """\
 memctl is this agent's long-term memory, kept in plain files. At the start of a turn
@@ -115,10 +116,11 @@ def build(memory: Memory) -> Server:
 
 def serve(memory: Memory) -> None:
     """Answer MCP requests on stdin/stdout until the client closes stdin."""
+    max_request_bytes = config.load(memory.store.config_file)["mcp"]["max_request_bytes"]
 
     async def run() -> None:
         server = build(memory)
-        async with stdio_server() as (read_stream, write_stream):
+        async with stdio_wire(max_request_bytes) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     anyio.run(run)
