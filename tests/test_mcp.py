@@ -285,13 +285,22 @@ def test_malformed_requests_get_a_json_rpc_error_and_the_server_goes_on(wire):
     assert server_process.exited() == 0
 
 
-def test_oversize_request_gets_an_error_and_the_next_call_is_served(wire):
+def test_oversize_request_and_argument_get_an_error_and_the_next_call_is_served(wire):
     server_process = wire()
     server_process.initialize()
     default_limit = 1_048_576  # [mcp] max_request_bytes
     server_process.call(1, "search", {"query": "x" * default_limit})
     refused = server_process.reply()
     assert error_of(refused, 1) == INVALID_REQUEST and "max_request_bytes" in refused["error"]["message"]
+
+    server_process.call(2, "search", {"query": "Tamsui " * 2000})  # 14,000 characters: under the byte limit
+    too_long = server_process.reply()["result"]
+    assert too_long["isError"] is True
+    (message,) = too_long["content"]
+    assert message["text"] == "argument 'query': longer than 10000 characters (14000)"
+    server_process.call(5, "search", {"query": "Tamsui", "k": "seven" * 2000})
+    (message,) = server_process.reply()["result"]["content"]
+    assert message["text"].startswith("argument 'k': 'sevenseven") and len(message["text"]) < 400
 
     server_process.call(3, "ingest", {"text": "The Tamsui shop opens at seven every morning"})
     server_process.call(4, "search", {"query": "when does the Tamsui shop open", "mode": "bm25"})

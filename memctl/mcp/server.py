@@ -6,6 +6,10 @@ milliseconds; bench/mcp_latency.py). Every call runs on one dedicated worker
 thread: the Memory's SQLite connection may only be used by the thread that
 opened it, and the event loop stays free to answer while a long ingest runs.
 
+Each call's work is bounded: a request is at most [mcp] max_request_bytes
+(memctl/mcp/wire.py), and a text a search reads at most MAX_QUERY_CHARS
+characters (memctl/mcp/tools.py), so no search takes minutes.
+
 A call never brings the server down: bad arguments, refused input and even a
 bug come back as a tool error (`isError`, one line of text), and the next call
 is served as usual; a request that is not one (not JSON, too long or deep, a
@@ -31,6 +35,10 @@ from memctl.api import Memory
 from memctl.errors import InputError, MemctlError
 from memctl.mcp.tools import TOOLS, Tool
 from memctl.mcp.wire import stdio_wire
+from memctl.text.clip import clip
+
+# An argument error is one line a person can read, whatever the client sent.
+ARGUMENT_ERROR_CHARS = 300
 
 INSTRUCTIONS = """\
 memctl is this agent's long-term memory, kept in plain files. At the start of a turn
@@ -47,7 +55,11 @@ class ToolError(Exception):
 
 def _argument_error(error: jsonschema.ValidationError) -> str:
     where = "/".join(str(p) for p in error.absolute_path)
-    return f"argument '{where}': {error.message}" if where else f"arguments: {error.message}"
+    if error.validator == "maxLength":
+        what = f"longer than {error.validator_value} characters ({len(error.instance)})"
+    else:  # jsonschema quotes the value at fault, which may be the whole of a large argument
+        what = clip(error.message, ARGUMENT_ERROR_CHARS)
+    return f"argument '{where}': {what}" if where else f"arguments: {what}"
 
 
 class Tools:
