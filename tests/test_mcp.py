@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import select
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import anyio
 import orjson
@@ -320,3 +322,46 @@ def test_request_limit_is_a_setting(wire, run):
     refused = run("mcp", env={"MEMCTL_MCP_MAX_REQUEST_BYTES": "100"})
     assert refused.returncode == 2
     assert b"mcp.max_request_bytes must be a whole number of bytes >= 4096" in refused.stderr
+
+
+def hold_index_lock(store) -> int:
+    """Take the index's lock as another process would, so an index update waits for it; its descriptor."""
+    (store / ".index").mkdir(mode=0o700, parents=True, exist_ok=True)
+    held = os.open(store / ".index" / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    return held
+
+
+def wait_until_blocked_on(lock, pid: int) -> None:
+    """Return once process `pid` waits for the flock on `lock` (Linux lists waiters in /proc/locks,
+    marked "->"); elsewhere at once, the call then only sent."""
+    if not os.path.exists("/proc/locks"):
+        return
+    inode = os.stat(lock).st_ino
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        for entry in Path("/proc/locks").read_text().splitlines():
+            fields = entry.split()
+            if "->" in fields and str(pid) in fields and fields[-3].endswith(f":{inode}"):
+                return
+        time.sleep(0.05)
+    pytest.fail(f"process {pid} never waited for {lock}")
+
+
+def test_a_read_only_call_is_answered_while_a_long_call_runs(wire, store_dir):
+    server_process = wire()
+    server_process.initialize()
+    server_process.call("note", "ingest", {"text": "Kestrel uses PostgreSQL", "kind": "memory"})
+    (stored,) = server_process.reply()["result"]["structuredContent"]["outcomes"]
+
+    held = hold_index_lock(store_dir)
+    try:
+        server_process.call("long", "index", {})  # waits for the index lock as long as the test holds it
+        wait_until_blocked_on(store_dir / ".index" / ".lock", server_process.process.pid)
+        server_process.call("quick", "history", {"id": stored["id"]})
+        quick = server_process.reply()
+    finally:
+        os.close(held)
+    assert quick["id"] == "quick" and quick["result"]["structuredContent"]["current"] == [stored["id"]]
+    long = server_process.reply()
+    assert long["id"] == "long" and long["result"]["isError"] is False

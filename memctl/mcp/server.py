@@ -2,11 +2,25 @@
 
 One `Memory` lives as long as the server, so its index and embedding model are
 loaded by the first search and reused by every later one (a warm search costs
-milliseconds; bench/mcp_latency.py). Every call runs on one dedicated worker
-thread: the Memory's SQLite connection may only be used by the thread that
-opened it, and the event loop stays free to answer while a long ingest runs.
+milliseconds; bench/mcp_latency.py).
 
-Each call's work is bounded: a request is at most [mcp] max_request_bytes
+Where calls run. A Memory is used by one thread only (its SQLite connection may
+only be used by the thread that opened it), and the event loop never runs a
+call, so it stays free to read requests and answer. Calls run on two lanes,
+each one thread with a Memory of its own, one call at a time:
+
+- the tools marked read_only (history, state_plan, health, cache_stats,
+  topics_list, topics_show), on a second Memory of the same store: a long call
+  on the other lane (the index update after a large ingest embeds for a minute)
+  does not hold them. The two Memories share the store as two processes do:
+  every read and write takes the store's flock on a descriptor of its own, so
+  each sees the other's writes whole; none of these tools opens the index.
+- every other tool, on the server's Memory, in the order they came. Searches
+  are not spread over more threads: each would load an index and a model of
+  its own (hundreds of MB), and a search behind an index update would wait for
+  the update's lock all the same.
+
+Each call's work is bounded too: a request is at most [mcp] max_request_bytes
 (memctl/mcp/wire.py), and a text a search reads at most MAX_QUERY_CHARS
 characters (memctl/mcp/tools.py), so no search takes minutes.
 
@@ -19,9 +33,9 @@ bad shape) gets a JSON-RPC error (memctl/mcp/wire.py).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import sys
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anyio
@@ -102,25 +116,38 @@ def _in_argument_terms(exc: InputError) -> str:
     return str(exc)
 
 
-def build(memory: Memory) -> Server:
-    """The MCP server of `memory`'s tools (not yet running)."""
-    tools = Tools(memory)
-    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memctl")
+class Lane:
+    """One thread and the Tools of a Memory only it uses: calls run on it one at a time, in order."""
 
-    def answer(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    def __init__(self, name: str, memory: Memory):
+        self.tools = Tools(memory)
+        self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """The call's result; cancelled (the client cancelled it), a call still waiting for the
+        lane never runs, and one under way runs on with nobody to hear it."""
+        return await asyncio.wrap_future(self._worker.submit(self._answer, name, arguments))
+
+    def _answer(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         try:
-            payload = tools.call(name, arguments)
+            payload = self.tools.call(name, arguments)
         except ToolError as exc:
             return types.CallToolResult(content=[types.TextContent(text=str(exc))], is_error=True)
         text = orjson.dumps(payload).decode()
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=payload)
 
+
+def build(calls: Lane, reads: Lane) -> Server:
+    """The MCP server of the lanes' tools (not yet running): read-only tools run on `reads`, the rest on `calls`."""
+    tools = calls.tools
+    read_only = {name for name, tool in tools.tools.items() if tool.read_only}
+
     async def list_tools(ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools.describe())
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(worker, answer, params.name, params.arguments or {})
+        lane = reads if params.name in read_only else calls
+        return await lane.call(params.name, params.arguments or {})
 
     return Server("memctl", version=__version__, instructions=INSTRUCTIONS,
                   on_list_tools=list_tools, on_call_tool=call_tool)
@@ -129,9 +156,10 @@ def build(memory: Memory) -> Server:
 def serve(memory: Memory) -> None:
     """Answer MCP requests on stdin/stdout until the client closes stdin."""
     max_request_bytes = config.load(memory.store.config_file)["mcp"]["max_request_bytes"]
+    lanes = (Lane("memctl-calls", memory), Lane("memctl-reads", Memory(memory.path, say=memory.say)))
 
     async def run() -> None:
-        server = build(memory)
+        server = build(*lanes)
         async with stdio_wire(max_request_bytes) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
