@@ -365,3 +365,28 @@ def test_a_read_only_call_is_answered_while_a_long_call_runs(wire, store_dir):
     assert quick["id"] == "quick" and quick["result"]["structuredContent"]["current"] == [stored["id"]]
     long = server_process.reply()
     assert long["id"] == "long" and long["result"]["isError"] is False
+
+
+def test_the_server_exits_when_its_client_goes_mid_call(wire, store_dir):
+    server_process = wire()
+    server_process.initialize()
+    server_process.call("note", "ingest", {"text": "Kestrel uses PostgreSQL", "kind": "memory"})
+    server_process.reply()
+
+    held = hold_index_lock(store_dir)
+    try:
+        server_process.call("long", "index", {})
+        wait_until_blocked_on(store_dir / ".index" / ".lock", server_process.process.pid)
+        server_process.process.stdin.close()
+        status = server_process.exited()  # the call still waits for the lock: only leaving ends it
+    finally:
+        os.close(held)
+    assert status is not None, "the server outlived its client"
+
+
+def test_the_server_exits_when_its_client_stops_reading(wire):
+    server_process = wire()
+    server_process.initialize()
+    server_process.process.stdout.close()
+    server_process.request("unheard", "ping")  # its answer finds the pipe closed
+    assert server_process.exited() is not None, "the server outlived its client"

@@ -24,6 +24,12 @@ Each call's work is bounded too: a request is at most [mcp] max_request_bytes
 (memctl/mcp/wire.py), and a text a search reads at most MAX_QUERY_CHARS
 characters (memctl/mcp/tools.py), so no search takes minutes.
 
+When the client goes (its stdin ends, or it stops reading), the session ends:
+calls still waiting for a lane are dropped, a call under way gets LEAVE_GRACE
+seconds to finish (an ingest commits), and `serve` says whether one still runs.
+A thread cannot be stopped, so `memctl mcp` then ends the process; what that
+call was writing is rolled back by the store's journal, as after a kill.
+
 A call never brings the server down: bad arguments, refused input and even a
 bug come back as a tool error (`isError`, one line of text), and the next call
 is served as usual; a request that is not one (not JSON, too long or deep, a
@@ -48,8 +54,12 @@ from memctl import __version__, config
 from memctl.api import Memory
 from memctl.errors import InputError, MemctlError
 from memctl.mcp.tools import TOOLS, Tool
-from memctl.mcp.wire import stdio_wire
+from memctl.mcp.wire import note, stdio_wire
 from memctl.text.clip import clip
+
+# Seconds a call under way when the client goes may take to finish: an ingest or a
+# confirm commits in well under a second; an index update is only cut short (search resumes it).
+LEAVE_GRACE = 3.0
 
 # An argument error is one line a person can read, whatever the client sent.
 ARGUMENT_ERROR_CHARS = 300
@@ -122,11 +132,15 @@ class Lane:
     def __init__(self, name: str, memory: Memory):
         self.tools = Tools(memory)
         self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._calls: set[concurrent.futures.Future] = set()
 
     async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        """The call's result; cancelled (the client cancelled it), a call still waiting for the
-        lane never runs, and one under way runs on with nobody to hear it."""
-        return await asyncio.wrap_future(self._worker.submit(self._answer, name, arguments))
+        """The call's result; cancelled (the client cancelled it, or left), a call still waiting
+        for the lane never runs, and one under way runs on with nobody to hear it."""
+        future = self._worker.submit(self._answer, name, arguments)
+        self._calls.add(future)
+        future.add_done_callback(self._calls.discard)
+        return await asyncio.wrap_future(future)
 
     def _answer(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         try:
@@ -135,6 +149,11 @@ class Lane:
             return types.CallToolResult(content=[types.TextContent(text=str(exc))], is_error=True)
         text = orjson.dumps(payload).decode()
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=payload)
+
+    def close(self) -> set[concurrent.futures.Future]:
+        """Drop the calls waiting for the lane; the call under way, if one is, runs on: its future."""
+        self._worker.shutdown(wait=False, cancel_futures=True)
+        return set(self._calls)
 
 
 def build(calls: Lane, reads: Lane) -> Server:
@@ -153,8 +172,9 @@ def build(calls: Lane, reads: Lane) -> Server:
                   on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-def serve(memory: Memory) -> None:
-    """Answer MCP requests on stdin/stdout until the client closes stdin."""
+def serve(memory: Memory) -> bool:
+    """Answer MCP requests on stdin/stdout until the client goes; whether every call has ended
+    (False: one still runs on its thread, and only ending the process stops it)."""
     max_request_bytes = config.load(memory.store.config_file)["mcp"]["max_request_bytes"]
     lanes = (Lane("memctl-calls", memory), Lane("memctl-reads", Memory(memory.path, say=memory.say)))
 
@@ -164,3 +184,8 @@ def serve(memory: Memory) -> None:
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     anyio.run(run)
+    running = set().union(*(lane.close() for lane in lanes))
+    _, unfinished = concurrent.futures.wait(running, timeout=LEAVE_GRACE)
+    if unfinished:
+        note(f"the client left during a call that did not end within {LEAVE_GRACE:g} s; it is cut short")
+    return not unfinished
