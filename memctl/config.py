@@ -160,6 +160,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "summary_chars": 600,           # built-in extractive summary: the output's first lines up to this
         "summary_command": "",          # else a command (an LLM) that reads the item, prints a summary
     },
+    # The MCP server (memctl mcp, memctl/mcp/).
+    "mcp": {
+        "max_request_bytes": 1_048_576,  # one JSON-RPC message (a line); a longer one gets an error reply
+    },
 }
 
 # Settings that name a program for memctl to run. Only the user names one (a flag, the
@@ -220,6 +224,8 @@ LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
     **{("cache", key): (lambda v: v >= 1, "a whole number >= 1")
        for key in ("consolidate_min_access", "summary_chars")},
     ("cache", "stderr_lines"): (lambda v: v >= 0, "0 or more"),
+    # Lower, and a client's own initialize request (its name, capabilities) could be refused.
+    ("mcp", "max_request_bytes"): (lambda v: v >= 4096, "a whole number of bytes >= 4096"),
     **{("governance", key): (lambda v: v > 0, "above 0")
        for key in ("recency_half_life_days", "access_saturation")},
     **{("governance", key): (lambda v: 0 <= v <= 10, "from 0 to 10")

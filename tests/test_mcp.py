@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import select
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import anyio
 import orjson
@@ -13,6 +17,7 @@ import pytest
 from conftest import memctl_command
 
 mcp = pytest.importorskip("mcp")
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR  # noqa: E402 (the SDK's, installed with it)
 
 REQUIRED_TOOLS = {"search", "ingest", "review_pending", "confirm", "history", "state_plan", "state_record",
                   "health"}
@@ -169,3 +174,219 @@ def test_context_and_topic_tools_through_the_server(store_dir, run):
         assert bad_scope.is_error and bad_scope.content[0].text.startswith("argument 'scope': ")
 
     anyio.run(session_run, store_dir, body)
+
+
+# -- the wire: raw JSON-RPC lines to a real `memctl mcp` process ---------------------------
+DEADLINE = 60.0  # seconds a reply or an exit may take before the test calls it a hang (a loaded machine)
+
+
+class Wire:
+    """`memctl mcp` as a process spoken to in raw JSON-RPC lines, each reply read with a deadline."""
+
+    def __init__(self, store, env: dict[str, str] | None = None):
+        self.log = store.parent / "mcp-stderr.log"
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
+        with open(self.log, "w") as errlog:
+            self.process = subprocess.Popen([*memctl_command(), "--store", str(store), "mcp"],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog,
+                                            env={**clean, **(env or {})})
+        self._unread = b""
+
+    def send(self, message: dict | bytes) -> None:
+        self.process.stdin.write((message if isinstance(message, bytes) else orjson.dumps(message)) + b"\n")
+        self.process.stdin.flush()
+
+    def reply(self) -> dict:
+        """The next line the server writes, read here (a reading thread would stop stdout from closing)."""
+        deadline = time.monotonic() + DEADLINE
+        while b"\n" not in self._unread:
+            if not select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                pytest.fail(f"no reply within {DEADLINE} s: the server hangs")
+            chunk = os.read(self.process.stdout.fileno(), 1 << 16)
+            if not chunk:
+                pytest.fail("the server closed stdout instead of replying")
+            self._unread += chunk
+        line, _, self._unread = self._unread.partition(b"\n")
+        return orjson.loads(line)
+
+    def request(self, request_id, method: str, params: dict | None = None) -> None:
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, **({"params": params} if params else {})})
+
+    def call(self, request_id, tool: str, arguments: dict) -> None:
+        self.request(request_id, "tools/call", {"name": tool, "arguments": arguments})
+
+    def initialize(self) -> None:
+        self.request(0, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                       "clientInfo": {"name": "test", "version": "0"}})
+        assert self.reply()["id"] == 0
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def exited(self) -> int | None:
+        """The exit status once the process has ended, polled up to the deadline; None if it still runs."""
+        deadline = time.monotonic() + DEADLINE
+        while self.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.process.poll()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        print(self.log.read_text())  # the server's stderr, which pytest shows when the test fails
+
+
+@pytest.fixture
+def wire(store_dir):
+    opened: list[Wire] = []
+
+    def start(env: dict[str, str] | None = None) -> Wire:
+        opened.append(Wire(store_dir, env))
+        return opened[-1]
+
+    yield start
+    for server_process in opened:
+        server_process.close()
+
+
+def error_of(reply: dict, request_id) -> int:
+    assert reply["id"] == request_id and "result" not in reply, reply
+    return reply["error"]["code"]
+
+
+def test_malformed_requests_get_a_json_rpc_error_and_the_server_goes_on(wire):
+    server_process = wire()
+    server_process.initialize()
+    nested = b"[" * 900 + b"]" * 900
+    refused = [  # (line, the id its error carries, the code)
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", ', 1, PARSE_ERROR),
+        (b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "search", "arguments": '
+         b'{"query": ' + nested + b"}}}", 2, INVALID_REQUEST),
+        (b'{"jsonrpc": "2.0", "id": 3, "method": "ping", "params": ' + nested * 2 + b"}", 3, PARSE_ERROR),
+        (b'{"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": [1, 2]}', 4, INVALID_PARAMS),
+        (b'[{"jsonrpc": "2.0", "id": 5, "method": "ping"}]', None, INVALID_REQUEST),
+        (b'"ping"', None, INVALID_REQUEST),
+        (b'{"jsonrpc": "2.0", "id": true, "method": "ping"}', None, INVALID_REQUEST),
+        (b'{"jsonrpc": "2.0", "id": 8}', 8, INVALID_REQUEST),
+        (b'{"jsonrpc": "2.0", "id": 9, "method": "ping", "params": {"text": "\xff"}}', 9, PARSE_ERROR),
+    ]
+    for number, (line, request_id, code) in enumerate(refused):
+        server_process.send(line)
+        server_process.request(f"ping-{number}", "ping")
+        assert error_of(server_process.reply(), request_id) == code, line[:80]
+        assert server_process.reply() == {"jsonrpc": "2.0", "id": f"ping-{number}", "result": {}}
+
+    # A notification is never answered, not even when it is malformed: the next reply is the ping's.
+    server_process.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized", "params": [1]}')
+    server_process.request("after-notification", "ping")
+    assert server_process.reply()["id"] == "after-notification"
+    server_process.request("tools", "tools/list")
+    served = server_process.reply()
+    assert served["id"] == "tools" and "search" in {t["name"] for t in served["result"]["tools"]}
+
+    server_process.process.stdin.close()
+    assert server_process.exited() == 0
+
+
+def test_oversize_request_and_argument_get_an_error_and_the_next_call_is_served(wire):
+    server_process = wire()
+    server_process.initialize()
+    default_limit = 1_048_576  # [mcp] max_request_bytes
+    server_process.call(1, "search", {"query": "x" * default_limit})
+    refused = server_process.reply()
+    assert error_of(refused, 1) == INVALID_REQUEST and "max_request_bytes" in refused["error"]["message"]
+
+    server_process.call(2, "search", {"query": "Tamsui " * 2000})  # 14,000 characters: under the byte limit
+    too_long = server_process.reply()["result"]
+    assert too_long["isError"] is True
+    (message,) = too_long["content"]
+    assert message["text"] == "argument 'query': longer than 10000 characters (14000)"
+    server_process.call(5, "search", {"query": "Tamsui", "k": "seven" * 2000})
+    (message,) = server_process.reply()["result"]["content"]
+    assert message["text"].startswith("argument 'k': 'sevenseven") and len(message["text"]) < 400
+
+    server_process.call(3, "ingest", {"text": "The Tamsui shop opens at seven every morning"})
+    server_process.call(4, "search", {"query": "when does the Tamsui shop open", "mode": "bm25"})
+    stored, found = server_process.reply(), server_process.reply()
+    assert stored["id"] == 3 and found["id"] == 4 and found["result"]["isError"] is False
+    assert "Tamsui" in found["result"]["structuredContent"]["results"][0]["text"]
+
+
+def test_request_limit_is_a_setting(wire, run):
+    small = wire({"MEMCTL_MCP_MAX_REQUEST_BYTES": "8192"})
+    small.initialize()
+    small.call("big", "ingest", {"text": "word " * 2000})
+    small.call("small", "ingest", {"text": "word " * 1000})
+    assert error_of(small.reply(), "big") == INVALID_REQUEST
+    assert small.reply()["result"]["isError"] is False
+
+    refused = run("mcp", env={"MEMCTL_MCP_MAX_REQUEST_BYTES": "100"})
+    assert refused.returncode == 2
+    assert b"mcp.max_request_bytes must be a whole number of bytes >= 4096" in refused.stderr
+
+
+def hold_index_lock(store) -> int:
+    """Take the index's lock as another process would, so an index update waits for it; its descriptor."""
+    (store / ".index").mkdir(mode=0o700, parents=True, exist_ok=True)
+    held = os.open(store / ".index" / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    return held
+
+
+def wait_until_blocked_on(lock, pid: int) -> None:
+    """Return once process `pid` waits for the flock on `lock` (Linux lists waiters in /proc/locks,
+    marked "->"); elsewhere at once, the call then only sent."""
+    if not os.path.exists("/proc/locks"):
+        return
+    inode = os.stat(lock).st_ino
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        for entry in Path("/proc/locks").read_text().splitlines():
+            fields = entry.split()
+            if "->" in fields and str(pid) in fields and fields[-3].endswith(f":{inode}"):
+                return
+        time.sleep(0.05)
+    pytest.fail(f"process {pid} never waited for {lock}")
+
+
+def test_a_read_only_call_is_answered_while_a_long_call_runs(wire, store_dir):
+    server_process = wire()
+    server_process.initialize()
+    server_process.call("note", "ingest", {"text": "Kestrel uses PostgreSQL", "kind": "memory"})
+    (stored,) = server_process.reply()["result"]["structuredContent"]["outcomes"]
+
+    held = hold_index_lock(store_dir)
+    try:
+        server_process.call("long", "index", {})  # waits for the index lock as long as the test holds it
+        wait_until_blocked_on(store_dir / ".index" / ".lock", server_process.process.pid)
+        server_process.call("quick", "history", {"id": stored["id"]})
+        quick = server_process.reply()
+    finally:
+        os.close(held)
+    assert quick["id"] == "quick" and quick["result"]["structuredContent"]["current"] == [stored["id"]]
+    long = server_process.reply()
+    assert long["id"] == "long" and long["result"]["isError"] is False
+
+
+def test_the_server_exits_when_its_client_goes_mid_call(wire, store_dir):
+    server_process = wire()
+    server_process.initialize()
+    server_process.call("note", "ingest", {"text": "Kestrel uses PostgreSQL", "kind": "memory"})
+    server_process.reply()
+
+    held = hold_index_lock(store_dir)
+    try:
+        server_process.call("long", "index", {})
+        wait_until_blocked_on(store_dir / ".index" / ".lock", server_process.process.pid)
+        server_process.process.stdin.close()
+        status = server_process.exited()  # the call still waits for the lock: only leaving ends it
+    finally:
+        os.close(held)
+    assert status is not None, "the server outlived its client"
+
+
+def test_the_server_exits_when_its_client_stops_reading(wire):
+    server_process = wire()
+    server_process.initialize()
+    server_process.process.stdout.close()
+    server_process.request("unheard", "ping")  # its answer finds the pipe closed
+    assert server_process.exited() is not None, "the server outlived its client"

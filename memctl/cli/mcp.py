@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
 from memctl.cli.output import EXIT_ERROR, say
@@ -34,4 +37,8 @@ def mcp(memory):
     except ModuleNotFoundError as exc:
         say(f"memctl: error: memctl mcp needs the MCP SDK ({exc.name} is missing): pip install 'memctl[mcp]'")
         raise SystemExit(EXIT_ERROR) from None
-    serve(memory)
+    if not serve(memory):
+        # The client left during a call that runs on, and a thread cannot be stopped: only the
+        # process can. What the call was writing is rolled back by the store's journal, as after a kill.
+        sys.stderr.flush()
+        os._exit(0)

@@ -2,21 +2,46 @@
 
 One `Memory` lives as long as the server, so its index and embedding model are
 loaded by the first search and reused by every later one (a warm search costs
-milliseconds; bench/mcp_latency.py). Every call runs on one dedicated worker
-thread: the Memory's SQLite connection may only be used by the thread that
-opened it, and the event loop stays free to answer while a long ingest runs.
+milliseconds; bench/mcp_latency.py).
+
+Where calls run. A Memory is used by one thread only (its SQLite connection may
+only be used by the thread that opened it), and the event loop never runs a
+call, so it stays free to read requests and answer. Calls run on two lanes,
+each one thread with a Memory of its own, one call at a time:
+
+- the tools marked read_only (history, state_plan, health, cache_stats,
+  topics_list, topics_show), on a second Memory of the same store: a long call
+  on the other lane (the index update after a large ingest embeds for a minute)
+  does not hold them. The two Memories share the store as two processes do:
+  every read and write takes the store's flock on a descriptor of its own, so
+  each sees the other's writes whole; none of these tools opens the index.
+- every other tool, on the server's Memory, in the order they came. Searches
+  are not spread over more threads: each would load an index and a model of
+  its own (hundreds of MB), and a search behind an index update would wait for
+  the update's lock all the same.
+
+Each call's work is bounded too: a request is at most [mcp] max_request_bytes
+(memctl/mcp/wire.py), and a text a search reads at most MAX_QUERY_CHARS
+characters (memctl/mcp/tools.py), so no search takes minutes.
+
+When the client goes (its stdin ends, or it stops reading), the session ends:
+calls still waiting for a lane are dropped, a call under way gets LEAVE_GRACE
+seconds to finish (an ingest commits), and `serve` says whether one still runs.
+A thread cannot be stopped, so `memctl mcp` then ends the process; what that
+call was writing is rolled back by the store's journal, as after a kill.
 
 A call never brings the server down: bad arguments, refused input and even a
 bug come back as a tool error (`isError`, one line of text), and the next call
-is served as usual.
+is served as usual; a request that is not one (not JSON, too long or deep, a
+bad shape) gets a JSON-RPC error (memctl/mcp/wire.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import sys
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anyio
@@ -24,12 +49,20 @@ import jsonschema
 import mcp_types as types
 import orjson
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
 
-from memctl import __version__
+from memctl import __version__, config
 from memctl.api import Memory
 from memctl.errors import InputError, MemctlError
 from memctl.mcp.tools import TOOLS, Tool
+from memctl.mcp.wire import note, stdio_wire
+from memctl.text.clip import clip
+
+# Seconds a call under way when the client goes may take to finish: an ingest or a
+# confirm commits in well under a second; an index update is only cut short (search resumes it).
+LEAVE_GRACE = 3.0
+
+# An argument error is one line a person can read, whatever the client sent.
+ARGUMENT_ERROR_CHARS = 300
 
 INSTRUCTIONS = """\
 memctl is this agent's long-term memory, kept in plain files. At the start of a turn
@@ -46,7 +79,11 @@ class ToolError(Exception):
 
 def _argument_error(error: jsonschema.ValidationError) -> str:
     where = "/".join(str(p) for p in error.absolute_path)
-    return f"argument '{where}': {error.message}" if where else f"arguments: {error.message}"
+    if error.validator == "maxLength":
+        what = f"longer than {error.validator_value} characters ({len(error.instance)})"
+    else:  # jsonschema quotes the value at fault, which may be the whole of a large argument
+        what = clip(error.message, ARGUMENT_ERROR_CHARS)
+    return f"argument '{where}': {what}" if where else f"arguments: {what}"
 
 
 class Tools:
@@ -89,36 +126,66 @@ def _in_argument_terms(exc: InputError) -> str:
     return str(exc)
 
 
-def build(memory: Memory) -> Server:
-    """The MCP server of `memory`'s tools (not yet running)."""
-    tools = Tools(memory)
-    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memctl")
+class Lane:
+    """One thread and the Tools of a Memory only it uses: calls run on it one at a time, in order."""
 
-    def answer(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    def __init__(self, name: str, memory: Memory):
+        self.tools = Tools(memory)
+        self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._calls: set[concurrent.futures.Future] = set()
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """The call's result; cancelled (the client cancelled it, or left), a call still waiting
+        for the lane never runs, and one under way runs on with nobody to hear it."""
+        future = self._worker.submit(self._answer, name, arguments)
+        self._calls.add(future)
+        future.add_done_callback(self._calls.discard)
+        return await asyncio.wrap_future(future)
+
+    def _answer(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         try:
-            payload = tools.call(name, arguments)
+            payload = self.tools.call(name, arguments)
         except ToolError as exc:
             return types.CallToolResult(content=[types.TextContent(text=str(exc))], is_error=True)
         text = orjson.dumps(payload).decode()
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=payload)
 
+    def close(self) -> set[concurrent.futures.Future]:
+        """Drop the calls waiting for the lane; the call under way, if one is, runs on: its future."""
+        self._worker.shutdown(wait=False, cancel_futures=True)
+        return set(self._calls)
+
+
+def build(calls: Lane, reads: Lane) -> Server:
+    """The MCP server of the lanes' tools (not yet running): read-only tools run on `reads`, the rest on `calls`."""
+    tools = calls.tools
+    read_only = {name for name, tool in tools.tools.items() if tool.read_only}
+
     async def list_tools(ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools.describe())
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(worker, answer, params.name, params.arguments or {})
+        lane = reads if params.name in read_only else calls
+        return await lane.call(params.name, params.arguments or {})
 
     return Server("memctl", version=__version__, instructions=INSTRUCTIONS,
                   on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-def serve(memory: Memory) -> None:
-    """Answer MCP requests on stdin/stdout until the client closes stdin."""
+def serve(memory: Memory) -> bool:
+    """Answer MCP requests on stdin/stdout until the client goes; whether every call has ended
+    (False: one still runs on its thread, and only ending the process stops it)."""
+    max_request_bytes = config.load(memory.store.config_file)["mcp"]["max_request_bytes"]
+    lanes = (Lane("memctl-calls", memory), Lane("memctl-reads", Memory(memory.path, say=memory.say)))
 
     async def run() -> None:
-        server = build(memory)
-        async with stdio_server() as (read_stream, write_stream):
+        server = build(*lanes)
+        async with stdio_wire(max_request_bytes) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     anyio.run(run)
+    running = set().union(*(lane.close() for lane in lanes))
+    _, unfinished = concurrent.futures.wait(running, timeout=LEAVE_GRACE)
+    if unfinished:
+        note(f"the client left during a call that did not end within {LEAVE_GRACE:g} s; it is cut short")
+    return not unfinished

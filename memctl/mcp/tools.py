@@ -49,6 +49,18 @@ def text(description: str, **extra: Any) -> dict[str, Any]:
     return {"type": "string", "description": description, **extra}
 
 
+# The most characters of a text a search reads (a query, the user's message): its every line
+# is embedded (split_query_lines), so its cost grows with its length. 10,000 characters in
+# lines of 10 take 1.0 s warm (16,000 messages, 2 cores under load); 10 MB held the server for
+# 124 s. A longer text is refused with one line, so the agent sends the gist instead.
+MAX_QUERY_CHARS = 10_000
+
+
+def searched(description: str, **extra: Any) -> dict[str, Any]:
+    """A text a search reads, at most MAX_QUERY_CHARS characters."""
+    return text(description, maxLength=MAX_QUERY_CHARS, **extra)
+
+
 def texts(description: str) -> dict[str, Any]:
     return {"type": "array", "items": {"type": "string"}, "description": description}
 
@@ -94,7 +106,7 @@ RESULT = ('{"id", "kind": "memory"|"message"|"log", "text", "score", "source", "
     Returns {{"results": [{RESULT}, ...], "skipped": null | why no search was run}},
     best first; an empty list means nothing relevant is stored.
     """, required=("query",),
-      query=text("What to look for, in the user's words (any language); never query syntax.", minLength=1),
+      query=searched("What to look for, in the user's words (any language); never query syntax.", minLength=1),
       k=count("How many results at most.", 10),
       mode=choice("hybrid: meaning and words; bm25: words only (fastest); vector: meaning only.",
                   ["hybrid", "bm25", "vector"], "hybrid"),
@@ -104,7 +116,7 @@ RESULT = ('{"id", "kind": "memory"|"message"|"log", "text", "score", "source", "
                                 "nothing when no result reaches 0.35)."},
       rank=choice("pipeline: the default ranking; mera: relevance, recency, access and user weight.",
                   ["pipeline", "mera"], "pipeline"),
-      plan=text("The user's message: search only the sections state_plan picks for it."),
+      plan=searched("The user's message: search only the sections state_plan picks for it."),
       adaptive=flag("Skip messages that need no memory (greetings, acknowledgements, slash commands); "
                     "'skipped' then says why."),
       explain=flag("Add each result's score at every ranking stage under 'explain'."),
@@ -125,7 +137,7 @@ def search(memory: Memory, query: str, kind=(), section=(), source=(), session=(
     "layers": {"L0": [item], "L1": [item], "L2": [item]}, "left_out": [ids over budget]},
     an item being {"id", "section", "text", "tokens", "content": "full"|"summary", ...}.
     """, required=("query",),
-      query=text("The task or question the context is for.", minLength=1),
+      query=searched("The task or question the context is for.", minLength=1),
       workspace=text("A scope such as 'project:kestrel' whose memories form L1."),
       budget=count("Token budget of all three layers together.", 2000))
 def layered_search(memory: Memory, query: str, **options) -> dict[str, Any]:
@@ -229,7 +241,7 @@ def reject(memory: Memory, ids: list[str], dry_run: bool = False) -> dict[str, A
     {"sections": [{"section", "reason": "dominant"|"keyword", "matched", "proportion"}],
     "dominant": [sections], "has_state": whether any turn was recorded yet}.
     """, required=("message",), read_only=True,
-      message=text("The user's message of this turn.", minLength=1))
+      message=searched("The user's message of this turn.", minLength=1))
 def state_plan(memory: Memory, message: str) -> dict[str, Any]:
     plan = memory.state_plan(message)
     return {"sections": [p.as_dict() for p in plan.sections], "dominant": plan.dominant,
@@ -303,7 +315,7 @@ def cache_put(memory: Memory, scope: str, tool: str, args: Any, output: str, **o
     What the run's agents already found: tool results consolidated into long-term memory,
     searched by meaning and words. Returns {{"results": [{RESULT}, ...]}}, best first.
     """, required=("query",),
-      query=text("What to look for.", minLength=1),
+      query=searched("What to look for.", minLength=1),
       scope=text("Only results of this run."),
       tool=texts("Only results of these tools."),
       agent=texts("Only results these agents stored."),
@@ -335,7 +347,7 @@ def cache_stats(memory: Memory, scope: str | None = None) -> dict[str, Any]:
     "activated", "made_dormant", "ambiguous", "dropped": [parts left out for the budget]}.
     """, required=("session", "message"),
       session=text("The conversation's session id.", minLength=1),
-      message=text("The user's new message.", minLength=1),
+      message=searched("The user's new message.", minLength=1),
       system=text("The system prompt, first in the context."),
       budget=count("Tokens the context may take (default: [topics] context_budget, 8000).", 8000),
       no_record=flag("Evaluate without changing which topics are active (a preview)."))
@@ -366,7 +378,7 @@ def topics_list(memory: Memory, archived: bool = False, since: str | None = None
     "name", "score", "relevance"?, "reason"?}], "method": "id"|"builtin"|"llm",
     "fallback": why the LLM answer was not used, or null, "no_match_reason"}.
     """, required=("query",),
-      query=text("A topic id, or what the topic was about.", minLength=1),
+      query=searched("A topic id, or what the topic was about.", minLength=1),
       include_archived=flag("Also search archived topics (and restore a match)."))
 def topics_activate(memory: Memory, query: str, include_archived: bool = False) -> dict[str, Any]:
     return memory.topics_activate(query, include_archived=include_archived)
