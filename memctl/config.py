@@ -154,7 +154,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
     ("state", "window_size"): (lambda v: v in (3, 5, 10), "3, 5 or 10"),
     ("ingest", "default_scope"): (lambda v: _schema_problem("scope", v) is None,
-                                  "global, project:<name> or lang:<name>"),
+                                  "global, project:<name>, lang:<name> or user:<name>"),
     ("ingest", "default_memory_class"): (lambda v: _schema_problem("memory_class", v) is None,
                                          "policy, episodic or mixed"),
     ("ingest", "default_section"): (lambda v: bool(v.strip()) and "\n" not in v, "one line of text"),
