@@ -89,15 +89,17 @@ class Memory:
                session: str | None = None, section: str | None = None, pending: bool = False,
                ttl_hours: float | None = None, keep_noise: bool | None = None,
                supersedes: Iterable[str] = (), allow_conflict: bool = False, dry_run: bool = False,
-               on_noise: Callable[["Outcome", str], None] | None = None) -> "IngestResult":
-        """Store messages or notes (all or nothing); see `memctl ingest --help` for the formats."""
+               on_noise: Callable[["Outcome", str], None] | None = None, scope: str | None = None) -> "IngestResult":
+        """Store messages or notes (all or nothing); see `memctl ingest --help` for the formats.
+        `scope` (user:alice, project:kestrel, ...) is the scope of a new session and of notes that
+        name none; a record or a stored session in another scope is an InputError."""
         from memctl.ingest.ingest import ingest
 
         if isinstance(data, str):
             data = data.encode()
         return ingest(self.store, data, source=source, fmt=fmt, kind=kind, session=session, pending=pending,
                       keep_noise=keep_noise, ttl_hours=ttl_hours, section=section, dry_run=dry_run,
-                      on_noise=on_noise, supersedes=list(supersedes), allow_conflict=allow_conflict)
+                      on_noise=on_noise, supersedes=list(supersedes), allow_conflict=allow_conflict, scope=scope)
 
     def index(self, *, rebuild: bool = False,
               progress: Callable[[str, int, int], None] | None = None) -> "UpdateReport":

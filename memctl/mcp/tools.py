@@ -164,6 +164,9 @@ def history(memory: Memory, id: str) -> dict[str, Any]:
       kind=choice("message, memory, or auto (Markdown and pending input are memories).",
                   ["auto", "message", "memory"], "auto"),
       session=text("Session id of messages (default: the record's own, else 'default')."),
+      scope=text("The scope of a new session and of notes that name none: user:<name>, project:<name>, "
+                 "lang:<name> or global (default: the records' own, else the store's, 'global'). A stored "
+                 "session keeps its scope; a record in another is refused."),
       section=text("MEMORY.md section of notes (default: the store's, 'General')."),
       pending=flag("Hold the notes for confirmation instead of writing them to MEMORY.md."),
       ttl_hours={"type": "number", "exclusiveMinimum": 0,
