@@ -65,18 +65,19 @@ def collect(store: Store) -> Iterator[Unit]:
 
 
 def topic_units(store: Store, paths: list[Path] | None = None) -> Iterator[Unit]:
-    """A topic is found by its name and summary (T1); its messages are units already."""
+    """A topic is found by its name and summary (T1), in its scope; its messages are units already.
+    A topic in no one scope (an old one holding several scopes' messages) is found by none."""
     from memctl.topics.files import load_topic, load_topics
 
     topics = load_topics(store).values() if paths is None else filter(None, map(load_topic, paths))
     for topic in topics:
         header = topic.header
         text = f"{header.get('name', '')}\n{header.get('summary', '')}".strip()
-        if text:
+        if text and topic.scope is not None:
             yield from _chunks(Unit(
                 id=topic.id, record_id=topic.id, kind="topic", text=text,
                 source=store.relative(store.topics_dir / f"{topic.id}.jsonl"), line_start=1, line_end=1,
-                ts=_text_or_none(header.get("updated")),
+                ts=_text_or_none(header.get("updated")), scope=topic.scope,
                 fields={"state": header.get("state"), "messages": header.get("messages")}))
 
 
