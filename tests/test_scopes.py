@@ -199,6 +199,22 @@ def test_a_topic_of_another_scope_is_not_there_for_a_scoped_look(tmp_path):
     assert memory.topics_activate(alices[0].id, scope="user:bob")["activated"] == []
 
 
+def test_mcp_topics_tools_look_into_the_scope_they_are_given(tmp_path):
+    from memctl.mcp.tools import TOOLS
+
+    memory, _ = two_people_split(tmp_path)
+    listed = TOOLS["topics_list"].run(memory, session="bob")["topics"]
+    assert listed and {t["scope"] for t in listed} == {"user:bob"}
+    alices = TOOLS["topics_list"].run(memory, scope="user:alice")["topics"]
+    with pytest.raises(InputError, match="in scope user:bob$"):
+        TOOLS["topics_show"].run(memory, id=alices[0]["id"], session="bob")
+    with pytest.raises(InputError, match="session 'alice-home' is in scope user:alice, not user:bob$"):
+        TOOLS["context"].run(memory, session="alice-home", message="Will it rain?", scope="user:bob")
+    assert TOOLS["topics_activate"].run(memory, query=alices[0]["id"], scope="user:bob")["activated"] == []
+    for name in ("topics_list", "topics_show", "topics_activate"):
+        assert {"session", "scope"} <= set(TOOLS[name].input_schema["properties"])
+
+
 def write_topic(root: Path, topic_id: str, name: str, messages: list[dict], **header) -> None:
     records = [{"type": "topic", "id": topic_id, "name": name, "summary": " ".join(m["text"] for m in messages),
                 "parent": None, "children": [], "state": "active", "created": "2026-11-20T00:00:00Z",
