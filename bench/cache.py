@@ -26,6 +26,7 @@ sys.path.insert(1, str(REPO / "tests"))
 os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
 MEMCTL = str(Path(sys.executable).parent / "memctl")  # the console script an agent calls
 
+from memctl.api import Memory  # noqa: E402
 from memctl.cache import Cache, CacheError  # noqa: E402
 from memctl.store.store import Store  # noqa: E402
 from installed import compile_package  # noqa: E402
@@ -134,7 +135,7 @@ def restart_midway(server, store: Path, down_seconds: float = 1.0):
 def consolidation(store: Path, backend: str, items: int) -> dict:
     from memctl.index.index import Index
 
-    cache = Cache(Store(store), backend=backend)
+    cache = Memory(store).cache(backend)  # the consolidating cache: Memory gives it ingest's consolidator
     for n in range(items):
         args = {"company": n}
         cache.put("round", "lookup", args, f"company {n} reported revenue of {n * 37 % 1000} million in Q3\n")
@@ -177,7 +178,7 @@ def main() -> None:
                 backend = server.url
             else:
                 backend = "files"
-            fresh = lambda label: work / f"{name}-{label}"  # noqa: E731
+            fresh = lambda label, name=name: work / f"{name}-{label}"  # noqa: E731
             hit, help_ms = cold_hit_ms(fresh("cold"), backend, args.runs)
             rows.append((name, "`memctl cache run` hit, cold process, p50", f"{hit:.0f} ms (`memctl --help`: "
                          f"{help_ms:.0f} ms)"))

@@ -149,7 +149,7 @@ def main() -> None:
         store = latency_store(Path(tmp) / "latency", args.latency_messages, args.context_limit)
         times = []
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        for n in range(args.latency):
+        for _ in range(args.latency):
             start = time.perf_counter()
             done = subprocess.run([sys.executable, "-m", "memctl", "--store", str(store), "context", "--session", "s",
                                    "--message", "What did Caroline research for her adoption?", "--budget", "4000",

@@ -442,6 +442,136 @@ def fuzz(root: Path, base: Path, count: int, seed: int) -> dict:
     return counts
 
 
+def topic_store(root: Path) -> Path:
+    """The demo chat split into topics, three of them archived, and a cache scope with one entry:
+    the store the crafted cases of bench/crafted_cases.py corrupt."""
+    store = root / "topics-base"
+    assert memctl(store, "ingest", str(DEMO / "chat.jsonl")).returncode == 0
+    assert memctl(store, "ingest", str(DEMO / "MEMORY.md")).returncode == 0
+    sessions = sorted(p.stem for p in (store / "sessions").glob("*.jsonl"))
+    for session in sessions:
+        assert memctl(store, "split", "--session", session, "--force", "--keep-recent", "2").returncode == 0
+    for _ in range(6):  # the later session's subject makes the others dormant ...
+        memctl(store, "context", "--session", sessions[-1], "--message", "redis streams sync queue")
+    later = {**ENV, "MEMCTL_NOW": "2027-01-20T00:00:00Z"}  # ... and two months on, review archives them
+    assert subprocess.run([*MEMCTL, "--store", str(store), "review", "daily"], env=later,
+                          capture_output=True).returncode == 0
+    assert memctl(store, "cache", "put", "--scope", "run1", "--tool", "grep", "--", "grep", "-r", "kestrel",
+                  input=b"notes.md: Kestrel uses PostgreSQL 16\n").returncode == 0
+    assert memctl(store, "index").returncode == 0
+    return store
+
+
+def crafted(root: Path, base: Path, commands: int | None, timeout: float) -> dict:
+    """Every crafted store of bench/crafted_cases.py under every command, as real processes."""
+    import crafted_cases
+
+    counts = {"cases": 0, "runs": 0, "tracebacks": 0, "hangs": 0, "not_one_line": 0, "outside_touched": 0,
+              "outside_printed": 0, "health_silent": 0}
+    failures: list[str] = []
+    chosen = crafted_cases.COMMANDS[:commands] if commands else crafted_cases.COMMANDS
+    for number, case in enumerate(crafted_cases.CASES):
+        folder = root / f"crafted-{number}"
+        store, victim = folder / "store", folder / "outside" / "victim.txt"
+        shutil.copytree(base, store, symlinks=True)
+        victim.parent.mkdir(parents=True)
+        victim.write_text(crafted_cases.SECRET + "\n")
+        case.apply(store, victim)
+        outside = snapshot(victim.parent)
+        counts["cases"] += 1
+        for args in [["health", "check", "--json"]] + chosen:  # health first: a later write mends a torn line
+            counts["runs"] += 1
+            what = f"{case.name} | {' '.join(args)}"
+            try:
+                result = memctl(store, *args, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                counts["hangs"] += 1
+                failures.append(f"{what}: over {timeout:.0f} s")
+                continue
+            stderr = result.stderr.decode(errors="replace")
+            if "Traceback" in stderr or result.returncode not in (0, 1, 2):
+                counts["tracebacks"] += 1
+                failures.append(f"{what}: exit {result.returncode} {stderr.strip().splitlines()[-1:]}")
+            elif result.returncode == 2 and len([line for line in stderr.splitlines() if "error" in line]) != 1:
+                counts["not_one_line"] += 1
+                failures.append(f"{what}: stderr {stderr[:300]!r}")
+            if crafted_cases.SECRET.encode() in result.stdout + result.stderr:
+                counts["outside_printed"] += 1
+                failures.append(f"{what}: printed the file outside the store")
+            if args[0] == "health" and case.health:
+                files = [orjson.loads(line).get("file", "") for line in result.stdout.splitlines() if line.strip()]
+                if result.returncode not in (0, 1) or not any(f.startswith(case.file) or case.file.startswith(f)
+                                                     for f in files if f):
+                    counts["health_silent"] += 1
+                    failures.append(f"{what}: health did not name {case.file} (exit {result.returncode}, {files})")
+        if snapshot(victim.parent) != outside:
+            counts["outside_touched"] += 1
+            failures.append(f"{case.name}: a file outside the store changed")
+        shutil.rmtree(folder)
+    counts["failures"] = failures
+    counts["ok"] = all(counts[k] == 0 for k in counts if k not in ("cases", "runs", "failures"))
+    return counts
+
+
+def store_commands(root: Path, base: Path) -> dict:
+    """A store whose memctl.toml names programs: none of them may run, whatever command reads it."""
+    store = root / "commanding"
+    shutil.copytree(base, store, symlinks=True)
+    marker = root / "PWNED"
+    program = f"sh -c 'echo ran >> {marker}'"
+    (store / "memctl.toml").write_text(f'[topics]\nllm_command = "{program}"\n\n'
+                                        f'[cache]\nsummary_command = "{program}"\n')
+    session = sorted(p.stem for p in (base / "sessions").glob("*.jsonl"))[0]
+    commands = [["context", "--session", session, "--message", "which database?", "--no-record"],
+                ["context", "--session", session, "--message", "which database?"],
+                ["split", "--session", session, "--force", "--keep-recent", "2"],
+                ["topics", "activate", "database"], ["review", "daily"],
+                ["cache", "put", "--scope", "r", "--tool", "t", "--", "x"],
+                ["cache", "consolidate", "--scope", "r", "--all"], ["health", "check"]]
+    warned = 0
+    for args in commands:
+        result = memctl(store, *args, input=b"output\n")
+        warned += b"llm_command" in result.stderr or b"summary_command" in result.stderr
+    ran = len(marker.read_text().splitlines()) if marker.exists() else 0
+    return {"commands": len(commands), "programs_run": ran, "commands_that_warned": warned, "ok": ran == 0}
+
+
+def sizes(root: Path, base: Path, llm_timeout: float) -> dict:
+    """A 50 MB message is refused whole, quickly; a 1 MB LLM answer is refused within the timeout and
+    leaves no process behind (the command's grandchild included)."""
+    store = root / "sizes"
+    shutil.copytree(base, store, symlinks=True)
+    big = orjson.dumps({"session": "big", "role": "user", "text": "word " * (10 << 20)}) + b"\n"
+    before = snapshot(store)
+    started = time.perf_counter()
+    result = memctl(store, "ingest", "-", input=big)
+    message = {"exit": result.returncode, "seconds": round(time.perf_counter() - started, 2),
+               "stored_nothing": snapshot(store) == before, "stderr": result.stderr.decode().strip()[:200]}
+    pids = root / "llm-pids"
+    answer = root / "answer.py"
+    answer.write_text("import os, sys\nsys.stdin.read()\n"
+                      f"open({str(pids)!r}, 'a').write(str(os.getpid()) + '\\n')\n"
+                      "sys.stdout.write('<topic>x</topic>' * 70000)\nsys.stdout.flush()\n")
+    wrapper = f"sh -c '{sys.executable} {answer}; sleep 300'"  # the grandchild the timeout must also end
+    env = {**ENV, "MEMCTL_TOPICS_LLM_TIMEOUT": str(llm_timeout)}
+    session = "llm-sized"  # a session of its own, with messages left to split
+    chat = b"".join(orjson.dumps({"session": session, "role": "user", "text": f"message {i} about the sync queue"})
+                    + b"\n" for i in range(12))
+    assert memctl(store, "ingest", "-", input=chat).returncode == 0
+    started = time.perf_counter()
+    result = subprocess.run([*MEMCTL, "--store", str(store), "split", "--session", session, "--force",
+                             "--keep-recent", "2", "--llm", wrapper], env=env, capture_output=True, timeout=120)
+    seconds = time.perf_counter() - started
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", str(answer)], capture_output=True).stdout.split()
+    sleeping = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True).stdout.split()
+    llm = {"exit": result.returncode, "seconds": round(seconds, 2), "processes_left": len(left) + len(sleeping),
+           "stderr": result.stderr.decode().strip()[-200:]}
+    ok = (message["exit"] == 2 and message["seconds"] < 5 and message["stored_nothing"]
+          and llm["exit"] == 2 and llm["seconds"] < 10 and llm["processes_left"] == 0)
+    return {"message_50mb": message, "llm_answer_1mb": llm, "ok": ok}
+
+
 def huge_input(root: Path, base: Path) -> dict:
     """An input past the size limit (a sparse file: no disk used) is refused in one line."""
     store = root / "huge"
@@ -458,7 +588,8 @@ def huge_input(root: Path, base: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=["concurrency", "kill", "journals", "permissions", "fuzz", "huge"],
+    parser.add_argument("--only", choices=["concurrency", "kill", "journals", "permissions", "fuzz", "huge",
+                                           "crafted", "store-commands", "sizes"],
                         action="append", help="Run only these parts (repeatable).")
     parser.add_argument("--procs", type=int, default=16)
     parser.add_argument("--ingests", type=int, default=100)
@@ -468,12 +599,17 @@ def main() -> None:
     parser.add_argument("--kill-trials", type=int, default=300)
     parser.add_argument("--fuzz", type=int, default=10000)
     parser.add_argument("--seed", type=int, default=8)
+    parser.add_argument("--crafted-commands", type=int, help="Only the first N commands of each crafted case.")
+    parser.add_argument("--hang", type=float, default=10.0, help="Seconds after which a crafted run is a hang.")
+    parser.add_argument("--llm-timeout", type=float, default=5.0, help="[topics] llm_timeout of the sizes part.")
     options = parser.parse_args()
-    parts = options.only or ["permissions", "journals", "huge", "fuzz", "kill", "concurrency"]
+    parts = options.only or ["permissions", "journals", "crafted", "store-commands", "sizes", "huge", "fuzz",
+                             "kill", "concurrency"]
     ok = True
     with tempfile.TemporaryDirectory(prefix="memctl-torture-") as tmp:
         root = Path(tmp)
         base = base_store(root)
+        topics = None  # the split store of the topic parts, made once if one of them runs
         for part in parts:
             started = time.perf_counter()
             if part == "concurrency":
@@ -487,6 +623,11 @@ def main() -> None:
                 result = permissions(root)
             elif part == "huge":
                 result = huge_input(root, base)
+            elif part in ("crafted", "store-commands", "sizes"):
+                topics = topics or topic_store(root)
+                result = (crafted(root, topics, options.crafted_commands, options.hang) if part == "crafted"
+                          else store_commands(root, topics) if part == "store-commands"
+                          else sizes(root, topics, options.llm_timeout))
             else:
                 result = fuzz(root, base, options.fuzz, options.seed)
             result["wall_seconds"] = round(time.perf_counter() - started, 1)

@@ -21,11 +21,11 @@ from memctl.store.store import Store
 if TYPE_CHECKING:
     from memctl.cache import Cache, Entry
     from memctl.governance.governance import Chain
-    from memctl.governance.health import Problem
+    from memctl.check import Problem
     from memctl.governance.lifecycle import Change
     from memctl.index.index import UpdateReport
     from memctl.ingest.ingest import IngestResult, Outcome
-    from memctl.search.layers import Layered
+    from memctl.governance.layers import Layered
     from memctl.search.search import Result
     from memctl.topics.context import Context
     from memctl.topics.daily import DailyReport
@@ -178,7 +178,7 @@ class Memory:
 
     def layered_search(self, query: str, *, workspace: str | None = None, budget: int = 2000) -> "Layered":
         """Layered result (G1): L0 core, L1 workspace, L2 query within `budget` tokens."""
-        from memctl.search.layers import layered_search
+        from memctl.governance.layers import layered_search
 
         self._need_query(query)
         self.store.require()
@@ -249,13 +249,13 @@ class Memory:
 
     def health_check(self) -> list["Problem"]:
         """Every problem of the store, like git fsck; writes nothing."""
-        from memctl.governance.health import check
+        from memctl.check import check
 
         return check(self.store)
 
     def health_fix(self, problems: list["Problem"], *, dry_run: bool = False) -> list[str]:
         """Repair what is safe among `problems`; one line per repair (made or, dry, that would be)."""
-        from memctl.governance.health import fix
+        from memctl.check import fix
 
         return fix(self.store, problems, dry_run=dry_run)
 
@@ -420,8 +420,9 @@ class Memory:
         run, get, put, stats, consolidate, search, clear (memctl/cache/__init__.py)."""
         if backend not in self._caches:
             from memctl.cache import Cache
+            from memctl.ingest.consolidate import consolidate
 
-            self._caches[backend] = Cache(self.store, backend=backend)
+            self._caches[backend] = Cache(self.store, backend=backend, consolidator=consolidate)
         return self._caches[backend]
 
     def cache_get(self, scope: str, tool: str, args: Any) -> "Entry | None":
@@ -480,5 +481,6 @@ class Memory:
 
 
 def _given_or(given: Any, configured: Any) -> Any:
-    """What the caller gave (a flag; "" is given too: no LLM) wins over memctl.toml."""
+    """What the caller gave (a flag; "" is given too: no LLM) wins over the settings (config.load: for a
+    program to run, the environment or the user's config.toml, never the store's memctl.toml)."""
     return given if given is not None else configured

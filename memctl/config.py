@@ -1,9 +1,16 @@
-"""Settings: flag > environment > memctl.toml > default.
+"""Settings: flag > environment > memctl.toml > the user's config.toml > default.
 
 Every setting lives in a table of memctl.toml (in the store) and can be
 overridden by an environment variable MEMCTL_<TABLE>_<KEY>, e.g.
 MEMCTL_INGEST_PENDING_TTL_HOURS=48. Command-line flags win over both; the
-CLI passes them in as explicit arguments.
+CLI passes them in as explicit arguments. Under the store's file lies the
+user's own, $XDG_CONFIG_HOME/memctl/config.toml (~/.config/memctl/config.toml):
+the same tables, for every store of that user.
+
+A store is data, not code: a setting that names a program to run
+(PROGRAM_SETTINGS) comes only from the user - a flag, the environment or
+their config.toml. In a store's memctl.toml it is ignored, with one line on
+stderr saying where it belongs (`memctl health` warns of it too).
 
 A setting is a typed scalar, except where its default is a dict: that is a
 mapping of names to lists of words, written as a sub-table, e.g.
@@ -15,9 +22,11 @@ mapping of names to lists of words, written as a sub-table, e.g.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import re
 import os
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -75,8 +84,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "default_scope": "global",
         "default_memory_class": "episodic",
         "filter_noise": True,
+        # One message or note: a larger one is refused whole (a 50 MB message took the index past
+        # 600 s and 700 MB). 1 MiB is ~250k tokens, past any model's context.
+        "max_text_bytes": 1 << 20,
     },
-    # The section-hit window (W, memctl/state.py). window_size and
+    # The section-hit window (W, memctl/window/state.py). window_size and
     # dominant_threshold are the values a new index_state.json starts with;
     # after that the file holds them (memctl state config changes them).
     "state": {
@@ -86,7 +98,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "topic_after_turns": 3,      # dominant this many turns in a row -> MEMORY_TOPIC.md
         "keywords": {},              # section -> extra keywords for `memctl state plan`
     },
-    # MERA governance (G1, G4-G6; memctl/governance.py checks the ranges).
+    # MERA governance (G1, G4-G6; memctl/governance/governance.py checks the ranges).
     "governance": {
         # retrieval_score = sum of these times relevance, recency, access, user_weight/10
         "retrieval_weight_relevance": 0.4,
@@ -150,6 +162,21 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
+# Settings that name a program for memctl to run. Only the user names one (a flag, the
+# environment, their config.toml): a store's memctl.toml is data anyone may have written.
+PROGRAM_SETTINGS = frozenset({("topics", "llm_command"), ("cache", "summary_command")})
+
+
+def names_program(table: str, key: str, value: Any) -> bool:
+    """Whether a setting's value names something memctl would run. Besides PROGRAM_SETTINGS, an
+    [embedding] model given as a directory: it is loaded through torch, whose weight files can
+    carry code (pickle), so a store naming one chooses code as surely as a command does. A
+    registered model's name (minilm, usem3, e5-small) is data."""
+    if (table, key) in PROGRAM_SETTINGS:
+        return True
+    return ((table, key) == ("embedding", "model") and isinstance(value, str)
+            and ("/" in value or "\\" in value or value.startswith((".", "~"))))
+
 # Settings whose values are limited further than by their type: (test, what is allowed).
 LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
     ("state", "window_size"): (lambda v: v in (3, 5, 10), "3, 5 or 10"),
@@ -160,6 +187,7 @@ LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
     ("ingest", "default_section"): (lambda v: bool(v.strip()) and "\n" not in v, "one line of text"),
     # Ten years: further out, an expiry time overflows the calendar (1e308 hours did).
     ("ingest", "pending_ttl_hours"): (lambda v: 0 < v <= 87_600, "hours above 0, at most 87600 (ten years)"),
+    ("ingest", "max_text_bytes"): (lambda v: 1 <= v <= 64 << 20, "a whole number from 1 to 67108864 (64 MiB)"),
     ("state", "dominant_threshold"): (lambda v: 0 < v <= 1, "a number in (0, 1]"),
     ("state", "miss_threshold"): (lambda v: v >= 1, "a whole number >= 1"),
     ("state", "topic_after_turns"): (lambda v: v >= 1, "a whole number >= 1"),
@@ -212,33 +240,116 @@ def _schema_problem(name: str, value: Any) -> str | None:
 
 
 def load(config_file: Path) -> dict[str, dict[str, Any]]:
-    """Defaults, overlaid by the file (if any), overlaid by the environment."""
+    """Defaults, overlaid by the user's config.toml, by the store's memctl.toml `config_file` (all
+    but the program settings, which it may not name), then by the environment."""
     settings = copy.deepcopy(DEFAULTS)
-    source = str(config_file)
-    try:
-        text = config_file.read_text(encoding="utf-8")
-        data = tomllib.loads(text)
-    except FileNotFoundError:
-        data = {}
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"not valid TOML ({exc})", source=source) from None
-    for table, values in data.items():
-        if table not in settings or not isinstance(values, dict):
-            raise InputError(f"unknown table [{table}]; known: {', '.join(settings)}", source=source,
-                             line=_line_of(text, rf"\[\s*{re.escape(table)}\s*\]|{re.escape(table)}\s*="))
-        for key, value in values.items():
-            try:
-                settings[table][key] = check(table, key, value, source)
-            except InputError as exc:
-                header = _line_of(text, rf"\[\s*{re.escape(table)}\s*\]") or 0
-                exc.line = _line_of(text, rf"[\"']?{re.escape(key)}[\"']?\s*=", after=header)
-                raise
+    for (table, key), value in _user_settings().items():
+        settings[table][key] = copy.deepcopy(value)  # the parse is shared by every load
+    for (table, key), value in _file_settings(config_file).items():
+        if names_program(table, key, value):
+            _say_ignored_once(config_file, table, key)
+        else:
+            settings[table][key] = value
     for table, values in settings.items():
         for key in values:
             env = f"MEMCTL_{table}_{key}".upper()
             if env in os.environ:
                 values[key] = check(table, key, _from_env(os.environ[env]), f"${env}")
     return settings
+
+
+def user_config_file() -> Path:
+    """The user's own settings: $XDG_CONFIG_HOME/memctl/config.toml, else ~/.config/memctl/config.toml."""
+    base = os.environ.get("XDG_CONFIG_HOME", "")
+    # The XDG base directory spec: an unset, empty or relative value means the default.
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".config") / "memctl" / "config.toml"
+
+
+def programs_named(config_file: Path) -> list[tuple[str, str, int | None]]:
+    """(table, key, line) of each program setting a store's memctl.toml names, which load() ignores;
+    InputError when the file is no valid settings file."""
+    text = _text_of(config_file)
+    return sorted((table, key, _line_of_key(text, table, key))
+                  for (table, key), value in _file_settings(config_file).items() if names_program(table, key, value))
+
+
+def ignored_program_note(table: str, key: str) -> str:
+    """Why a program setting in a store's memctl.toml is not used, and where it belongs."""
+    return (f"[{table}] {key} is ignored: a store may not name a program to run; put it in "
+            f"{_shown(user_config_file())} or MEMCTL_{table.upper()}_{key.upper()}")
+
+
+_said_ignored: set[tuple[Path, str, str]] = set()
+
+
+def _say_ignored_once(config_file: Path, table: str, key: str) -> None:
+    """One line on stderr per process and setting: loads are many, the note is one."""
+    if (config_file, table, key) in _said_ignored:
+        return
+    _said_ignored.add((config_file, table, key))
+    line = _line_of_key(_text_of(config_file), table, key)
+    where = f"{config_file}:{line}" if line else str(config_file)
+    print(f"memctl: {where}: {ignored_program_note(table, key)}", file=sys.stderr)
+
+
+def _user_settings() -> dict[tuple[str, str], Any]:
+    path = user_config_file()
+    try:
+        seen = path.stat()
+    except FileNotFoundError:
+        return {}
+    return _parsed_once(path, seen.st_mtime_ns, seen.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_once(path: Path, mtime_ns: int, size: int) -> dict[tuple[str, str], Any]:
+    """The user's config.toml, parsed once per process while it stays the same file (a server runs long)."""
+    return _file_settings(path)
+
+
+def _text_of(config_file: Path) -> str:
+    try:
+        return config_file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not valid TOML ({exc})", source=str(config_file)) from None
+
+
+def _file_settings(config_file: Path) -> dict[tuple[str, str], Any]:
+    """(table, key) -> checked value of each setting a settings file holds; none when there is no file."""
+    source = str(config_file)
+    text = _text_of(config_file)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"not valid TOML ({exc})", source=source) from None
+    found: dict[tuple[str, str], Any] = {}
+    for table, values in data.items():
+        if table not in DEFAULTS or not isinstance(values, dict):
+            raise InputError(f"unknown table [{table}]; known: {', '.join(DEFAULTS)}", source=source,
+                             line=_line_of(text, rf"\[\s*{re.escape(table)}\s*\]|{re.escape(table)}\s*="))
+        for key, value in values.items():
+            try:
+                found[table, key] = check(table, key, value, source)
+            except InputError as exc:
+                exc.line = _line_of_key(text, table, key)
+                raise
+    return found
+
+
+def _line_of_key(text: str, table: str, key: str) -> int | None:
+    header = _line_of(text, rf"\[\s*{re.escape(table)}\s*\]") or 0
+    # A key under its [table] header, or dotted (`topics.llm_command = ...`) where there is none.
+    return _line_of(text, rf"(?:{re.escape(table)}\s*\.\s*)?[\"']?{re.escape(key)}[\"']?\s*=", after=header)
+
+
+def _shown(path: Path) -> str:
+    """A path as a person would type it: ~/... under the home directory."""
+    try:
+        return f"~/{path.relative_to(Path.home())}"
+    except ValueError:
+        return str(path)
 
 
 def _line_of(text: str, pattern: str, after: int = 0) -> int | None:

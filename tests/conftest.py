@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -23,6 +24,8 @@ FIXTURES = REPO / "fixtures"
 # console script may belong to an editable install of another worktree.
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+# ... and reads no settings of the developer's own (~/.config/memctl/config.toml).
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="memctl-test-config-")
 
 
 def memctl_command() -> list[str]:

@@ -15,7 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import memctl_command
-from memctl.cache import Cache, canonical, key_of
+from memctl.cache import Cache, cache_problems, canonical, key_of, parse_args
+from memctl.cache.keys import ARGS_MAX_BYTES, ARGS_MAX_DEPTH, INT_MAX, INT_MIN
+from memctl.errors import InputError
 from memctl.store.store import Store
 
 
@@ -271,12 +273,280 @@ def test_consolidate_on_hit_writes_an_item_when_it_reaches_the_threshold(cache_r
     assert (store_dir / "MEMORY.md").read_text().count("<!-- memory") == 1
 
 
-def test_an_entry_file_edited_into_nonsense_is_a_miss_and_is_replaced(run, tmp_path, store_dir):
+# -- hostile and careless input (Hardening II): one line and exit 2, or a documented miss ---------------
+
+
+def one_line_error(result: subprocess.CompletedProcess, *named: str) -> str:
+    """The one line of a refused call, which names `named` (its flag or file and field)."""
+    text = result.stderr.decode()
+    assert result.returncode == 2 and result.stdout == b"", text
+    assert "Traceback" not in text and len(text.strip().splitlines()) == 1, text
+    for name in named:
+        assert name in text, text
+    return text
+
+
+def nested(levels: int, leaf=1):
+    value = leaf
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("option, value", [
+    *[("--ttl", v) for v in ("inf", "-inf", "nan", "0", "-1", "1e308", "315360001", "1" + "0" * 400)],
+    *[("--timeout", v) for v in ("nan", "inf", "-1")],
+])
+def test_a_bad_duration_is_refused_before_the_command_runs(run, tmp_path, option, value):
+    effect = tmp_path / "effect"
+    command = tool_command(effect, output="fine")
+    one_line_error(run("cache", "run", "--scope", "s", "--tool", "t", option, value, "--", *command), option)
+    if option == "--ttl":
+        one_line_error(run("cache", "put", "--scope", "s", "--tool", "t", "--ttl", value, "--", *command,
+                           input="stored"), "--ttl")
+    assert runs(effect) == 0
+    fine = run("cache", "run", "--scope", "s", "--tool", "t", "--ttl", "315360000", "--", *command)
+    again = run("cache", "get", "--scope", "s", "--tool", "t", "--", *command)
+    assert (fine.stdout, again.stdout, runs(effect)) == (b"fine", b"fine", 1)
+
+
+@pytest.mark.parametrize("exit_code", ["256", "-1", "9" * 30])
+def test_put_refuses_a_status_no_process_can_exit_with(run, exit_code):
+    one_line_error(run("cache", "put", "--scope", "s", "--tool", "t", "--args", "{}", "--exit-code", exit_code,
+                       input=""), "--exit-code")
+    assert run("cache", "put", "--scope", "s", "--tool", "t", "--args", "{}", "--exit-code", "255",
+               input="").returncode == 0
+
+
+@pytest.mark.parametrize("setting, env", [
+    ("[cache]\nttl = 1e308\n", {}),
+    ("[cache]\nnegative_ttl = 315360001\n", {}),
+    ("", {"MEMCTL_CACHE_LOCK_TTL": "1e308"}),
+])
+def test_a_ttl_setting_past_ten_years_is_a_one_line_error(run, store_dir, setting, env):
+    store_dir.mkdir()
+    (store_dir / "memctl.toml").write_text(setting)
+    source = f"${next(iter(env))}" if env else "memctl.toml"
+    one_line_error(run("cache", "put", "--scope", "s", "--tool", "t", "--args", "{}", input="x", env=env), source)
+
+
+DEEP = "[" * 500 + "]" * 500
+BAD_ARGS = {
+    "nested 500 deep": (DEEP, "nested deeper than 64"),
+    "objects nested 100 deep": (orjson.dumps(nested(100)).decode(), "nested deeper than 64"),
+    "one level too deep": ("[" * (ARGS_MAX_DEPTH + 1) + "]" * (ARGS_MAX_DEPTH + 1), "nested deeper than 64"),
+    "past orjson's own depth limit": ("[" * 5000 + "]" * 5000, "not JSON"),
+    "larger than 64 KB": (orjson.dumps({"q": "x" * ARGS_MAX_BYTES}).decode(), "longer than"),
+    "a float that is a huge whole number": ('{"q": 1e300}', "beyond 64-bit"),
+    "an integer past unsigned 64 bits": ('{"q": 18446744073709551616}', "beyond 64-bit"),
+    "an integer below signed 64 bits": ("[-9223372036854777856]", "beyond 64-bit"),
+    "infinity": ('{"q": 1e400}', "not JSON"),
+}
+
+
+@pytest.mark.parametrize("text, problem", BAD_ARGS.values(), ids=BAD_ARGS.keys())
+def test_bad_args_are_one_line_errors_and_the_next_call_works(run, tmp_path, text, problem):
+    effect = tmp_path / "effect"
+    command = tool_command(effect, output="fine")
+    one_line_error(run("cache", "get", "--scope", "s", "--tool", "t", "--args", text), "--args", problem)
+    one_line_error(run("cache", "run", "--scope", "s", "--tool", "t", "--args", text, "--", *command), "--args",
+                   problem)
+    assert runs(effect) == 0
+    assert run("cache", "run", "--scope", "s", "--tool", "t", "--args", '{"q": 1}', "--", *command).stdout == b"fine"
+    assert run("cache", "get", "--scope", "s", "--tool", "t", "--args", '{"q": 1.0}').stdout == b"fine"
+
+
+def test_args_at_the_bounds_are_keyed_and_keys_stay_what_they_were():
+    # Keys computed before the bounds existed: a valid call still meets its old entries.
+    assert key_of("stock", ["./stock.sh", "2330"]) == "9bd750eaadc6d6d5404e661b2b6caa36"
+    call = '{"q": " TSMC  price", "limit": 5.0, "nested": [1.0, {"b": null, "a": true}, -2.5, 1e18]}'
+    assert key_of("search", parse_args(call)) == "e54c7e9a67fe6ca0b75a71813f9aa3e4"
+    assert key_of("t", parse_args(str(INT_MAX))) == "abd1f11007b11ab920afc3e74ef98865"
+    assert key_of("t", parse_args(str(INT_MIN))) == "bec077c30817a9f2e0627d79fad7f9b0"
+    deepest = "[" * ARGS_MAX_DEPTH + "]" * ARGS_MAX_DEPTH
+    largest = orjson.dumps("x" * (ARGS_MAX_BYTES - 2)).decode()
+    for text in (deepest, largest, "1.8446744073709550e19", "1e-300"):
+        assert len(key_of("t", parse_args(text))) == 32
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers(min_value=-2**70, max_value=2**70) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON_VALUES, depth=st.integers(0, 80))
+def test_any_json_args_are_keyed_or_refused_with_an_input_error(value, depth):
+    import json  # writes what orjson will not: NaN, Infinity, integers of any size
+
+    whole = json.dumps(nested(depth, value))
+    for text in (whole, whole[:-1]):  # and the same cut short
+        try:
+            key = key_of("t", parse_args(text))
+        except InputError as exc:
+            assert "\n" not in str(exc)
+        else:
+            assert len(key) == 32
+
+
+def test_the_library_and_mcp_refuse_what_the_command_line_refuses(store_dir):
+    pytest.importorskip("mcp")
+    from memctl.api import Memory
+    from memctl.mcp.server import ToolError, Tools
+
+    tools = Tools(Memory(store_dir))
+    call = {"scope": "s", "tool": "t", "args": {"q": 1}}
+    for name, arguments, argument in [
+        ("cache_put", {**call, "output": "x", "ttl": 1e308}, "ttl"),
+        ("cache_put", {**call, "output": "x", "exit_code": 300}, "exit_code"),
+        ("cache_put", {**call, "args": nested(100), "output": "x"}, "args"),
+        ("cache_get", {**call, "args": {"q": 2**70}}, "args"),
+        ("cache_get", {**call, "args": [1e300]}, "args"),
+    ]:
+        with pytest.raises(ToolError, match=f"^argument '{argument}': "):
+            tools.call(name, arguments)
+    assert tools.call("cache_put", {**call, "output": "x", "ttl": 60})["entry"]["output"] == "x"
+    cache = Cache(Store(store_dir))
+    cycle: list = []
+    cycle.append(cycle)
+    shared = [1]
+    for _ in range(60):  # 2**60 values to walk, in 61 lists
+        shared = [shared, shared]
+    for args in ({"q": float("inf")}, {"q": float("nan")}, {"q": {1, 2}}, {1: "q"}, [b"bytes"], cycle, shared):
+        with pytest.raises(InputError):
+            cache.get("s", "t", args)
+
+
+MISSING = object()
+DEEPEST_JSON = "[" * 1023 + "]" * 1023  # in an entry, as deep as orjson reads; Python cannot repr it
+BAD_ENTRIES = {
+    "not JSON": (b"{not json", "not valid JSON"),
+    "not UTF-8": (b'{"id": "\xff"}', "not valid JSON"),
+    "a list": (b"[]", "expected an entry"),
+    "expires_at text": ({"expires_at": "soon"}, "field 'expires_at'"),
+    "expires_at null": ({"expires_at": None}, "field 'expires_at'"),
+    "expires_at past the year 9999": ({"expires_at": 1e308}, "field 'expires_at'"),
+    "expires_at a boolean": ({"expires_at": True}, "field 'expires_at'"),
+    "id a number": ({"id": 7}, "field 'id'"),
+    "id a path": ({"id": "../../victim"}, "field 'id'"),
+    "another scope's": ({"scope": "other"}, "field 'scope'"),
+    "another key's": ({"key": "0" * 32}, "field 'key'"),
+    "args too deep": ({"args": nested(100)}, "field 'args'"),
+    "output a number": ({"output": 5}, "field 'output'"),
+    "output_base64 not base64": ({"output_base64": "!!"}, "field 'output_base64'"),
+    "output_base64 not ASCII": ({"output_base64": "é"}, "field 'output_base64'"),
+    "exit_code text": ({"exit_code": "1"}, "field 'exit_code'"),
+    "exit_code past 255": ({"exit_code": 300}, "field 'exit_code'"),
+    "exit_code 1023 arrays deep": ({"exit_code": DEEPEST_JSON}, "field 'exit_code'"),
+    "duration_ms below 0": ({"duration_ms": -1}, "field 'duration_ms'"),
+    "created_at not a time": ({"created_at": "yesterday"}, "field 'created_at'"),
+    "agent not a name": ({"agent": "two words"}, "field 'agent'"),
+    "output missing": ({"output": MISSING}, "field 'output'"),
+    "expires_at missing": ({"expires_at": MISSING}, "field 'expires_at'"),
+}
+
+
+def bad_entry(good: bytes, bad: bytes | dict) -> bytes:
+    if isinstance(bad, bytes):
+        return bad
+    data = {**orjson.loads(good), **bad}
+    text = orjson.dumps({k: v for k, v in data.items() if v is not MISSING})
+    return text.replace(orjson.dumps(DEEPEST_JSON), DEEPEST_JSON.encode())  # deeper than orjson writes
+
+
+@pytest.mark.parametrize("bad, problem", BAD_ENTRIES.values(), ids=BAD_ENTRIES.keys())
+def test_an_entry_edited_into_nonsense_is_a_miss_reported_and_replaced(cache_backend, tmp_path, bad, problem):
+    effect = tmp_path / "effect"
+    store = Store(tmp_path / "store")
+    cache = Cache(store, backend=cache_backend)
+    command = tool_command(effect, output="fine")
+    key = cache.run("s", "t", command).entry.key
+    if cache_backend == "files":
+        path = tmp_path / "store" / "cache" / "s" / "entries" / f"{key}.json"
+        path.write_bytes(bad_entry(path.read_bytes(), bad))
+    else:
+        name = cache.backend._prefix("s") + "e:" + key
+        cache.backend.client.set(name, bad_entry(cache.backend.client.get(name), bad), px=60_000)
+    assert cache.get("s", "t", command) is None
+    assert [row["keys"] for row in cache.stats("s")] == [0]
+    if cache_backend == "files":
+        ((file, line, message),) = cache_problems(store)
+        assert (file, line) == (f"cache/s/entries/{key}.json", None) and problem in message, message
+    again = cache.run("s", "t", command)
+    assert (again.hit, again.entry.output, runs(effect)) == (False, b"fine", 2)
+    assert cache.get("s", "t", command).output == b"fine" and cache_problems(store) == []
+
+
+def test_the_command_line_reads_a_nonsense_entry_as_a_miss(run, tmp_path, store_dir):
     effect = tmp_path / "effect"
     command = tool_command(effect, output="fine")
     run("cache", "run", "--scope", "s", "--tool", "t", "--", *command)
     (entry_file,) = (store_dir / "cache" / "s" / "entries").iterdir()
-    entry_file.write_text("{not json")
+    entry_file.write_bytes(orjson.dumps({**orjson.loads(entry_file.read_bytes()), "expires_at": "soon"}))
+    for args, status in ((["get", "--scope", "s", "--tool", "t", "--", *command], 1), (["stats"], 0)):
+        result = run("cache", *args)
+        assert result.returncode == status and b"Traceback" not in result.stderr, result.stderr
     again = run("cache", "run", "--scope", "s", "--tool", "t", "--", *command)
     assert again.returncode == 0 and again.stdout == b"fine" and runs(effect) == 2
     assert orjson.loads(entry_file.read_bytes())["output"] == "fine"
+
+
+def test_bad_events_marks_and_folders_are_skipped_and_reported(run, tmp_path, store_dir):
+    effect = tmp_path / "effect"
+    command = tool_command(effect, output="fine")
+    env = {"MEMCTL_CACHE_CONSOLIDATE_ON": '["hit"]'}
+    for _ in range(2):  # a miss, then a hit that consolidates it
+        run("cache", "run", "--scope", "s", "--tool", "t", "--", *command, env=env)
+    scope = store_dir / "cache" / "s"
+    with open(scope / "events", "ab") as events:  # lines 3 to 6 are not events; line 7, a miss, is
+        events.write(b"h\tt\xff\n" + b"x\tt\n" + b"\n" + b"h\ttwo words\n" + b"m\tt\n")
+    (mark,) = (scope / "consolidated").iterdir()
+    mark.write_bytes(b"\xfe not an id")
+    (store_dir / "cache" / "no good").mkdir()
+    stats = run("cache", "stats", "--json")
+    assert stats.returncode == 0, stats.stderr
+    rows = [orjson.loads(line) for line in stats.stdout.splitlines()]
+    assert [(r["scope"], r["hits"], r["misses"], r["consolidated"]) for r in rows] == [("s", 1, 2, 0)]
+    problems = cache_problems(Store(store_dir))
+    assert [(file, line) for file, line, _ in problems] == [
+        ("cache/no good", None), (f"cache/s/consolidated/{mark.name}", None),
+        *[("cache/s/events", n) for n in (3, 4, 5, 6)]]
+    assert ["not UTF-8" in m for _, _, m in problems[2:]] == [True, False, False, False]
+    assert "unknown event 'x'" in problems[3][2] and "tool must be" in problems[5][2]
+
+
+def test_cache_problems_reports_links_and_folders_one_by_one(tmp_path):
+    store = Store(tmp_path / "store")
+    cache = Cache(store)
+    for scope in ("s", "u"):
+        cache.put(scope, "t", {"q": 1}, "x")
+    root = tmp_path / "store" / "cache"
+    (root / "linked").symlink_to(tmp_path)
+    (root / "s" / "entries" / f"{'a' * 32}.json").mkdir()
+    (root / "u" / "entries" / f"{'b' * 32}.json").symlink_to(tmp_path / "elsewhere.json")
+    (root / "u" / "events").symlink_to(tmp_path / "elsewhere")
+    problems = cache_problems(store)  # one link does not hide the rest, and nothing raises
+    assert [(file, line) for file, line, _ in problems] == [
+        ("cache/linked", None), (f"cache/s/entries/{'a' * 32}.json", None),
+        (f"cache/u/entries/{'b' * 32}.json", None), ("cache/u/events", None)]
+    messages = [message for _, _, message in problems]
+    assert ["symbolic link" in m for m in messages] == [True, False, True, True] and "directory" in messages[1]
+
+
+def test_redis_values_edited_by_hand_are_misses_and_skipped(redis_server, tmp_path):
+    redis_server.flush()
+    effect = tmp_path / "effect"
+    cache = Cache(Store(tmp_path / "store"), backend=redis_server.url)
+    command = tool_command(effect, output="fine")
+    key = cache.run("s", "t", command).entry.key
+    client, prefix = cache.backend.client, cache.backend._prefix("s")
+    client.set(prefix + "a:" + key, b"many")  # INCR could not add to it
+    assert cache.get("s", "t", command) is None
+    assert cache.run("s", "t", command).hit is False and cache.get("s", "t", command).access_count == 2
+    client.set(prefix + "c:" + key, b"\xff\xfe")
+    assert cache.get("s", "t", command).consolidated is None
+    client.hset(prefix + "s", mapping={b"hits\t\xff": 1, b"hits\tt": b"lots", b"bogus\tt": 4})
+    client.sadd("memctl:cache:scopes", b"\xff", b"two words")
+    client.set(prefix + "e:\xff", b"{}")
+    assert [(r["scope"], r["tool"], r["hits"], r["keys"]) for r in cache.stats()] == [("s", "t", 0, 1)]

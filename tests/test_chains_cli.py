@@ -6,6 +6,7 @@ import orjson
 
 from conftest import FIXTURES, snapshot
 from memctl.governance import governance
+from memctl.store import status
 from memctl.store import memoryfile
 
 NOW = {"MEMCTL_NOW": "2026-11-20T08:00:00Z"}
@@ -44,7 +45,7 @@ def test_supersedes_deprecates_the_old_version_in_the_same_write(run, store_dir)
                                "by": "mem-kestrel-db-2", "from": "active", "to": "deprecated"}]
     doc = memoryfile.load(store_dir / "MEMORY.md")
     assert governance.chain(doc, "mem-kestrel-db").ids == ["mem-kestrel-db", "mem-kestrel-db-2"]
-    assert "mem-kestrel-db" not in governance.active_tails(doc)
+    assert "mem-kestrel-db" not in status.active_tails(doc)
     assert not doc.issues                                      # status_changed_at is a known field
 
 

@@ -170,11 +170,11 @@ def test_no_record_changes_nothing_and_recording_logs_the_round(run, store_dir):
     context_json(run, "--message", "hotel booking reference?", "--no-record")
     assert snapshot(store_dir) == before
     context_json(run, "--message", "hotel booking reference?")
-    state = json.loads((store_dir / "index_state.json").read_text())
-    assert state["topic_activation"]["rounds"] == 1 and len(state["topic_activation"]["topics"]) == 3
-    assert run("state", "show", "--json").returncode == 0  # the window part still reads
+    state = json.loads((store_dir / "topics" / "activation.json").read_text())
+    assert state["rounds"] == 1 and len(state["topics"]) == 3
+    assert not (store_dir / "index_state.json").exists()  # the section window's file: not topics' to write
     events = [json.loads(line) for line in run("topics", "log", "--json").stdout.splitlines()]
-    assert events[-1]["event"] == "round" and set(events[-1]["scores"]) == set(state["topic_activation"]["topics"])
+    assert events[-1]["event"] == "round" and set(events[-1]["scores"]) == set(state["topics"])
     assert run("topics", "log", "--since", "2999-01-01").returncode == 1
 
 
@@ -516,3 +516,13 @@ def test_daily_review_plans_then_archives_and_merges(run, store_dir):
     assert (store_dir / "topics" / f"{ids['weather']}.jsonl").exists()
     again_plan = json.loads(run("review", "daily", "--dry-run", "--json", env=later).stdout)
     assert again_plan["merged"] == [] and again_plan["idle_summaries"] == []
+
+
+def test_activation_of_an_earlier_store_is_read_from_index_state_json(run, store_dir):
+    split_three_subjects(run, store_dir)
+    context_json(run, "--message", "hotel booking reference?")
+    moved = json.loads((store_dir / "topics" / "activation.json").read_text())
+    (store_dir / "topics" / "activation.json").unlink()
+    (store_dir / "index_state.json").write_text(json.dumps({"topic_activation": moved}))
+    context_json(run, "--message", "hotel booking reference?")
+    assert json.loads((store_dir / "topics" / "activation.json").read_text())["rounds"] == 2

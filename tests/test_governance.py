@@ -11,6 +11,8 @@ from hypothesis import given, strategies as st
 from memctl.store import counters as access
 from memctl import clock
 from memctl.governance import governance
+from memctl.search import scores
+from memctl.store import status
 from memctl.store import memoryfile
 from memctl.errors import InputError
 from memctl.store.store import Store
@@ -36,34 +38,34 @@ def days_ago(days: float) -> str:
 # -- scores (G4) ---------------------------------------------------------------
 def test_health_score_of_a_fresh_memory_with_the_default_weight():
     entry = doc_of(block("a", "fresh", created_at=days_ago(0))).entries[0]
-    score = governance.health_score(entry, NOW)
+    score = scores.health_score(entry, NOW)
     assert score.recency_decay == 1.0 and score.access_frequency == 0 and score.user_weight == 5
     assert score.total == pytest.approx(0.4 + 0.25 * 0.5)
 
 
 def test_recency_halves_every_14_days_and_access_saturates_at_20():
     entry = doc_of(block("a", "old", created_at=days_ago(28), user_weight=8, access_count=4)).entries[0]
-    score = governance.health_score(entry, NOW, accesses=6)   # 4 written in MEMORY.md + 6 counted
+    score = scores.health_score(entry, NOW, accesses=6)   # 4 written in MEMORY.md + 6 counted
     assert score.recency_decay == pytest.approx(0.25)
     assert score.access_count == 10 and score.access_frequency == pytest.approx(0.5)
     assert score.total == pytest.approx(0.4 * 0.25 + 0.35 * 0.5 + 0.25 * 0.8)
-    assert governance.health_score(entry, NOW, accesses=500).access_frequency == 1.0
+    assert scores.health_score(entry, NOW, accesses=500).access_frequency == 1.0
 
 
 def test_retrieval_score_formula_and_parts():
     fields = {"id": "u1", "created_at": days_ago(14), "user_weight": 10}   # a unit's field dict works too
-    score = governance.retrieval_score(0.8, fields, NOW, accesses=20)
+    score = scores.retrieval_score(0.8, fields, NOW, accesses=20)
     assert score.total == pytest.approx(0.4 * 0.8 + 0.25 * 0.5 + 0.2 * 1.0 + 0.15 * 1.0)
     assert score.as_dict() == {"score": pytest.approx(score.total, abs=1e-6), "recency_decay": 0.5,
                                "access_frequency": 1.0, "user_weight": 10, "access_count": 20,
                                "age_days": 14.0, "relevance": 0.8}
-    assert governance.retrieval_score(7.5, fields, NOW).relevance == 1.0   # relevance is clamped to [0, 1]
+    assert scores.retrieval_score(7.5, fields, NOW).relevance == 1.0   # relevance is clamped to [0, 1]
 
 
 def test_hand_broken_fields_never_break_a_score():
     entry = doc_of(block("a", "broken", created_at="last tuesday", user_weight="high",
                          access_count=-3)).entries[0]
-    score = governance.health_score(entry, NOW)
+    score = scores.health_score(entry, NOW)
     assert score.age_days is None and score.recency_decay == 1.0     # unknown age: not decayed
     assert score.user_weight == 5 and score.access_count == 0
 
@@ -75,7 +77,7 @@ def test_scorer_adds_access_json_counts_and_reads_settings(tmp_path):
     access.record(store, ["a", "a"])   # one search returning it twice counts once
     access.record(store, ["a"])
     entry = doc_of(block("a", "counted", created_at=days_ago(0), access_count=1)).entries[0]
-    score = governance.Scorer(store, NOW).health(entry)
+    score = scores.Scorer(store, NOW).health(entry)
     assert score.access_count == 3      # 1 written in MEMORY.md + 2 searches
     assert score.total == pytest.approx(0.4 + 0.35 * 3 / 20 + 0.5 * 1.0)
 
@@ -85,10 +87,10 @@ def test_settings_out_of_range_are_an_input_error_naming_the_file(tmp_path):
     store.root.mkdir()
     (store.root / "memctl.toml").write_text("[governance]\narchive_below = 0.5\n")
     with pytest.raises(InputError, match="archive_below must not exceed"):
-        governance.settings(store)
+        scores.governance_settings(store)
     (store.root / "memctl.toml").write_text("[governance]\nrecency_half_life_days = 0\n")
     with pytest.raises(InputError, match="memctl.toml.*recency_half_life_days"):
-        governance.settings(store)
+        scores.governance_settings(store)
 
 
 @given(age=st.floats(0, 3650), later=st.floats(0, 3650), weight=st.floats(0, 10), base=st.integers(0, 100),
@@ -96,17 +98,17 @@ def test_settings_out_of_range_are_an_input_error_naming_the_file(tmp_path):
 def test_scores_stay_in_0_1_and_never_rise_with_age(age, later, weight, base, counted, relevance):
     fields = {"created_at": days_ago(age), "user_weight": weight, "access_count": base}
     older = {**fields, "created_at": days_ago(age + later)}
-    health = governance.health_score(fields, NOW, accesses=counted).total
+    health = scores.health_score(fields, NOW, accesses=counted).total
     assert 0 <= health <= 1 + 1e-9
-    assert governance.health_score(older, NOW, accesses=counted).total <= health + 1e-12
-    assert 0 <= governance.retrieval_score(relevance, fields, NOW, accesses=counted).total <= 1 + 1e-9
+    assert scores.health_score(older, NOW, accesses=counted).total <= health + 1e-12
+    assert 0 <= scores.retrieval_score(relevance, fields, NOW, accesses=counted).total <= 1 + 1e-9
 
 
 def test_core_is_is_core_or_user_weight_at_least_9():
-    gov = governance.settings()
-    assert governance.is_core({"is_core": True}, gov)
-    assert governance.is_core({"user_weight": 9}, gov)
-    assert not governance.is_core({"user_weight": 8.9, "is_core": "yes"}, gov)
+    gov = scores.governance_settings()
+    assert scores.is_core({"is_core": True}, gov)
+    assert scores.is_core({"user_weight": 9}, gov)
+    assert not scores.is_core({"user_weight": 8.9, "is_core": "yes"}, gov)
 
 
 # -- similarity (G6 top-K) -------------------------------------------------------
@@ -136,7 +138,7 @@ def test_chain_is_oldest_first_from_any_version():
     for start in ("v1", "v2", "v3"):
         found = governance.chain(doc, start)
         assert found.ids == ["v1", "v2", "v3"] and found.problems == [] and found.tails == ["v3"]
-    links = {l.id: l for l in governance.chain(doc, "v2").links}
+    links = {line.id: line for line in governance.chain(doc, "v2").links}
     assert links["v2"].supersedes == ["v1"] and links["v2"].superseded_by == ["v3"]
     assert links["v1"].as_dict()["status"] == "deprecated"
 
@@ -184,7 +186,7 @@ def test_active_tails_are_what_search_may_return():
                  block("arch", "arch", status="archived", supersedes=["kept"]),  # superseded only by an archived one
                  block("typo", "typo", status="actve"))
     doc.blocks.append(memoryfile.parse("Hand-written note without a block.\n").blocks[0])
-    tails = governance.active_tails(doc)
+    tails = status.active_tails(doc)
     assert tails[:4] == ["new", "newer", "kept", "typo"]       # an unreadable status counts as active
     assert len(tails) == 5 and tails[4].startswith("md-")
 
@@ -199,6 +201,23 @@ def test_topic_conflicts_count_only_current_tails():
 def test_recency_matches_the_design_examples():
     # 002 section 4.3: today 1.0, 14 days 0.5, 28 days 0.25, 60 days ~0.05
     for days, expected in ((0, 1.0), (14, 0.5), (28, 0.25), (60, 0.05)):
-        decay = governance.health_score({"created_at": days_ago(days)}, NOW).recency_decay
+        decay = scores.health_score({"created_at": days_ago(days)}, NOW).recency_decay
         assert decay == pytest.approx(expected, abs=0.005)
-    assert math.isclose(governance.settings()["recency_half_life_days"], 14)
+    assert math.isclose(scores.governance_settings()["recency_half_life_days"], 14)
+
+
+def test_accesses_are_logged_and_folded_by_the_lifecycle(tmp_path):
+    from memctl.governance import lifecycle
+    from memctl.store import counters
+
+    store = Store(tmp_path / "store")
+    store.memory_md.parent.mkdir(parents=True)
+    store.memory_md.write_text("## General\n\nA plain note.\n")
+    counters.record(store, ["a", "b", "a"])
+    counters.record(store, ["a"])
+    assert {k: v["count"] for k, v in counters.load(store).items()} == {"a": 2, "b": 1}
+    assert store.path(counters.LOG_NAME).exists() and not store.path(counters.FILE_NAME).exists()
+    lifecycle.run(store)
+    assert not store.path(counters.LOG_NAME).exists()
+    counters.record(store, ["b"])
+    assert {k: v["count"] for k, v in counters.load(store).items()} == {"a": 2, "b": 2}

@@ -47,9 +47,9 @@ def test_each_problem_is_one_line_with_file_and_line(run, demo):
     lines = result.stdout.decode().splitlines()
     bad_line = (demo / "MEMORY.md").read_text().splitlines().index("memory_class: rumour") + 1
     assert f"MEMORY.md:{bad_line}: field 'memory_class': must be one of policy, episodic, mixed" in lines
-    assert any(l.startswith("sessions/2026-11-02-planning.jsonl:") and "id 's1-01' is not unique: also at "
-               "sessions/2026-11-02-planning.jsonl:1" in l for l in lines)
-    assert any(l.startswith("sessions/2026-11-02-planning.jsonl:") and "not valid JSON" in l for l in lines)
+    assert any(line.startswith("sessions/2026-11-02-planning.jsonl:") and "id 's1-01' is not unique: also at "
+               "sessions/2026-11-02-planning.jsonl:1" in line for line in lines)
+    assert any(line.startswith("sessions/2026-11-02-planning.jsonl:") and "not valid JSON" in line for line in lines)
     assert result.stderr == b"memctl: health: 3 error(s), 0 warning(s)\n"
 
 
@@ -160,7 +160,7 @@ def test_scores_sorted_with_parts(run, demo):
                          "user_weight", "access_count", "age_days", "summary"}
     assert role["user_weight"] == 8 and role["status"] == "active" and not role["core"]
     assert next(r for r in rows if r["id"] == "mem-answer-language")["core"] is True
-    by_age = [orjson.loads(l)["id"] for l in run("health", "scores", "--json", "--sort", "age", env=env).stdout.splitlines()]
+    by_age = [orjson.loads(line)["id"] for line in run("health", "scores", "--json", "--sort", "age", env=env).stdout.splitlines()]
     assert by_age[:2] == ["mem-about-role", "mem-answer-language"]
     text = run("health", "scores", "--sort", "id", env=env).stdout.decode().splitlines()
     assert text[0].split("\t")[5] == "mem-95103165e4a0ab0c" or text[0].split("\t")[5].startswith("mem-")
@@ -187,7 +187,7 @@ def test_governance_commands_start_without_heavy_imports():
     # The click group, not main(): main() ends the process once the command is done.
     code = ("import sys\nfrom memctl.cli import cli\n"
             "try:\n    cli.main(['--help'], prog_name='memctl')\nexcept SystemExit:\n    pass\n"
-            "import memctl.governance.governance, memctl.governance.lifecycle, memctl.governance.health, memctl.governance.review\n"
+            "import memctl.governance.governance, memctl.governance.lifecycle, memctl.governance.health, memctl.governance.review, memctl.check\n"
             "heavy = {'numpy', 'torch', 'tiktoken', 'tantivy', 'sqlite_utils', 'sentence_transformers'}\n"
             "print(sorted(heavy & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)

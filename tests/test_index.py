@@ -204,7 +204,7 @@ def test_a_copied_store_is_read_again_but_not_embedded_again(store, tmp_path):
 
 
 def test_the_default_filter_reads_the_status_index_which_an_old_table_gets_at_its_next_update(store):
-    from memctl.search.filters import Filters
+    from memctl.index.filters import Filters
 
     where, params = Filters().sql_where()
     plan = f"EXPLAIN QUERY PLAN SELECT row FROM units WHERE {' AND '.join(where)}"

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from memctl.store import memoryfile
 from memctl.ingest.ingest import ingest
-from memctl.search.layers import layered_search, trigger
-from memctl.search.filters import Filters
+from memctl.governance.layers import layered_search, trigger
+from memctl.index.filters import Filters
 from memctl.search.search import Query, search_store
 from memctl.store.store import Store
 

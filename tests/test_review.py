@@ -24,7 +24,7 @@ def memories(store_dir):
 
 
 def log(store_dir):
-    return [orjson.loads(l) for l in (store_dir / "governance.log.jsonl").read_bytes().splitlines()]
+    return [orjson.loads(line) for line in (store_dir / "governance.log.jsonl").read_bytes().splitlines()]
 
 
 # -- pending (P5) ----------------------------------------------------------------
@@ -44,8 +44,8 @@ def test_pending_lists_age_and_time_left(run, pending_store):
     assert listed.returncode == 0
     lines = listed.stdout.decode().splitlines()
     assert lines[0] == "p-demo\tage 1.0h\tleft 23.0h\t[Kestrel] Mei's demo is on December 12th"
-    assert [l.split("\t")[0] for l in lines] == ["p-demo", "p-jonas", "p-laptop"]
-    rows = [orjson.loads(l) for l in run("review", "pending", "--json", env=at("2026-11-01T01:00:00Z")).stdout.splitlines()]
+    assert [line.split("\t")[0] for line in lines] == ["p-demo", "p-jonas", "p-laptop"]
+    rows = [orjson.loads(line) for line in run("review", "pending", "--json", env=at("2026-11-01T01:00:00Z")).stdout.splitlines()]
     assert rows[2] == {"id": "p-laptop", "line": 3, "section": "General", "summary": "Laptop repair is booked",
                        "text": "Laptop repair is booked", "pending_since": T0, "expires_at": "2026-11-01T02:00:00Z",
                        "age_hours": 1.0, "left_hours": 1.0}
@@ -58,7 +58,7 @@ def test_confirm_moves_to_memory_md_and_off_the_list_in_one_write(run, pending_s
     path.write_bytes(b"".join(lines))
     result = run("review", "confirm", "--json", "p-demo", "p-laptop", env=at("2026-11-01T01:00:00Z"))
     assert result.returncode == 0, result.stderr
-    assert [orjson.loads(l) for l in result.stdout.splitlines()] == [
+    assert [orjson.loads(line) for line in result.stdout.splitlines()] == [
         {"id": "p-demo", "status": "confirmed", "file": "MEMORY.md"},
         {"id": "p-laptop", "status": "confirmed", "file": "MEMORY.md"}]
     stored = memories(pending_store)
@@ -72,7 +72,7 @@ def test_reject_drops_without_writing_memory(run, pending_store):
     result = run("review", "reject", "p-jonas", env=at("2026-11-01T01:00:00Z"))
     assert result.returncode == 0 and result.stdout == b"p-jonas\n"
     assert not (pending_store / "MEMORY.md").exists()
-    ids = [orjson.loads(l)["id"] for l in (pending_store / "pending.jsonl").read_bytes().splitlines()]
+    ids = [orjson.loads(line)["id"] for line in (pending_store / "pending.jsonl").read_bytes().splitlines()]
     assert ids == ["p-demo", "p-laptop"]
 
 
@@ -101,7 +101,7 @@ def test_expired_ones_are_dropped_by_any_review_command(run, pending_store):
     assert b"dropped expired pending memory 'p-laptop' (expired 2026-11-01T02:00:00Z)" in confirm.stderr
     assert b"no pending memory with id 'p-laptop'" in confirm.stderr
     listed = run("review", "pending", env=later)
-    assert [l.split(b"\t")[0] for l in listed.stdout.splitlines()] == [b"p-demo", b"p-jonas"]
+    assert [line.split(b"\t")[0] for line in listed.stdout.splitlines()] == [b"p-demo", b"p-jonas"]
     assert {"ts": "2026-11-01T03:00:00Z", "action": "expire", "id": "p-laptop",
             "expires_at": "2026-11-01T02:00:00Z"} in log(pending_store)
     gone = run("review", "lifecycle", env=at("2026-11-03T00:00:00Z"))

@@ -13,7 +13,7 @@ from memctl.store import counters as access
 from memctl.index.index import Index
 from memctl.ingest.ingest import ingest
 from memctl.search.explain import explain_lines
-from memctl.search.filters import Filters
+from memctl.index.filters import Filters
 from memctl.search.search import Query, search_store
 from memctl.store.store import Store
 

@@ -14,24 +14,62 @@ where `memctl search` finds it by tool, agent and time.
     answer.entry.output, answer.hit
 
 This module is imported on every `memctl cache` call, so it stays small:
-the ingest, index and search machinery is imported only by consolidate and
-search.
+the index and search machinery is imported only by search. Consolidation
+writes long-term memory, which is ingest's work, and ingest stands above the
+cache: a Cache consolidates through the consolidator it is given, and
+Memory(...).cache() gives it memctl/ingest/consolidate.py's. A Cache made
+without one keeps tool outputs and writes no memory.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from memctl import config
-from memctl.errors import InputError
+from memctl.errors import InputError, MemctlError
 from memctl.store.store import Store
-from memctl.cache.backend import EVENTS, Backend, CacheError, Entry
+from memctl.cache.backend import EVENTS, EXIT_CODE_MAX, Backend, CacheError, Entry, is_exit_code
 from memctl.cache.keys import canonical, check_name, key_of, parse_args
 
-__all__ = ["Cache", "CacheError", "Entry", "RunResult", "canonical", "key_of", "open_backend", "parse_args"]
+__all__ = ["Cache", "CacheError", "Entry", "RunResult", "cache_problems", "canonical", "check_seconds", "key_of",
+           "open_backend", "parse_args"]
+
+# Ten years, as [ingest] pending_ttl_hours: further out, an expiry time overflows the
+# calendar (--ttl 1e308 did) and a Redis PX its integer.
+SECONDS_MAX = 315_360_000
+# The [cache] settings that are durations, bounded as --ttl is.
+_SECONDS_SETTINGS = ("ttl", "negative_ttl", "wait_timeout", "lock_ttl", "socket_timeout")
+
+
+def check_seconds(value: Any, *, source: str, field: str, zero: bool = False) -> float:
+    """A duration given by a flag, an MCP argument or a setting: a finite number of seconds above 0
+    (or 0 when `zero`), at most SECONDS_MAX; else InputError naming source and field."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"must be a number of seconds, got {type(value).__name__}", source=source, field=field)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float: too long a time anyway
+        seconds = math.inf
+    above_lowest = seconds >= 0 if zero else seconds > 0
+    if not (above_lowest and seconds <= SECONDS_MAX):  # NaN fails every comparison
+        lowest = "0 or more" if zero else "above 0"
+        raise InputError(f"must be {lowest} and at most {SECONDS_MAX} seconds (ten years), got {seconds!r}",
+                         source=source, field=field)
+    return seconds
+
+
+def cache_problems(store: Store) -> list[tuple[str, int | None, str]]:
+    """What is wrong in the files of the store's cache, for `memctl health`: (file relative to
+    the store, line or None for the whole file, message), one a problem. Reading the cache
+    never fails on them: a bad entry is a miss (the next run replaces it), a bad events line is
+    not counted, a bad consolidation mark is no mark. The Redis backend is not read."""
+    from memctl.cache.files import FileBackend
+
+    return FileBackend(store).problems()
 
 
 @dataclass
@@ -65,10 +103,13 @@ class Cache:
     """The working memory of one store, on the backend its settings (or `backend`) name."""
 
     def __init__(self, store: Store, *, backend: str | Backend | None = None,
-                 settings: dict[str, dict[str, Any]] | None = None):
+                 settings: dict[str, dict[str, Any]] | None = None, consolidator: Callable | None = None):
         self.store = store
+        self._consolidator = consolidator  # (cache, scope, everything=, dry_run=, only=, index=) -> rows
         self.all_settings = settings or config.load(store.config_file)
         self.settings = self.all_settings["cache"]
+        for name in _SECONDS_SETTINGS:  # memctl.toml takes any finite number; a TTL of 1e308 overflows
+            check_seconds(self.settings[name], source=_setting_source(store, name), field=f"cache.{name}")
         spec = backend if backend is not None else self.settings["backend"]
         self.backend: Backend = open_backend(spec, store, self.settings) if isinstance(spec, str) else spec
 
@@ -93,6 +134,10 @@ class Cache:
         check_name(tool, "tool")
         if agent:
             check_name(agent, "agent")
+        if not is_exit_code(exit_code):
+            # The value is not shown: a huge int has more digits than Python will print.
+            raise InputError(f"must be an exit status, a whole number from 0 to {EXIT_CODE_MAX}",
+                             source="--exit-code", field="exit_code")
         entry = Entry(id=os.urandom(8).hex(), key=key_of(tool, args), scope=scope, tool=tool, args=args,
                       output=output.encode() if isinstance(output, str) else bytes(output),
                       stderr_tail=_tail(stderr, self.settings["stderr_lines"]), exit_code=exit_code,
@@ -113,7 +158,12 @@ class Cache:
         check_name(tool, "tool")
         if not argv:
             raise InputError("give the command to run after --", source="COMMAND")
-        key = key_of(tool, list(argv) if args is None else args)
+        # Checked before the command runs: a bad TTL must not cost a run whose result cannot be kept.
+        if ttl is not None:
+            check_seconds(ttl, source="--ttl", field="ttl")
+        if timeout is not None:
+            check_seconds(timeout, source="--timeout", field="timeout", zero=True)
+        key = key_of(tool, list(argv), "COMMAND") if args is None else key_of(tool, args)
         if not refresh:
             entry = self.backend.load(scope, key)
             if entry is not None:
@@ -144,14 +194,13 @@ class Cache:
     def _count_hit(self, entry: Entry) -> None:
         entry.access_count = self.backend.count_access(entry)
         self.backend.count(entry.scope, entry.tool, "negative_hits" if entry.negative else "hits")
-        if "hit" in self.settings["consolidate_on"] and entry.access_count == self.settings["consolidate_min_access"]:
+        if (self._consolidator and "hit" in self.settings["consolidate_on"]
+                and entry.access_count == self.settings["consolidate_min_access"]):
             self.consolidate(entry.scope, only=[entry])
 
     def _ttl(self, entry: Entry, ttl: float | None) -> float:
         if ttl is not None:
-            if ttl <= 0:
-                raise InputError("must be above 0 seconds", source="--ttl", field="ttl")
-            return ttl
+            return check_seconds(ttl, source="--ttl", field="ttl")
         return self.settings["negative_ttl" if entry.negative else "ttl"]
 
     # -- a whole scope -----------------------------------------------------------
@@ -182,7 +231,7 @@ class Cache:
         """End a run: forget the scope (after consolidating it, where [cache] consolidate_on has clear)."""
         check_name(scope, "scope")
         consolidated = []
-        if "clear" in self.settings["consolidate_on"]:
+        if self._consolidator and "clear" in self.settings["consolidate_on"]:
             consolidated = self.consolidate(scope, dry_run=dry_run)
         entries = len(self.entries(scope)) if dry_run else self.backend.clear(scope)
         return {"scope": scope, "entries": entries, "consolidated": [c.as_dict() for c in consolidated],
@@ -191,23 +240,29 @@ class Cache:
     def consolidate(self, scope: str, *, everything: bool = False, dry_run: bool = False,
                     only: list[Entry] | None = None, index: bool = True):
         """Write what proved useful (access count >= [cache] consolidate_min_access, or everything)
-        to long-term memory, once; see memctl/cache/consolidate.py."""
-        from memctl.cache.consolidate import consolidate
-
+        to long-term memory, once; see memctl/ingest/consolidate.py."""
         check_name(scope, "scope")
-        return consolidate(self, scope, everything=everything, dry_run=dry_run, only=only, index=index)
+        if self._consolidator is None:
+            raise MemctlError("this cache writes no long-term memory; open it through Memory(...).cache()")
+        return self._consolidator(self, scope, everything=everything, dry_run=dry_run, only=only, index=index)
 
     def search(self, query: str, *, scope: str | None = None, tools: tuple[str, ...] = (),
                agents: tuple[str, ...] = (), k: int = 10):
         """Search what the agents of a run already found (design 004's search_shared_memory):
         the consolidated items in long-term memory, by meaning and words."""
-        from memctl.search.filters import Filters
+        from memctl.index.filters import Filters
         from memctl.search.search import Query, search_store
 
         filters = Filters(kinds=("memory",), cache_scopes=(check_name(scope, "scope"),) if scope else (),
                           tools=tuple(check_name(t, "tool") for t in tools), agents=tuple(agents))
         (results,) = search_store(self.store, [Query(text=query, k=k, filters=filters)])
         return results
+
+
+def _setting_source(store: Store, name: str) -> str:
+    """Where config.load took [cache] name from: its environment variable, else memctl.toml."""
+    variable = f"MEMCTL_CACHE_{name.upper()}"
+    return f"${variable}" if variable in os.environ else str(store.config_file)
 
 
 def _tail(text: str, lines: int) -> str:

@@ -2,18 +2,23 @@
 
 A backend keeps entries per scope and never lets one scope see another's.
 Two implement this protocol: files in the store (memctl/cache/files.py, the
-default) and a Redis server (memctl/cache/redis.py), for agents on several
+default) and a Redis server (memctl/cache/redis_backend.py), for agents on several
 machines. memctl/cache/__init__.py holds the behaviour both share.
 """
 
 from __future__ import annotations
 
+import base64
+import math
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Protocol
 
-from memctl.errors import MemctlError
+from memctl import clock
+from memctl.cache.keys import check_args
+from memctl.errors import InputError, MemctlError
+from memctl.store import store
 
 EVENTS = ("hits", "misses", "negative_hits")
 
@@ -55,31 +60,96 @@ class Entry:
         try:
             out["output"] = self.output.decode("utf-8")
         except UnicodeDecodeError:
-            import base64
-
             out["output_base64"] = base64.b64encode(self.output).decode()
         return out
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Entry":
-        values = dict(data)
-        if "output_base64" in values:
-            import base64
+    def from_json(cls, data: Any, source: str | None = None) -> "Entry":
+        """An entry from its stored form (to_json), every field checked, since a file or a Redis
+        value can be edited by hand: InputError naming source and field, never a TypeError later."""
+        if not isinstance(data, dict):
+            raise InputError(f"expected an entry (a JSON object), got {type(data).__name__}", source=source)
 
-            output = base64.b64decode(values.pop("output_base64"))
+        def required(name: str) -> Any:
+            if name not in data:
+                raise InputError("missing", source=source, field=name)
+            return data[name]
+
+        def checked(name: str, test: Callable[[Any], bool], rule: str) -> Any:
+            value = required(name)
+            if not test(value):
+                raise InputError(f"must be {rule}, got {_shown(value)}", source=source, field=name)
+            return value
+
+        names = {name: store.check_name(required(name), name, source=source)
+                 for name in ("id", "key", "scope", "tool")}
+        agent = checked("agent", _is_text, "text")
+        if agent:
+            store.check_name(agent, "agent", source=source)
+        if "output_base64" in data:
+            try:
+                output = base64.b64decode(checked("output_base64", _is_text, "text"), validate=True)
+            except ValueError:  # binascii.Error, or text that is not ASCII
+                raise InputError("must be base64 text", source=source, field="output_base64") from None
         else:
-            output = values.pop("output", "").encode("utf-8")
-        known = {k: values.pop(k) for k in list(values) if k in cls.__dataclass_fields__}
-        return cls(output=output, **known)
+            output = checked("output", _is_text, "text").encode("utf-8")
+        return cls(**names, args=check_args(required("args"), source), output=output,
+                   stderr_tail=checked("stderr_tail", _is_text, "text"),
+                   exit_code=checked("exit_code", is_exit_code, f"a whole number from 0 to {EXIT_CODE_MAX}"),
+                   agent=agent, created_at=checked("created_at", _is_time, "an ISO 8601 time"),
+                   expires_at=float(checked("expires_at", _is_expiry, f"Unix seconds from 0 to {_LAST_SECOND}")),
+                   duration_ms=float(checked("duration_ms", _is_duration, "milliseconds, 0 or more")))
 
     def as_dict(self) -> dict[str, Any]:
         """What `memctl cache get --json` prints (docs/cache.md)."""
-        from memctl import clock
-
         out = self.to_json()
         out["expires_at"] = clock.format_ts(clock.parse_ts(round(self.expires_at, 3)))
         out.update(negative=self.negative, access_count=self.access_count, consolidated=self.consolidated)
         return out
+
+
+EXIT_CODE_MAX = 255  # what a process can exit with: `cache run` exits with the stored status
+_LAST_SECOND = 253_402_300_799  # Unix seconds: the end of 9999, where datetime (as_dict's expires_at) ends
+
+
+def is_exit_code(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= EXIT_CODE_MAX
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_number(value: Any) -> bool:
+    """A JSON number: not a bool, and finite (compared, never converted: a huge int would overflow)."""
+    return isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and math.isfinite(value)
+
+
+def _is_expiry(value: Any) -> bool:
+    return _is_number(value) and 0 <= value <= _LAST_SECOND
+
+
+def _is_duration(value: Any) -> bool:
+    return _is_number(value) and value >= 0
+
+
+def _shown(value: Any) -> str:
+    """A field's value in a message: a scalar as written, clipped; an array or object by its kind
+    (its repr could be 1,000 levels deep, past Python's recursion limit)."""
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "an array"
+    return f"{value!r:.80}"
+
+
+def _is_time(value: Any) -> bool:
+    """ISO 8601 text (consolidation hands it to ingest as the memory's created_at)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        clock.parse_ts(value)
+    except ValueError:
+        return False
+    return True
 
 
 class Backend(Protocol):

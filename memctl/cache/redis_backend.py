@@ -30,6 +30,8 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from memctl.cache.backend import EVENTS, CacheError, Entry, wait_for
+from memctl.store.store import is_name
+from memctl.errors import InputError
 
 _SCOPES = "memctl:cache:scopes"
 # Let go of a lock only if it is still ours (it may have expired and been taken).
@@ -70,20 +72,27 @@ class RedisBackend:
         p = self._prefix(scope)
         with self._talking():
             data, accesses, mark = self.client.mget(p + "e:" + key, p + "a:" + key, p + "c:" + key)
-        return self._entry(data, accesses, mark)
+        return self._entry(scope, key, data, accesses, mark)
 
-    @staticmethod
-    def _entry(data, accesses, mark) -> Entry | None:
+    def _entry(self, scope: str, key: str, data: bytes | None, accesses: bytes | None,
+               mark: bytes | None) -> Entry | None:
+        """The entry from its three values, checked as the files backend checks a file: a value
+        edited by hand (or another program's) is a miss, and the next run replaces all three."""
         if data is None:
             return None
         try:
             entry = Entry.from_json(orjson.loads(data))
-        except (ValueError, TypeError):  # not an entry of ours: a miss, replaced by the next run
+        except (orjson.JSONDecodeError, InputError):
             return None
-        entry.access_count = 1 + int(accesses or 0)
-        if mark:
-            entry_id, _, memory_id = mark.decode().partition(" ")
-            entry.consolidated = memory_id if entry_id == entry.id else None
+        accesses_after_first = _counter(accesses or b"0")
+        # Counted by its own scope and key: another's would be counted in the wrong place; and a
+        # counter INCR cannot add to is a miss too (the next save deletes it).
+        if (entry.scope, entry.key) != (scope, key) or accesses_after_first is None:
+            return None
+        entry.access_count = 1 + accesses_after_first
+        entry_id, _, memory_id = (mark or b"").decode("utf-8", errors="replace").partition(" ")
+        # A mark of another version, or garbled, is no mark: it costs a no-op ingest, never a duplicate.
+        entry.consolidated = memory_id if entry_id == entry.id and is_name(memory_id) else None
         return entry
 
     def save(self, entry: Entry, ttl: float) -> None:
@@ -143,14 +152,17 @@ class RedisBackend:
     def entries(self, scope: str) -> Iterator[Entry]:
         p = self._prefix(scope)
         with self._talking():
-            keys = sorted(name[len(p) + 2:].decode() for name in self.client.scan_iter(p + "e:*", count=1000))
+            # A key name memctl did not write (not UTF-8, not a name) is not an entry of ours.
+            keys = sorted(key for key in (name[len(p) + 2:].decode("utf-8", errors="replace")
+                                          for name in self.client.scan_iter(p + "e:*", count=1000))
+                          if is_name(key))
             for start in range(0, len(keys), 500):
                 chunk = keys[start:start + 500]
                 pipe = self.client.pipeline(transaction=False)
                 for key in chunk:
                     pipe.mget(p + "e:" + key, p + "a:" + key, p + "c:" + key)
-                for values in pipe.execute():
-                    entry = self._entry(*values)
+                for key, values in zip(chunk, pipe.execute()):
+                    entry = self._entry(scope, key, *values)
                     if entry is not None:
                         yield entry
 
@@ -167,14 +179,16 @@ class RedisBackend:
             raw = self.client.hgetall(self._prefix(scope) + "s")
         out: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(EVENTS, 0))
         for field, value in raw.items():
-            event, _, tool = field.decode().partition("\t")
-            if event in EVENTS:
-                out[tool][event] = int(value)
+            event, _, tool = field.decode("utf-8", errors="replace").partition("\t")
+            count = _counter(value)
+            if event in EVENTS and is_name(tool) and count is not None:  # else edited by hand: skipped
+                out[tool][event] = count
         return dict(out)
 
     def scopes(self) -> list[str]:
         with self._talking():
-            return sorted(s.decode() for s in self.client.smembers(_SCOPES))
+            names = (s.decode("utf-8", errors="replace") for s in self.client.smembers(_SCOPES))
+            return sorted(name for name in names if is_name(name))  # a scope memctl could have added
 
     def clear(self, scope: str) -> int:
         p = self._prefix(scope)
@@ -185,3 +199,9 @@ class RedisBackend:
                 self.client.unlink(*names[start:start + 500])
             self.client.srem(_SCOPES, scope)
         return count
+
+
+def _counter(value: bytes) -> int | None:
+    """A count Redis keeps (INCR, HINCRBY: at most 19 digits), or None if the value is not one."""
+    text = value.decode("ascii", errors="replace")
+    return int(text) if text.isdigit() and len(text) <= 19 else None

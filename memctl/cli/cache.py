@@ -79,12 +79,14 @@ def cache(ctx, backend):
 @click.option("--tool", required=True, metavar="NAME", help="The tool's name; part of the key.")
 @click.option("--args", "args_json", metavar="JSON", help="Key on these JSON arguments (canonical form) instead "
               "of the command's argv.")
-@click.option("--ttl", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="How long this result is served. [default: cache.ttl, or cache.negative_ttl for an empty or "
-                   "failed result]")
+# --ttl and --timeout are plain floats here: the library checks them (check_seconds), so an MCP
+# client and a Python caller meet the same rule and message as the command line.
+@click.option("--ttl", type=float, metavar="SECONDS",
+              help="How long this result is served, up to ten years. [default: cache.ttl, or cache.negative_ttl "
+                   "for an empty or failed result]")
 @click.option("--refresh", is_flag=True, help="Run the command even when the cache has its result.")
 @click.option("--agent", envvar="MEMCTL_AGENT", default="", metavar="ID", help=_AGENT_HELP)
-@click.option("--timeout", type=click.FloatRange(min=0), metavar="SECONDS",
+@click.option("--timeout", type=float, metavar="SECONDS",
               help="Longest wait for another agent's run of the same call. [default: cache.wait_timeout]")
 @click.option("--json", "as_json", is_flag=True, help=f"Print the entry instead of the output: {_ENTRY_SCHEMA[:-1]}, "
               '"hit", "waited"}.')
@@ -154,10 +156,10 @@ def cache_get(cache, scope, tool, args_json, argv, as_json):
 @click.option("--input", "source", default="-", show_default=True, metavar="FILE|-",
               help="The tool's output.")
 @click.option("--exit-code", type=int, default=0, show_default=True,
-              help="The call's status; not 0 makes a negative result (cached with cache.negative_ttl).")
+              help="The call's status, 0 to 255; not 0 makes a negative result (cached with cache.negative_ttl).")
 @click.option("--error", default="", metavar="TEXT", help="The call's error message, kept as its stderr.")
-@click.option("--ttl", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="How long it is served. [default: cache.ttl or cache.negative_ttl]")
+@click.option("--ttl", type=float, metavar="SECONDS",
+              help="How long it is served, up to ten years. [default: cache.ttl or cache.negative_ttl]")
 @click.option("--agent", envvar="MEMCTL_AGENT", default="", metavar="ID", help=_AGENT_HELP)
 @click.option("--json", "as_json", is_flag=True, help=f"Print the stored entry: {_ENTRY_SCHEMA}.")
 @click.pass_obj

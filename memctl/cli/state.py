@@ -118,7 +118,7 @@ def state_plan(memory, message, as_json):
       for s in $(memctl state plan "$MSG"); do memctl search "$MSG" --section "$s"; done
     """
     if message == "-":
-        from memctl.ingest.inputs import decode
+        from memctl.store.jsonl import decode
 
         message = decode(*read_input("-"))
     result = memory.state_plan(message)

@@ -1,29 +1,15 @@
-"""MERA governance (G4, G6): scores, version chains and conflicts on write.
-
-Scores (G4), each in [0, 1] with its parts kept for --explain:
-
-    retrieval_score = 0.4 relevance + 0.25 recency_decay + 0.2 access_frequency + 0.15 user_weight/10
-    health_score    =                 0.4 recency_decay + 0.35 access_frequency + 0.25 user_weight/10
-    recency_decay    = exp(-ln2 / 14 * days since created_at)   (1.0 when created_at is missing)
-    access_frequency = min(access_count / 20, 1), access_count = the entry's own
-                       `access_count` (a base) + the searches counted in access.json
-    user_weight      = the entry's, else 5 (the middle of 0..10)
-
-Every constant is a setting of the [governance] table of memctl.toml.
+"""MERA governance (G6): version chains and conflicts on write. The G4 scores are in
+memctl/search/scores.py, an entry's status in memctl/store/status.py.
 
 Version chains (G6): an entry's `supersedes: [ids]` names the entries it
 replaces; those are `status: deprecated`. A chain is every entry connected by
 such links; its tail is the newest version. Hand edits can break a chain (a
 deleted entry, a cycle): the functions here report that and never fail on it.
-
-Statuses: `active` (or none) and `low_priority` are *current*: search returns
-them. `deprecated` (superseded) and `archived` (by the lifecycle) are not.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,74 +22,13 @@ from memctl import config
 from memctl.store import memoryfile
 from memctl.errors import InputError
 from memctl.store.memoryfile import Document, Entry
+from memctl.search.scores import governance_settings, parse_time
+from memctl.store.status import active_tails, chain_tails, is_current, status_of, supersedes_of
 from memctl.store.store import Store
 from memctl.text import cjk
 from memctl.text.words import STOPWORDS
 
 LOG_FILE = "governance.log.jsonl"
-CURRENT = ("active", "low_priority")
-
-
-# -- settings --------------------------------------------------------------
-def settings(store: Store | None = None) -> dict[str, Any]:
-    """The [governance] settings of a store (defaults without one); config checks each value's
-    range, this the one rule that ties two values together."""
-    values = config.load(store.config_file)["governance"] if store else dict(config.DEFAULTS["governance"])
-    if values["archive_below"] > values["low_priority_below"]:
-        raise InputError("governance.archive_below must not exceed governance.low_priority_below",
-                         source=str(store.config_file) if store else None)
-    return values
-
-
-# -- field access, lenient about hand edits ---------------------------------
-def fields_of(entry: Entry | Mapping[str, Any]) -> Mapping[str, Any]:
-    """Schema fields of a MEMORY.md entry, or of anything that is a field dict (an index unit's)."""
-    return entry.fields if hasattr(entry, "fields") else entry
-
-
-def status_of(entry: Entry | Mapping[str, Any]) -> str:
-    """The entry's status; missing or malformed counts as active (health check reports the latter)."""
-    status = fields_of(entry).get("status")
-    return status if status in memoryfile.STATUSES else "active"
-
-
-def is_current(entry: Entry | Mapping[str, Any]) -> bool:
-    return status_of(entry) in CURRENT
-
-
-def supersedes_of(entry: Entry | Mapping[str, Any]) -> list[str]:
-    """Ids an entry supersedes; a single id written by hand as plain text counts too."""
-    value = fields_of(entry).get("supersedes")
-    if isinstance(value, str):
-        return [value] if value else []
-    if isinstance(value, list):
-        return [v for v in value if isinstance(v, str)]
-    return []
-
-
-def _number(value: Any, low: float, high: float) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high:
-        return float(value)
-    return None
-
-
-def user_weight_of(entry: Entry | Mapping[str, Any], gov: Mapping[str, Any]) -> float:
-    weight = _number(fields_of(entry).get("user_weight"), 0, 10)
-    return gov["default_user_weight"] if weight is None else weight
-
-
-def is_core(entry: Entry | Mapping[str, Any], gov: Mapping[str, Any]) -> bool:
-    """Layer 0: is_core, or user_weight at least core_user_weight (9). Never demoted."""
-    fields = fields_of(entry)
-    weight = _number(fields.get("user_weight"), 0, 10)
-    return fields.get("is_core") is True or (weight is not None and weight >= gov["core_user_weight"])
-
-
-def parse_time(value: Any) -> datetime | None:
-    try:
-        return clock.parse_ts(value) if isinstance(value, str) else None
-    except (ValueError, TypeError):
-        return None
 
 
 def set_status(entry: Entry, status: str, stamp: str) -> None:
@@ -122,99 +47,6 @@ def set_status(entry: Entry, status: str, stamp: str) -> None:
         entry.set("scope", defaults["default_scope"])
     entry.set("status", status)
     entry.set("status_changed_at", stamp)
-
-
-# -- scores (G4) -------------------------------------------------------------
-@dataclass
-class Score:
-    """A score and the parts it was made of (each in [0, 1] but user_weight, 0..10)."""
-    total: float
-    recency_decay: float
-    access_frequency: float
-    user_weight: float          # 0..10 as used (the entry's, else the default); the formulas use /10
-    access_count: int
-    age_days: float | None      # None when created_at is missing or unreadable
-    relevance: float | None = None  # retrieval scores only
-
-    def as_dict(self) -> dict[str, Any]:
-        out = {"score": round(self.total, 6), "recency_decay": round(self.recency_decay, 6),
-               "access_frequency": round(self.access_frequency, 6), "user_weight": round(self.user_weight, 6),
-               "access_count": self.access_count,
-               "age_days": None if self.age_days is None else round(self.age_days, 3)}
-        if self.relevance is not None:
-            out["relevance"] = round(self.relevance, 6)
-        return out
-
-
-def _parts(entry: Entry | Mapping[str, Any], now: datetime | None, accesses: int,
-           gov: Mapping[str, Any]) -> tuple[float, float, float, int, float | None]:
-    fields = fields_of(entry)
-    created = parse_time(fields.get("created_at"))
-    age = None if created is None else clock.age_days(created, now or clock.now())
-    recency = 1.0 if age is None else math.exp(-math.log(2) / gov["recency_half_life_days"] * age)
-    base = fields.get("access_count")
-    base = base if isinstance(base, int) and not isinstance(base, bool) and base >= 0 else 0
-    count = base + max(0, int(accesses))
-    frequency = min(count / gov["access_saturation"], 1.0)
-    return recency, frequency, user_weight_of(entry, gov), count, age
-
-
-def health_score(entry: Entry | Mapping[str, Any], now: datetime | None = None, *, accesses: int = 0,
-                 gov: Mapping[str, Any] | None = None) -> Score:
-    """Health (no query): 0.4 recency + 0.35 access frequency + 0.25 user_weight/10.
-
-    `accesses` is the entry's count in access.json (see Scorer, which looks it up).
-    """
-    gov = gov or settings()
-    recency, frequency, weight, count, age = _parts(entry, now, accesses, gov)
-    total = (gov["health_weight_recency"] * recency + gov["health_weight_access"] * frequency
-             + gov["health_weight_user"] * weight / 10)
-    return Score(total, recency, frequency, weight, count, age)
-
-
-def retrieval_score(relevance: float, entry: Entry | Mapping[str, Any], now: datetime | None = None, *,
-                    accesses: int = 0, gov: Mapping[str, Any] | None = None) -> Score:
-    """Ranking with a query: 0.4 relevance + 0.25 recency + 0.2 access frequency + 0.15 user_weight/10.
-
-    `relevance` is the search's own score, clamped to [0, 1].
-    """
-    gov = gov or settings()
-    relevance = min(max(float(relevance), 0.0), 1.0)
-    recency, frequency, weight, count, age = _parts(entry, now, accesses, gov)
-    total = (gov["retrieval_weight_relevance"] * relevance + gov["retrieval_weight_recency"] * recency
-             + gov["retrieval_weight_access"] * frequency + gov["retrieval_weight_user"] * weight / 10)
-    return Score(total, recency, frequency, weight, count, age, relevance)
-
-
-class Scorer:
-    """Scores for one store: reads the settings and access.json once, for many entries.
-
-        scorer = Scorer(store)
-        scorer.retrieval(0.82, unit.fields, unit.record_id).total
-    """
-
-    def __init__(self, store: Store, now: datetime | None = None):
-        from memctl.store import counters as access
-
-        self.gov = settings(store)
-        self.now = now or clock.now()
-        self.counts = access.load(store)
-
-    def accesses(self, memory_id: str) -> int:
-        entry = self.counts.get(memory_id)
-        count = entry.get("count", 0) if isinstance(entry, dict) else 0
-        return count if isinstance(count, int) and not isinstance(count, bool) else 0
-
-    def health(self, entry: Entry | Mapping[str, Any], memory_id: str | None = None) -> Score:
-        return health_score(entry, self.now, accesses=self.accesses(memory_id or _id_of(entry)), gov=self.gov)
-
-    def retrieval(self, relevance: float, entry: Entry | Mapping[str, Any], memory_id: str | None = None) -> Score:
-        return retrieval_score(relevance, entry, self.now, accesses=self.accesses(memory_id or _id_of(entry)),
-                               gov=self.gov)
-
-
-def _id_of(entry: Entry | Mapping[str, Any]) -> str:
-    return entry.id if isinstance(entry, Entry) else str(fields_of(entry).get("id", ""))
 
 
 # -- similarity (G6: "top-K similar memories" on write) ---------------------
@@ -432,22 +264,6 @@ def chain(doc: Document, memory_id: str, deleted: Iterable[Entry] = ()) -> Chain
     return Graph(doc.entries, deleted).chain(memory_id)
 
 
-def chain_tails(versions: Iterable[tuple[str, bool, list[str]]]) -> list[str]:
-    """Ids of the current versions that no current version supersedes, in order (G6).
-
-    `versions` are (id, is current, ids it supersedes). This is the one rule of
-    what a chain shows: search returns only these, and only these conflict.
-    """
-    versions = list(versions)
-    replaced = {old for _, current, olds in versions if current for old in olds}
-    return list(dict.fromkeys(i for i, current, _ in versions if current and i not in replaced))
-
-
-def active_tails(doc: Document) -> list[str]:
-    """Ids search may return: current (active or low_priority) and not superseded by a current entry."""
-    return chain_tails((e.id, is_current(e), supersedes_of(e)) for e in doc.entries)
-
-
 def topic_conflicts(doc: Document) -> dict[str, list[str]]:
     """canonical_topic -> ids, for every topic with more than one current entry that is a chain tail."""
     tails = set(active_tails(doc))
@@ -499,7 +315,7 @@ def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, al
     notes) the links are checked and conflicts reported, and the document
     is left unchanged. Returns a report per note id and governance log records.
     """
-    gov = gov or settings()
+    gov = gov or governance_settings()
     stamp = clock.format_ts(now or clock.now())
     by_id = {e.id: e for e in doc.entries}
     replaced_by = {old: e.id for e in doc.entries for old in supersedes_of(e)}

@@ -1,6 +1,6 @@
 """The memory lifecycle (G5): demote, archive, and in the end delete what is not used.
 
-For every memory in MEMORY.md, from its health score (governance.health_score):
+For every memory in MEMORY.md, from its health score (memctl.search.scores.health_score):
 
     active        health < 0.3  -> low_priority   (still searched)
     active/low    health < 0.15 -> archived       (not searched by default)
@@ -31,6 +31,9 @@ from typing import Any
 
 from memctl import clock
 from memctl.governance import governance
+from memctl.search import scores
+from memctl.store import counters
+from memctl.store.status import status_of
 from memctl.store import memoryfile
 from memctl.store.memoryfile import Blank, Document, Entry, summary_of
 from memctl.store.store import Store
@@ -82,8 +85,9 @@ def run(store: Store, *, dry_run: bool = False, hard: bool = False, now: datetim
     if not store.memory_md.exists():
         return changes  # nothing to review, and no store to create
     with store.transaction(dry_run=dry_run) as tx:
+        counters.compact(store, tx)  # searches only log their accesses; the nightly pass folds them
         doc = memoryfile.load(store.memory_md)
-        scorer = governance.Scorer(store, now)
+        scorer = scores.Scorer(store, now)
         gov = scorer.gov
         doomed: list[Entry] = []
         for entry in doc.entries:
@@ -136,18 +140,18 @@ def doc_summary(entries: list[Entry], memory_id: str) -> str | None:
     return None
 
 
-def _decide(entry: Entry, scorer: governance.Scorer, gov: dict, now: datetime) -> Change | None:
+def _decide(entry: Entry, scorer: scores.Scorer, gov: dict, now: datetime) -> Change | None:
     raw_status = entry.get("status")
     if raw_status is not None and raw_status not in memoryfile.STATUSES:
         return None  # a status we cannot read is left for a person (health check reports it)
-    status = governance.status_of(entry)
+    status = status_of(entry)
     if status == "deprecated":
         return None
-    core = governance.is_core(entry, gov)
+    core = scores.is_core(entry, gov)
     if status == "archived":
         if core:
             return None
-        changed = governance.parse_time(entry.get("status_changed_at"))
+        changed = scores.parse_time(entry.get("status_changed_at"))
         if changed is None:
             return Change(entry.id, "stamp", "archived", "archived")
         if clock.age_days(changed, now) > gov["delete_archived_after_days"]:

@@ -19,6 +19,8 @@ from typing import Any
 from memctl import clock
 from memctl import config
 from memctl.governance import governance
+from memctl.search import scores
+from memctl.store import status
 from memctl.store import memoryfile
 from memctl.errors import InputError
 from memctl.store import jsonl
@@ -149,7 +151,7 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
                 continue
             notes.append((p.line, note))
         reports, log = governance.apply_notes(doc, notes, source=SOURCE, allow_conflict=allow_conflict,
-                                              now=now, gov=governance.settings(store))
+                                              now=now, gov=scores.governance_settings(store))
         if notes:
             tx.replace(store.memory_md, doc.render().encode("utf-8"))
         _rewrite(store, tx, items, {p.line for p in items if p.id in {q.id for q in picked}})
@@ -168,7 +170,7 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
 def note_of(p: Pending, settings: dict, supersedes: list[str] | tuple = ()) -> dict:
     """The note a pending line would write to MEMORY.md, checked as `ingest` checks one; InputError names
     the line and field. `memctl health` calls this too, so it reports exactly what confirm would refuse."""
-    from memctl.ingest.notes import complete_note
+    from memctl.store.notes import complete_note
 
     item = p.item
     fields = item.get("fields", {})
@@ -184,7 +186,7 @@ def note_of(p: Pending, settings: dict, supersedes: list[str] | tuple = ()) -> d
         raise InputError("must be one line of text", source=SOURCE, line=p.line, field="section")
     fields = dict(fields, id=p.id)
     if supersedes:
-        fields["supersedes"] = list(dict.fromkeys([*governance.supersedes_of(fields), *supersedes]))
+        fields["supersedes"] = list(dict.fromkeys([*status.supersedes_of(fields), *supersedes]))
     return complete_note(fields, text.strip(), section.strip(), settings, SOURCE, p.line)
 
 

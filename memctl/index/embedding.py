@@ -13,7 +13,6 @@ tokenizers: about 0.2 s to load and 3 ms a query.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memctl.store import locking
 from memctl.errors import MemctlError
 
 EXPORT_VERSION = "1"
@@ -250,7 +250,7 @@ def ensure_onnx(directory: Path, key: str, precision: str = "float32") -> Path:
         return wanted
     target.mkdir(parents=True, exist_ok=True)
     with open(target / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        locking.flock(lock, locking.LOCK_EX)
         if not onnx_path.exists():
             print(f"memctl: exporting {directory.name} to ONNX (once per model; about 10 s)", file=sys.stderr)
             _export(directory, onnx_path)

@@ -20,7 +20,6 @@ manifest is written last, so an update cut short is simply done again.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import orjson
 
+from memctl.store import locking
 from memctl import clock
 from memctl import config
 from memctl.store.store import Store, atomic_write
@@ -366,7 +366,7 @@ class Index:
         fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         old_umask = os.umask(0o077)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            locking.flock(fd, locking.LOCK_EX)
             yield
         finally:
             os.umask(old_umask)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import tantivy
 
-from memctl.search.filters import Filters
+from memctl.index.filters import Filters
 from memctl.text.cjk import IDEOGRAPHIC, IDEOGRAPHIC_RUN
 from memctl.text.words import STOPWORDS
 

@@ -82,7 +82,7 @@ def topic_units(store: Store, paths: list[Path] | None = None) -> Iterator[Unit]
 
 
 def memory_units(store: Store) -> Iterator[Unit]:
-    from memctl.governance.governance import active_tails, is_current
+    from memctl.store.status import active_tails, is_current
 
     doc = memoryfile.load(store.memory_md)
     source = store.relative(store.memory_md)

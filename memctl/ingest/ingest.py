@@ -25,14 +25,15 @@ import orjson
 from memctl import clock
 from memctl import config
 from memctl.ingest import inputs
+from memctl.store import jsonl
 from memctl.store.jsonl import json_type
-from memctl.ingest.notes import complete_note, derived_id, normal_ts
+from memctl.store.notes import complete_note, derived_id, normal_ts
 from memctl.store import memoryfile
 from memctl.errors import InputError
 from memctl.store.memoryfile import check_field
 from memctl.text.noise import noise_reason
 from memctl.store.sessions import append_daily_log, load_ids, message_line, stored_session_scope
-from memctl.store.store import NAME, Store
+from memctl.store.store import Store, check_name
 
 _MESSAGE_KEYS = ("id", "session", "scope", "role", "speaker", "ts", "text")
 _NOTE_KEYS = {"id", "text", "content", "section", "ts"} | set(memoryfile.FIELD_ORDER)
@@ -81,7 +82,7 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
     Raises InputError, with the store unchanged, for any bad record. With
     dry_run, everything is checked and reported but nothing is written.
 
-    Notes go through governance (G6, memctl/governance.py): `supersedes`
+    Notes go through governance (G6, memctl/governance/governance.py): `supersedes`
     (the one note of the input replaces these ids, which become deprecated)
     and a note's own `supersedes` field are applied in the same transaction;
     a note whose canonical_topic already has a current memory is refused
@@ -93,11 +94,11 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
         ttl_hours = config.check("ingest", "pending_ttl_hours", float(ttl_hours), "--ttl")
     if keep_noise is None:
         keep_noise = not settings["filter_noise"]
-    if session is not None and not NAME.fullmatch(session):
-        raise InputError("must be 1-128 letters, digits or . _ : @ + -", source="--session", field="session")
+    if session is not None:
+        check_name(session, "session", source="--session")
     if scope is not None and check_field("scope", scope):
         raise InputError(check_field("scope", scope), source="--scope", field="scope")
-    text = inputs.decode(data, source)
+    text = jsonl.decode(data, source)
     if fmt == "auto":
         fmt = inputs.detect_format(text, source)
     if kind == "auto":
@@ -107,6 +108,10 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
     if supersedes:
         _add_supersedes(items, kind, supersedes)
     item_kind = "message" if kind == "message" else ("pending" if pending else "memory")
+    for line, item, _ in items:
+        if len(item["text"].encode("utf-8", "surrogatepass")) > settings["max_text_bytes"]:
+            raise InputError(f"longer than [ingest] max_text_bytes ({settings['max_text_bytes']} bytes); "
+                             "nothing was stored", source=source, line=line, field="text")
 
     kept = []
     for line, item, role in items:
@@ -225,9 +230,9 @@ def _store_items(store: Store, tx, kept: list[tuple[int, dict]], item_kind: str,
                                        governance=reports.get(item["id"])))
 
 
-def _records(text: str, source: str, fmt: str, by: str) -> list[inputs.Record]:
+def _records(text: str, source: str, fmt: str, by: str) -> list[jsonl.Record]:
     if fmt == "jsonl":
-        return inputs.read_jsonl(text, source)
+        return jsonl.read_input(text, source)
     if fmt == "json":
         return inputs.read_json(text, source)
     if fmt == "text":
@@ -262,7 +267,7 @@ def _text_of(value: dict[str, Any], source: str, line: int) -> str:
     return text.strip()
 
 
-def _message(record: inputs.Record, source: str, default_session: str, forced: str | None,
+def _message(record: jsonl.Record, source: str, default_session: str, forced: str | None,
              forced_scope: str | None) -> tuple[int, dict, str | None]:
     line, value = record.line, record.value
     if isinstance(value, str):
@@ -273,13 +278,11 @@ def _message(record: inputs.Record, source: str, default_session: str, forced: s
         if name in value and not isinstance(value[name], str):
             raise InputError(f"must be text, got {json_type(value[name])}",
                              source=source, line=line, field=name)
-    if "id" in value and not NAME.fullmatch(value["id"]):
-        raise InputError("must be 1-128 letters, digits or . _ : @ + -", source=source, line=line, field="id")
+    if "id" in value:
+        check_name(value["id"], "id", source=source, line=line)
     defaults = record.defaults or {}
     session = forced or value.get("session") or defaults.get("session") or default_session
-    if not NAME.fullmatch(session):
-        raise InputError("must be 1-128 letters, digits or . _ : @ + -", source=source, line=line,
-                         field="session")
+    check_name(session, "session", source=source, line=line)
     raw_ts = value.get("ts", defaults.get("ts"))
     ts = normal_ts(raw_ts, source, line, "ts") if raw_ts is not None else clock.format_ts(clock.now())
     role = value.get("role")
@@ -309,7 +312,7 @@ def _canonical_key(key: str) -> str:
     return lowered if lowered in ("id", "role", "content", "text", "speaker", "session", "scope", "ts") else key
 
 
-def _note(record: inputs.Record, source: str, settings: dict, section: str | None, scope: str | None,
+def _note(record: jsonl.Record, source: str, settings: dict, section: str | None, scope: str | None,
           warnings: list[str]) -> tuple[int, dict, None]:
     line, value = record.line, record.value
     if isinstance(value, str):
@@ -375,12 +378,13 @@ def _write_notes(store: Store, tx, doc: memoryfile.Document, notes: list[tuple[i
                  allow_conflict: bool = False) -> tuple[dict[str, str], dict[str, Any]]:
     """Add notes to `doc` (MEMORY.md as read inside the transaction), applying their supersedes links."""
     from memctl.governance import governance
+    from memctl.search import scores
 
     if not notes:
         return {}, {}
     path = store.memory_md
     reports, log = governance.apply_notes(doc, notes, source=source, allow_conflict=allow_conflict,
-                                          gov=governance.settings(store))
+                                          gov=scores.governance_settings(store))
     tx.replace(path, doc.render().encode("utf-8"))
     tx.append(governance.log_path(store), governance.log_records(log))
     return {note["id"]: store.relative(path) for _, note in notes}, reports
@@ -390,11 +394,12 @@ def _check_notes(store: Store, doc: memoryfile.Document, notes: list[tuple[int, 
                  source: str) -> dict[str, Any]:
     """Governance of notes held as pending: links must resolve; conflicts are reported, decided on confirm."""
     from memctl.governance import governance
+    from memctl.search import scores
 
     if not notes:
         return {}
     reports, _ = governance.apply_notes(doc, notes, source=source, allow_conflict=True, hold=True,
-                                        gov=governance.settings(store))
+                                        gov=scores.governance_settings(store))
     return reports
 
 

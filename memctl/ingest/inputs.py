@@ -10,31 +10,19 @@ Markdown notes file in MEMORY.md form; plain text.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from memctl.errors import InputError
-from memctl.store import jsonl
-from memctl.store.jsonl import json_type
+from memctl.store.jsonl import MAX_DEPTH, Record, checked_record, json_type
 
 FORMATS = ("auto", "jsonl", "json", "md", "text")
 _SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
                    ".md": "md", ".markdown": "md", ".txt": "text"}
 _SESSION_KEYS = ("messages", "Messages")
-# orjson writes at most 254 levels: a 1,000-deep value read fine and failed only when stored.
-MAX_DEPTH = 100
 # One input is parsed whole, at several times its size in memory; past this, split it.
 MAX_INPUT_BYTES = 256 << 20
-
-
-@dataclass
-class Record:
-    """One item of input: a JSON object, or text, with where it came from."""
-    line: int
-    value: dict[str, Any] | str
-    defaults: dict[str, Any] | None = None  # session-level values (PCAI session ID, LastUpdate)
 
 
 def read_source(name: str) -> tuple[bytes, str]:
@@ -52,18 +40,6 @@ def read_source(name: str) -> tuple[bytes, str]:
     if len(data) > MAX_INPUT_BYTES:
         raise InputError(f"larger than {MAX_INPUT_BYTES >> 20} MiB; split it into smaller inputs", source=source)
     return data, source
-
-
-def decode(data: bytes, source: str) -> str:
-    """Input bytes as text; binary or non-UTF-8 input is an InputError."""
-    if b"\x00" in data:
-        raise InputError("binary input (contains NUL bytes); expected UTF-8 text", source=source)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise InputError(f"not valid UTF-8 (byte 0x{data[exc.start]:02x})", source=source, line=line) from None
-    return text.removeprefix("\ufeff")
 
 
 def detect_format(text: str, source: str) -> str:
@@ -86,16 +62,6 @@ def detect_format(text: str, source: str) -> str:
     return "text"
 
 
-def read_jsonl(text: str, source: str) -> list[Record]:
-    """Records of JSON lines input; the first bad line stops it (InputError naming the line)."""
-    records = []
-    for line in jsonl.parse(text):
-        if line.problem:
-            raise InputError(line.problem, source=source, line=line.number)
-        records.append(_checked_record(line.number, line.value, source))
-    return records
-
-
 def read_json(text: str, source: str) -> list[Record]:
     """Records of a JSON document, each with the line its object starts on."""
     decoder = json.JSONDecoder()
@@ -116,7 +82,7 @@ def read_json(text: str, source: str) -> list[Record]:
         raise InputError(f"expected a JSON object or list, got {json_type(document)}", source=source, line=1)
     key = next((k for k in _SESSION_KEYS if isinstance(document.get(k), list)), None)
     if key is None:
-        return [_checked_record(text.count("\n", 0, start) + 1, document, source)]
+        return [checked_record(text.count("\n", 0, start) + 1, document, source)]
     defaults = {}
     for name in ("ID", "id", "session"):
         if isinstance(document.get(name), str):
@@ -162,23 +128,12 @@ def _located_items(text: str, array_start: int, items: list, source: str,
         if not isinstance(item, dict):
             raise InputError(f"item {index + 1}: expected a JSON object, got {json_type(item)}",
                              source=source, line=line)
-        records.append(_checked_record(line, item, source, defaults))
+        records.append(checked_record(line, item, source, defaults))
         _, position = decoder.raw_decode(text, position)
         position = _skip_ws(text, position)
         if position < len(text) and text[position] == ",":
             position += 1
     return records
-
-
-def _checked_record(line: int, value: dict, source: str, defaults: dict[str, Any] | None = None) -> Record:
-    """A record, refused when a value in it is nested deeper than memctl can write back."""
-    level = [value]
-    for _ in range(MAX_DEPTH + 1):
-        level = [child for item in level if isinstance(item, (dict, list))
-                 for child in (item.values() if isinstance(item, dict) else item)]
-        if not level:
-            return Record(line, value, defaults)
-    raise InputError(f"nested more than {MAX_DEPTH} levels deep", source=source, line=line)
 
 
 def _value_offset(text: str, object_start: int, wanted: str) -> int:

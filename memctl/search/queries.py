@@ -7,7 +7,7 @@ from typing import Any
 
 from memctl import clock
 from memctl.errors import InputError
-from memctl.search.filters import Filters
+from memctl.index.filters import Filters
 from memctl.search.search import MODES, Query
 
 _BATCH_KEYS = {"id", "query", "k", "mode", "kind", "scope", "section", "source", "session", "since", "until",
@@ -49,11 +49,11 @@ def _time_bound(value: str | None, end_of_day: bool, where: str) -> int | None:
 
 def parse_batch(data: bytes, source: str, default: dict[str, Any]) -> tuple[list[Query], list[Any]]:
     """Queries of a --batch input, one JSON object a line; every line is checked before any runs."""
-    from memctl.ingest import inputs
+    from memctl.store import jsonl
 
-    text = inputs.decode(data, source)
+    text = jsonl.decode(data, source)
     queries, ids = [], []
-    for record in inputs.read_jsonl(text, source):
+    for record in jsonl.read_input(text, source):
         line, item = record.line, record.value
         unknown = sorted(set(item) - _BATCH_KEYS)
         if unknown:

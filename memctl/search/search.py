@@ -47,7 +47,7 @@ from memctl import clock
 from memctl import config
 from memctl.errors import InputError
 from memctl.index.index import select_in
-from memctl.search.filters import Filters
+from memctl.index.filters import Filters
 from memctl.text.noise import noise_reason
 from memctl.store.store import Store
 
@@ -372,7 +372,7 @@ class Searcher:
 
     def _rank_mera(self, results: list[Result]) -> None:
         """Order by G4 retrieval_score, relevance being the fused search score (0..1)."""
-        from memctl.governance.governance import Scorer
+        from memctl.search.scores import Scorer
 
         scorer = Scorer(self.store)
         for result in results:

@@ -1,27 +1,51 @@
 """Access counts (G4): how often search has returned each memory.
 
-Kept in access.json at the store root, outside .index/, so rebuilding the
-index never loses them: {"<memory id>": {"count": N, "last": "<ISO time>"}}.
-A count written by hand into MEMORY.md (`access_count`) is a base the
-counted accesses add to.
+Counting is its own small step, not a rewrite under the store's exclusive
+lock: a search appends one line to access.log and goes on, so searches never
+queue behind each other to count. The log is folded into access.json, the
+compacted counts, by the lifecycle (`memctl review lifecycle`, in its own
+transaction). Both sit at the store root, outside .index/, so rebuilding the
+index never loses them:
+
+    access.json   {"<memory id>": {"count": N, "last": "<ISO time>"}}
+    access.log    {"at": "<ISO time>", "ids": ["<memory id>", ...]}   one line a search
+
+A count written by hand into MEMORY.md (`access_count`) is a base the counted
+accesses add to.
 """
 
 from __future__ import annotations
 
+import os
+
 import orjson
 
 from memctl import clock
-from memctl.store.store import Store, atomic_write
+from memctl.errors import StoreError
+from memctl.store import jsonl
+from memctl.store.store import FILE_MODE, Store
 
 FILE_NAME = "access.json"
+LOG_NAME = "access.log"
 
 
 def load(store: Store) -> dict[str, dict]:
+    """The compacted counts plus every access logged since."""
     try:
         data = orjson.loads(store.path(FILE_NAME).read_bytes())
     except (FileNotFoundError, orjson.JSONDecodeError):
-        return {}  # a damaged counter file costs counts, never a search; health reports it
-    return data if isinstance(data, dict) else {}
+        data = {}  # a damaged counter file costs counts, never a search; health reports it
+    counts = data if isinstance(data, dict) else {}
+    for line in jsonl.read(store.path(LOG_NAME)):
+        record = line.value
+        if record is None or not isinstance(record.get("ids"), list) or not isinstance(record.get("at"), str):
+            continue  # torn or edited by hand: that search goes uncounted; health names the line
+        for memory_id in record["ids"]:
+            if isinstance(memory_id, str):
+                entry = counts.get(memory_id)
+                count = entry.get("count", 0) if isinstance(entry, dict) else 0
+                counts[memory_id] = {"count": (count if isinstance(count, int) else 0) + 1, "last": record["at"]}
+    return counts
 
 
 def count(store: Store, memory_id: str, base: int = 0) -> int:
@@ -30,14 +54,26 @@ def count(store: Store, memory_id: str, base: int = 0) -> int:
 
 
 def record(store: Store, memory_ids: list[str]) -> None:
-    """Count one access for each id; one small atomic write under the store lock."""
+    """Count one access for each id: one line appended to access.log. The store lock is held
+    shared, only so that a compaction (exclusive) never folds the log while a line is added."""
     if not memory_ids or not store.exists():
         return
-    with store.lock():
-        counts = load(store)
-        stamp = clock.format_ts(clock.now())
-        for memory_id in dict.fromkeys(memory_ids):
-            entry = counts.get(memory_id)
-            entry = entry if isinstance(entry, dict) else {}
-            counts[memory_id] = {"count": int(entry.get("count", 0)) + 1, "last": stamp}
-        atomic_write(store.path(FILE_NAME), orjson.dumps(counts, option=orjson.OPT_SORT_KEYS))
+    line = orjson.dumps({"at": clock.format_ts(clock.now()), "ids": list(dict.fromkeys(memory_ids))}) + b"\n"
+    try:
+        with store.reading():
+            fd = os.open(store.path(LOG_NAME), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
+            try:
+                os.write(fd, line)  # one write of a short line: appended whole, never interleaved
+            finally:
+                os.close(fd)
+    except (StoreError, OSError):
+        return  # a link, or a disk that refuses: the read goes on uncounted (health names a link)
+
+
+def compact(store: Store, tx) -> None:
+    """Fold access.log into access.json, inside the caller's transaction (its exclusive lock)."""
+    log = store.path(LOG_NAME)
+    if not log.exists():
+        return
+    tx.replace(store.path(FILE_NAME), orjson.dumps(load(store), option=orjson.OPT_SORT_KEYS))
+    tx.delete(log)

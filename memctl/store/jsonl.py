@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AnyStr, Iterator
+from typing import Any, AnyStr, Iterator
 
 import orjson
 
+from memctl.errors import InputError
+
+# orjson writes at most 254 levels: a 1,000-deep value read fine and failed only when stored.
+MAX_DEPTH = 100
 UNTERMINATED = "last line has no newline (a write cut short?); readers ignore it until it is completed"
 
 
@@ -47,6 +51,48 @@ def parse(data: AnyStr, *, unterminated: bool = True) -> Iterator[Line]:
             yield Line(number, None, raw, f"expected a JSON object, got {json_type(value)}")
             continue
         yield Line(number, value, raw)
+
+
+@dataclass
+class Record:
+    """One item of input: a JSON object, or text, with where it came from."""
+    line: int
+    value: dict[str, Any] | str
+    defaults: dict[str, Any] | None = None  # session-level values (PCAI session ID, LastUpdate)
+
+
+def decode(data: bytes, source: str) -> str:
+    """Input bytes as text; binary or non-UTF-8 input is an InputError."""
+    if b"\x00" in data:
+        raise InputError("binary input (contains NUL bytes); expected UTF-8 text", source=source)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"not valid UTF-8 (byte 0x{data[exc.start]:02x})", source=source, line=line) from None
+    return text.removeprefix("\ufeff")
+
+
+def read_input(text: str, source: str) -> list[Record]:
+    """Records of JSON lines input (ingest, --batch, state record); the first bad line stops it
+    (InputError naming the line)."""
+    records = []
+    for line in parse(text):
+        if line.problem:
+            raise InputError(line.problem, source=source, line=line.number)
+        records.append(checked_record(line.number, line.value, source))
+    return records
+
+
+def checked_record(line: int, value: dict, source: str, defaults: dict[str, Any] | None = None) -> Record:
+    """A record, refused when a value in it is nested deeper than memctl can write back."""
+    level = [value]
+    for _ in range(MAX_DEPTH + 1):
+        level = [child for item in level if isinstance(item, (dict, list))
+                 for child in (item.values() if isinstance(item, dict) else item)]
+        if not level:
+            return Record(line, value, defaults)
+    raise InputError(f"nested more than {MAX_DEPTH} levels deep", source=source, line=line)
 
 
 def read(path: Path, *, unterminated: bool = False) -> Iterator[Line]:

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from memctl.errors import StoreError
-from memctl.store.store import NAME
+from memctl.store.store import is_name
 from memctl.text.clip import clip
 
 META_OPEN = "<!-- memory"
@@ -74,7 +74,7 @@ def check_field(name: str, value: Any) -> str | None:
     if name in ("id", "summary", "canonical_topic", "created_at", "status_changed_at", "deleted_at", "tool",
                 "agent", "cache_scope") and not isinstance(value, str):
         return "must be text"
-    if name == "id" and not NAME.fullmatch(value):
+    if name == "id" and not is_name(value):
         return "must be 1-128 letters, digits or . _ : @ + -"
     if name == "summary" and len(value) > SUMMARY_MAX:
         return f"must be at most {SUMMARY_MAX} characters (has {len(value)})"

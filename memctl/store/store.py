@@ -16,7 +16,6 @@ never executed.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import stat
@@ -28,6 +27,7 @@ from typing import Iterator
 import orjson
 
 from memctl.errors import InputError, StoreError
+from memctl.store import locking
 
 DEFAULT_STORE = ".memory"
 STORE_ENV = "MEMCTL_STORE"
@@ -43,13 +43,20 @@ NAME = re.compile(r"[\w.:@+-]{1,128}")
 NAME_RULE = "1-128 letters, digits or . _ : @ + -, not only dots"
 
 
+def is_name(value) -> bool:
+    """Whether `value` may become part of a path (check_name's test, for those that skip rather than refuse)."""
+    return isinstance(value, str) and NAME.fullmatch(value) is not None and bool(value.strip("."))
+
+
 def check_name(value, what: str, *, source: str | None = None, line: int | None = None) -> str:
     """The one test of a name that becomes part of a path (a session, a topic or message id,
     a cache scope, tool, key or entry id), wherever it came from: an argument, an MCP call,
     an LLM answer or a store file. Store.path() applies it to every part it is given."""
-    if not isinstance(value, str) or not NAME.fullmatch(value) or not value.strip("."):
+    if not is_name(value):
         shown = value if isinstance(value, str) else type(value).__name__
-        raise InputError(f"must be {NAME_RULE}, got {shown!r:.80}", source=source, line=line, field=what)
+        # with no file to name, the name came from an argument: --session, --scope, ...
+        raise InputError(f"must be {NAME_RULE}, got {shown!r:.80}", source=source or f"--{what}", line=line,
+                         field=what)
     return value
 
 
@@ -175,7 +182,7 @@ class Store:
         _make_dirs(self.root)
         fd = os.open(self.path(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            locking.flock(fd, locking.LOCK_EX)
             self._recover()
             yield
         finally:
@@ -197,16 +204,16 @@ class Store:
             yield  # no memctl writer ever took the lock here: nothing to wait for
             return
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            locking.flock(fd, locking.LOCK_SH)
             if recover and (self.root / _JOURNAL_DIR).exists():
-                fcntl.flock(fd, fcntl.LOCK_EX)  # not atomic: re-check the journal under the lock
+                locking.flock(fd, locking.LOCK_EX)  # not atomic: re-check the journal under the lock
                 try:
                     self._recover()
                 except StoreError as exc:
                     # A journal nobody can undo must not lock every reader out of their memory:
                     # read on, and say once what to remove (writers still refuse).
                     print(f"memctl: warning: {exc}", file=sys.stderr)
-                fcntl.flock(fd, fcntl.LOCK_SH)
+                locking.flock(fd, locking.LOCK_SH)
             yield
         finally:
             os.close(fd)
@@ -266,9 +273,19 @@ class Transaction:
             self.ops = load_journal(store)
 
     def append(self, path: Path, data: bytes) -> None:
-        """Append bytes to a file (created if missing), durably."""
+        """Append bytes to a file (created if missing), durably.
+
+        A JSON-lines file whose last line has no newline (a writer killed mid-line, a hand
+        edit) is mended first, or the new lines would follow it on the same line and the
+        torn line would sit mid-file where every reader refuses it: a last line that parses
+        gets its newline, one that does not is cut, and the file is replaced atomically."""
         if not data:
             return
+        if path.suffix == ".jsonl":
+            mended = _mended_tail(path)
+            if mended is not None:
+                self.replace(path, mended + data)
+                return
         key = self._key(path)
         if key not in self._seen:
             size = path.stat().st_size if path.exists() else -1
@@ -353,6 +370,29 @@ class Transaction:
                 raise StoreError(f"{self.dir}: an unfinished change to {op['path']} cannot be undone "
                                  f"({exc.strerror or exc}); check that file, then remove {self.dir}") from None
         self.commit()
+
+
+def _mended_tail(path: Path) -> bytes | None:
+    """The content of a JSON-lines file with its unterminated last line ended or cut; None if it is whole."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return None
+        data = os.pread(fd, size, 0)
+    finally:
+        os.close(fd)
+    keep = data.rfind(b"\n") + 1
+    try:
+        orjson.loads(data[keep:])
+        return data + b"\n"
+    except orjson.JSONDecodeError:
+        print(f"memctl: warning: {path}: cut a torn last line ({size - keep} bytes) before appending",
+              file=sys.stderr)
+        return data[:keep]
 
 
 def _unlink_if_there(path: Path) -> None:

@@ -24,10 +24,12 @@ over the activation threshold keep their place past rank active_target
 above active_max the lowest ranked go; below active_min the best ranked of
 those just made dormant stay.
 
-The state lives in index_state.json beside the section window, under
-"topic_activation" (memctl/window/state.py keeps that part as it is):
+The state is a file of its own, topics/activation.json, which only this module
+writes (it used to be a part of index_state.json, the section window's file,
+so two owners rewrote one file; a store of that time is read from there until
+the first round writes the new file):
 
-    "topic_activation": {
+    {
       "rounds": 12,                                 rounds recorded so far
       "topics": {"t-…": {"scores": [0.8, 0.7], "average": 0.75, "round": 12}}
     }
@@ -41,6 +43,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from memctl.errors import InputError
 from memctl.store.store import Store
@@ -142,18 +146,32 @@ def check_part(part: Any, source: str) -> dict[str, Any]:
     return {"rounds": part.get("rounds", 0), "topics": topics}
 
 
-def load_part(store: Store) -> tuple[Any, dict[str, Any]]:
-    """(the window State or None, the checked topic_activation part)."""
-    from memctl.window.state import load_state, settings_for
-
-    state = load_state(store, settings_for(store)) if store.state_file.exists() else None
-    return state, check_part(state.topic_activation if state else None, str(store.state_file))
+FILE_NAME = "activation.json"
+_FORMER_HOME = "index_state.json"  # its "topic_activation" part, before the file of its own
 
 
-def save_part(tx, store: Store, state, part: dict[str, Any]) -> None:
-    """Write the topic_activation part back, the window part unchanged (a fresh window if none)."""
-    from memctl.window.state import State, settings_for
+def load_part(store: Store) -> dict[str, Any]:
+    """The checked activation state: topics/activation.json, else the part a store of an
+    earlier version kept in index_state.json, else a fresh one."""
+    path = store.path("topics", FILE_NAME)
+    for source, pick in ((path, lambda data: data), (store.path(_FORMER_HOME), _former_part)):
+        try:
+            data = orjson.loads(source.read_bytes())
+        except FileNotFoundError:
+            continue
+        except orjson.JSONDecodeError as exc:
+            raise InputError(f"not valid JSON ({exc})", source=store.relative(source)) from None
+        part = pick(data) if isinstance(data, dict) else None
+        if source == path and part is None:
+            raise InputError("expected a JSON object", source=store.relative(source))
+        if part is not None:
+            return check_part(part, store.relative(source))
+    return check_part(None, store.relative(path))
 
-    state = state or State.new(settings_for(store))
-    state.topic_activation = part
-    tx.replace(store.state_file, state.dumps())
+
+def _former_part(data: dict) -> Any:
+    return data.get("topic_activation")
+
+
+def save_part(tx, store: Store, part: dict[str, Any]) -> None:
+    tx.replace(store.path("topics", FILE_NAME), orjson.dumps(part))

@@ -183,7 +183,7 @@ def _record_round(store, session, scope, states, evaluations, recalled, cue, set
     with store.transaction() as tx:
         topics = files.load_topics(store)  # again, under the lock: a split may have written meanwhile
         states = {tid: s for tid, s in states.items() if tid in topics}
-        window_state, part = activation.load_part(store)
+        part = activation.load_part(store)
         scores = {tid: e.relevance_score for tid, e in evaluations.items() if tid in topics}
         averages = activation.add_scores(part, scores, settings["score_window"])
         decision = activation.decide(states, averages, set(scores), settings)
@@ -204,7 +204,7 @@ def _record_round(store, session, scope, states, evaluations, recalled, cue, set
                 context.made_dormant.append({**entry, "average": averages.get(tid)})
             events.append({"at": now, "event": "activated" if state == "active" else "dormant", "topic": tid,
                            "reason": reason})
-        activation.save_part(tx, store, window_state, part)
+        activation.save_part(tx, store, part)
         log.append(tx, store, events)
 
 

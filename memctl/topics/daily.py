@@ -101,10 +101,14 @@ def archived_topics(store: Store, since: str | None = None, scope: str | None = 
         if since and month.name < since[:7]:
             continue
         for path in store.listing(month, "t-*.jsonl"):
-            for line in jsonl.read(path):
-                if line.value is not None and line.value.get("type") == "topic" and \
-                        (scope is None or archived_scope(store, line.value) == scope):
-                    headers.append(line.value)
+            topic = files.load_topic(path, source=store.relative(path))
+            if topic is None:
+                continue
+            if str(topic.header.get("updated", ""))[:7] != month.name:  # where restore looks for it
+                raise InputError(f"must fall in {month.name}, the archive folder holding it",
+                                 source=store.relative(path), field="updated")
+            if scope is None or archived_scope(store, topic.header) == scope:
+                headers.append(topic.header)
     return headers
 
 
@@ -164,7 +168,7 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
     try:
         with store.transaction(dry_run=dry_run) as tx:
             topics = files.load_topics(store)
-            _, part = activation.load_part(store)
+            part = activation.load_part(store)
             averages = activation.averages_of(part)
             backgrounds = _backgrounds(topics)
             events = []
@@ -308,8 +312,14 @@ def merged_into(store: Store, topic_id: str) -> str | None:
 def _idle_summaries(tx, store, settings, now_moment, backgrounds) -> list[dict]:
     from memctl.topics.split import scope_of_session, session_messages
 
-    done = {(line.value.get("session"), line.value.get("until"))
-            for line in jsonl.read(store.path(AUTO_SUMMARIES)) if line.value}
+    done = set()
+    for line in jsonl.read(store.path(AUTO_SUMMARIES)):
+        if line.value is None:
+            continue  # torn or not JSON: health names it, the next append mends a torn end
+        for key in ("session", "until"):
+            if not isinstance(line.value.get(key), str):
+                raise InputError("must be text", source=AUTO_SUMMARIES, line=line.number, field=key)
+        done.add((line.value["session"], line.value["until"]))
     lines = []
     for path in store.listing(store.sessions_dir, "*.jsonl"):
         messages = session_messages(store, path.stem)

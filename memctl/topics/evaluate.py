@@ -71,7 +71,7 @@ def raw_scores(retriever, text: str, topics: dict[str, Topic],
     """(raw score per topic, hit score per message id per topic) from one message and one topic search.
     Only the topics' own messages count; `scope` (theirs) keeps other scopes' messages from taking
     the search's places."""
-    from memctl.search.filters import Filters
+    from memctl.index.filters import Filters
     from memctl.search.search import Query
 
     owner = {m["id"]: tid for tid, t in topics.items() for m in t.messages}

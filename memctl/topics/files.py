@@ -32,11 +32,12 @@ from pathlib import Path
 
 import orjson
 
-from memctl.errors import StoreError
+from memctl import clock
+from memctl.errors import InputError
 from memctl.store import jsonl
 from memctl.store.memoryfile import check_field
 from memctl.store.sessions import message_scope
-from memctl.store.store import Store, check_name
+from memctl.store.store import Store, check_name, is_name
 
 COMPACT_AFTER = 8
 STATES = ("active", "dormant", "archived")
@@ -81,17 +82,70 @@ def topic_path(store: Store, identifier: str) -> Path:
     return store.path("topics", f"{check_name(identifier, 'id')}.jsonl")
 
 
-def load_topic(path: Path) -> Topic | None:
+# What a header's and a message's fields must be: a topic file is data anyone may have edited.
+_TEXT, _TIME, _NUMBER, _IDS = "text", "an ISO 8601 time", "a whole number", "a list of ids"
+_HEADER_FIELDS = {"name": _TEXT, "summary": _TEXT, "state": _TEXT, "created": _TIME, "updated": _TIME,
+                  "parent": _TEXT, "children": _IDS, "messages": _NUMBER, "tokens": _NUMBER,
+                  "message_ids": _IDS, "sessions": _IDS, "archived_at": _TIME}
+_MESSAGE_FIELDS = {"text": _TEXT, "session": _TEXT, "role": _TEXT, "ts": _TIME, "speaker": _TEXT}
+# A summary is written within [topics] summary_bytes (~1 KB); one far over it was not written by
+# memctl, and reading it into every context costs seconds (a 10 MB one: 45 s).
+MAX_SUMMARY_BYTES = 64 << 10
+
+
+def _field_problem(value, kind: str) -> bool:
+    if kind == _TEXT:
+        return not isinstance(value, str)
+    if kind == _TIME:
+        try:
+            return not isinstance(value, str) or clock.parse_ts(value) is None
+        except (ValueError, TypeError, OverflowError):
+            return True
+    if kind == _NUMBER:
+        return type(value) is not int or value < 0
+    return not (isinstance(value, list) and all(is_name(v) for v in value))
+
+
+def check_record(record: dict, source: str, line: int, *, file_id: str | None = None) -> None:
+    """A topic file's header or message as memctl writes it, else InputError naming the line and
+    field: an id is a name (it becomes a path), a header's id is its file's, every field its type."""
+    kind = record.get("type")
+    if kind not in ("topic", "message"):
+        raise InputError(f"'type' must be topic or message, got {record.get('type')!r:.40}", source=source,
+                         line=line, field="type")
+    check_name(record.get("id"), "id", source=source, line=line)
+    fields = _HEADER_FIELDS if kind == "topic" else _MESSAGE_FIELDS
+    for name, expected in fields.items():
+        if record.get(name) is not None and _field_problem(record[name], expected):
+            raise InputError(f"must be {expected}", source=source, line=line, field=name)
+    if kind == "message":
+        return
+    if file_id is not None and record["id"] != file_id:
+        # a header naming another topic's id would have its messages split again into that topic
+        raise InputError(f"'{record['id']}' is not this file's topic ({file_id}); a topic file holds one topic",
+                         source=source, line=line, field="id")
+    if record.get("state", "active") not in STATES:
+        raise InputError(f"must be one of {', '.join(STATES)}", source=source, line=line, field="state")
+    if len(record.get("summary", "")) > MAX_SUMMARY_BYTES:
+        raise InputError(f"longer than {MAX_SUMMARY_BYTES} characters (memctl writes ~[topics] summary_bytes)",
+                         source=source, line=line, field="summary")
+
+
+def load_topic(path: Path, *, source: str | None = None) -> Topic | None:
+    """The topic of a topic file (None if it has no header); a line memctl would not have
+    written is an InputError naming it (health reports every one)."""
     header, messages, headers = None, [], 0
+    source = source or str(path)
     for line in jsonl.read(path):
         record = line.value
         if record is None:
             if line.problem == jsonl.UNTERMINATED:
                 continue  # an append under way, or cut short and rolled back by the next writer
-            raise StoreError(f"{path}:{line.number}: {line.problem}; fix or remove the line")
-        if record.get("type") == "topic":
+            raise InputError(f"{line.problem}; fix or remove the line", source=source, line=line.number)
+        check_record(record, source, line.number, file_id=path.stem)
+        if record["type"] == "topic":
             header, headers = record, headers + 1
-        elif record.get("type") == "message":
+        else:
             messages.append(record)
     if header is None:
         return None
@@ -102,7 +156,7 @@ def load_topics(store: Store) -> dict[str, Topic]:
     """Every topic of the store, by id, oldest first."""
     topics: dict[str, Topic] = {}
     for path in store.listing(store.topics_dir, "t-*.jsonl"):
-        topic = load_topic(path)
+        topic = load_topic(path, source=store.relative(path))
         if topic is not None:
             topics[topic.id] = topic
     return dict(sorted(topics.items(), key=lambda item: (item[1].header.get("created", ""), item[0])))
@@ -139,7 +193,36 @@ def append_index(tx, store: Store, name: str, records: list[dict]) -> None:
 
 
 def read_index(store: Store, name: str) -> list[dict]:
-    return [line.value for line in jsonl.read(store.path("topics", name)) if line.value is not None]
+    """The lines of links.jsonl or time_index.jsonl, each checked (check_index_line)."""
+    path = store.path("topics", name)
+    records = []
+    for line in jsonl.read(path):
+        if line.problem == jsonl.UNTERMINATED:
+            continue  # an append under way, or cut short: the next append cuts it
+        problem = line.problem or check_index_line(name, line.value)
+        if problem:
+            field, message = problem if isinstance(problem, tuple) else (None, problem)
+            raise InputError(message, source=store.relative(path), line=line.number, field=field)
+        records.append(line.value)
+    return records
+
+
+def check_index_line(name: str, record: dict) -> tuple[str, str] | None:
+    """(field, what is wrong) with a line of links.jsonl or time_index.jsonl, or None."""
+    if name == LINKS:
+        for key in ("from", "to"):
+            if not is_name(record.get(key)):
+                return key, "must be a topic id"
+        if record.get("kind") not in _SEEN_FROM:
+            return "kind", f"must be one of {', '.join(_SEEN_FROM)}"
+    else:
+        for key in ("from", "to"):
+            if record.get(key) is not None and not isinstance(record[key], str):
+                return key, "must be a time (text) or null"
+        topics = record.get("topics")
+        if not (isinstance(topics, list) and all(is_name(t) for t in topics)):
+            return "topics", "must be a list of topic ids"
+    return None
 
 
 # A link as seen from each end: links.jsonl says {"from": A, "to": B, "kind": K}.

@@ -26,13 +26,18 @@ Anything else raises LLMAnswerError naming the call and what was wrong.
 The commands that write what the LLM said (split, the daily review) then
 write nothing; `topics activate` (like the §6.1 evaluation in evaluate.py)
 falls back to the built-in method and reports why.
+
+The same holds for a command that outruns [topics] llm_timeout (its whole
+process group is killed), prints more than programs.OUTPUT_LIMIT (1 MiB) or
+answers with a DOCTYPE or an entity declaration. Answers are read in linear
+time: the finders below scan left to right once, and the <topic_split> XML
+goes through expat with no DTD, so no entity is declared, let alone expanded.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-import subprocess
 import xml.etree.ElementTree as ElementTree
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -40,6 +45,7 @@ from typing import Any, Callable, NamedTuple
 from xml.sax.saxutils import escape, quoteattr, unescape
 
 from memctl.errors import MemctlError
+from memctl.programs import ProgramFailed, run_program
 from memctl.store.store import Store
 from memctl.topics.files import Topic
 
@@ -52,7 +58,10 @@ class LLMAnswerError(MemctlError):
 
 
 def command_argv(command: str) -> list[str]:
-    argv = shlex.split(command)
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:  # an unclosed quote
+        raise MemctlError(f"the LLM command {command!r} cannot be split into words: {exc}") from None
     if not argv:
         raise MemctlError("the LLM command is empty; give --llm CMD or [topics] llm_command")
     return argv
@@ -72,8 +81,46 @@ def fill(prompt_template: str, values: dict[str, str]) -> str:
 
 
 def elements(text: str, tag: str) -> list[str]:
-    """The contents of every <tag>…</tag> in `text` (not nested)."""
-    return re.findall(rf"<{tag}>(.*?)</{tag}>", text, re.S)
+    """The contents of every <tag>…</tag> in `text` (not nested). One pass: each search starts where
+    the last one ended (the regex `<tag>(.*?)</tag>` rescanned the rest from every unclosed <tag>,
+    so an answer of 84 KB took half a minute)."""
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    found = []
+    start = text.find(opening)
+    while start >= 0:
+        end = text.find(closing, start + len(opening))
+        if end < 0:
+            break  # no later <tag> is closed either
+        found.append(text[start + len(opening):end])
+        start = text.find(opening, end + len(closing))
+    return found
+
+
+def attributed_elements(text: str, tags: tuple[str, ...]) -> tuple[list[tuple[str, str, str]], str]:
+    """(tag, attributes, content) of every <tag attributes>content</tag> in `text` whose tag is one
+    of `tags`, in order, and the text outside them. One pass, as in `elements`."""
+    opening = re.compile("<(" + "|".join(map(re.escape, tags)) + r")\s")
+    found: list[tuple[str, str, str]] = []
+    outside: list[str] = []
+    unclosed: set[str] = set()
+    done = position = 0
+    while match := opening.search(text, position):
+        tag = match.group(1)
+        position = match.start() + 1
+        if tag in unclosed:
+            continue
+        head_end = text.find(">", match.end())
+        if head_end < 0:
+            break  # no later opening tag ends either
+        end = text.find(f"</{tag}>", head_end + 1)
+        if end < 0:
+            unclosed.add(tag)  # nor is any later <tag> closed
+            continue
+        outside.append(text[done:match.start()])
+        found.append((tag, text[match.end():head_end], text[head_end + 1:end]))
+        done = position = end + len(f"</{tag}>")
+    outside.append(text[done:])
+    return found, "".join(outside)
 
 
 def only_element(answer: str, tag: str, where: str) -> str:
@@ -138,20 +185,21 @@ def message_list(messages: list[dict]) -> str:
                      f'{escape(m.get("text", ""))}\n</message>' for m in messages)
 
 
+# DOCTYPE and entity declarations: nothing memctl asks for, and the way to entity expansion.
+_DECLARATION = re.compile(r"<!\s*(?:DOCTYPE|ENTITY)", re.I)
+
+
 def ask(argv: list[str], prompt: str, timeout: float, where: str) -> str:
-    """The command's answer to `prompt`; LLMAnswerError if it fails or takes longer than `timeout`."""
+    """The command's answer to `prompt`; LLMAnswerError if it fails, takes longer than `timeout`
+    (its whole process group is killed), prints more than programs.OUTPUT_LIMIT bytes or answers
+    with a DOCTYPE or entity declaration."""
     try:
-        done = subprocess.run(argv, input=prompt.encode(), capture_output=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise LLMAnswerError(f"{where}: '{argv[0]}' gave no answer within {timeout:g} s "
-                             "([topics] llm_timeout)") from None
-    except OSError as exc:
-        raise LLMAnswerError(f"{where}: cannot run '{argv[0]}': {exc.strerror or exc}") from None
-    if done.returncode != 0:
-        said = done.stderr.decode(errors="replace").strip().splitlines()
-        raise LLMAnswerError(f"{where}: '{argv[0]}' exited with status {done.returncode}"
-                             + (f": {said[-1]}" if said else ""))
-    return done.stdout.decode("utf-8", errors="replace")
+        answer = run_program(argv, prompt.encode(), timeout).decode("utf-8", errors="replace")
+    except ProgramFailed as exc:
+        raise LLMAnswerError(f"{where}: {exc}" + (" ([topics] llm_timeout)" if exc.timed_out else "")) from None
+    if _DECLARATION.search(answer):
+        raise LLMAnswerError(f"{where}: the answer declares a DOCTYPE or an entity, which memctl refuses")
+    return answer
 
 
 def parse(answer: str, message_ids: list[str], listed: dict, where: str) -> list[tuple[str, str | None, str | None]]:
@@ -253,8 +301,9 @@ def parse_summary(answer: str, budget: int, where: str) -> tuple[str, str]:
 # -- the routing prompt (design 001 §6.3) ---------------------------------------------------------
 
 RELEVANCE = {"high": 0.7, "medium": 0.5, "low": 0.3}   # design §4.2: clearly, moderately, maybe weakly related
-_ROUTED = re.compile(r"<topic\s+([^>]*)>(.*?)</topic>", re.S)
-_ATTRIBUTE = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
+# \b: a match starts only where a word does (else every letter of a long word is tried, in
+# quadratic time).
+_ATTRIBUTE = re.compile(r'\b(\w+)\s*=\s*"([^"]*)"')
 
 
 def route(store: Store, command: str, timeout: float, request: str,
@@ -280,11 +329,12 @@ def parse_routing(answer: str, known: set[str], where: str) -> tuple[list[tuple[
     lists = elements(body, "matched_topics")
     if len(lists) != 1:
         raise LLMAnswerError(f"{where}: <topic_routing> needs exactly one <matched_topics>, found {len(lists)}")
-    left = _ROUTED.sub("", lists[0]).strip()
-    if left:
-        raise LLMAnswerError(f"{where}: <matched_topics> holds something other than <topic> elements: {left[:60]!r}")
+    routed, left = attributed_elements(lists[0], ("topic",))
+    if left.strip():
+        raise LLMAnswerError(f"{where}: <matched_topics> holds something other than <topic> elements: "
+                             f"{left.strip()[:60]!r}")
     matches: list[tuple[str, str, str]] = []
-    for number, (attributes, reason) in enumerate(_ROUTED.findall(lists[0]), 1):
+    for number, (_, attributes, reason) in enumerate(routed, 1):
         values = dict(_ATTRIBUTE.findall(attributes))
         topic_id, relevance = values.get("id"), values.get("relevance")
         if topic_id not in known:
@@ -300,9 +350,6 @@ def parse_routing(answer: str, known: set[str], where: str) -> tuple[list[tuple[
 
 # -- the daily review: merges, related topics, compressed summaries ------------------------------
 
-_REVIEWED = re.compile(r"<(merge|related)\s+([^>]*)>(.*?)</\1>", re.S)
-
-
 def review_links(store: Store, command: str, timeout: float,
                  topics: dict[str, Topic]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
     """The review prompt over `topics`: ([(merged id, kept id, reason)], [(id, related id, reason)])."""
@@ -313,12 +360,17 @@ def review_links(store: Store, command: str, timeout: float,
 
 def parse_review(answer: str, known: set[str], where: str):
     body = only_element(answer, "topic_review", where)
-    left = _REVIEWED.sub("", body).strip()
-    if left:
-        raise LLMAnswerError(f"{where}: <topic_review> holds something other than <merge> and <related>: {left[:60]!r}")
+    reviewed, left = attributed_elements(body, ("merge", "related"))
+    if left.strip():
+        raise LLMAnswerError(f"{where}: <topic_review> holds something other than <merge> and <related>: "
+                             f"{left.strip()[:60]!r}")
     merges: list[tuple[str, str, str]] = []
     related: list[tuple[str, str, str]] = []
-    for number, (kind, attributes, reason) in enumerate(_REVIEWED.findall(body), 1):
+    # What was merged and linked so far, as sets: a 1 MiB answer holds tens of thousands of elements.
+    merged_away: set[str] = set()
+    kept: set[str] = set()
+    pairs: set[frozenset[str]] = set()
+    for number, (kind, attributes, reason) in enumerate(reviewed, 1):
         values = dict(_ATTRIBUTE.findall(attributes))
         other_key = "into" if kind == "merge" else "with"
         one, other = values.get("topic_id"), values.get(other_key)
@@ -329,14 +381,17 @@ def parse_review(answer: str, known: set[str], where: str):
         if one == other:
             raise LLMAnswerError(f"{what}: a topic cannot be {'merged into' if kind == 'merge' else 'related to'} itself")
         if kind == "merge":
-            if one in {m[0] for m in merges}:
+            if one in merged_away:
                 raise LLMAnswerError(f"{what}: {one} is merged away twice")
-            if other in {m[0] for m in merges} or one in {m[1] for m in merges}:
+            if other in merged_away or one in kept:
                 raise LLMAnswerError(f"{what}: a topic merged away cannot take another topic's messages")
+            merged_away.add(one)
+            kept.add(other)
             merges.append((one, other, unescape(reason.strip())))
         else:
-            if any({one, other} == {r[0], r[1]} for r in related):
+            if frozenset((one, other)) in pairs:
                 raise LLMAnswerError(f"{what}: {one} and {other} are related twice")
+            pairs.add(frozenset((one, other)))
             related.append((one, other, unescape(reason.strip())))
     return merges, related
 

@@ -63,8 +63,13 @@ def session_messages(store: Store, session: str) -> list[dict]:
     path = store.session_file(session)
     if not path.exists():
         raise InputError(f"no session '{session}' (no {store.relative(path)})", source=str(path))
-    return [line.value for line in jsonl.read(path)
-            if line.value is not None and isinstance(line.value.get("id"), str)]
+    messages, source = [], store.relative(path)
+    for line in jsonl.read(path):
+        if line.value is None:
+            continue  # not a message at all: the index skips it too, and health names it
+        files.check_record({**line.value, "type": "message"}, source, line.number)
+        messages.append(line.value)
+    return messages
 
 
 def scope_of_session(store: Store, session: str, messages: list[dict], expected: str | None = None) -> str:

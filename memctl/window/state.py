@@ -382,10 +382,10 @@ def hits_from_search_output(data: bytes, source: str = "<stdin>") -> list[str]:
     whose section is null or empty (messages, logs) are skipped. A line that
     is not such an object is an InputError naming `source` and the line.
     """
-    from memctl.ingest import inputs
+    from memctl.store import jsonl
 
     sections: list[str] = []
-    for rec in inputs.read_jsonl(inputs.decode(data, source), source):
+    for rec in jsonl.read_input(jsonl.decode(data, source), source):
         obj = rec.value
         if "results" in obj:
             results = obj["results"]

@@ -18,18 +18,22 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from memctl.cache.backend import CacheError, Entry
+from memctl.programs import ProgramFailed, run_program
 from memctl.store.memoryfile import SUMMARY_MAX
 from memctl.text.clip import clip
 
 if TYPE_CHECKING:
     from memctl.cache import Cache
+
+
+# Seconds a summary_command may take on one item (its whole process group is killed after).
+SUMMARY_TIMEOUT = 120.0
 
 
 @dataclass
@@ -100,13 +104,18 @@ def summarise(text: str, settings: dict[str, Any]) -> str:
     command = settings["summary_command"]
     if command:
         try:
-            done = subprocess.run(shlex.split(command), input=text.encode(), capture_output=True, timeout=120)
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            argv = shlex.split(command)
+        except ValueError as exc:  # an unclosed quote
             raise CacheError(f"[cache] summary_command {command!r}: {exc}") from None
-        if done.returncode != 0 or not done.stdout.strip():
-            raise CacheError(f"[cache] summary_command {command!r} failed (exit {done.returncode}): "
-                             f"{clip(done.stderr.decode(errors='replace'), 200)}")
-        return done.stdout.decode(errors="replace").strip()
+        if not argv:
+            raise CacheError("[cache] summary_command is blank; give a command or leave it unset")
+        try:
+            summary = run_program(argv, text.encode(), SUMMARY_TIMEOUT).decode(errors="replace").strip()
+        except ProgramFailed as exc:
+            raise CacheError(f"[cache] summary_command: {exc}") from None
+        if not summary:
+            raise CacheError(f"[cache] summary_command: '{argv[0]}' printed nothing")
+        return summary
     budget = settings["summary_chars"]
     kept: list[str] = []
     used = 0

@@ -20,8 +20,10 @@ from typing import Any
 
 import orjson
 
+from memctl.errors import StoreError
 from memctl.store import memoryfile
-from memctl.governance.governance import Scorer, active_tails, is_core, settings
+from memctl.search.scores import Scorer, governance_settings, is_core
+from memctl.store.status import active_tails
 from memctl.store.store import Store, atomic_write
 from memctl.text.words import MEMORY_WORDS
 
@@ -73,10 +75,10 @@ def layered_search(store: Store, query: str, *, workspace: str | None, budget: i
     """L0 core, L1 workspace, then L2 query results when a G3 trigger fires; `retriever` is
     an open search.Retriever to reuse (a server's), else one is made for this search."""
     from memctl.search.search import Query, Retriever
-    from memctl.search.filters import Filters
+    from memctl.index.filters import Filters
     from memctl.text.tokens import count_tokens
 
-    gov = settings(store)
+    gov = governance_settings(store)
     doc = memoryfile.load(store.memory_md)
     tails = set(active_tails(doc))
     visible = [e for e in doc.entries if e.id in tails and _in_scope(e, workspace)]
@@ -150,5 +152,8 @@ def _turns(store: Store) -> int:
 def _count_turn(store: Store) -> None:
     if not store.exists():
         return
-    with store.lock():
-        atomic_write(store.path(COUNTER_FILE), orjson.dumps({"layered_turns": _turns(store) + 1}))
+    try:
+        with store.lock():
+            atomic_write(store.path(COUNTER_FILE), orjson.dumps({"layered_turns": _turns(store) + 1}))
+    except StoreError:
+        return  # as counters.record: a wedged store is read on, uncounted

@@ -1,0 +1,530 @@
+"""`memctl health check`: a `git fsck` for the store.
+
+It stands above every part of memctl whose files it reads (governance, the
+window, topics, the cache, the index), so none of them depends on it.
+check() reads every file of the store and reports each problem once, with
+the file (relative to the store) and line where it is:
+
+    MEMORY.md:14: field 'status': must be one of active, deprecated, low_priority, archived
+    sessions/s1.jsonl:7: not valid JSON
+    MEMORY.md:40: warning: canonical_topic 'database:choice' has 2 current memories: 'a', 'b'
+
+Errors are damage or broken rules (unparseable lines, duplicate ids, broken
+or cyclic supersedes links, loose permissions, leftovers of a killed writer);
+warnings are states a person may have chosen (two current memories in one
+topic after `ingest --add`, expired pending items, a stale temp file, a
+program named in memctl.toml, which memctl ignores).
+fix() repairs only what is safe: rolls back an unfinished transaction,
+drops expired pending items, makes permissions private, removes stale temp
+files. It never edits a memory.
+
+The check holds the store lock shared, so it waits for writers to finish and
+never sees half a write, and it changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterator
+
+import orjson
+
+from memctl import clock
+from memctl.governance import governance
+from memctl.search.scores import governance_settings
+from memctl.store.status import is_current, status_of
+from memctl.governance import lifecycle
+from memctl.store import memoryfile
+from memctl.governance import review as pending
+from memctl.errors import InputError, MemctlError, StoreError
+from memctl.store import counters, jsonl
+from memctl.store.store import DIR_MODE, FILE_MODE, Store, load_journal
+
+_TEMP = re.compile(r"^\..+\.(\d+)\.tmp$")
+_TOML_LINE = re.compile(r"at line (\d+)")
+
+
+@dataclass
+class Problem:
+    file: str               # relative to the store ("." for the store itself)
+    line: int | None
+    message: str
+    code: str               # stable: parse, field, duplicate-id, dangling-link, cycle, fork, superseded-current,
+                            # topic-conflict, missing-field, pending-expired, permissions, journal, temp-file,
+                            # config, program, index, symlink, store (a link or a file where a folder should
+                            # be), cache
+    severity: str = "error"  # error | warning
+    fixable: bool = False
+
+    def line_text(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        return f"{where}: {'warning: ' if self.severity == 'warning' else ''}{self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "severity": self.severity, "code": self.code,
+                "message": self.message, "fixable": self.fixable}
+
+
+# -- check -------------------------------------------------------------------
+def check(store: Store, now: datetime | None = None) -> list[Problem]:
+    """Every problem in the store, in a stable order (by file, then line)."""
+    store.require()
+    now = now or clock.now()
+    problems: list[Problem] = _check_links(store)
+    if any(p.file == ".lock" for p in problems):
+        return problems  # without its lock the store cannot be read consistently: the link comes first
+    with store.reading(recover=False):  # report an unfinished transaction, don't undo it
+        problems += _guarded(problems, lambda: _check_config(store)) or []
+        problems += _guarded(problems, lambda: _check_programs(store)) or []
+        problems += _guarded(problems, lambda: _check_leftovers(store)) or []
+        problems += _guarded(problems, lambda: _check_permissions(store)) or []
+        ids: dict[str, str] = {}  # id -> where first seen
+        doc = _guarded(problems, lambda: _check_memory_md(store, problems, ids))
+        _guarded(problems, lambda: _check_messages(store, problems, ids))
+        _guarded(problems, lambda: _check_pending(store, problems, ids, now))
+        _guarded(problems, lambda: _check_json(store, problems))
+        _guarded(problems, lambda: _check_daily_logs(store, problems))
+        deleted = _guarded(problems, lambda: _check_deleted(store, problems)) or []
+        _guarded(problems, lambda: _check_topics(store, problems))
+        _guarded(problems, lambda: _check_cache(store, problems))
+        if doc is not None:
+            _check_chains(doc, deleted, problems)
+        problems += _guarded(problems, lambda: index_problems(store)) or []
+    order = {"MEMORY.md": 0}
+    problems.sort(key=lambda p: (order.get(p.file, 1), p.file, p.line or 0))
+    return problems
+
+
+def _guarded(problems: list[Problem], check):
+    """A check's result; one that cannot go on (a link it may not follow, a folder that is a
+    file) is a problem of its own, and the other checks still run."""
+    try:
+        return check()
+    except InputError as exc:
+        problems.append(Problem(exc.source or ".", exc.line, _message_of(exc), "field"))
+    except MemctlError as exc:
+        problems.append(Problem(".", None, str(exc), "store"))
+    except OSError as exc:
+        problems.append(Problem(str(exc.filename or "."), None, exc.strerror or str(exc), "store"))
+    return None
+
+
+def _message_of(exc: InputError) -> str:
+    return (f"field '{exc.field}': " if exc.field else "") + exc.message
+
+
+def _check_links(store: Store) -> list[Problem]:
+    """Every symbolic link inside the store: memctl follows none (README: Trust), so each is
+    named here and refused by every command that meets it."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(store.root):  # os.walk does not descend into links
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                out.append(Problem(store.relative(path), None, f"a symbolic link (to {os.readlink(path)}); "
+                                   "memctl follows none: replace it with the real folder or file", "symlink"))
+    return out
+
+
+def _check_topics(store: Store, problems: list[Problem]) -> None:
+    """Topic files, archived ones, links, the time index, the activation log and auto summaries,
+    each line as the topic commands read it (memctl.topics.files.check_record)."""
+    from memctl.topics import activation, files
+    from memctl.topics.daily import ARCHIVED, AUTO_SUMMARIES
+    from memctl.topics.log import LOG
+
+    if store.topics_dir.exists() and not store.topics_dir.is_dir():
+        problems.append(Problem("topics", None, "not a folder (memctl keeps topic files in it)", "store"))
+        return
+    paths = store.listing(store.topics_dir, "t-*.jsonl")
+    paths += [p for month in store.listing(store.path("topics", ARCHIVED), "*") if month.is_dir()
+              for p in store.listing(month, "t-*.jsonl")]
+    owner: dict[str, str] = {}
+    for path in paths:
+        rel = store.relative(path)
+        for number, record in _jsonl(store, path, problems, "a topic line"):
+            try:
+                files.check_record(record, rel, number, file_id=path.stem)
+            except InputError as exc:
+                problems.append(Problem(rel, number, _message_of(exc), "field"))
+                continue
+            if record["type"] == "message":
+                first = owner.setdefault(record["id"], rel)
+                if first != rel and "/archived/" not in rel + first:
+                    problems.append(Problem(rel, number, f"message '{record['id']}' is also in {first}: "
+                                            "a message belongs to one topic", "duplicate-id"))
+    for name in (files.LINKS, files.TIME_INDEX):
+        path = store.path("topics", name)
+        for number, record in _jsonl(store, path, problems, "an index line"):
+            problem = files.check_index_line(name, record)
+            if problem:
+                problems.append(Problem(store.relative(path), number, f"field '{problem[0]}': {problem[1]}",
+                                        "field"))
+    for _ in _jsonl(store, store.path("topics", LOG), problems, "a log event"):
+        pass
+    try:
+        activation.load_part(store)
+    except InputError as exc:
+        problems.append(Problem(exc.source or activation.FILE_NAME, exc.line, _message_of(exc), "field"))
+    summaries = store.path(AUTO_SUMMARIES)
+    for number, record in _jsonl(store, summaries, problems, "an auto summary"):
+        for key, ok in (("session", isinstance(record.get("session"), str)),
+                        ("until", isinstance(record.get("until"), str)),
+                        ("summary", isinstance(record.get("summary", ""), str)),
+                        ("keywords", isinstance(record.get("keywords", []), list))):
+            if not ok:
+                problems.append(Problem(AUTO_SUMMARIES, number, f"field '{key}': wrong type", "field"))
+                break
+
+
+def _check_cache(store: Store, problems: list[Problem]) -> None:
+    """The files cache backend's entries and event logs: warnings, since reading the cache
+    takes each as a miss (the next run replaces it) and nothing remembered is lost."""
+    from memctl.cache import cache_problems
+
+    problems += [Problem(file, line, message, "cache", "warning") for file, line, message in cache_problems(store)]
+
+
+def index_problems(store: Store) -> list[Problem]:
+    """Is .index/ in step with the files? A stale or missing index is a warning, never
+    damage: search rebuilds it by itself, and `health --fix` does it now."""
+    from memctl.index.index import health_problems
+
+    return [Problem(file, None, message, "index", "warning", True) for file, message in health_problems(store)]
+
+
+def _check_config(store: Store) -> list[Problem]:
+    try:
+        governance_settings(store)  # loads (and checks) every table, then the governance ranges
+    except InputError as exc:
+        match = _TOML_LINE.search(exc.message)
+        line = exc.line if exc.line is not None else int(match.group(1)) if match else None
+        # Settings come from the user's config.toml and the environment too: name the one at fault.
+        outside = exc.source not in (None, str(store.config_file))
+        return [Problem(exc.source if outside else "memctl.toml", line, exc.message, "config")]
+    except MemctlError as exc:
+        return [Problem("memctl.toml", None, str(exc).removeprefix(f"{store.config_file}: "), "config")]
+    return []
+
+
+def _check_programs(store: Store) -> list[Problem]:
+    """A program named in the store's memctl.toml: never run (config.PROGRAM_SETTINGS), and worth a
+    look, since a store is data anyone may have written."""
+    from memctl import config
+
+    try:
+        named = config.programs_named(store.config_file)
+    except MemctlError:
+        return []  # a broken memctl.toml: the config check reports it
+    return [Problem("memctl.toml", line, config.ignored_program_note(table, key), "program", "warning")
+            for table, key, line in named]
+
+
+def _check_leftovers(store: Store) -> list[Problem]:
+    out = []
+    if (store.root / ".journal").exists():
+        try:
+            load_journal(store)
+        except StoreError as exc:
+            out.append(Problem(".journal/journal.json", None, str(exc).split(": ", 1)[1], "journal-invalid"))
+        else:
+            out.append(Problem(".journal", None, "unfinished transaction of a killed writer; the next command "
+                               "rolls it back (or: memctl health check --fix)", "journal", fixable=True))
+    for path in _walk_files(store):
+        match = _TEMP.match(path.name)
+        if match and not _pid_alive(int(match.group(1))):
+            out.append(Problem(store.relative(path), None, "temp file left by a killed writer", "temp-file",
+                               "warning", fixable=True))
+    return out
+
+
+def _walk_files(store: Store) -> Iterator[Path]:
+    """Every file of the store except inside .index/ and .journal/ (derived or transient)."""
+    for dirpath, dirnames, filenames in os.walk(store.root):
+        if Path(dirpath) == store.root:
+            dirnames[:] = [d for d in dirnames if d not in (".index", ".journal")]
+        for name in filenames:
+            yield Path(dirpath) / name
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _check_permissions(store: Store) -> list[Problem]:
+    """Folders 0700, files 0600 (no access for group or others). Inside .index/ only the folder:
+    a private folder keeps whatever the index libraries create in it private."""
+    out = []
+    paths = [store.root] + ([store.index_dir] if store.index_dir.is_dir() else [])
+    for dirpath, dirnames, filenames in os.walk(store.root):
+        if Path(dirpath) == store.root:
+            dirnames[:] = [d for d in dirnames if d != ".index"]
+        paths += [Path(dirpath) / d for d in dirnames] + [Path(dirpath) / f for f in filenames]
+    for path in paths:
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(mode) or not mode & 0o077:
+            continue
+        want = DIR_MODE if stat.S_ISDIR(mode) else FILE_MODE
+        out.append(Problem(store.relative(path) if path != store.root else ".", None,
+                           f"readable by others (mode {stat.S_IMODE(mode):04o}, want {want:04o})",
+                           "permissions", fixable=True))
+    return out
+
+
+def _check_memory_md(store: Store, problems: list[Problem], ids: dict[str, str]) -> memoryfile.Document | None:
+    if not store.memory_md.exists():
+        return memoryfile.Document()
+    try:
+        doc = memoryfile.load(store.memory_md)
+    except StoreError as exc:
+        match = re.search(r":(\d+): (.*)$", str(exc))
+        problems.append(Problem("MEMORY.md", int(match.group(1)) if match else None,
+                                match.group(2) if match else str(exc), "parse"))
+        return None
+    for issue in doc.issues:
+        code = "field" if issue.message.startswith("field ") else "parse"
+        problems.append(Problem("MEMORY.md", issue.line, issue.message, code, issue.severity))
+    for entry in doc.entries:
+        _note_id(ids, entry.id, "MEMORY.md", entry.line, problems)
+        if entry.annotated and "id" in entry.fields:
+            missing = [f for f in ("summary", "memory_class", "scope") if f not in entry.fields]
+            if missing:
+                problems.append(Problem("MEMORY.md", entry.line, f"'{entry.id}' has no {', '.join(missing)} "
+                                        "(required schema fields)", "missing-field", "warning"))
+    return doc
+
+
+def _note_id(ids: dict[str, str], memory_id: str, file: str, line: int, problems: list[Problem]) -> None:
+    where = f"{file}:{line}"
+    if memory_id in ids:
+        problems.append(Problem(file, line, f"id '{memory_id}' is not unique: also at {ids[memory_id]}",
+                                "duplicate-id"))
+    else:
+        ids[memory_id] = where
+
+
+def _jsonl(store: Store, path: Path, problems: list[Problem], what: str) -> Iterator[tuple[int, dict]]:
+    """Parse a JSON-lines file line by line, reporting every bad line; yields (line, object)."""
+    rel = store.relative(path)
+    for line in jsonl.read(path):
+        if line.problem:
+            problems.append(Problem(rel, line.number, f"{line.problem} ({what})", "parse"))
+        else:
+            yield line.number, line.value
+
+
+def _check_messages(store: Store, problems: list[Problem], ids: dict[str, str]) -> None:
+    for path in store.listing(store.sessions_dir, "*.jsonl"):
+        rel = store.relative(path)
+        for number, message in _jsonl(store, path, problems, "a message"):
+            if not isinstance(message.get("id"), str):
+                problems.append(Problem(rel, number, "message has no text 'id'", "field"))
+                continue
+            if not isinstance(message.get("text"), str):
+                problems.append(Problem(rel, number, f"message '{message['id']}': field 'text' must be text",
+                                        "field"))
+            for key in ("session", "role", "speaker"):
+                if message.get(key) is not None and not isinstance(message[key], str):
+                    problems.append(Problem(rel, number, f"message '{message['id']}': field '{key}' must be text",
+                                            "field"))
+            if message.get("ts") is not None and not _is_time(message["ts"]):
+                problems.append(Problem(rel, number, f"message '{message['id']}': field 'ts' must be an "
+                                        "ISO 8601 time", "field"))
+            _note_id(ids, message["id"], rel, number, problems)
+
+
+def _is_time(value) -> bool:
+    try:
+        clock.parse_ts(value)
+    except (ValueError, TypeError, OverflowError, OSError):
+        return False
+    return isinstance(value, str)
+
+
+def _check_pending(store: Store, problems: list[Problem], ids: dict[str, str], now: datetime) -> None:
+    path = store.pending_file
+    settings = _settings_or_defaults(store)["ingest"]
+    for number, item in _jsonl(store, path, problems, "a pending memory"):
+        if not isinstance(item.get("id"), str):
+            problems.append(Problem(pending.SOURCE, number, "pending memory has no text 'id'", "field"))
+            continue
+        _note_id(ids, item["id"], pending.SOURCE, number, problems)
+        try:  # what `review confirm` would refuse
+            pending.note_of(pending.Pending(number, b"", item), settings)
+        except InputError as exc:
+            what = f"field '{exc.field}': " if exc.field else ""
+            problems.append(Problem(pending.SOURCE, number, f"'{item['id']}': {what}{exc.message}", "field"))
+        expires = pending.Pending(number, b"", item).expires()
+        if expires is None:
+            problems.append(Problem(pending.SOURCE, number, f"'{item['id']}': field 'expires_at' must be an "
+                                    "ISO 8601 time", "field"))
+        elif expires <= now:
+            problems.append(Problem(pending.SOURCE, number, f"'{item['id']}' expired at {item['expires_at']} "
+                                    "(memctl review drops it)", "pending-expired", "warning", fixable=True))
+
+
+def _check_json(store: Store, problems: list[Problem]) -> None:
+    if store.state_file.exists():
+        _check_state(store, problems)
+    for path, what in ((store.path(counters.FILE_NAME), counters.FILE_NAME),):
+        if not path.exists():
+            continue
+        try:
+            data = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError as exc:
+            problems.append(Problem(what, None, f"not valid JSON ({exc})", "parse"))
+            continue
+        if not isinstance(data, dict):
+            problems.append(Problem(what, None, "expected a JSON object", "parse"))
+        else:
+            for memory_id, value in data.items():
+                count = value.get("count") if isinstance(value, dict) else None
+                if not (isinstance(count, int) and not isinstance(count, bool) and count >= 0):
+                    problems.append(Problem(what, None, f"'{memory_id}': expected {{\"count\": N, \"last\": "
+                                            "time}}", "field"))
+    for _ in _jsonl(store, governance.log_path(store), problems, "a log record"):
+        pass
+    for number, record in _jsonl(store, store.path(counters.LOG_NAME), problems, "a logged access"):
+        if not (isinstance(record.get("at"), str) and isinstance(record.get("ids"), list)):
+            problems.append(Problem(counters.LOG_NAME, number, "expected {\"at\": time, \"ids\": [ids]}", "field"))
+
+
+def _check_state(store: Store, problems: list[Problem]) -> None:
+    """index_state.json, parsed as `memctl state` parses it: what it would refuse is an error here."""
+    from memctl.window.state import parse_state
+
+    data = store.state_file.read_bytes()
+    try:
+        parse_state(data, "index_state.json", _settings_or_defaults(store)["state"])
+    except InputError as exc:
+        line = exc.line
+        if line is None and exc.field:  # the line the field is on, for a person to go to
+            key = b'"' + re.split(r"[.\[]", exc.field)[0].encode() + b'"'
+            line = data[:data.find(key)].count(b"\n") + 1 if key in data else None
+        code = "parse" if exc.message.startswith(("not valid JSON", "expected a JSON")) else "field"
+        what = f"field '{exc.field}': " if exc.field else ""
+        problems.append(Problem("index_state.json", line, what + exc.message, code))
+
+
+def _settings_or_defaults(store: Store) -> dict:
+    """memctl.toml's settings, or the defaults when it is broken (the config check reports that)."""
+    from memctl import config
+
+    try:
+        return config.load(store.config_file)
+    except MemctlError:
+        return config.DEFAULTS
+
+
+def _check_daily_logs(store: Store, problems: list[Problem]) -> None:
+    for path in store.listing(store.daily_dir, "*.md"):
+        data = path.read_bytes()
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.append(Problem(store.relative(path), data[:exc.start].count(b"\n") + 1,
+                                    "not valid UTF-8", "parse"))
+
+
+def _check_deleted(store: Store, problems: list[Problem]) -> list[memoryfile.Entry]:
+    entries: list[memoryfile.Entry] = []
+    for path in store.listing(store.path(lifecycle.DELETED_DIR), "*.md"):
+        rel = store.relative(path)
+        try:
+            doc = memoryfile.load(path)
+        except StoreError as exc:
+            problems.append(Problem(rel, None, str(exc).split(": ", 1)[-1], "parse"))
+            continue
+        problems += [Problem(rel, issue.line, issue.message, "parse", issue.severity) for issue in doc.issues]
+        entries += doc.entries
+    return entries
+
+
+def _check_chains(doc: memoryfile.Document, deleted: list[memoryfile.Entry], problems: list[Problem]) -> None:
+    graph = governance.Graph(doc.entries, deleted)
+    line = {e.id: e.line for e in doc.entries}
+    for new, old in graph.dangling():
+        problems.append(Problem("MEMORY.md", line.get(new), f"'{new}' supersedes '{old}', which is in no "
+                                "memory file (deleted by hand?)", "dangling-link"))
+    for cycle in graph.cycles():
+        first = min(cycle, key=lambda i: line.get(i, 0))
+        problems.append(Problem("MEMORY.md", line.get(first), "supersedes cycle: "
+                                + " -> ".join(cycle + [cycle[0]]), "cycle"))
+    for old, news in graph.newer.items():
+        if len(news) > 1 and old in graph.entries:
+            problems.append(Problem("MEMORY.md", line.get(old), f"'{old}' is superseded by more than one "
+                                    f"memory: {', '.join(news)}", "fork", "warning"))
+    for entry in doc.entries:
+        if not is_current(entry):
+            continue
+        newer = [n for n in graph.newer.get(entry.id, []) if n in graph.entries and n not in graph.deleted
+                 and is_current(graph.entries[n])]
+        if newer:
+            problems.append(Problem("MEMORY.md", entry.line, f"'{entry.id}' is still {status_of(entry)} "
+                                    f"though '{newer[0]}' supersedes it (set status: deprecated?)",
+                                    "superseded-current", "warning"))
+    for topic, ids in governance.topic_conflicts(doc).items():
+        names = ", ".join(f"'{i}'" for i in ids)
+        problems.append(Problem("MEMORY.md", line.get(ids[-1]), f"canonical_topic '{topic}' has {len(ids)} current "
+                                f"memories: {names} (supersede the older, or keep both on purpose)",
+                                "topic-conflict", "warning"))
+
+
+# -- fix ---------------------------------------------------------------------
+def fix(store: Store, problems: list[Problem], *, dry_run: bool = False,
+        now: datetime | None = None) -> list[str]:
+    """Repair the fixable problems; returns one line per repair (made, or that would be made)."""
+    done: list[str] = []
+    codes = {p.code for p in problems if p.fixable}
+    if "journal" in codes:
+        done.append(".journal: rolled back the unfinished transaction")
+        if not dry_run:
+            with store.lock():  # taking the lock rolls an unfinished transaction back
+                pass
+    if "pending-expired" in codes:
+        if dry_run:  # taking the lock would roll back a journal: a dry run must not even do that
+            done += [f"{p.file}:{p.line}: drop {p.message.split(' (')[0]}" for p in problems
+                     if p.code == "pending-expired"]
+        else:
+            for item in pending.drop_expired(store, now=now):
+                done.append(f"{pending.SOURCE}:{item['line']}: dropped '{item['id']}' "
+                            f"(expired {item['expires_at']})")
+    for problem in problems:
+        if problem.code == "permissions":
+            path = store.root if problem.file == "." else store.root / problem.file
+            mode = DIR_MODE if path.is_dir() else FILE_MODE
+            if not dry_run:
+                os.chmod(path, mode)  # never a symlink: check skips them
+            done.append(f"{problem.file}: mode set to {mode:04o}")
+        elif problem.code == "temp-file":
+            if not dry_run:
+                (store.root / problem.file).unlink(missing_ok=True)
+            done.append(f"{problem.file}: removed")
+    if "index" in codes:
+        if not dry_run:
+            from memctl.index.index import Index
+
+            Index(store).update()
+        done.append(".index: brought up to date with the files")
+    if done and not dry_run:
+        stamp = clock.format_ts(now or clock.now())
+        with store.transaction() as tx:
+            tx.append(governance.log_path(store), governance.log_records(
+                [{"ts": stamp, "action": "fix", "what": line} for line in done]))
+    return done

@@ -1,0 +1,153 @@
+"""MERA scores (G4), each in [0, 1] with its parts kept for --explain:
+
+    retrieval_score = 0.4 relevance + 0.25 recency_decay + 0.2 access_frequency + 0.15 user_weight/10
+    health_score    =                 0.4 recency_decay + 0.35 access_frequency + 0.25 user_weight/10
+    recency_decay    = exp(-ln2 / 14 * days since created_at)   (1.0 when created_at is missing)
+    access_frequency = min(access_count / 20, 1), access_count = the entry's own
+                       `access_count` (a base) + the searches counted in access.json
+    user_weight      = the entry's, else 5 (the middle of 0..10)
+
+Every constant is a setting of the [governance] table of memctl.toml. Search ranks by the
+retrieval score (--rank mera); governance's lifecycle and health by the health score.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Mapping
+
+from memctl import clock
+from memctl import config
+from memctl.errors import InputError
+from memctl.store.memoryfile import Entry
+from memctl.store.status import fields_of
+from memctl.store.store import Store
+
+
+def governance_settings(store: Store | None = None) -> dict[str, Any]:
+    """The [governance] settings of a store (defaults without one); config checks each value's
+    range, this the one rule that ties two values together."""
+    values = config.load(store.config_file)["governance"] if store else dict(config.DEFAULTS["governance"])
+    if values["archive_below"] > values["low_priority_below"]:
+        raise InputError("governance.archive_below must not exceed governance.low_priority_below",
+                         source=str(store.config_file) if store else None)
+    return values
+
+
+def _number(value: Any, low: float, high: float) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high:
+        return float(value)
+    return None
+
+
+def user_weight_of(entry: Entry | Mapping[str, Any], gov: Mapping[str, Any]) -> float:
+    weight = _number(fields_of(entry).get("user_weight"), 0, 10)
+    return gov["default_user_weight"] if weight is None else weight
+
+
+def is_core(entry: Entry | Mapping[str, Any], gov: Mapping[str, Any]) -> bool:
+    """Layer 0: is_core, or user_weight at least core_user_weight (9). Never demoted."""
+    fields = fields_of(entry)
+    weight = _number(fields.get("user_weight"), 0, 10)
+    return fields.get("is_core") is True or (weight is not None and weight >= gov["core_user_weight"])
+
+
+def parse_time(value: Any) -> datetime | None:
+    try:
+        return clock.parse_ts(value) if isinstance(value, str) else None
+    except (ValueError, TypeError):
+        return None
+
+
+@dataclass
+class Score:
+    """A score and the parts it was made of (each in [0, 1] but user_weight, 0..10)."""
+    total: float
+    recency_decay: float
+    access_frequency: float
+    user_weight: float          # 0..10 as used (the entry's, else the default); the formulas use /10
+    access_count: int
+    age_days: float | None      # None when created_at is missing or unreadable
+    relevance: float | None = None  # retrieval scores only
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"score": round(self.total, 6), "recency_decay": round(self.recency_decay, 6),
+               "access_frequency": round(self.access_frequency, 6), "user_weight": round(self.user_weight, 6),
+               "access_count": self.access_count,
+               "age_days": None if self.age_days is None else round(self.age_days, 3)}
+        if self.relevance is not None:
+            out["relevance"] = round(self.relevance, 6)
+        return out
+
+
+def _parts(entry: Entry | Mapping[str, Any], now: datetime | None, accesses: int,
+           gov: Mapping[str, Any]) -> tuple[float, float, float, int, float | None]:
+    fields = fields_of(entry)
+    created = parse_time(fields.get("created_at"))
+    age = None if created is None else clock.age_days(created, now or clock.now())
+    recency = 1.0 if age is None else math.exp(-math.log(2) / gov["recency_half_life_days"] * age)
+    base = fields.get("access_count")
+    base = base if isinstance(base, int) and not isinstance(base, bool) and base >= 0 else 0
+    count = base + max(0, int(accesses))
+    frequency = min(count / gov["access_saturation"], 1.0)
+    return recency, frequency, user_weight_of(entry, gov), count, age
+
+
+def health_score(entry: Entry | Mapping[str, Any], now: datetime | None = None, *, accesses: int = 0,
+                 gov: Mapping[str, Any] | None = None) -> Score:
+    """Health (no query): 0.4 recency + 0.35 access frequency + 0.25 user_weight/10.
+
+    `accesses` is the entry's count in access.json (see Scorer, which looks it up).
+    """
+    gov = gov or governance_settings()
+    recency, frequency, weight, count, age = _parts(entry, now, accesses, gov)
+    total = (gov["health_weight_recency"] * recency + gov["health_weight_access"] * frequency
+             + gov["health_weight_user"] * weight / 10)
+    return Score(total, recency, frequency, weight, count, age)
+
+
+def retrieval_score(relevance: float, entry: Entry | Mapping[str, Any], now: datetime | None = None, *,
+                    accesses: int = 0, gov: Mapping[str, Any] | None = None) -> Score:
+    """Ranking with a query: 0.4 relevance + 0.25 recency + 0.2 access frequency + 0.15 user_weight/10.
+
+    `relevance` is the search's own score, clamped to [0, 1].
+    """
+    gov = gov or governance_settings()
+    relevance = min(max(float(relevance), 0.0), 1.0)
+    recency, frequency, weight, count, age = _parts(entry, now, accesses, gov)
+    total = (gov["retrieval_weight_relevance"] * relevance + gov["retrieval_weight_recency"] * recency
+             + gov["retrieval_weight_access"] * frequency + gov["retrieval_weight_user"] * weight / 10)
+    return Score(total, recency, frequency, weight, count, age, relevance)
+
+
+class Scorer:
+    """Scores for one store: reads the settings and access.json once, for many entries.
+
+        scorer = Scorer(store)
+        scorer.retrieval(0.82, unit.fields, unit.record_id).total
+    """
+
+    def __init__(self, store: Store, now: datetime | None = None):
+        from memctl.store import counters as access
+
+        self.gov = governance_settings(store)
+        self.now = now or clock.now()
+        self.counts = access.load(store)
+
+    def accesses(self, memory_id: str) -> int:
+        entry = self.counts.get(memory_id)
+        count = entry.get("count", 0) if isinstance(entry, dict) else 0
+        return count if isinstance(count, int) and not isinstance(count, bool) else 0
+
+    def health(self, entry: Entry | Mapping[str, Any], memory_id: str | None = None) -> Score:
+        return health_score(entry, self.now, accesses=self.accesses(memory_id or _id_of(entry)), gov=self.gov)
+
+    def retrieval(self, relevance: float, entry: Entry | Mapping[str, Any], memory_id: str | None = None) -> Score:
+        return retrieval_score(relevance, entry, self.now, accesses=self.accesses(memory_id or _id_of(entry)),
+                               gov=self.gov)
+
+
+def _id_of(entry: Entry | Mapping[str, Any]) -> str:
+    return entry.id if isinstance(entry, Entry) else str(fields_of(entry).get("id", ""))

@@ -1,0 +1,244 @@
+"""A store is data, not code: programs to run come only from the user, and what they answer is
+bounded (README "Trust"). Real processes stand in for the LLM and the summary command."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from conftest import snapshot
+from memctl import config
+from memctl.programs import OUTPUT_LIMIT, ProgramFailed, run_program
+from test_topics import HOTEL, WEATHER, session_lines
+
+IGNORED = "is ignored: a store may not name a program to run"
+
+
+@pytest.fixture(autouse=True)
+def user_config_dir(tmp_path, monkeypatch) -> Path:
+    """The user's config folder ($XDG_CONFIG_HOME), empty unless a test writes memctl/config.toml;
+    every memctl process a test starts inherits it, so the tester's own settings never count."""
+    folder = tmp_path / "xdg"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(folder))
+    return folder
+
+
+def write_user_config(folder: Path, text: str) -> None:
+    (folder / "memctl").mkdir(parents=True, exist_ok=True)
+    (folder / "memctl" / "config.toml").write_text(text)
+
+
+@pytest.fixture
+def planter(python_command, tmp_path):
+    """A command that leaves a file behind when it runs (and answers nothing), and that file."""
+    mark = tmp_path / "PWNED"
+    command = python_command("plant", f"import sys; sys.stdin.read(); open({str(mark)!r}, 'a').write('ran\\n')")
+    return command, mark
+
+
+def toml_string(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a TOML basic string
+
+
+def store_with_topics(run, store_dir: Path) -> None:
+    """Two topics, split by the built-in method, and a cached tool result: every command that may run a
+    program has something to run it on."""
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL))
+    done = run("split", "--session", "s1", "--force", "--keep-recent", "0")
+    assert done.returncode == 0, done.stderr
+    cached = run("cache", "run", "--scope", "s", "--tool", "lookup", "--", sys.executable, "-c", "print('found it')")
+    assert cached.returncode == 0, cached.stderr
+
+
+# -- programs come only from the user ---------------------------------------------------------
+
+def test_a_program_named_in_the_store_is_never_run(run, store_dir, planter):
+    command, mark = planter
+    store_with_topics(run, store_dir)
+    (store_dir / "memctl.toml").write_text(f"[topics]\nllm_batch = 5\nllm_command = {toml_string(command)}\n\n"
+                                           f"[cache]\nsummary_command = {toml_string(command)}\n")
+    (store_dir / "memctl.toml").chmod(0o600)
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL + ["Is breakfast included?", "Yes, from 7 to 10."]))
+    for args in (("context", "--session", "s1", "--message", "and the booking?", "--no-record"),
+                 ("split", "--session", "s1", "--force", "--keep-recent", "0"),
+                 ("review", "daily", "--dry-run"),
+                 ("cache", "consolidate", "--scope", "s", "--all", "--dry-run")):
+        done = run(*args)
+        assert done.returncode == 0, (args, done.stderr)
+        said = done.stderr.decode().splitlines()
+        notes = [line for line in said if IGNORED in line]
+        # One line a setting and process, however often the settings are loaded.
+        assert notes == [f"memctl: {store_dir}/memctl.toml:3: [topics] llm_command {IGNORED}; put it in "
+                         f"{config.user_config_file()} or MEMCTL_TOPICS_LLM_COMMAND",
+                         f"memctl: {store_dir}/memctl.toml:6: [cache] summary_command {IGNORED}; put it in "
+                         f"{config.user_config_file()} or MEMCTL_CACHE_SUMMARY_COMMAND"], args
+        assert not mark.exists(), args
+    health = run("health", "check", "--json")
+    warned = [orjson.loads(line) for line in health.stdout.splitlines() if b'"program"' in line]
+    assert health.returncode == 0
+    assert [(w["file"], w["line"], w["severity"]) for w in warned] == [("memctl.toml", 3, "warning"),
+                                                                       ("memctl.toml", 6, "warning")]
+    assert all(str(config.user_config_file()) in w["message"] for w in warned)
+
+
+def test_the_same_program_runs_from_the_environment_or_the_users_config(run, store_dir, planter, python_command,
+                                                                        user_config_dir):
+    command, mark = planter
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL))
+    split = ("split", "--session", "s1", "--force", "--keep-recent", "0")
+    from_env = run(*split, env={"MEMCTL_TOPICS_LLM_COMMAND": command})
+    assert from_env.returncode == 2 and b"it was empty" in from_env.stderr   # it ran, and answered nothing
+    assert mark.read_text() == "ran\n"
+    # The user's config.toml: its command runs, the one the store names does not.
+    other = python_command("other", f"import sys; sys.stdin.read(); open({str(mark)!r}, 'a').write('store\\n')")
+    (store_dir / "memctl.toml").write_text(f"[topics]\nllm_command = {toml_string(other)}\n")
+    write_user_config(user_config_dir, f"[topics]\nllm_command = {toml_string(command)}\n")
+    from_user = run(*split)
+    assert from_user.returncode == 2 and b"it was empty" in from_user.stderr
+    assert mark.read_text() == "ran\nran\n"
+
+
+def test_the_summary_command_runs_from_the_users_config(run, store_dir, python_command, user_config_dir):
+    summariser = python_command("summarise", "import sys; print('SUMMARY of ' + sys.stdin.read().strip())")
+    write_user_config(user_config_dir, f"[cache]\nsummary_command = {toml_string(summariser)}\n")
+    run("cache", "run", "--scope", "s", "--tool", "lookup", "--", sys.executable, "-c", "print('found it')")
+    done = run("cache", "consolidate", "--scope", "s", "--all")
+    assert done.returncode == 0, done.stderr
+    assert "SUMMARY of found it" in (store_dir / "MEMORY.md").read_text()
+
+
+def test_the_users_config_lies_under_the_store_and_the_environment(tmp_path, user_config_dir, monkeypatch, capsys):
+    write_user_config(user_config_dir, '[topics]\nllm_command = "mine"\nllm_batch = 9\nllm_timeout = 3\n\n'
+                                       '[retrieval]\nrecency_weight = 0.2\n')
+    store_file = tmp_path / "memctl.toml"
+    store_file.write_text('[topics]\nllm_command = "theirs"\nllm_batch = 7\n')
+    monkeypatch.setenv("MEMCTL_TOPICS_LLM_TIMEOUT", "4")
+    settings = config.load(store_file)
+    assert (settings["topics"]["llm_command"], settings["topics"]["llm_batch"], settings["topics"]["llm_timeout"],
+            settings["retrieval"]["recency_weight"]) == ("mine", 7, 4.0, 0.2)
+    monkeypatch.setenv("MEMCTL_TOPICS_LLM_COMMAND", "from-env")
+    assert config.load(store_file)["topics"]["llm_command"] == "from-env"
+    assert capsys.readouterr().err.count(IGNORED) == 1
+
+
+@pytest.mark.parametrize("model, from_store", [("../../models/evil", False), ("/opt/model", False),
+                                               ("~/model", False), ("usem3", True)])
+def test_a_model_directory_is_the_users_to_name_a_model_name_is_not(tmp_path, model, from_store, capsys):
+    """A model directory is loaded through torch (pickle: code); a registered model's name is data."""
+    store_file = tmp_path / "memctl.toml"
+    store_file.write_text(f'[embedding]\nmodel = "{model}"\n')
+    assert (config.load(store_file)["embedding"]["model"] == model) is from_store
+    assert ("[embedding] model is ignored" in capsys.readouterr().err) is not from_store
+    assert bool(config.programs_named(store_file)) is not from_store
+
+
+def test_a_broken_user_config_is_named_by_its_own_path(run, store_dir, user_config_dir):
+    run("ingest", "--kind", "memory", "-", input='{"text": "Kestrel uses PostgreSQL"}')
+    write_user_config(user_config_dir, "[topics]\nllm_batch = 'many'\n")
+    where = f"{user_config_dir}/memctl/config.toml:2"
+    search = run("search", "kestrel")
+    assert search.returncode == 2 and search.stderr.decode().startswith(f"memctl: error: {where}: ")
+    health = run("health", "check")
+    assert health.stdout.decode().startswith(f"{where}: topics.llm_batch must be int")
+
+
+# -- what a program answers is bounded ----------------------------------------------------------
+
+def refused(run, store_dir, llm: str, timeout: float = 200) -> tuple[str, float]:
+    """Split the weather and hotel chat with `llm`: the one-line refusal and the seconds it took,
+    after checking that nothing was written."""
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL))
+    before = snapshot(store_dir)
+    started = time.monotonic()
+    done = run("split", "--session", "s1", "--force", "--keep-recent", "0", "--llm", llm,
+               env={"MEMCTL_TOPICS_LLM_TIMEOUT": str(timeout)})
+    took = time.monotonic() - started
+    message = done.stderr.decode().strip()
+    assert done.returncode == 2 and len(message.splitlines()) == 1 and snapshot(store_dir) == before, message
+    assert message.endswith("; nothing was split")
+    return message, took
+
+
+def test_an_answer_over_the_limit_is_refused_without_waiting_for_the_rest(run, store_dir, python_command):
+    flood = python_command("flood", f"""
+        import sys, time
+        sys.stdin.read()
+        sys.stdout.write("<topic_split>" * {OUTPUT_LIMIT // 13 + 100})
+        sys.stdout.flush()
+        time.sleep(100)
+    """)
+    message, took = refused(run, store_dir, flood)
+    assert f"printed more than {OUTPUT_LIMIT} bytes" in message and took < 60
+
+
+def test_an_answer_just_under_the_limit_is_read_in_linear_time(run, store_dir, python_command):
+    # Unclosed tags: the regexes rescanned the rest of the answer from each (84 KB took half a minute).
+    nested = python_command("nested", """
+        import re, sys
+        ids = re.findall(r'<message id="([^"]+)"', sys.stdin.read())
+        print("<topic_split>" + "".join(f'<assignment msg_id="{i}" topic="new" topic_name="x">r</assignment>'
+                                        for i in ids) + "</topic_split>" + "<topic>" * 148000)
+    """)
+    message, took = refused(run, store_dir, nested)
+    assert "no <topic>…</topic> element" in message and took < 60
+
+
+def test_an_answer_declaring_entities_is_refused(run, store_dir, python_command):
+    laughs = python_command("laughs", """
+        import re, sys
+        ids = re.findall(r'<message id="([^"]+)"', sys.stdin.read())
+        print('<!DOCTYPE topic_split [<!ENTITY a "lol"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>')
+        print("<topic_split>" + "".join(f'<assignment msg_id="{i}" topic="new" topic_name="&b;">r</assignment>'
+                                        for i in ids) + "</topic_split>")
+    """)
+    message, _ = refused(run, store_dir, laughs)
+    assert "the answer declares a DOCTYPE or an entity, which memctl refuses" in message
+
+
+def sleeper(python_command, tmp_path) -> tuple[list[str], Path]:
+    """`sh -c` running a Python process that writes its pid, then sleeps: a grandchild of memctl (the
+    `; exit 0` keeps sh from exec'ing it in its own place)."""
+    pid_file = tmp_path / "grandchild.pid"
+    script = python_command("sleeper", f"""
+        import os, sys, time
+        open({str(pid_file)!r}, "w").write(str(os.getpid()))
+        time.sleep(100)
+    """)
+    return ["sh", "-c", f"{script}; exit 0"], pid_file
+
+
+def gone(pid: int, within: float = 10.0) -> bool:
+    """The process ended (a zombie waiting for its new parent to reap it counts as ended)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_timeout_kills_the_wrappers_children_too(run, store_dir, python_command, tmp_path):
+    argv, pid_file = sleeper(python_command, tmp_path)
+    message, took = refused(run, store_dir, shlex.join(argv), timeout=2)
+    assert "gave no answer within 2 s ([topics] llm_timeout)" in message and took < 60
+    assert gone(int(pid_file.read_text()))
+
+
+def test_the_runner_kills_the_whole_group_and_returns_at_the_deadline(python_command, tmp_path):
+    argv, pid_file = sleeper(python_command, tmp_path)
+    started = time.monotonic()
+    with pytest.raises(ProgramFailed, match="gave no answer within 1 s") as failed:
+        run_program(argv, b"", 1)
+    # subprocess.run(timeout=) killed sh alone and then waited for the sleeper's end of the pipe.
+    assert failed.value.timed_out and time.monotonic() - started < 30
+    assert gone(int(pid_file.read_text()))
