@@ -89,15 +89,17 @@ class Memory:
                session: str | None = None, section: str | None = None, pending: bool = False,
                ttl_hours: float | None = None, keep_noise: bool | None = None,
                supersedes: Iterable[str] = (), allow_conflict: bool = False, dry_run: bool = False,
-               on_noise: Callable[["Outcome", str], None] | None = None) -> "IngestResult":
-        """Store messages or notes (all or nothing); see `memctl ingest --help` for the formats."""
+               on_noise: Callable[["Outcome", str], None] | None = None, scope: str | None = None) -> "IngestResult":
+        """Store messages or notes (all or nothing); see `memctl ingest --help` for the formats.
+        `scope` (user:alice, project:kestrel, ...) is the scope of a new session and of notes that
+        name none; a record or a stored session in another scope is an InputError."""
         from memctl.ingest.ingest import ingest
 
         if isinstance(data, str):
             data = data.encode()
         return ingest(self.store, data, source=source, fmt=fmt, kind=kind, session=session, pending=pending,
                       keep_noise=keep_noise, ttl_hours=ttl_hours, section=section, dry_run=dry_run,
-                      on_noise=on_noise, supersedes=list(supersedes), allow_conflict=allow_conflict)
+                      on_noise=on_noise, supersedes=list(supersedes), allow_conflict=allow_conflict, scope=scope)
 
     def index(self, *, rebuild: bool = False,
               progress: Callable[[str, int, int], None] | None = None) -> "UpdateReport":
@@ -296,11 +298,12 @@ class Memory:
     # -- topics (T) ------------------------------------------------------------------
     def split(self, session: str, *, system_text: str = "", keep_recent: int | None = None, force: bool = False,
               dry_run: bool = False, llm_command: str | None = None,
-              progress: Say | None = None) -> "SplitReport":
+              progress: Say | None = None, scope: str | None = None) -> "SplitReport":
         """Move the session's older unsplit messages into topic files when its context is over the
         threshold (or `force`); with an LLM command ([topics] llm_command unless given) it chooses
         where messages go (§6.4) and writes the touched topics' names and summaries (prompts/summary.md).
-        `progress` hears what a long split is doing."""
+        `progress` hears what a long split is doing. Only topics of the session's scope take its
+        messages; `scope`, if given, is the scope the session must be in (else InputError)."""
         from memctl.topics import llm
         from memctl.topics.split import settings_of, split
 
@@ -310,22 +313,26 @@ class Memory:
         describe = llm.describer(self.store, command, settings["llm_timeout"], settings["llm_parallel"],
                                  settings["summary_bytes"]) if command else None
         return split(self.store, session, system_text=system_text, keep_recent=keep_recent, force=force,
-                     dry_run=dry_run, choose=choose, describe=describe, progress=progress)
+                     dry_run=dry_run, choose=choose, describe=describe, progress=progress, scope=scope)
 
-    def topics(self) -> list["Topic"]:
-        """Every topic, oldest first."""
-        from memctl.topics.files import load_topics
+    # The topics calls below look into one scope, given as a session (its scope) or a scope (both:
+    # they must agree); given neither, into the whole store.
+    def topics(self, *, scope: str | None = None, session: str | None = None) -> list["Topic"]:
+        """The topics of a scope (or every topic), oldest first."""
+        from memctl.topics.files import in_scope, load_topics
 
+        looked_in = self._scope_for(session, scope)
         with self.store.reading():
-            return list(load_topics(self.store).values())
+            return list(in_scope(load_topics(self.store), looked_in).values())
 
-    def topic(self, topic_id: str) -> "Topic":
-        """One topic (header and messages); InputError when there is none."""
+    def topic(self, topic_id: str, *, scope: str | None = None, session: str | None = None) -> "Topic":
+        """One topic (header and messages); InputError when there is none (in the scope looked into)."""
         from memctl.errors import InputError
         from memctl.topics.files import load_topic, topic_path
 
         from memctl.topics.daily import merged_into
 
+        looked_in = self._scope_for(session, scope)
         path = topic_path(self.store, topic_id)
         with self.store.reading():
             found = load_topic(path) if "/" not in topic_id else None
@@ -333,13 +340,17 @@ class Memory:
                 found = load_topic(topic_path(self.store, merged_into(self.store, topic_id)))
         if found is None:
             raise InputError(f"no topic '{topic_id}'", source=str(path))
+        if looked_in is not None and found.scope != looked_in:  # said as of a missing one: nothing of it shows
+            raise InputError(f"no topic '{topic_id}' in scope {looked_in}", source=str(path))
         return found
 
     def context(self, session: str, message: str, *, system_text: str = "", budget: int | None = None,
-                record: bool = True, llm_command: str | None = None) -> "Context":
+                record: bool = True, llm_command: str | None = None, scope: str | None = None) -> "Context":
         """The main context for the next turn (T5): system prompt, relevant topics, unsplit and recent
         messages within `budget` tokens ([topics] context_budget). Records the round's scores and
-        activation changes (T6, T11) unless `record` is False; an amnesia cue searches dormant topics (T7)."""
+        activation changes (T6, T11) unless `record` is False; an amnesia cue searches dormant topics (T7).
+        Only topics of the session's scope are read; `scope`, if given, is the scope the session must
+        be in (else InputError)."""
         from memctl.topics.context import build
         from memctl.topics.split import settings_of
 
@@ -347,22 +358,23 @@ class Memory:
         command = _given_or(llm_command, settings["llm_command"])
         return build(self.store, self._retriever_open(), session, message, system_text=system_text,
                      budget=_given_or(budget, settings["context_budget"]), record=record,
-                     llm_command=command, say=self.say)
+                     llm_command=command, say=self.say, scope=scope)
 
-    def topics_activate(self, query: str, *, include_archived: bool = False,
-                        llm_command: str | None = None) -> dict[str, Any]:
-        """Activate a topic by id, or the dormant topics matching `query` (T7 explicit path);
-        archived ones only with `include_archived`. With an LLM command ([topics] llm_command unless
-        given) the design 001 §6.3 routing prompt chooses; a bad answer falls back to the built-in
-        search and says why under "fallback". {"activated", "candidates", "method", "fallback",
-        "no_match_reason"}."""
+    def topics_activate(self, query: str, *, include_archived: bool = False, llm_command: str | None = None,
+                        scope: str | None = None, session: str | None = None) -> dict[str, Any]:
+        """Activate a topic by id, or the dormant topics matching `query` (T7 explicit path), of the
+        scope looked into; archived ones only with `include_archived`. With an LLM command ([topics]
+        llm_command unless given) the design 001 §6.3 routing prompt chooses; a bad answer falls back
+        to the built-in search and says why under "fallback". {"activated", "candidates", "method",
+        "fallback", "no_match_reason"}."""
         from memctl.topics.context import activate
         from memctl.topics.split import settings_of
 
         self._need_query(query)
+        looked_in = self._scope_for(session, scope)
         command = _given_or(llm_command, settings_of(self.store)["llm_command"])
         return activate(self.store, self._retriever_open(), query, include_archived=include_archived,
-                        llm_command=command)
+                        llm_command=command, scope=looked_in)
 
     def topics_log(self, *, since: str | None = None) -> list[dict[str, Any]]:
         """The tuning log (T11): rounds' scores and activation events, oldest first."""
@@ -371,12 +383,16 @@ class Memory:
         with self.store.reading():
             return log.read(self.store, since)
 
-    def topics_archived(self, *, since: str | None = None) -> list[dict[str, Any]]:
-        """Headers of archived topics (T12), found by month: `since` is YYYY-MM or a date."""
-        from memctl.topics.daily import archived_topics
+    def topics_archived(self, *, since: str | None = None, scope: str | None = None,
+                        session: str | None = None) -> list[dict[str, Any]]:
+        """Headers of archived topics (T12) of the scope looked into, found by month: `since` is
+        YYYY-MM or a date. Each header's `scope` is its scope (None: of several), also for a topic
+        archived before scopes."""
+        from memctl.topics.daily import archived_scope, archived_topics
 
+        looked_in = self._scope_for(session, scope)
         with self.store.reading():
-            return archived_topics(self.store, since)
+            return [{**h, "scope": archived_scope(self.store, h)} for h in archived_topics(self.store, since, looked_in)]
 
     def review_daily(self, *, dry_run: bool = False, llm_command: str | None = None) -> "DailyReport":
         """The daily review (T12, P8): compress today's topics, archive old dormant ones, merge
@@ -431,6 +447,20 @@ class Memory:
     def _say(self, message: str) -> None:
         if self.say is not None:
             self.say(message)
+
+    def _scope_for(self, session: str | None, scope: str | None) -> str | None:
+        """The scope a topics call looks into: the session's (InputError if `scope` says another),
+        else `scope` (checked), else None: every scope."""
+        from memctl.errors import InputError
+        from memctl.store.memoryfile import check_field
+        from memctl.topics.split import scope_of_session, session_messages
+
+        if session is not None:
+            with self.store.reading():
+                return scope_of_session(self.store, session, session_messages(self.store, session), scope)
+        if scope is not None and check_field("scope", scope):
+            raise InputError(check_field("scope", scope), source="--scope")
+        return scope
 
     def _retriever_open(self):
         from memctl.search.search import Retriever

@@ -185,7 +185,7 @@ def names_program(table: str, key: str, value: Any) -> bool:
 LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
     ("state", "window_size"): (lambda v: v in (3, 5, 10), "3, 5 or 10"),
     ("ingest", "default_scope"): (lambda v: _schema_problem("scope", v) is None,
-                                  "global, project:<name> or lang:<name>"),
+                                  "global, project:<name>, lang:<name> or user:<name>"),
     ("ingest", "default_memory_class"): (lambda v: _schema_problem("memory_class", v) is None,
                                          "policy, episodic or mixed"),
     ("ingest", "default_section"): (lambda v: bool(v.strip()) and "\n" not in v, "one line of text"),

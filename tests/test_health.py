@@ -215,12 +215,12 @@ def test_an_ordinary_ingest_is_no_warning_but_a_rebuild_to_come_is(run, demo):
     ("index_state.json", b'{\n  "turns": [],\n  "proportions": {"a": "b"}\n}\n', ("state", "show"),
      "index_state.json:3: field 'proportions': must be an object of section: number"),
     ("memctl.toml", b'[ingest]\nfilter_noise = true\ndefault_scope = "nonsense"\n', ("search", "kestrel"),
-     "memctl.toml:3: ingest.default_scope must be global, project:<name> or lang:<name>, got 'nonsense'"),
+     "memctl.toml:3: ingest.default_scope must be global, project:<name>, lang:<name> or user:<name>, got 'nonsense'"),
     ("memctl.toml", b'[retrieval]\nhard_min_score = nan\n', ("search", "kestrel"),
      "memctl.toml:2: retrieval.hard_min_score must be a finite number, got nan"),
     ("pending.jsonl", b'{"id": "p1", "section": "S", "text": "a note", "fields": {"scope": "team:x"}, '
                       b'"pending_since": "2026-11-19T00:00:00Z", "expires_at": "2099-01-01T00:00:00Z"}\n',
-     ("review", "confirm", "p1"), "pending.jsonl:1: 'p1': field 'scope': must be global, project:<name> or lang:<name>"),
+     ("review", "confirm", "p1"), "pending.jsonl:1: 'p1': field 'scope': must be global, project:<name>, lang:<name> or user:<name>"),
 ])
 def test_health_reports_what_other_commands_reject(run, demo, file, content, rejected_by, expected):
     (demo / file).write_bytes(content)

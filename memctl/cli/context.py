@@ -10,6 +10,14 @@ from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, read_i
 from memctl.text.clip import clip
 
 
+def scope_options(command):
+    """--session and --scope of the commands that look into one scope's topics (here and in topics.py)."""
+    command = click.option("--scope", metavar="SCOPE", help="Only the topics of this scope (user:<name>, "
+                           "project:<name>, ...). With --session, the session must be in it.")(command)
+    return click.option("--session", metavar="ID", help="Only the topics of this session's scope. "
+                        "[default, with neither: every scope]")(command)
+
+
 @click.command()
 @click.option("--session", required=True, metavar="ID", help="The session the next turn belongs to.")
 @click.option("--message", metavar="TEXT", help="The new message. [default: stdin]")
@@ -20,11 +28,13 @@ from memctl.text.clip import clip
               "(previews, benchmarks).")
 @click.option("--llm", "llm_command", metavar="CMD", help="Evaluate topics with this command (design 001 §6.1 "
               "prompt on stdin). [default: [topics] llm_command, else built-in]")
+@click.option("--scope", metavar="SCOPE", help="The scope the session must be in (user:<name>, project:<name>, "
+              "...): another is an error, exit 2. The context always stays in the session's own scope.")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"budget", "tokens", "sections": [{"kind": '
               '"system" | "topic" | "unsplit" | "recent", "topic_id"?, "name"?, "score"?, "summary"?, "messages": '
               '[{"id", "role", "speaker", "text", "ts"}]}], "activated", "made_dormant", "ambiguous", "dropped"}.')
 @click.pass_obj
-def context(memory, session, message, system_file, budget, no_record, llm_command, as_json):
+def context(memory, session, message, system_file, budget, no_record, llm_command, scope, as_json):
     """The main context for an agent's next turn, ready to pipe into a model.
 
     In design 001 §5's order: the system prompt; the topics relevant to the
@@ -35,11 +45,16 @@ def context(memory, session, message, system_file, budget, no_record, llm_comman
     dormant topics: a clear match is activated, unclear ones are listed under
     "ambiguous" so the agent can ask which was meant.
 
+    Only the session's scope is read: its topics (no other scope's, not even
+    global ones) and its own messages. An agent serving one person passes
+    --scope too, so that a wrong session id is refused, not shown.
+
     \b
     Examples:
       memctl context --session s1 --message "what did we pick for the cache?"
       echo "did you forget the Kyoto plan?" | memctl context --session s1 --json
       memctl context --session s1 --system prompt.md --budget 4000 --no-record -
+      memctl context --session bob --scope user:bob --message "where did I bank?"
 
     Exit status: 0 the context was printed, 2 error.
     """
@@ -47,7 +62,7 @@ def context(memory, session, message, system_file, budget, no_record, llm_comman
         message = read_input("-")[0].decode("utf-8", errors="replace")
     system_text = read_input(system_file)[0].decode("utf-8", errors="replace") if system_file else ""
     built = memory.context(session, message, system_text=system_text, budget=budget, record=not no_record,
-                           llm_command=llm_command)
+                           llm_command=llm_command, scope=scope)
     _report_dropped(built.dropped)
     for item in built.activated:
         say(f"memctl: activated topic {item['topic_id']} ({clip(item['name'], 40)}): {item['reason']}")
@@ -83,8 +98,9 @@ def _report_dropped(dropped: list[dict]) -> None:
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"activated": [{"topic_id", "name"}], '
               '"candidates": [{"topic_id", "name", "score", "relevance"?, "reason"?}], "method": "id" | "builtin" | '
               '"llm", "fallback": why the LLM answer was not used | null, "no_match_reason": the LLM\'s | null}.')
+@scope_options
 @click.pass_obj
-def activate(memory, query, include_archived, llm_command, as_json):
+def activate(memory, query, include_archived, llm_command, session, scope, as_json):
     """Activate a topic by id, or the dormant topics whose summaries match QUERY.
 
     With an LLM command the design 001 §6.3 routing prompt picks among the
@@ -95,11 +111,13 @@ def activate(memory, query, include_archived, llm_command, as_json):
     Examples:
       memctl topics activate t-9da459f266e0
       memctl topics activate "the Kyoto trip" --include-archived
+      memctl topics activate "the Kyoto trip" --session alice
       memctl topics activate "the Kyoto trip" --llm "llm -m gpt-4o-mini"
 
     Exit status: 0 a topic was activated, 1 none matched, 2 error.
     """
-    found = memory.topics_activate(query, include_archived=include_archived, llm_command=llm_command)
+    found = memory.topics_activate(query, include_archived=include_archived, llm_command=llm_command,
+                                   scope=scope, session=session)
     if found["fallback"]:
         say(f"memctl: the LLM routing answer was not used ({found['fallback']}); built-in search of the topics")
     if as_json:

@@ -18,6 +18,10 @@ from memctl.text.clip import clip
                    "MEMORY.md. auto: memory for Markdown and --pending, else message.")
 @click.option("--session", metavar="ID", help="Session of messages that name none. [default: the file "
               "name, or 'default' for stdin]")
+@click.option("--scope", metavar="SCOPE", help="Put the records in this scope: user:<name>, project:<name>, "
+              "lang:<name> or global. A new session takes it; a stored session in another scope, or a record "
+              "naming another, is an error. Notes that name none take it too. [default: the records' own "
+              "'scope', else memctl.toml ingest.default_scope, 'global']")
 @click.option("--section", metavar="NAME", help="MEMORY.md section of notes that name none. "
               "[default: memctl.toml ingest.default_section, 'General']")
 @click.option("--pending", is_flag=True, help="Hold notes in pending.jsonl until confirmed "
@@ -37,7 +41,7 @@ from memctl.text.clip import clip
               '{"id", "kind", "status", "line", "file"?, "reason"?, "supersedes"?, "conflicts"?, '
               '"similar"?}.')
 @click.pass_obj
-def ingest(memory, file, fmt, kind, session, section, pending, ttl, keep_noise, supersedes, allow_conflict,
+def ingest(memory, file, fmt, kind, session, scope, section, pending, ttl, keep_noise, supersedes, allow_conflict,
            dry_run, as_json):
     """Store messages or notes from a file or stdin.
 
@@ -48,7 +52,7 @@ def ingest(memory, file, fmt, kind, session, section, pending, ttl, keep_noise, 
 
     \b
     Accepted input:
-      JSON lines     {"id"?, "session"?, "role"?, "speaker"?, "text"|"content", "ts"?, ...}
+      JSON lines     {"id"?, "session"?, "scope"?, "role"?, "speaker"?, "text"|"content", "ts"?, ...}
       JSON           a list of such objects, an OpenAI-style list of {"role", "content"},
                      or a session object {"ID", "Messages": [...], "LastUpdate"}
       Markdown       notes in MEMORY.md form (sections are headings)
@@ -62,10 +66,17 @@ def ingest(memory, file, fmt, kind, session, section, pending, ttl, keep_noise, 
     whose canonical_topic already has a current memory is refused (exit 2,
     nothing written) unless --add or --supersedes says which you mean.
 
+    Scopes: a session is in one scope, a person's or a project's (--scope),
+    kept on each of its messages. Topics, context and scoped searches of one
+    scope never show another's messages: two people's sessions in one store
+    belong in two scopes (user:alice, user:bob); sessions in no scope share
+    'global'.
+
     \b
     Examples:
       memctl ingest chat.jsonl
       memctl ingest --session telegram_42 -f json history.json
+      memctl ingest --scope user:alice --session alice alice.jsonl
       echo '{"text": "Prefers tea", "section": "About me"}' | memctl ingest --kind memory -
       memctl ingest --pending --ttl 48 notes.md
       echo '{"text": "Kestrel moves to CockroachDB"}' | memctl ingest --kind memory --supersedes mem-kestrel-db -
@@ -77,7 +88,8 @@ def ingest(memory, file, fmt, kind, session, section, pending, ttl, keep_noise, 
 
     result = memory.ingest(data, source=source, fmt=fmt, kind=kind, session=session, pending=pending,
                            keep_noise=keep_noise, ttl_hours=ttl, section=section, dry_run=dry_run,
-                           on_noise=report_noise, supersedes=supersedes, allow_conflict=allow_conflict)
+                           on_noise=report_noise, supersedes=supersedes, allow_conflict=allow_conflict,
+                           scope=scope)
     for warning in result.warnings:
         say(f"memctl: warning: {warning}")
     for outcome in result.stored:

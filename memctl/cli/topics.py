@@ -7,6 +7,7 @@ import sys
 import click
 
 from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, read_input, say
+from memctl.cli.context import scope_options
 from memctl.text.clip import clip
 
 
@@ -19,17 +20,21 @@ from memctl.text.clip import clip
 @click.option("-n", "--dry-run", is_flag=True, help="Print the plan; write nothing.")
 @click.option("--llm", "llm_command", metavar="CMD", help="Split with this command: the prompt on stdin, the "
               "design 001 §6.4 XML on stdout. [default: [topics] llm_command, else built-in]")
+@click.option("--scope", metavar="SCOPE", help="The scope the session must be in (user:<name>, project:<name>, "
+              "...): another is an error, exit 2. The split always stays in the session's own scope.")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object a message: {"message_id", "topic_id", '
               '"action": "active" | "reactivated" | "new"}.')
 @click.pass_obj
-def split(memory, session, system_file, keep_recent, force, dry_run, llm_command, as_json):
+def split(memory, session, system_file, keep_recent, force, dry_run, llm_command, scope, as_json):
     """Move a session's older unsplit messages into topic files (topics/<id>.jsonl).
 
     Splits when the main context (system prompt, active topics' summaries,
     unsplit messages; counted with the real tokenizer) is over [topics]
     split_at (70%) of [topics] context_limit, always leaving the last
     --keep-recent messages. Each message goes to an active topic, a dormant
-    one (reactivated) or a new one. Re-running changes nothing.
+    one (reactivated) or a new one, all of the session's scope: another
+    scope's topics (another person's) are never read or written. Re-running
+    changes nothing.
 
     \b
     Examples:
@@ -41,7 +46,7 @@ def split(memory, session, system_file, keep_recent, force, dry_run, llm_command
     """
     system_text = read_input(system_file)[0].decode("utf-8", errors="replace") if system_file else ""
     report = memory.split(session, system_text=system_text, keep_recent=keep_recent, force=force,
-                          dry_run=dry_run, llm_command=llm_command,
+                          dry_run=dry_run, llm_command=llm_command, scope=scope,
                           progress=(lambda text: say(f"memctl: {text}")) if sys.stderr.isatty() else None)
     if not report.assignments:
         say(f"memctl: nothing to split: session {session} context {report.context_tokens} tokens "
@@ -63,9 +68,13 @@ def split(memory, session, system_file, keep_recent, force, dry_run, llm_command
 def topics():
     """Read topic files: what the conversation's subjects are.
 
+    A topic is in one scope, its sessions'; --session or --scope looks
+    into one scope only.
+
     \b
     Examples:
       memctl topics list
+      memctl topics list --session alice
       memctl topics show t-9da459f266e0 --json
     """
 
@@ -73,41 +82,47 @@ def topics():
 @topics.command("list")
 @click.option("--archived", is_flag=True, help="The archived topics (topics/archived/YYYY-MM/) instead.")
 @click.option("--since", metavar="YYYY-MM", help="With --archived: only months from this one on.")
-@click.option("--json", "as_json", is_flag=True, help='One JSON object a topic: {"id", "name", "state", '
-              '"messages", "tokens", "updated", "parent"}.')
+@scope_options
+@click.option("--json", "as_json", is_flag=True, help='One JSON object a topic: {"id", "name", "state", "scope", '
+              '"messages", "tokens", "updated", "parent"}; scope null: an old topic of several scopes.')
 @click.pass_obj
-def list_topics(memory, archived, since, as_json):
-    """Every topic: state, name, size, last active. Exit 1 when there is none."""
+def list_topics(memory, archived, since, session, scope, as_json):
+    """Every topic (of one scope): state, scope, name, size, last active. Exit 1 when there is none."""
     from memctl.topics.files import Topic
 
-    found = [Topic(h) for h in memory.topics_archived(since=since)] if archived else memory.topics()
+    if archived:
+        found = [(Topic(h), h["scope"]) for h in memory.topics_archived(since=since, scope=scope, session=session)]
+    else:
+        found = [(t, t.scope) for t in memory.topics(scope=scope, session=session)]
     if not found:
         say("memctl: no topics")
         sys.exit(EXIT_NOTHING)
     keys = ("id", "name", "state", "messages", "tokens", "updated", "parent")
     if as_json:
-        json_lines({k: t.header.get(k) for k in keys} for t in found)
+        json_lines({**{k: t.header.get(k) for k in keys}, "scope": in_scope} for t, in_scope in found)
         return
-    rows = [("ID", "STATE", "MESSAGES", "TOKENS", "UPDATED", "NAME")]
-    rows += [(t.id, t.state, str(t.header.get("messages", 0)), str(t.header.get("tokens", 0)),
-              str(t.header.get("updated", "")), clip(t.header.get("name", ""), 50)) for t in found]
-    click.echo("\n".join(columns(rows, right=(2, 3))))
+    rows = [("ID", "STATE", "SCOPE", "MESSAGES", "TOKENS", "UPDATED", "NAME")]
+    rows += [(t.id, t.state, in_scope or "(several)", str(t.header.get("messages", 0)), str(t.header.get("tokens", 0)),
+              str(t.header.get("updated", "")), clip(t.header.get("name", ""), 50)) for t, in_scope in found]
+    click.echo("\n".join(columns(rows, right=(3, 4))))
 
 
 @topics.command("show")
 @click.argument("topic_id", metavar="ID")
+@scope_options
 @click.option("--json", "as_json", is_flag=True, help='The header with its "links": [{"kind": "parent" | "child" | '
               '"related" | "merged-into" | "merged-from", "topic_id", "at"}], then one JSON object a message (JSON lines).')
 @click.pass_obj
-def show_topic(memory, topic_id, as_json):
-    """A topic's header, links, summary and messages."""
-    topic = memory.topic(topic_id)
+def show_topic(memory, topic_id, session, scope, as_json):
+    """A topic's header, links, summary and messages; with --session or --scope, only a topic of that scope."""
+    topic = memory.topic(topic_id, scope=scope, session=session)
     links = memory.topic_links(topic.id)
     if as_json:
         json_lines([{**topic.header, "links": links}, *topic.messages])
         return
     header = topic.header
     click.echo(f"{header['id']}  {header.get('name', '')}\nstate {header.get('state')} · "
+               f"scope {topic.scope or '(several)'} · "
                f"{header.get('messages', 0)} messages · {header.get('tokens', 0)} tokens · "
                f"updated {header.get('updated', '')}")
     kinds: dict[str, list[str]] = {}

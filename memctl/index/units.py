@@ -16,7 +16,7 @@ from typing import Any, Container, Iterator
 import orjson
 
 from memctl.store import memoryfile
-from memctl.store.sessions import LOG_HEADING, iter_messages
+from memctl.store.sessions import LOG_HEADING, iter_messages, message_scope
 from memctl.store.store import Store
 from memctl.text.tokens import count_tokens, estimate_tokens, truncate_tokens
 
@@ -65,18 +65,19 @@ def collect(store: Store) -> Iterator[Unit]:
 
 
 def topic_units(store: Store, paths: list[Path] | None = None) -> Iterator[Unit]:
-    """A topic is found by its name and summary (T1); its messages are units already."""
+    """A topic is found by its name and summary (T1), in its scope; its messages are units already.
+    A topic in no one scope (an old one holding several scopes' messages) is found by none."""
     from memctl.topics.files import load_topic, load_topics
 
     topics = load_topics(store).values() if paths is None else filter(None, map(load_topic, paths))
     for topic in topics:
         header = topic.header
         text = f"{header.get('name', '')}\n{header.get('summary', '')}".strip()
-        if text:
+        if text and topic.scope is not None:
             yield from _chunks(Unit(
                 id=topic.id, record_id=topic.id, kind="topic", text=text,
                 source=store.relative(store.topics_dir / f"{topic.id}.jsonl"), line_start=1, line_end=1,
-                ts=_text_or_none(header.get("updated")),
+                ts=_text_or_none(header.get("updated")), scope=topic.scope,
                 fields={"state": header.get("state"), "messages": header.get("messages")}))
 
 
@@ -119,7 +120,7 @@ def message_units(store: Store, paths: list[Path] | None = None) -> Iterator[Uni
             source=relative.get(path) or relative.setdefault(path, store.relative(path)),
             line_start=number, line_end=number,
             session=_text_or_none(message.get("session")), speaker=_text_or_none(message.get("speaker")),
-            ts=_text_or_none(message.get("ts")), scope=_scope_of(message), context=context,
+            ts=_text_or_none(message.get("ts")), scope=message_scope(message), context=context,
             context_id=context_id, fields={"role": message.get("role")}))
 
 
@@ -191,12 +192,6 @@ def _soft_cut(piece: str) -> int:
         if at > 0:
             return at + len(mark)
     return len(piece)
-
-
-def _scope_of(message: dict) -> str:
-    """A message may name its scope (G7); without a valid one it is global."""
-    scope = message.get("scope")
-    return scope if scope and memoryfile.check_field("scope", scope) is None else "global"
 
 
 def _text_or_none(value: Any) -> str | None:

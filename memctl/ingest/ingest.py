@@ -2,6 +2,13 @@
 
 An invocation is all or nothing: the whole input is read and checked before
 the store is touched, and the writes happen in one store transaction.
+
+Scopes (G7, SPEC X3): a session is in one scope, and so is every message of
+it. A new session takes `--scope`, else the scope its records name (all alike),
+else [ingest] default_scope; a stored session keeps its own. A record naming
+another scope than its session's, or than --scope, is refused (exit 2): one
+person's messages filed under another's session would be shown to the wrong
+person. `--scope` also scopes the notes that name none.
 """
 
 from __future__ import annotations
@@ -25,10 +32,10 @@ from memctl.store import memoryfile
 from memctl.errors import InputError
 from memctl.store.memoryfile import check_field
 from memctl.text.noise import noise_reason
-from memctl.store.sessions import append_daily_log, load_ids, message_line
+from memctl.store.sessions import append_daily_log, load_ids, message_line, stored_session_scope
 from memctl.store.store import Store, check_name
 
-_MESSAGE_KEYS = ("id", "session", "role", "speaker", "ts", "text")
+_MESSAGE_KEYS = ("id", "session", "scope", "role", "speaker", "ts", "text")
 _NOTE_KEYS = {"id", "text", "content", "section", "ts"} | set(memoryfile.FIELD_ORDER)
 _LOGGED_ROLES = (None, "user", "human")
 
@@ -69,7 +76,7 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
            session: str | None = None, pending: bool = False, keep_noise: bool | None = None,
            ttl_hours: float | None = None, section: str | None = None, dry_run: bool = False,
            on_noise: Callable[[Outcome, str], None] | None = None, supersedes: list[str] | None = None,
-           allow_conflict: bool = False) -> IngestResult:
+           allow_conflict: bool = False, scope: str | None = None) -> IngestResult:
     """Read `data` (the bytes of `source`) and store it; see the module doc.
 
     Raises InputError, with the store unchanged, for any bad record. With
@@ -89,13 +96,15 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
         keep_noise = not settings["filter_noise"]
     if session is not None:
         check_name(session, "session", source="--session")
+    if scope is not None and check_field("scope", scope):
+        raise InputError(check_field("scope", scope), source="--scope", field="scope")
     text = jsonl.decode(data, source)
     if fmt == "auto":
         fmt = inputs.detect_format(text, source)
     if kind == "auto":
         kind = "memory" if (fmt == "md" or pending) else "message"
     result = IngestResult()
-    items = _items(text, source, fmt, kind, session, section, settings, result.warnings)
+    items = _items(text, source, fmt, kind, session, scope, section, settings, result.warnings)
     if supersedes:
         _add_supersedes(items, kind, supersedes)
     item_kind = "message" if kind == "message" else ("pending" if pending else "memory")
@@ -115,24 +124,68 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
         else:
             kept.append((line, item))
     with store.transaction(dry_run=dry_run) as tx:
+        if kind == "message":  # under the lock: a session's stored scope is read as it stands
+            _scope_messages(store, [(line, item) for line, item, _ in items], settings["default_scope"], source)
         _store_items(store, tx, kept, item_kind, result, source=source, settings=settings, ttl_hours=ttl_hours,
                      allow_conflict=allow_conflict)
     result.outcomes.sort(key=lambda o: o.line)
     return result
 
 
-def _items(text: str, source: str, fmt: str, kind: str, session: str | None, section: str | None,
-           settings: dict, warnings: list[str]) -> list[tuple[int, dict, str | None]]:
+def _items(text: str, source: str, fmt: str, kind: str, session: str | None, scope: str | None,
+           section: str | None, settings: dict, warnings: list[str]) -> list[tuple[int, dict, str | None]]:
     """(line, message or note, role) for every record of the input, each checked."""
     if kind == "message":
         if fmt == "md":
             raise InputError("a Markdown file holds notes; use --kind memory (or no --kind)", source=source)
         default_session = session or _session_from_source(source)
-        return [_message(r, source, default_session, forced=session)
+        return [_message(r, source, default_session, forced=session, forced_scope=scope)
                 for r in _records(text, source, fmt, by="line")]
     if fmt == "md":
-        return _notes_from_markdown(text, source, settings, section, warnings)
-    return [_note(r, source, settings, section, warnings) for r in _records(text, source, fmt, by="paragraph")]
+        return _notes_from_markdown(text, source, settings, section, scope, warnings)
+    return [_note(r, source, settings, section, scope, warnings)
+            for r in _records(text, source, fmt, by="paragraph")]
+
+
+def _named_scope(value: dict, forced: str | None, source: str, line: int) -> str | None:
+    """The scope a record names (checked), else --scope's; a record naming another than --scope is refused."""
+    if "scope" not in value:
+        return forced
+    problem = check_field("scope", value["scope"])
+    if problem:
+        raise InputError(problem, source=source, line=line, field="scope")
+    if forced is not None and value["scope"] != forced:
+        raise InputError(f"is {value['scope']}, but --scope is {forced}", source=source, line=line, field="scope")
+    return value["scope"]
+
+
+def _scope_messages(store: Store, items: list[tuple[int, dict]], default_scope: str, source: str) -> None:
+    """Give every message its session's one scope (see the module doc): the stored session's,
+    else the one its records name, else default_scope. Global is written as no field, as
+    messages stored before scopes have none."""
+    stored: dict[str, str | None] = {}
+    named: dict[str, tuple[str, int]] = {}  # a new session -> the scope its records name, and the first line naming it
+    for line, message in items:
+        session = message["session"]
+        if session not in stored:
+            stored[session] = stored_session_scope(store, session)
+        own = message["scope"]
+        if own is None:
+            continue
+        if stored[session] is not None and own != stored[session]:
+            raise InputError(f"is {own}, but session '{session}' is in scope {stored[session]}", source=source,
+                             line=line, field="scope")
+        first, first_line = named.setdefault(session, (own, line))
+        if own != first:
+            raise InputError(f"is {own}, but line {first_line} put session '{session}' in scope {first}",
+                             source=source, line=line, field="scope")
+    for _, message in items:
+        session = message["session"]
+        scope = stored[session] or named.get(session, (default_scope,))[0]
+        if scope == "global":
+            del message["scope"]
+        else:
+            message["scope"] = scope
 
 
 def _add_supersedes(items: list[tuple[int, dict, str | None]], kind: str, supersedes: list[str]) -> None:
@@ -214,8 +267,8 @@ def _text_of(value: dict[str, Any], source: str, line: int) -> str:
     return text.strip()
 
 
-def _message(record: jsonl.Record, source: str, default_session: str,
-             forced: str | None) -> tuple[int, dict, str | None]:
+def _message(record: jsonl.Record, source: str, default_session: str, forced: str | None,
+             forced_scope: str | None) -> tuple[int, dict, str | None]:
     line, value = record.line, record.value
     if isinstance(value, str):
         value = {"text": value, "role": "user"}
@@ -239,6 +292,7 @@ def _message(record: jsonl.Record, source: str, default_session: str,
         "id": value.get("id") or derived_id("m", session, role or "", value.get("speaker") or "",
                                              ts, text, "" if raw_ts is not None else line),
         "session": session,
+        "scope": _named_scope(value, forced_scope, source, line),  # settled with the session's (_scope_messages)
     }
     if role is not None:
         message["role"] = role
@@ -255,10 +309,10 @@ def _message(record: jsonl.Record, source: str, default_session: str,
 def _canonical_key(key: str) -> str:
     """Keys of Go-style session files (Role, Content) as the lower-case names."""
     lowered = key.lower()
-    return lowered if lowered in ("id", "role", "content", "text", "speaker", "session", "ts") else key
+    return lowered if lowered in ("id", "role", "content", "text", "speaker", "session", "scope", "ts") else key
 
 
-def _note(record: jsonl.Record, source: str, settings: dict, section: str | None,
+def _note(record: jsonl.Record, source: str, settings: dict, section: str | None, scope: str | None,
           warnings: list[str]) -> tuple[int, dict, None]:
     line, value = record.line, record.value
     if isinstance(value, str):
@@ -271,6 +325,7 @@ def _note(record: jsonl.Record, source: str, settings: dict, section: str | None
         warnings.append(f"{source}:{line}: field '{name}': unknown field (kept as written)")
     text = _text_of(value, source, line)
     fields = {k: v for k, v in value.items() if k not in _NOTE_KEYS or k in memoryfile.FIELD_ORDER}
+    _scope_note(fields, scope, source, line)
     if "ts" in value and "created_at" not in fields:
         fields["created_at"] = value["ts"]
     note_section = value.get("section", section or settings["default_section"])
@@ -279,7 +334,7 @@ def _note(record: jsonl.Record, source: str, settings: dict, section: str | None
     return line, complete_note(fields, text, note_section.strip(), settings, source, line), None
 
 
-def _notes_from_markdown(text: str, source: str, settings: dict, section: str | None,
+def _notes_from_markdown(text: str, source: str, settings: dict, section: str | None, scope: str | None,
                          warnings: list[str]) -> list[tuple[int, dict, None]]:
     doc = memoryfile.parse(text)
     for issue in doc.issues:
@@ -291,12 +346,19 @@ def _notes_from_markdown(text: str, source: str, settings: dict, section: str | 
         if not entry.text.strip():
             raise InputError("entry has no text", source=source, line=entry.line)
         fields = dict(entry.fields)
+        _scope_note(fields, scope, source, entry.line)
         note = complete_note(fields, entry.text, section or entry.section, settings, source, entry.line)
         note["list_item"] = entry.list_item
         if section is None:
             note["headings"] = entry.headings  # the new section keeps its level and parents (memoryfile.add)
         notes.append((entry.line, note, None))
     return notes
+
+
+def _scope_note(fields: dict, scope: str | None, source: str, line: int) -> None:
+    """--scope is the scope of a note that names none; one naming another is refused."""
+    if scope is not None:
+        fields["scope"] = _named_scope(fields, scope, source, line)
 
 
 def _write_messages(store: Store, tx, messages: list[dict]) -> dict[str, str]:

@@ -176,6 +176,9 @@ def history(memory: Memory, id: str) -> dict[str, Any]:
       kind=choice("message, memory, or auto (Markdown and pending input are memories).",
                   ["auto", "message", "memory"], "auto"),
       session=text("Session id of messages (default: the record's own, else 'default')."),
+      scope=text("The scope of a new session and of notes that name none: user:<name>, project:<name>, "
+                 "lang:<name> or global (default: the records' own, else the store's, 'global'). A stored "
+                 "session keeps its scope; a record in another is refused."),
       section=text("MEMORY.md section of notes (default: the store's, 'General')."),
       pending=flag("Hold the notes for confirmation instead of writing them to MEMORY.md."),
       ttl_hours={"type": "number", "exclusiveMinimum": 0,
@@ -350,24 +353,36 @@ def cache_stats(memory: Memory, scope: str | None = None) -> dict[str, Any]:
       message=searched("The user's new message.", minLength=1),
       system=text("The system prompt, first in the context."),
       budget=count("Tokens the context may take (default: [topics] context_budget, 8000).", 8000),
-      no_record=flag("Evaluate without changing which topics are active (a preview)."))
+      no_record=flag("Evaluate without changing which topics are active (a preview)."),
+      scope=text("The scope (user:<name>, project:<name>, ...) of the person or project you serve: a "
+                 "session in another scope is refused. The context always stays in the session's scope."))
 def context(memory: Memory, session: str, message: str, system: str = "", budget: int | None = None,
-            no_record: bool = False) -> dict[str, Any]:
-    built = memory.context(session, message, system_text=system, budget=budget, record=not no_record)
+            no_record: bool = False, scope: str | None = None) -> dict[str, Any]:
+    built = memory.context(session, message, system_text=system, budget=budget, record=not no_record, scope=scope)
     return {**built.as_dict(), "text": built.text}
+
+
+# Topics tools look into one scope when given a session (its scope) or a scope; with neither, every scope.
+SCOPE_OF = {"session": text("Only topics of this session's scope (give it when serving one person or project)."),
+            "scope": text("Only topics of this scope (user:<name>, project:<name>, ...); with session, "
+                          "the session must be in it.")}
 
 
 @tool("topics_list", """
     The conversation's topics: what was talked about, each with its state (active: in
     the context when relevant; dormant: only found again by topics_activate or a
     "you forgot" message; archived: only on request). Returns {"topics": [{"id", "name",
-    "state", "messages", "tokens", "updated", "parent", "summary"}]}.
+    "state", "scope", "messages", "tokens", "updated", "parent", "summary"}]}.
     """, read_only=True, archived=flag("List the archived topics instead."),
-      since=text("With archived: only months from this one on (YYYY-MM)."))
-def topics_list(memory: Memory, archived: bool = False, since: str | None = None) -> dict[str, Any]:
+      since=text("With archived: only months from this one on (YYYY-MM)."), **SCOPE_OF)
+def topics_list(memory: Memory, archived: bool = False, since: str | None = None, session: str | None = None,
+                scope: str | None = None) -> dict[str, Any]:
     keys = ("id", "name", "state", "messages", "tokens", "updated", "parent", "summary")
-    headers = memory.topics_archived(since=since) if archived else [t.header for t in memory.topics()]
-    return {"topics": [{k: h.get(k) for k in keys} for h in headers]}
+    if archived:
+        headers = memory.topics_archived(since=since, scope=scope, session=session)
+    else:
+        headers = [{**t.header, "scope": t.scope} for t in memory.topics(scope=scope, session=session)]
+    return {"topics": [{k: h.get(k) for k in (*keys, "scope")} for h in headers]}
 
 
 @tool("topics_activate", """
@@ -379,9 +394,10 @@ def topics_list(memory: Memory, archived: bool = False, since: str | None = None
     "fallback": why the LLM answer was not used, or null, "no_match_reason"}.
     """, required=("query",),
       query=searched("A topic id, or what the topic was about.", minLength=1),
-      include_archived=flag("Also search archived topics (and restore a match)."))
-def topics_activate(memory: Memory, query: str, include_archived: bool = False) -> dict[str, Any]:
-    return memory.topics_activate(query, include_archived=include_archived)
+      include_archived=flag("Also search archived topics (and restore a match)."), **SCOPE_OF)
+def topics_activate(memory: Memory, query: str, include_archived: bool = False, session: str | None = None,
+                    scope: str | None = None) -> dict[str, Any]:
+    return memory.topics_activate(query, include_archived=include_archived, session=session, scope=scope)
 
 
 @tool("topics_show", """
@@ -391,9 +407,9 @@ def topics_activate(memory: Memory, query: str, include_archived: bool = False) 
     "links": [{"kind", "topic_id", "at"}]}, "messages": [{"id", "session", "role",
     "speaker", "text", "ts"}]}.
     """, required=("id",), read_only=True,
-      id=text("The topic's id, as topics_list gives it.", minLength=1))
-def topics_show(memory: Memory, id: str) -> dict[str, Any]:
-    topic = memory.topic(id)
+      id=text("The topic's id, as topics_list gives it.", minLength=1), **SCOPE_OF)
+def topics_show(memory: Memory, id: str, session: str | None = None, scope: str | None = None) -> dict[str, Any]:
+    topic = memory.topic(id, session=session, scope=scope)
     return {"topic": {**topic.header, "links": memory.topic_links(topic.id)},
             "messages": [{k: v for k, v in m.items() if k != "type"} for m in topic.messages]}
 

@@ -19,8 +19,9 @@ def filters_from(*, kinds=(), scope=None, sections=(), sources=(), sessions=(), 
                  tools=(), agents=(), where: str = "") -> Filters:
     """Filters from option values; `where` names the flag or line at fault in errors."""
     if scope is not None and _bad_scope(scope):
-        raise InputError("must be global, project:<name> or lang:<name>", source=where or "--scope",
-                         field="scope")
+        from memctl.store.memoryfile import SCOPE_RULE
+
+        raise InputError(f"must be {SCOPE_RULE}", source=where or "--scope", field="scope")
     return Filters(kinds=tuple(kinds), scopes=(scope,) if scope else (), sections=tuple(sections),
                    sources=tuple(sources), sessions=tuple(sessions), tools=tuple(tools), agents=tuple(agents),
                    since=_time_bound(since, False, where or "--since"),

@@ -9,6 +9,10 @@ index can cite a line range:
 
     ### 10:03:12 Caroline · conv-26 · m-3f2a9c0d1e2f4a5b
     I moved to Taipei last month.
+
+A session is in one scope (SPEC X3: a user's or a project's conversation),
+written on each of its messages as `"scope": "user:alice"`; a message without
+it, as every message stored before scopes, is global.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import orjson
 
 from memctl.store import memoryfile
 from memctl.store import jsonl
+from memctl.errors import StoreError
 from memctl.store.store import Store
 
 LOG_HEADING = re.compile(r"^### (\d\d:\d\d:\d\d) (.*) · (\S+) · (\S+)$")
@@ -39,6 +44,33 @@ def iter_messages(store: Store, paths: list[Path] | None = None) -> Iterator[tup
         for line in jsonl.read(path):
             if line.value is not None and isinstance(line.value.get("id"), str):
                 yield path, line.number, line.value
+
+
+def message_scope(message: dict) -> str:
+    """A message's scope: its `scope` field; without one it is global, and so is a field that is no
+    scope (before scopes, ingest kept any field as it was given, meaning nothing)."""
+    scope = message.get("scope")
+    return scope if memoryfile.check_field("scope", scope) is None else "global"
+
+
+def session_scope(messages: list[dict], source: str) -> str | None:
+    """The one scope of a session's messages, None while it has none. A session whose messages name
+    two scopes (edited by hand) is refused, naming the first that differs: whose conversation it
+    is cannot be guessed, and a guess would show one person's messages to another."""
+    if not messages:
+        return None
+    scope = message_scope(messages[0])
+    for message in messages:
+        if message_scope(message) != scope:
+            raise StoreError(f"{source}: message '{message['id']}' is in scope {message_scope(message)}, the "
+                             f"session's first in {scope}; a session is in one scope: correct its 'scope' fields")
+    return scope
+
+
+def stored_session_scope(store: Store, session: str) -> str | None:
+    """The scope of a stored session (None: no message stored yet)."""
+    path = store.session_file(session)
+    return session_scope([message for _, _, message in iter_messages(store, [path])], store.relative(path))
 
 
 def iter_pending(store: Store) -> Iterator[tuple[int, dict]]:

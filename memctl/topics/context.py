@@ -28,6 +28,10 @@ dropped part is listed in `dropped`:
 
 so a clearly relevant topic's messages (s ≥ 0.7) outrank the older recent
 messages, and a weak topic's do not.
+
+Everything is of the session's scope (files.in_scope): its topics are the only
+ones evaluated, activated or shown, the activation count is kept per scope, and
+an explicit activation given a scope sees only that scope's topics.
 """
 
 from __future__ import annotations
@@ -97,18 +101,21 @@ def render_message(message: dict) -> str:
 
 
 def build(store: Store, retriever, session: str, message: str, *, system_text: str = "", budget: int,
-          record: bool = True, llm_command: str = "", say=None) -> Context:
-    from memctl.topics.split import session_messages, settings_of
+          record: bool = True, llm_command: str = "", say=None, scope: str | None = None) -> Context:
+    """`scope`: the session must be in it (split.scope_of_session)."""
+    from memctl.topics.split import scope_of_session, session_messages, settings_of
 
     if budget < 1:
         raise InputError("must be a whole number >= 1", source="--budget")
     settings = settings_of(store)
     messages = session_messages(store, session)
+    scope = scope_of_session(store, session, messages, scope)
     if not message.strip():
         raise InputError("give the new message (--message TEXT, or on stdin)", source="--message")
     with store.reading():
-        topics = files.load_topics(store)
-    placed = {m["id"] for t in topics.values() for m in t.messages} | archived_message_ids(store)
+        every_topic = files.load_topics(store)
+    placed = {m["id"] for t in every_topic.values() for m in t.messages} | archived_message_ids(store)
+    topics = files.in_scope(every_topic, scope)
     if messages and messages[-1].get("text", "").strip() == message.strip():
         new = messages.pop()  # already ingested: the same message, not twice
     else:
@@ -124,9 +131,9 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
     recalled: dict[str, evaluate.Evaluation] = {}
     if cue:
         dormant = {tid: topics[tid] for tid, s in states.items() if s == "dormant"}
-        recalled, context.ambiguous = _deep_search(store, retriever, message, dormant, cue, settings)
+        recalled, context.ambiguous = _deep_search(store, retriever, message, dormant, cue, settings, scope)
     active = {tid: topics[tid] for tid, s in states.items() if s == "active"}
-    evaluations = evaluate.builtin(store, retriever, message, active)
+    evaluations = evaluate.builtin(store, retriever, message, active, scope)
     if llm_command and active:
         evaluations = evaluate.with_llm(store, llm_command, settings["llm_timeout"], settings["llm_parallel"],
                                         unsplit + recent, active, evaluations)
@@ -136,7 +143,7 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
     evaluations.update(recalled)
     context.evaluations = evaluations
     if record:
-        _record_round(store, session, topics, states, evaluations, set(recalled), cue, settings, context)
+        _record_round(store, session, scope, states, evaluations, set(recalled), cue, settings, context)
     else:
         context.activated = [{"topic_id": t, "name": topics[t].header.get("name", ""), "reason": "amnesia cue",
                               "score": round(recalled[t].relevance_score, 4)} for t in recalled]
@@ -147,11 +154,11 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
     return context
 
 
-def _deep_search(store, retriever, message, dormant, cue, settings):
+def _deep_search(store, retriever, message, dormant, cue, settings, scope):
     """The amnesia cue's search of dormant topics: (the clear match's evaluation, ambiguous reports)."""
     if not dormant:
         return {}, []
-    found = evaluate.builtin(store, retriever, message, dormant)
+    found = evaluate.builtin(store, retriever, message, dormant, scope)
     ranked = sorted((e for e in found.values() if e.relevance_score >= settings["amnesia_threshold"]),
                     key=lambda e: -e.strength)
     if not ranked:
@@ -170,7 +177,8 @@ def _deep_search(store, retriever, message, dormant, cue, settings):
     return {best.topic_id: best}, []
 
 
-def _record_round(store, session, topics, states, evaluations, recalled, cue, settings, context) -> None:
+def _record_round(store, session, scope, states, evaluations, recalled, cue, settings, context) -> None:
+    """`states`: the scope's topics before the round; the graded activation ranks them alone."""
     now = clock.format_ts(clock.now())
     with store.transaction() as tx:
         topics = files.load_topics(store)  # again, under the lock: a split may have written meanwhile
@@ -180,7 +188,7 @@ def _record_round(store, session, topics, states, evaluations, recalled, cue, se
         averages = activation.add_scores(part, scores, settings["score_window"])
         decision = activation.decide(states, averages, set(scores), settings)
         forced = [t for t in recalled if t not in decision.active]  # the cue's match comes back whatever its average
-        events = [{"at": now, "event": "round", "session": session, "scores": {t: round(s, 4) for t, s in scores.items()},
+        events = [{"at": now, "event": "round", "session": session, "scope": scope, "scores": {t: round(s, 4) for t, s in scores.items()},
                    "averages": {t: averages[t] for t in scores}, "activation_threshold": round(decision.activation_threshold, 4),
                    "dormancy_threshold": round(decision.dormancy_threshold, 4), "cue": cue}]
         changes = [(t, "active", "amnesia cue" if t in recalled else "score") for t in decision.activated + forced]
@@ -331,12 +339,13 @@ ROUTE_CANDIDATES = 50
 
 
 def activate(store: Store, retriever, query: str, *, include_archived: bool = False,
-             llm_command: str = "") -> dict[str, Any]:
+             llm_command: str = "", scope: str | None = None) -> dict[str, Any]:
     """Explicit activation (T7): a topic id, or the topics whose summaries and messages match `query`.
     Ranked like the index window of design §4.7: with few topics active more of the matches are taken.
     With an LLM command the §6.3 routing prompt ranks the ROUTE_CANDIDATES topics the built-in search
     ranks highest; a bad answer leaves the built-in ranking (`fallback` says why).
-    The search runs outside the store lock (the index refreshes under it); the change, inside."""
+    The search runs outside the store lock (the index refreshes under it); the change, inside.
+    With a `scope`, only its topics (archived ones included) are searched, counted and activated."""
     from memctl.topics import llm
     from memctl.topics.daily import restore_archived
     from memctl.topics.split import settings_of
@@ -345,16 +354,16 @@ def activate(store: Store, retriever, query: str, *, include_archived: bool = Fa
     now = clock.format_ts(clock.now())
     if include_archived:
         with store.transaction() as tx:
-            restore_archived(tx, store, query, now)
+            restore_archived(tx, store, query, now, scope)
     with store.reading():
-        topics = files.load_topics(store)
+        topics = files.in_scope(files.load_topics(store), scope)
     active_count = sum(1 for t in topics.values() if t.state == "active")
     method, fallback, no_match_reason = "id", None, None
     if query in topics:
         chosen, candidates = [query], []
     else:
         searchable = {tid: t for tid, t in topics.items() if t.state != "active"}
-        found = evaluate.builtin(store, retriever, query, searchable) if searchable else {}
+        found = evaluate.builtin(store, retriever, query, searchable, scope) if searchable else {}
         threshold, _ = activation.thresholds(active_count, settings)
         ranked = sorted(found.values(), key=lambda e: -e.strength)
         method = "builtin"

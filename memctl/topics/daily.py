@@ -29,6 +29,12 @@ Run once a day (cron). In one Transaction (or, with dry_run, as a plan only):
 - Idle sessions (P8): a session whose last message is older than [topics]
   idle_hours and has no auto-summary up to that message gets one line in
   auto_summaries.jsonl: {"session", "until", "at", "keywords": 3-5, "summary"}.
+
+Scopes stay apart (files.in_scope): topics merge and link only within one
+scope, the store's share of close pairs is each scope's own, the background a
+summary's keywords stand out from is its scope's topics, and an archived
+header keeps its scope (an archived header written before scopes is in the
+scope of the sessions it names). A topic in no scope is neither merged nor linked.
 """
 
 from __future__ import annotations
@@ -43,10 +49,12 @@ import orjson
 from memctl import clock
 from memctl.errors import InputError
 from memctl.store import jsonl
+from memctl.store.memoryfile import check_field
+from memctl.store.sessions import stored_session_scope
 from memctl.store.store import Store, check_name
 from memctl.topics import activation, files, log
 from memctl.topics.files import Topic
-from memctl.topics.summary import background_of, distinctive_terms, summarise
+from memctl.topics.summary import Background, background_of, distinctive_terms, summarise
 
 ARCHIVED = "archived"
 _MONTH = re.compile(r"\d{4}-\d{2}")  # an archive folder, YYYY-MM of the topic's last update
@@ -80,8 +88,9 @@ def archive_dir(store: Store) -> Path:
     return store.path("topics", ARCHIVED)
 
 
-def archived_topics(store: Store, since: str | None = None) -> list[dict]:
-    """Headers of archived topics, oldest month first; `since` (YYYY-MM or a date) keeps later months."""
+def archived_topics(store: Store, since: str | None = None, scope: str | None = None) -> list[dict]:
+    """Headers of archived topics, oldest month first; `since` (YYYY-MM or a date) keeps later months,
+    `scope` only that scope's."""
     if since:
         try:
             clock.parse_ts(since if len(since) > 7 else f"{since}-01")
@@ -98,18 +107,29 @@ def archived_topics(store: Store, since: str | None = None) -> list[dict]:
             if str(topic.header.get("updated", ""))[:7] != month.name:  # where restore looks for it
                 raise InputError(f"must fall in {month.name}, the archive folder holding it",
                                  source=store.relative(path), field="updated")
-            headers.append(topic.header)
+            if scope is None or archived_scope(store, topic.header) == scope:
+                headers.append(topic.header)
     return headers
 
 
-def restore_archived(tx, store: Store, query: str, now: str) -> dict[str, Topic]:
-    """Archived topics made dormant again, with their messages from the sessions: the one whose id is
-    `query`, else those whose name or summary contains one of its words (explicit requests only)."""
+def archived_scope(store: Store, header: dict) -> str | None:
+    """An archived topic's scope: its header's, else (archived before scopes) the one scope of the
+    sessions it names; None when that is not one scope."""
+    if "scope" in header:
+        return header["scope"] if check_field("scope", header["scope"]) is None else None
+    sessions = {stored_session_scope(store, s) or "global" for s in header.get("sessions", [])}
+    return sessions.pop() if len(sessions) == 1 else (None if sessions else "global")
+
+
+def restore_archived(tx, store: Store, query: str, now: str, scope: str | None = None) -> dict[str, Topic]:
+    """Archived topics (of `scope`, if given) made dormant again, with their messages from the sessions:
+    the one whose id is `query`, else those whose name or summary contains one of its words (explicit
+    requests only). A restored topic is written with its scope."""
     from memctl.topics.split import session_messages
 
     words = [w.lower() for w in query.split() if len(w) > 2]
     restored = {}
-    for header in archived_topics(store):
+    for header in archived_topics(store, scope=scope):
         text = f"{header.get('name', '')} {header.get('summary', '')}".lower()
         if header["id"] != query and not any(w in text for w in words):
             continue
@@ -119,6 +139,9 @@ def restore_archived(tx, store: Store, query: str, now: str) -> dict[str, Topic]
             messages += [files.record(m) for m in session_messages(store, session) if m["id"] in wanted]
         restored_header = {k: v for k, v in header.items() if k not in ("message_ids", "sessions", "archived_at")}
         restored_header.update(state="dormant", updated=now, messages=len(messages))
+        was_in = archived_scope(store, header)
+        if was_in is not None:  # a topic archived before scopes comes back in its sessions' scope
+            restored_header["scope"] = was_in
         topic = Topic(restored_header, messages, 1)
         files.rewrite_topic(tx, store, topic)
         tx.delete(_archived_path(store, header))
@@ -147,30 +170,34 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
             topics = files.load_topics(store)
             part = activation.load_part(store)
             averages = activation.averages_of(part)
-            background = background_of(t.messages for t in topics.values())
+            backgrounds = _backgrounds(topics)
             events = []
             live = {tid: t for tid, t in topics.items() if t.messages}
 
             # Merge first: an archived topic is no longer there to merge into.
-            if len(live) > 1:
+            merges, related = [], []
+            for group in _by_scope(live):
                 if llm_command:
-                    merges, related = llm.review_links(store, llm_command, settings["llm_timeout"], live)
-                    merges = [(gone, keep, {"reason": why}) for gone, keep, why in merges]
-                    related = [(one, other, {"reason": why}) for one, other, why in related]
+                    found = llm.review_links(store, llm_command, settings["llm_timeout"], group)
+                    merges += [(gone, keep, {"reason": why}) for gone, keep, why in found[0]]
+                    related += [(one, other, {"reason": why}) for one, other, why in found[1]]
                 else:
-                    merges, related = _similar_pairs(store, live)
-                for gone, keep, detail in merges:
-                    _merge(tx, store, live[keep], live[gone], background, settings, now)
-                    report.merged.append({"topic_id": gone, "into": keep, **detail})
-                    events.append({"at": now, "event": "merged", "topic": gone, "into": keep, "reason": "daily review"})
+                    found = _similar_pairs(store, group)
+                    merges += found[0]
+                    related += found[1]
+            for gone, keep, detail in merges:
+                _merge(tx, store, live[keep], live[gone], backgrounds[live[keep].scope], settings, now)
+                report.merged.append({"topic_id": gone, "into": keep, **detail})
+                events.append({"at": now, "event": "merged", "topic": gone, "into": keep, "reason": "daily review"})
+            if related:
                 linked = {frozenset((r["from"], r["to"])) for r in files.read_index(store, files.LINKS)
                           if r.get("kind") == "related"}
                 fresh = [(one, other, detail) for one, other, detail in related if frozenset((one, other)) not in linked]
                 files.append_index(tx, store, files.LINKS, [{"from": one, "to": other, "kind": "related", "at": now}
                                                             for one, other, _ in fresh])
                 report.related = [{"topic_id": one, "with": other, **detail} for one, other, detail in fresh]
-                for gone, _, _ in merges:
-                    live.pop(gone)
+            for gone, _, _ in merges:
+                live.pop(gone)
 
             compress = []
             for tid, topic in live.items():
@@ -179,7 +206,8 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
                 if topic.state == "dormant" and (age > settings["archive_after_days"] or one_off):
                     reason = "one-off question and answer" if one_off and age <= settings["archive_after_days"] \
                         else f"dormant {age:.0f} days"
-                    header = {**topic.header, "state": "archived", "archived_at": now,
+                    kept_scope = {"scope": topic.scope} if topic.scope else {}  # a topic from before scopes gains it
+                    header = {**topic.header, **kept_scope, "state": "archived", "archived_at": now,
                               "message_ids": [m["id"] for m in topic.messages],
                               "sessions": sorted({m.get("session") for m in topic.messages if m.get("session")})}
                     path = _archived_path(store, header)
@@ -195,7 +223,7 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
                     [llm.Draft(t.id, t.messages, t.messages, t.header.get("name", ""), t.header.get("summary", ""))
                      for t in compress])
             else:
-                compressed = [(summarise(t.messages, background, budget)[1],
+                compressed = [(summarise(t.messages, backgrounds[t.scope], budget)[1],
                                min(1.0, math.log1p(len(t.messages)) / math.log(50))) for t in compress]
             for topic, (summary, importance) in zip(compress, compressed):
                 if topic.id in averages:
@@ -203,7 +231,7 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
                 topic.header.update(summary=summary, importance=round(importance, 3), reviewed=now)
                 files.write_topic(tx, store, topic, [], fresh=False)
                 report.compressed.append({"topic_id": topic.id, "importance": round(importance, 3)})
-            report.idle_summaries = _idle_summaries(tx, store, settings, now_moment, background)
+            report.idle_summaries = _idle_summaries(tx, store, settings, now_moment, backgrounds)
             if not dry_run:
                 log.append(tx, store, events)
     except llm.LLMAnswerError as exc:  # the transaction rolled back what was written
@@ -211,10 +239,26 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
     return report
 
 
+def _backgrounds(topics: dict[str, Topic]) -> dict[str | None, Background]:
+    """Per scope, the background its summaries' keywords stand out from: its own topics' messages."""
+    return {scope: background_of(t.messages for t in topics.values() if t.scope == scope)
+            for scope in {t.scope for t in topics.values()}}
+
+
+def _by_scope(live: dict[str, Topic]) -> list[dict[str, Topic]]:
+    """The live topics that may merge or link with each other: those of one scope, at least two."""
+    groups: dict[str, dict[str, Topic]] = {}
+    for tid, topic in live.items():
+        if topic.scope is not None:
+            groups.setdefault(topic.scope, {})[tid] = topic
+    return [groups[scope] for scope in sorted(groups) if len(groups[scope]) > 1]
+
+
 def _similar_pairs(store: Store, live: dict[str, Topic]):
     """The built-in review: (merges, related) as (id, other id, detail). Topics whose summary vectors
     have a cosine >= MERGE_SIMILARITY (or the same name) merge, the smaller into the larger; pairs at
-    or over RELATED_SIMILARITY, and among the top RELATED_PERCENTILE of the store's pairs, are related."""
+    or over RELATED_SIMILARITY, and among the top RELATED_PERCENTILE of the pairs of `live` (one scope's
+    topics), are related."""
     import numpy as np
 
     from memctl.topics.split import embedder
@@ -265,8 +309,8 @@ def merged_into(store: Store, topic_id: str) -> str | None:
     return topic_id if seen else None
 
 
-def _idle_summaries(tx, store, settings, now_moment, background) -> list[dict]:
-    from memctl.topics.split import session_messages
+def _idle_summaries(tx, store, settings, now_moment, backgrounds) -> list[dict]:
+    from memctl.topics.split import scope_of_session, session_messages
 
     done = set()
     for line in jsonl.read(store.path(AUTO_SUMMARIES)):
@@ -284,6 +328,7 @@ def _idle_summaries(tx, store, settings, now_moment, background) -> list[dict]:
         session, last = path.stem, messages[-1]
         if clock.age_days(last["ts"], now_moment) * 24 < settings["idle_hours"] or (session, last["id"]) in done:
             continue
+        background = backgrounds.get(scope_of_session(store, session, messages)) or Background()
         texts = [m.get("text", "") for m in messages]
         keywords = distinctive_terms(texts, background.terms, max(background.messages, 1), 5)
         if len(keywords) < 3:

@@ -66,15 +66,19 @@ def calibrated(raw: float) -> float:
     return 0.3 + (raw - RAW_WEAK) * 0.4 / (RAW_CLEAR - RAW_WEAK)
 
 
-def raw_scores(retriever, text: str, topics: dict[str, Topic]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """(raw score per topic, hit score per message id per topic) from one message and one topic search."""
+def raw_scores(retriever, text: str, topics: dict[str, Topic],
+               scope: str | None = None) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """(raw score per topic, hit score per message id per topic) from one message and one topic search.
+    Only the topics' own messages count; `scope` (theirs) keeps other scopes' messages from taking
+    the search's places."""
     from memctl.index.filters import Filters
     from memctl.search.search import Query
 
     owner = {m["id"]: tid for tid, t in topics.items() for m in t.messages}
+    scopes = (scope,) if scope else ()
     messages, summaries = retriever.search(
-        [Query(text=text, k=MESSAGE_HITS, filters=Filters(kinds=("message",)), min_score=0.0),
-         Query(text=text, k=max(10, len(topics)), filters=Filters(kinds=("topic",)), min_score=0.0)],
+        [Query(text=text, k=MESSAGE_HITS, filters=Filters(kinds=("message",), scopes=scopes), min_score=0.0),
+         Query(text=text, k=max(10, len(topics)), filters=Filters(kinds=("topic",), scopes=scopes), min_score=0.0)],
         count_access=False)
     hits: dict[str, dict[str, float]] = {tid: {} for tid in topics}
     for result in messages:
@@ -89,10 +93,12 @@ def raw_scores(retriever, text: str, topics: dict[str, Topic]) -> tuple[dict[str
     return raw, hits
 
 
-def builtin(store: Store, retriever, text: str, topics: dict[str, Topic]) -> dict[str, Evaluation]:
+def builtin(store: Store, retriever, text: str, topics: dict[str, Topic],
+            scope: str | None = None) -> dict[str, Evaluation]:
+    """The built-in evaluation of `topics` (all of `scope`, when given) against `text`."""
     if not topics:
         return {}
-    raw, hits = raw_scores(retriever, text, topics)
+    raw, hits = raw_scores(retriever, text, topics, scope)
     results = {}
     for tid, topic in topics.items():
         strength = calibrated(raw[tid])

@@ -5,9 +5,16 @@ opening the file sees the topic first; then its messages, copied whole with
 their ids, in the order they were split:
 
     {"type": "topic", "id": "t-…", "name": "…", "summary": "…", "parent": null,
-     "children": [], "state": "active", "created": "…", "updated": "…", "messages": 12, "tokens": 830}
-    {"type": "message", "id": "m-…", "session": "s1", "role": "user", "ts": "…", "text": "…"}
+     "children": [], "state": "active", "scope": "user:alice", "created": "…", "updated": "…",
+     "messages": 12, "tokens": 830}
+    {"type": "message", "id": "m-…", "session": "s1", "scope": "user:alice", "role": "user", "ts": "…", "text": "…"}
     …
+
+A topic is in one scope, its sessions' (SPEC X3): only their split writes to
+it, and only their context, activation and review see it. A topic written
+before scopes has no `scope` field: it is in the one scope its messages carry
+(global, for messages that name none); one whose messages carry several is in
+no scope's view (Topic.scope is None).
 
 A split appends its messages and then a new header: appends are cheap and,
 through the store's Transaction, atomic; the latest header wins. Once a file
@@ -28,6 +35,8 @@ import orjson
 from memctl import clock
 from memctl.errors import InputError
 from memctl.store import jsonl
+from memctl.store.memoryfile import check_field
+from memctl.store.sessions import message_scope
 from memctl.store.store import Store, check_name, is_name
 
 COMPACT_AFTER = 8
@@ -48,6 +57,20 @@ class Topic:
     @property
     def state(self) -> str:
         return self.header.get("state", "active")
+
+    @property
+    def scope(self) -> str | None:
+        """The scope the topic is in; None: in none (see the module doc)."""
+        if "scope" in self.header:
+            named = self.header["scope"]
+            return named if check_field("scope", named) is None else None
+        carried = {message_scope(m) for m in self.messages}
+        return carried.pop() if len(carried) == 1 else (None if carried else "global")
+
+
+def in_scope(topics: dict[str, Topic], scope: str | None) -> dict[str, Topic]:
+    """The topics of one scope; every topic when `scope` is None (a look at the whole store)."""
+    return topics if scope is None else {tid: t for tid, t in topics.items() if t.scope == scope}
 
 
 def topic_id(first_message_id: str) -> str:

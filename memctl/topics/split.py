@@ -5,6 +5,9 @@ happens under the store lock in one Transaction: two splits of one session
 run one after the other and the second sees the first's topics, so no
 message lands twice; a crash leaves the journal, and the next writer rolls
 the half-written files back, so every message is either unsplit or in one topic.
+
+A split sees only the topics of the session's scope (files.in_scope): its
+messages go to them or to new topics of that scope, never to another's.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from typing import Callable
 from memctl import clock, config
 from memctl.errors import InputError
 from memctl.store import jsonl
+from memctl.store.memoryfile import check_field
+from memctl.store.sessions import session_scope
 from memctl.store.store import Store
 from memctl.text.tokens import count_tokens
 from memctl.topics import files, segment
@@ -67,6 +72,17 @@ def session_messages(store: Store, session: str) -> list[dict]:
     return messages
 
 
+def scope_of_session(store: Store, session: str, messages: list[dict], expected: str | None = None) -> str:
+    """The session's scope (global while it has no message). `expected` is the scope the caller
+    serves (--scope): a session in another is an InputError, so a caller that names whose turn it
+    is cannot be handed someone else's conversation by a wrong session id."""
+    scope = session_scope(messages, store.relative(store.session_file(session))) or "global"
+    if expected is not None and expected != scope:
+        raise InputError(check_field("scope", expected) or f"session '{session}' is in scope {scope}, not {expected}",
+                         source="--scope")
+    return scope
+
+
 def context_tokens(system_text: str, topics: dict[str, Topic], unsplit: list[dict]) -> int:
     """The main context as design 001 counts it: system prompt, topic results (the active topics'
     summaries), the unsplit messages (the newest of them is the new message)."""
@@ -77,18 +93,21 @@ def context_tokens(system_text: str, topics: dict[str, Topic], unsplit: list[dic
 
 def split(store: Store, session: str, *, system_text: str = "", keep_recent: int | None = None,
           force: bool = False, dry_run: bool = False, choose: Chooser | None = None,
-          describe: Describer | None = None, progress: Callable[[str], None] | None = None) -> SplitReport:
+          describe: Describer | None = None, progress: Callable[[str], None] | None = None,
+          scope: str | None = None) -> SplitReport:
     """Split the session if its context is over the threshold (or `force`); `choose` (where messages
     go) and `describe` (names and summaries) are the LLM path, built-in when None. A bad LLM answer
-    raises LLMAnswerError and nothing is written."""
+    raises LLMAnswerError and nothing is written. `scope`: the session must be in it."""
     from memctl.topics.llm import LLMAnswerError
 
     settings = settings_of(store)
     keep = settings["keep_recent"] if keep_recent is None else keep_recent
     with store.transaction(dry_run=dry_run) as tx:
         messages = session_messages(store, session)
-        topics = files.load_topics(store)
-        placed = {m["id"] for t in topics.values() for m in t.messages} | archived_message_ids(store)
+        session_in = scope_of_session(store, session, messages, scope)
+        every_topic = files.load_topics(store)
+        placed = {m["id"] for t in every_topic.values() for m in t.messages} | archived_message_ids(store)
+        topics = files.in_scope(every_topic, session_in)
         unsplit = [m for m in messages if m["id"] not in placed]
         tokens = context_tokens(system_text, topics, unsplit)
         threshold = int(settings["context_limit"] * settings["split_at"])
@@ -102,7 +121,7 @@ def split(store: Store, session: str, *, system_text: str = "", keep_recent: int
             progress(f"splitting {len(older)} messages of session {session}")
         try:
             chosen = (choose or builtin_chooser(store))(older, topics)
-            _apply(tx, store, settings, older, chosen, topics, report, describe)
+            _apply(tx, store, settings, older, chosen, topics, report, describe, session_in)
         except LLMAnswerError as exc:  # the transaction rolls back what was written
             raise LLMAnswerError(f"{exc}; nothing was split") from None
     return report
@@ -147,8 +166,9 @@ def embedder(store: Store):
 
 
 def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[Choice],
-           topics: dict[str, Topic], report: SplitReport, describe: Describer | None) -> None:
-    """Write the choice: `chosen` gives per message an existing topic id or a new-topic key (and maybe a name)."""
+           topics: dict[str, Topic], report: SplitReport, describe: Describer | None, scope: str) -> None:
+    """Write the choice: `chosen` gives per message an existing topic id or a new-topic key (and maybe a name).
+    `topics` are those of `scope`, the session's; every topic written is marked with it."""
     now = clock.format_ts(clock.now())
     by_key: dict[str, Topic] = {}
     fresh: set[str] = set()
@@ -160,7 +180,7 @@ def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[
         if topic is None:
             tid = files.topic_id(message["id"])
             topic = Topic({"type": "topic", "id": tid, "name": name or "", "summary": "", "parent": None,
-                           "children": [], "state": "active", "created": now, "updated": now,
+                           "children": [], "state": "active", "scope": scope, "created": now, "updated": now,
                            "messages": 0, "tokens": 0}, [], 1)
             by_key[key] = topics[tid] = topic
             fresh.add(tid)
@@ -178,7 +198,7 @@ def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[
                           for tid, new in added.items()])
     for (tid, new), (name, summary) in zip(added.items(), described):
         topic = topics[tid]
-        topic.header.update(name=name, summary=summary, state="active",
+        topic.header.update(name=name, summary=summary, state="active", scope=scope,
                             updated=now, messages=len(topic.messages),
                             tokens=sum(count_tokens(m.get("text", "")) for m in topic.messages))
         files.write_topic(tx, store, topic, new, fresh=tid in fresh)
@@ -215,7 +235,7 @@ def _into_subtopics(tx, store, settings, topic: Topic, topics, describe: Describ
     for tid, piece, (name, summary) in zip(ids, pieces, described):
         child = Topic({"type": "topic", "id": tid, "name": name,
                        "summary": summary, "parent": topic.id, "children": [], "state": "active",
-                       "created": now, "updated": now, "messages": len(piece),
+                       "scope": topic.header["scope"], "created": now, "updated": now, "messages": len(piece),
                        "tokens": sum(count_tokens(m.get("text", "")) for m in piece)}, list(piece), 1)
         topics[child.id] = child
         files.write_topic(tx, store, child, piece, fresh=True)
