@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from memctl.search.search import Result
     from memctl.topics.context import Context
     from memctl.topics.daily import DailyReport
-    from memctl.topics.files import Topic
+    from memctl.store.topicfile import Topic
     from memctl.topics.split import SplitReport
     from memctl.window.state import Plan, RecordResult, ResetResult, State
 
@@ -319,7 +319,7 @@ class Memory:
     # they must agree); given neither, into the whole store.
     def topics(self, *, scope: str | None = None, session: str | None = None) -> list["Topic"]:
         """The topics of a scope (or every topic), oldest first."""
-        from memctl.topics.files import in_scope, load_topics
+        from memctl.store.topicfile import in_scope, load_topics
 
         looked_in = self._scope_for(session, scope)
         with self.store.reading():
@@ -328,7 +328,7 @@ class Memory:
     def topic(self, topic_id: str, *, scope: str | None = None, session: str | None = None) -> "Topic":
         """One topic (header and messages); InputError when there is none (in the scope looked into)."""
         from memctl.errors import InputError
-        from memctl.topics.files import load_topic, topic_path
+        from memctl.store.topicfile import load_topic, topic_path
 
         from memctl.topics.daily import merged_into
 
@@ -388,7 +388,7 @@ class Memory:
         """Headers of archived topics (T12) of the scope looked into, found by month: `since` is
         YYYY-MM or a date. Each header's `scope` is its scope (None: of several), also for a topic
         archived before scopes."""
-        from memctl.topics.daily import archived_scope, archived_topics
+        from memctl.store.topicfile import archived_scope, archived_topics
 
         looked_in = self._scope_for(session, scope)
         with self.store.reading():
@@ -409,7 +409,7 @@ class Memory:
     def topic_links(self, topic_id: str) -> list[dict[str, Any]]:
         """The links of a topic (T1), oldest first: {"kind": "parent" | "child" | "related" |
         "merged-into" | "merged-from", "topic_id": the other topic, "at"}."""
-        from memctl.topics.files import links_of
+        from memctl.store.topicfile import links_of
 
         with self.store.reading():
             return links_of(self.store, topic_id)

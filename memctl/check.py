@@ -133,23 +133,24 @@ def _check_links(store: Store) -> list[Problem]:
 
 def _check_topics(store: Store, problems: list[Problem]) -> None:
     """Topic files, archived ones, links, the time index, the activation log and auto summaries,
-    each line as the topic commands read it (memctl.topics.files.check_record)."""
-    from memctl.topics import activation, files
-    from memctl.topics.daily import ARCHIVED, AUTO_SUMMARIES
+    each line as the topic commands read it (memctl.store.topicfile.check_record)."""
+    from memctl.store import topicfile
+    from memctl.topics import activation
+    from memctl.topics.daily import AUTO_SUMMARIES
     from memctl.topics.log import LOG
 
     if store.topics_dir.exists() and not store.topics_dir.is_dir():
         problems.append(Problem("topics", None, "not a folder (memctl keeps topic files in it)", "store"))
         return
     paths = store.listing(store.topics_dir, "t-*.jsonl")
-    paths += [p for month in store.listing(store.path("topics", ARCHIVED), "*") if month.is_dir()
+    paths += [p for month in store.listing(store.path("topics", topicfile.ARCHIVED), "*") if month.is_dir()
               for p in store.listing(month, "t-*.jsonl")]
     owner: dict[str, str] = {}
     for path in paths:
         rel = store.relative(path)
         for number, record in _jsonl(store, path, problems, "a topic line"):
             try:
-                files.check_record(record, rel, number, file_id=path.stem)
+                topicfile.check_record(record, rel, number, file_id=path.stem)
             except InputError as exc:
                 problems.append(Problem(rel, number, _message_of(exc), "field"))
                 continue
@@ -158,10 +159,10 @@ def _check_topics(store: Store, problems: list[Problem]) -> None:
                 if first != rel and "/archived/" not in rel + first:
                     problems.append(Problem(rel, number, f"message '{record['id']}' is also in {first}: "
                                             "a message belongs to one topic", "duplicate-id"))
-    for name in (files.LINKS, files.TIME_INDEX):
+    for name in (topicfile.LINKS, topicfile.TIME_INDEX):
         path = store.path("topics", name)
         for number, record in _jsonl(store, path, problems, "an index line"):
-            problem = files.check_index_line(name, record)
+            problem = topicfile.check_index_line(name, record)
             if problem:
                 problems.append(Problem(store.relative(path), number, f"field '{problem[0]}': {problem[1]}",
                                         "field"))

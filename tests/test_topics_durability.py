@@ -12,7 +12,7 @@ import orjson
 
 from conftest import killed_after, memctl_command
 from memctl.store.store import Store
-from memctl.topics.files import load_topics
+from memctl.store.topicfile import load_topics
 
 
 def placed(root) -> Counter:

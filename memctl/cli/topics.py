@@ -88,7 +88,7 @@ def topics():
 @click.pass_obj
 def list_topics(memory, archived, since, session, scope, as_json):
     """Every topic (of one scope): state, scope, name, size, last active. Exit 1 when there is none."""
-    from memctl.topics.files import Topic
+    from memctl.store.topicfile import Topic
 
     if archived:
         found = [(Topic(h), h["scope"]) for h in memory.topics_archived(since=since, scope=scope, session=session)]

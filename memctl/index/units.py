@@ -67,7 +67,7 @@ def collect(store: Store) -> Iterator[Unit]:
 def topic_units(store: Store, paths: list[Path] | None = None) -> Iterator[Unit]:
     """A topic is found by its name and summary (T1), in its scope; its messages are units already.
     A topic in no one scope (an old one holding several scopes' messages) is found by none."""
-    from memctl.topics.files import load_topic, load_topics
+    from memctl.store.topicfile import load_topic, load_topics
 
     topics = load_topics(store).values() if paths is None else filter(None, map(load_topic, paths))
     for topic in topics:

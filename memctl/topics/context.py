@@ -29,7 +29,7 @@ dropped part is listed in `dropped`:
 so a clearly relevant topic's messages (s ≥ 0.7) outrank the older recent
 messages, and a weak topic's do not.
 
-Everything is of the session's scope (files.in_scope): its topics are the only
+Everything is of the session's scope (topicfile.in_scope): its topics are the only
 ones evaluated, activated or shown, the activation count is kept per scope, and
 an explicit activation given a scope sees only that scope's topics.
 """
@@ -44,8 +44,9 @@ from memctl import clock
 from memctl.errors import InputError
 from memctl.store.store import Store
 from memctl.text.tokens import count_tokens
-from memctl.topics import activation, evaluate, files, log
-from memctl.topics.files import Topic
+from memctl.store import topicfile
+from memctl.topics import activation, evaluate, log
+from memctl.store.topicfile import Topic
 
 NEW_MESSAGE_ID = "new"
 AMBIGUOUS_WITHIN = 0.1   # a runner-up this close to the best amnesia match makes the match unclear
@@ -113,9 +114,9 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
     if not message.strip():
         raise InputError("give the new message (--message TEXT, or on stdin)", source="--message")
     with store.reading():
-        every_topic = files.load_topics(store)
-    placed = {m["id"] for t in every_topic.values() for m in t.messages} | archived_message_ids(store)
-    topics = files.in_scope(every_topic, scope)
+        every_topic = topicfile.load_topics(store)
+    placed = {m["id"] for t in every_topic.values() for m in t.messages} | topicfile.archived_message_ids(store)
+    topics = topicfile.in_scope(every_topic, scope)
     if messages and messages[-1].get("text", "").strip() == message.strip():
         new = messages.pop()  # already ingested: the same message, not twice
     else:
@@ -181,7 +182,7 @@ def _record_round(store, session, scope, states, evaluations, recalled, cue, set
     """`states`: the scope's topics before the round; the graded activation ranks them alone."""
     now = clock.format_ts(clock.now())
     with store.transaction() as tx:
-        topics = files.load_topics(store)  # again, under the lock: a split may have written meanwhile
+        topics = topicfile.load_topics(store)  # again, under the lock: a split may have written meanwhile
         states = {tid: s for tid, s in states.items() if tid in topics}
         part = activation.load_part(store)
         scores = {tid: e.relevance_score for tid, e in evaluations.items() if tid in topics}
@@ -196,7 +197,7 @@ def _record_round(store, session, scope, states, evaluations, recalled, cue, set
         for tid, state, reason in changes:
             topic = topics[tid]
             topic.header.update(state=state, updated=now)
-            files.write_topic(tx, store, topic, [], fresh=False)
+            topicfile.write_topic(tx, store, topic, [], fresh=False)
             entry = {"topic_id": tid, "name": topic.header.get("name", ""), "reason": reason}
             if state == "active":
                 context.activated.append({**entry, "score": round(scores.get(tid, 0.0), 4)})
@@ -326,13 +327,6 @@ def _sections_with(parts, sections, kept) -> list[dict]:
     return out
 
 
-def archived_message_ids(store: Store) -> set[str]:
-    """Messages of archived topics stay placed: archiving keeps their ids, not their text."""
-    from memctl.topics.daily import archived_topics
-
-    return {mid for header in archived_topics(store) for mid in header.get("message_ids", [])}
-
-
 # The routing prompt lists at most this many topics, the built-in search's best first: at the ~1 KB a
 # summary ([topics] summary_bytes) that is about 15k tokens, one call of a cheap model.
 ROUTE_CANDIDATES = 50
@@ -356,7 +350,7 @@ def activate(store: Store, retriever, query: str, *, include_archived: bool = Fa
         with store.transaction() as tx:
             restore_archived(tx, store, query, now, scope)
     with store.reading():
-        topics = files.in_scope(files.load_topics(store), scope)
+        topics = topicfile.in_scope(topicfile.load_topics(store), scope)
     active_count = sum(1 for t in topics.values() if t.state == "active")
     method, fallback, no_match_reason = "id", None, None
     if query in topics:
@@ -383,13 +377,13 @@ def activate(store: Store, retriever, query: str, *, include_archived: bool = Fa
         room = max(1, settings["active_target"] - active_count)
         chosen = [c["topic_id"] for rank, c in enumerate(candidates[:room]) if rank == 0 or c["score"] >= threshold]
     with store.transaction() as tx:
-        current = files.load_topics(store)
+        current = topicfile.load_topics(store)
         events = []
         for tid in chosen:
             topic = current.get(tid)
             if topic is not None and topic.state != "active":
                 topic.header.update(state="active", updated=now)
-                files.write_topic(tx, store, topic, [], fresh=False)
+                topicfile.write_topic(tx, store, topic, [], fresh=False)
                 events.append({"at": now, "event": "activated", "topic": tid, "reason": "explicit"})
         log.append(tx, store, events)
     return {"activated": [{"topic_id": t, "name": topics[t].header.get("name", "")} for t in chosen],

@@ -30,7 +30,7 @@ Run once a day (cron). In one Transaction (or, with dry_run, as a plan only):
   idle_hours and has no auto-summary up to that message gets one line in
   auto_summaries.jsonl: {"session", "until", "at", "keywords": 3-5, "summary"}.
 
-Scopes stay apart (files.in_scope): topics merge and link only within one
+Scopes stay apart (topicfile.in_scope): topics merge and link only within one
 scope, the store's share of close pairs is each scope's own, the background a
 summary's keywords stand out from is its scope's topics, and an archived
 header keeps its scope (an archived header written before scopes is in the
@@ -40,24 +40,19 @@ scope of the sessions it names). A topic in no scope is neither merged nor linke
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import orjson
 
 from memctl import clock
 from memctl.errors import InputError
 from memctl.store import jsonl
-from memctl.store.memoryfile import check_field
-from memctl.store.sessions import stored_session_scope
-from memctl.store.store import Store, check_name
-from memctl.topics import activation, files, log
-from memctl.topics.files import Topic
+from memctl.store.store import Store
+from memctl.store import topicfile
+from memctl.topics import activation, log
+from memctl.store.topicfile import Topic
 from memctl.topics.summary import Background, background_of, distinctive_terms, summarise
 
-ARCHIVED = "archived"
-_MONTH = re.compile(r"\d{4}-\d{2}")  # an archive folder, YYYY-MM of the topic's last update
 AUTO_SUMMARIES = "auto_summaries.jsonl"
 COMPRESSED_SHARE = 0.6
 ONE_OFF = 2
@@ -84,43 +79,6 @@ class DailyReport:
                 "merged": self.merged, "related": self.related, "idle_summaries": self.idle_summaries}
 
 
-def archive_dir(store: Store) -> Path:
-    return store.path("topics", ARCHIVED)
-
-
-def archived_topics(store: Store, since: str | None = None, scope: str | None = None) -> list[dict]:
-    """Headers of archived topics, oldest month first; `since` (YYYY-MM or a date) keeps later months,
-    `scope` only that scope's."""
-    if since:
-        try:
-            clock.parse_ts(since if len(since) > 7 else f"{since}-01")
-        except (ValueError, TypeError):
-            raise InputError(f"not a month (YYYY-MM) or an ISO 8601 date: {since!r}", source="--since") from None
-    headers = []
-    for month in store.listing(archive_dir(store), "[0-9][0-9][0-9][0-9]-[0-9][0-9]"):
-        if since and month.name < since[:7]:
-            continue
-        for path in store.listing(month, "t-*.jsonl"):
-            topic = files.load_topic(path, source=store.relative(path))
-            if topic is None:
-                continue
-            if str(topic.header.get("updated", ""))[:7] != month.name:  # where restore looks for it
-                raise InputError(f"must fall in {month.name}, the archive folder holding it",
-                                 source=store.relative(path), field="updated")
-            if scope is None or archived_scope(store, topic.header) == scope:
-                headers.append(topic.header)
-    return headers
-
-
-def archived_scope(store: Store, header: dict) -> str | None:
-    """An archived topic's scope: its header's, else (archived before scopes) the one scope of the
-    sessions it names; None when that is not one scope."""
-    if "scope" in header:
-        return header["scope"] if check_field("scope", header["scope"]) is None else None
-    sessions = {stored_session_scope(store, s) or "global" for s in header.get("sessions", [])}
-    return sessions.pop() if len(sessions) == 1 else (None if sessions else "global")
-
-
 def restore_archived(tx, store: Store, query: str, now: str, scope: str | None = None) -> dict[str, Topic]:
     """Archived topics (of `scope`, if given) made dormant again, with their messages from the sessions:
     the one whose id is `query`, else those whose name or summary contains one of its words (explicit
@@ -129,30 +87,26 @@ def restore_archived(tx, store: Store, query: str, now: str, scope: str | None =
 
     words = [w.lower() for w in query.split() if len(w) > 2]
     restored = {}
-    for header in archived_topics(store, scope=scope):
+    for header in topicfile.archived_topics(store, scope=scope):
         text = f"{header.get('name', '')} {header.get('summary', '')}".lower()
         if header["id"] != query and not any(w in text for w in words):
             continue
         wanted = set(header.get("message_ids", []))
         messages = []
         for session in header.get("sessions", []):
-            messages += [files.record(m) for m in session_messages(store, session) if m["id"] in wanted]
+            messages += [topicfile.record(m) for m in session_messages(store, session) if m["id"] in wanted]
         restored_header = {k: v for k, v in header.items() if k not in ("message_ids", "sessions", "archived_at")}
         restored_header.update(state="dormant", updated=now, messages=len(messages))
-        was_in = archived_scope(store, header)
+        was_in = topicfile.archived_scope(store, header)
         if was_in is not None:  # a topic archived before scopes comes back in its sessions' scope
             restored_header["scope"] = was_in
         topic = Topic(restored_header, messages, 1)
-        files.rewrite_topic(tx, store, topic)
-        tx.delete(_archived_path(store, header))
+        topicfile.rewrite_topic(tx, store, topic)
+        tx.delete(topicfile.archived_path(store, header))
         restored[topic.id] = topic
     return restored
 
 
-def _archived_path(store: Store, header: dict) -> Path:
-    month = str(header.get("updated", "0000-00"))[:7]
-    return store.path("topics", ARCHIVED, month if _MONTH.fullmatch(month) else "0000-00",
-                      f"{check_name(header['id'], 'id')}.jsonl")
 
 
 def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> DailyReport:
@@ -167,7 +121,7 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
     report = DailyReport(dry_run)
     try:
         with store.transaction(dry_run=dry_run) as tx:
-            topics = files.load_topics(store)
+            topics = topicfile.load_topics(store)
             part = activation.load_part(store)
             averages = activation.averages_of(part)
             backgrounds = _backgrounds(topics)
@@ -190,10 +144,10 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
                 report.merged.append({"topic_id": gone, "into": keep, **detail})
                 events.append({"at": now, "event": "merged", "topic": gone, "into": keep, "reason": "daily review"})
             if related:
-                linked = {frozenset((r["from"], r["to"])) for r in files.read_index(store, files.LINKS)
+                linked = {frozenset((r["from"], r["to"])) for r in topicfile.read_index(store, topicfile.LINKS)
                           if r.get("kind") == "related"}
                 fresh = [(one, other, detail) for one, other, detail in related if frozenset((one, other)) not in linked]
-                files.append_index(tx, store, files.LINKS, [{"from": one, "to": other, "kind": "related", "at": now}
+                topicfile.append_index(tx, store, topicfile.LINKS, [{"from": one, "to": other, "kind": "related", "at": now}
                                                             for one, other, _ in fresh])
                 report.related = [{"topic_id": one, "with": other, **detail} for one, other, detail in fresh]
             for gone, _, _ in merges:
@@ -210,9 +164,9 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
                     header = {**topic.header, **kept_scope, "state": "archived", "archived_at": now,
                               "message_ids": [m["id"] for m in topic.messages],
                               "sessions": sorted({m.get("session") for m in topic.messages if m.get("session")})}
-                    path = _archived_path(store, header)
+                    path = topicfile.archived_path(store, header)
                     tx.replace(path, orjson.dumps(header) + b"\n")
-                    tx.delete(files.topic_path(store, tid))
+                    tx.delete(topicfile.topic_path(store, tid))
                     report.archived.append({"topic_id": tid, "reason": reason, "to": store.relative(path)})
                     events.append({"at": now, "event": "archived", "topic": tid, "reason": reason})
                 elif age < 1:
@@ -229,7 +183,7 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
                 if topic.id in averages:
                     importance = (importance + averages[topic.id]) / 2
                 topic.header.update(summary=summary, importance=round(importance, 3), reviewed=now)
-                files.write_topic(tx, store, topic, [], fresh=False)
+                topicfile.write_topic(tx, store, topic, [], fresh=False)
                 report.compressed.append({"topic_id": topic.id, "importance": round(importance, 3)})
             report.idle_summaries = _idle_summaries(tx, store, settings, now_moment, backgrounds)
             if not dry_run:
@@ -294,14 +248,14 @@ def _merge(tx, store, keep: Topic, gone: Topic, background, settings, now) -> No
 
     keep.header.update(summary=summary, messages=len(keep.messages), updated=now,
                        tokens=sum(count_tokens(m.get("text", "")) for m in keep.messages))
-    files.rewrite_topic(tx, store, keep)
-    tx.delete(files.topic_path(store, gone.id))
-    files.append_index(tx, store, files.LINKS, [{"from": gone.id, "to": keep.id, "kind": "merged-into", "at": now}])
+    topicfile.rewrite_topic(tx, store, keep)
+    tx.delete(topicfile.topic_path(store, gone.id))
+    topicfile.append_index(tx, store, topicfile.LINKS, [{"from": gone.id, "to": keep.id, "kind": "merged-into", "at": now}])
 
 
 def merged_into(store: Store, topic_id: str) -> str | None:
     """Where a merged topic went (following merges of merges), or None."""
-    links = {r["from"]: r["to"] for r in files.read_index(store, files.LINKS) if r.get("kind") == "merged-into"}
+    links = {r["from"]: r["to"] for r in topicfile.read_index(store, topicfile.LINKS) if r.get("kind") == "merged-into"}
     seen = set()
     while topic_id in links and topic_id not in seen:
         seen.add(topic_id)

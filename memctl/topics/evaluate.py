@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from memctl.store.store import Store
-from memctl.topics.files import Topic, topic_path
+from memctl.store.topicfile import Topic, topic_path
 
 REFERENCE_FROM = 0.3    # §4.2: from this score on, referenced messages and a summary
 SUMMARY_CHARS = 2000

@@ -47,7 +47,7 @@ from xml.sax.saxutils import escape, quoteattr, unescape
 from memctl.errors import MemctlError
 from memctl.programs import ProgramFailed, run_program
 from memctl.store.store import Store
-from memctl.topics.files import Topic
+from memctl.store.topicfile import Topic
 
 KINDS = ("existing_active", "existing_inactive", "new")
 NAME_CHARS = 80

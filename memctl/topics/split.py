@@ -6,7 +6,7 @@ run one after the other and the second sees the first's topics, so no
 message lands twice; a crash leaves the journal, and the next writer rolls
 the half-written files back, so every message is either unsplit or in one topic.
 
-A split sees only the topics of the session's scope (files.in_scope): its
+A split sees only the topics of the session's scope (topicfile.in_scope): its
 messages go to them or to new topics of that scope, never to another's.
 """
 
@@ -22,9 +22,9 @@ from memctl.store.memoryfile import check_field
 from memctl.store.sessions import session_scope
 from memctl.store.store import Store
 from memctl.text.tokens import count_tokens
-from memctl.topics import files, segment
-from memctl.topics.files import Topic
-from memctl.topics.context import archived_message_ids
+from memctl.store import topicfile
+from memctl.topics import segment
+from memctl.store.topicfile import Topic
 from memctl.topics.llm import Describer, Draft
 from memctl.topics.summary import Background, background_of, summarise
 
@@ -67,7 +67,7 @@ def session_messages(store: Store, session: str) -> list[dict]:
     for line in jsonl.read(path):
         if line.value is None:
             continue  # not a message at all: the index skips it too, and health names it
-        files.check_record({**line.value, "type": "message"}, source, line.number)
+        topicfile.check_record({**line.value, "type": "message"}, source, line.number)
         messages.append(line.value)
     return messages
 
@@ -105,9 +105,9 @@ def split(store: Store, session: str, *, system_text: str = "", keep_recent: int
     with store.transaction(dry_run=dry_run) as tx:
         messages = session_messages(store, session)
         session_in = scope_of_session(store, session, messages, scope)
-        every_topic = files.load_topics(store)
-        placed = {m["id"] for t in every_topic.values() for m in t.messages} | archived_message_ids(store)
-        topics = files.in_scope(every_topic, session_in)
+        every_topic = topicfile.load_topics(store)
+        placed = {m["id"] for t in every_topic.values() for m in t.messages} | topicfile.archived_message_ids(store)
+        topics = topicfile.in_scope(every_topic, session_in)
         unsplit = [m for m in messages if m["id"] not in placed]
         tokens = context_tokens(system_text, topics, unsplit)
         threshold = int(settings["context_limit"] * settings["split_at"])
@@ -178,7 +178,7 @@ def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[
     for message, (key, name, summary) in zip(messages, chosen):
         topic = topics.get(key) or by_key.get(key)
         if topic is None:
-            tid = files.topic_id(message["id"])
+            tid = topicfile.topic_id(message["id"])
             topic = Topic({"type": "topic", "id": tid, "name": name or "", "summary": "", "parent": None,
                            "children": [], "state": "active", "scope": scope, "created": now, "updated": now,
                            "messages": 0, "tokens": 0}, [], 1)
@@ -188,8 +188,8 @@ def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[
                 given[tid] = summary
         action = "new" if topic.id in fresh else (
             "reactivated" if states_before.get(topic.id) != "active" else "active")
-        topic.messages.append(files.record(message))
-        added.setdefault(topic.id, []).append(files.record(message))
+        topic.messages.append(topicfile.record(message))
+        added.setdefault(topic.id, []).append(topicfile.record(message))
         report.assignments.append(Assignment(message["id"], topic.id, action))
     describe = describe or builtin_describer(background_of(t.messages for t in topics.values()),
                                              settings["summary_bytes"])
@@ -201,12 +201,12 @@ def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[
         topic.header.update(name=name, summary=summary, state="active", scope=scope,
                             updated=now, messages=len(topic.messages),
                             tokens=sum(count_tokens(m.get("text", "")) for m in topic.messages))
-        files.write_topic(tx, store, topic, new, fresh=tid in fresh)
+        topicfile.write_topic(tx, store, topic, new, fresh=tid in fresh)
         report.topics[tid] = topic.header["name"]
         if topic.header["tokens"] > settings["topic_limit"]:
             report.subtopics += _into_subtopics(tx, store, settings, topic, topics, describe, now)
     stamps = [m.get("ts") for m in messages if m.get("ts")]
-    files.append_index(tx, store, files.TIME_INDEX, [{"from": min(stamps, default=None), "to": max(stamps, default=None),
+    topicfile.append_index(tx, store, topicfile.TIME_INDEX, [{"from": min(stamps, default=None), "to": max(stamps, default=None),
                                                       "topics": sorted(added), "at": now}])
 
 
@@ -230,7 +230,7 @@ def _into_subtopics(tx, store, settings, topic: Topic, topics, describe: Describ
         return []
     children = []
     links = []
-    ids = [files.topic_id(piece[0]["id"] + "/" + topic.id) for piece in pieces]
+    ids = [topicfile.topic_id(piece[0]["id"] + "/" + topic.id) for piece in pieces]
     described = describe([Draft(tid, piece, piece, "", "") for tid, piece in zip(ids, pieces)])
     for tid, piece, (name, summary) in zip(ids, pieces, described):
         child = Topic({"type": "topic", "id": tid, "name": name,
@@ -238,11 +238,11 @@ def _into_subtopics(tx, store, settings, topic: Topic, topics, describe: Describ
                        "scope": topic.header["scope"], "created": now, "updated": now, "messages": len(piece),
                        "tokens": sum(count_tokens(m.get("text", "")) for m in piece)}, list(piece), 1)
         topics[child.id] = child
-        files.write_topic(tx, store, child, piece, fresh=True)
+        topicfile.write_topic(tx, store, child, piece, fresh=True)
         children.append(child.id)
         links.append({"from": topic.id, "to": child.id, "kind": "parent", "at": now})
     topic.messages = []
     topic.header.update(children=topic.header.get("children", []) + children, messages=0, tokens=0, updated=now)
-    files.rewrite_topic(tx, store, topic)
-    files.append_index(tx, store, files.LINKS, links)
+    topicfile.rewrite_topic(tx, store, topic)
+    topicfile.append_index(tx, store, topicfile.LINKS, links)
     return children

@@ -27,6 +27,7 @@ holds COMPACT_AFTER headers it is rewritten with one header at the top.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from memctl import clock
 from memctl.errors import InputError
 from memctl.store import jsonl
 from memctl.store.memoryfile import check_field
-from memctl.store.sessions import message_scope
+from memctl.store.sessions import message_scope, stored_session_scope
 from memctl.store.store import Store, check_name, is_name
 
 COMPACT_AFTER = 8
@@ -241,3 +242,56 @@ def links_of(store: Store, topic_id: str) -> list[dict]:
         elif link.get("to") == topic_id:
             found.append({"kind": backward, "topic_id": link.get("from"), "at": link.get("at")})
     return found
+
+
+# -- the archive (T12): topics/archived/YYYY-MM/<topic id>.jsonl -------------------------------
+ARCHIVED = "archived"
+_MONTH = re.compile(r"\d{4}-\d{2}")  # an archive folder, YYYY-MM of the topic's last update
+
+
+def archive_dir(store: Store) -> Path:
+    return store.path("topics", ARCHIVED)
+
+
+def archived_topics(store: Store, since: str | None = None, scope: str | None = None) -> list[dict]:
+    """Headers of archived topics, oldest month first; `since` (YYYY-MM or a date) keeps later months,
+    `scope` only that scope's."""
+    if since:
+        try:
+            clock.parse_ts(since if len(since) > 7 else f"{since}-01")
+        except (ValueError, TypeError):
+            raise InputError(f"not a month (YYYY-MM) or an ISO 8601 date: {since!r}", source="--since") from None
+    headers = []
+    for month in store.listing(archive_dir(store), "[0-9][0-9][0-9][0-9]-[0-9][0-9]"):
+        if since and month.name < since[:7]:
+            continue
+        for path in store.listing(month, "t-*.jsonl"):
+            topic = load_topic(path, source=store.relative(path))
+            if topic is None:
+                continue
+            if str(topic.header.get("updated", ""))[:7] != month.name:  # where restore looks for it
+                raise InputError(f"must fall in {month.name}, the archive folder holding it",
+                                 source=store.relative(path), field="updated")
+            if scope is None or archived_scope(store, topic.header) == scope:
+                headers.append(topic.header)
+    return headers
+
+
+def archived_scope(store: Store, header: dict) -> str | None:
+    """An archived topic's scope: its header's, else (archived before scopes) the one scope of the
+    sessions it names; None when that is not one scope."""
+    if "scope" in header:
+        return header["scope"] if check_field("scope", header["scope"]) is None else None
+    sessions = {stored_session_scope(store, s) or "global" for s in header.get("sessions", [])}
+    return sessions.pop() if len(sessions) == 1 else (None if sessions else "global")
+
+
+def archived_path(store: Store, header: dict) -> Path:
+    month = str(header.get("updated", "0000-00"))[:7]
+    return store.path("topics", ARCHIVED, month if _MONTH.fullmatch(month) else "0000-00",
+                      f"{check_name(header['id'], 'id')}.jsonl")
+
+
+def archived_message_ids(store: Store) -> set[str]:
+    """Messages of archived topics stay placed: archiving keeps their ids, not their text."""
+    return {mid for header in archived_topics(store) for mid in header.get("message_ids", [])}
