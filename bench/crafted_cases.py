@@ -196,6 +196,7 @@ CASES: list[Case] = [
     Case("topic-header-updated-garbage", _edit_header(_first_topic, _set("updated", "yesterday-ish")), "topics/"),
     Case("topic-header-created-number", _edit_header(_first_topic, _set("created", 12)), "topics/"),
     Case("topic-header-tokens-text", _edit_header(_first_topic, _set("tokens", "many")), "topics/"),
+    Case("topic-header-scope-bogus", _edit_header(_first_topic, _set("scope", "everyone")), "topics/"),
     Case("topic-header-is-list", _append_bytes("topics/t-zzzzzzzzzzzz.jsonl", b'[1, 2]\n'), "topics/"),
     Case("topic-other-id", _other_topic_id, "topics/"),
     Case("topic-torn-last-line", _torn_topic, "topics/"),

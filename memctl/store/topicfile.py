@@ -127,6 +127,9 @@ def check_record(record: dict, source: str, line: int, *, file_id: str | None = 
                          source=source, line=line, field="id")
     if record.get("state", "active") not in STATES:
         raise InputError(f"must be one of {', '.join(STATES)}", source=source, line=line, field="state")
+    if "scope" in record and check_field("scope", record["scope"]) is not None:
+        # a topic in no valid scope would be in nobody's view: say so rather than hide it
+        raise InputError(check_field("scope", record["scope"]), source=source, line=line, field="scope")
     if len(record.get("summary", "")) > MAX_SUMMARY_BYTES:
         raise InputError(f"longer than {MAX_SUMMARY_BYTES} characters (memctl writes ~[topics] summary_bytes)",
                          source=source, line=line, field="summary")
