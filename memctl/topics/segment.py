@@ -27,10 +27,13 @@ Two kinds of conversation, told apart by how many people speak:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -301,94 +304,68 @@ def _exchanges(roles: list, vectors: np.ndarray | None, readable: np.ndarray) ->
     return list(zip(starts, starts[1:] + [n]))
 
 
-# How an exchange's first message begins says whether it can open a subject. On DialSeg711 dev, of
-# the user messages beginning with one of these words 11 of 838 open a new dialogue (yes 10 of 192,
-# no 0 of 94, that 0 of 54, thank(s) 1 of 79), against 41% of those beginning with "I"; all 66
-# beginning with a greeting open one. English only: the Chinese path has no exchanges.
-REPLY_WORDS = frozenset(
-    "yes yeah yep yup no nope nah sure ok okay alright right great perfect fine good cool awesome excellent "
-    "wonderful thanks thank that that's it it's this they those these then so and also but actually well "
-    "oh hmm sorry sounds not just i'll let's".split())
-GREETINGS = frozenset("hi hello hey greetings".split())
-# A message that introduces something ("a hotel", "any trains", "looking for") and points back to
-# nothing ("it", "their", "the one") opens a subject: on DialSeg711 dev 50% of the first user
-# messages of a dialogue, 11% of the others; 10% of the returning halves of the interleaved data.
-# (Pointing back as _REFERS_BACK reads it, rather than the bare words: interleaved ARI .667 -> .672
-# and .642 -> .669 on the two halves, DialSeg711 alike.)
-_INTRODUCES = re.compile(r"\b(a|an|any|some|looking for|need help|help me)\b")
-# A message that leans on what was said before cannot open a subject (it is a REPLY), if it does so
-# before introducing anything. On DialSeg711 dev, 11 of the 186 exchanges so opened start a new
-# dialogue ("... the fastest road to get there?"); of the interleaved returning halves that
-# opened a new topic, most were such: "Does it include free wifi?", "Any area is fine", "I need the
-# postcode and phone number", "I'm going to royal standard". DialSeg711 ARI / Pk, interleaved ARI /
-# returns, even | odd halves, without any of it: .760 / .169, .625 / 62% | .758 / .164, .666 / 67%;
-# with it: .793 / .131, .673 / 72% | .772 / .139, .668 / 72%.
-_REFERS_BACK = re.compile(
-    r"\b(its?|they|them|their|theirs|that one|this one|the one|ones?|the same|also|too|as well|either|instead|there)\b"
-    r"|\b(any|one|some|none|either|both|each|all|two|three) of (them|these|those|the)\b|\b(any|some|ones?) (that|which|with)\b"
-    r"|\b(this|these|those) (?!(week|weekend|morning|afternoon|evening|month|year|time|is|are)\b)[a-z]+")
-# ... and the uses of those words that point nowhere: the weather's "it", "is there", "one" counting.
-_REFERS_NOWHERE = re.compile(
-    r"\b(it|it's|its)\b\s*(will |is |was |going |gonna |supposed |to )*(be|going|gonna|supposed|rain|snow|hail|drizzle|"
-    r"getting|hot|cold|warm)\b|\b(is|will|was) it\b"
-    r"|\b(is|are|was|were|be) there\b|\bthere (is|are|was|were|be|will|should|might|'s)\b|\bthere's\b"
-    r"|\b(one|ones) (person|people|ticket|tickets|night|nights|room|rooms|day|days|adult|adults|week|hour|minute)"
-    r"|\bfor one\b|\bone of\b|\bno one\b|\bsomeone\b|\banyone\b")
-# An attribute asked for without its owner: "the postcode", "their phone number" (not "the phone
-# number for the police").
-_ATTRIBUTE = re.compile(
-    r"\b(the|their|its|your) (post ?code|phone( number)?|(telephone|contact|reference|ref|confirmation|train|booking) "
-    r"number|number|address|reference|price|fee|entrance fee|travel time|arrival time|departure time|booking|"
-    r"reservation|table|room|ticket|tickets|trip|car type|area|location|directions|route)\b(?! (of|for|to|at|in|on|near|number)\b)")
-# Answers: indifference, a preference, when or where to go.
-_ANSWERS = re.compile(
-    r"\b(don't care|do not care|doesn't matter|does not matter|no preference|any (area|type|price|part|place|kind|one|"
-    r"of them) (is|will|would)|anything (is|will|would)|(either|whatever) (is fine|will do|works|is ok)|nothing in "
-    r"particular|not really|not particularly|whichever|whatever)\b"
-    r"|^(i'd|i would|i will|i'll)? ?(prefer|rather)\b|\bi'd prefer\b|\bi would prefer\b"
-    r"|\b(what|which|one) (do|would) you (recommend|suggest)\b|\brecommend (one|something)\b"
-    r"|\b(to|i'll|i will|i'd|i would) (leave|arrive|depart|travel|be leaving|be arriving|be departing|be traveling|"
-    r"be travelling)\b"
-    r"|\b(is|are|would be|will be) (fine|ok|okay|good|great|perfect)\b|\bsounds (good|great|fine|perfect)\b|"
-    r"\bworks for me\b|^(i'm|i am|i'll be|i will be|we're|we are) (going|headed|heading) (to|for)\b")
+# The word lists and patterns _opening, _question and the rest read English with are data:
+# rules/segment.toml, each with where it came from, what measured it and whether it is the
+# benchmark's domain vocabulary rather than language. Read and compiled at the first split.
+RULES = Path(__file__).parent / "rules" / "segment.toml"
+_FIRST_WORDS = re.compile(r"[a-z']+")
 # Questions and how a reply takes them up (_question, _takes_up, _leaves_unanswered).
 WH, CHOICE, YES_NO = "wh", "choice", "yes-no"
-WH_WORDS = frozenset("what which when where who how why what's where's".split())
-YES_OR_NO = frozenset("yes yeah yep yup sure ok okay no nope nah certainly absolutely".split())
-# A reply beginning with one of these does not give what a wh-question asks for ("That sounds great").
-ACKNOWLEDGES = YES_OR_NO | frozenset("great perfect fine alright sounds that not".split())
-REQUEST_WORDS = frozenset("can could may would will do does is are what where when which how give tell get please "
-                          "i'd what's".split())
-# A subject closed with thanks or a goodbye rarely comes back: 40% of the DialSeg711 dev dialogues
-# end so, 6% of the interleaved first halves whose subject returns (closed_penalty 0: DialSeg711
-# ARI .771, .5: .776, 1: .777, 2: .778; interleaved .543 +- .004).
-_CLOSING = re.compile(r"\b(thanks|thank you|that's all|that is all|that will be all|goodbye|bye|anything else|"
-                      r"have a (nice|good|great|wonderful) (day|night|evening|trip)|you're welcome|you are welcome)\b")
-_FIRST_WORDS = re.compile(r"[a-z']+")
-# Names and numbers: a capitalised word inside a sentence, a word with a digit (of 3 characters or
-# more: "2 people" names nothing).
-_NAME_OR_NUMBER = re.compile(r"(?<=[a-z,;:] )([A-Z][a-z]+)|\b(\w*\d\w*)\b")
+
+
+@dataclass(frozen=True)
+class Rules:
+    """One language's word lists (frozensets) and patterns (compiled) from RULES."""
+    reply_words: frozenset
+    reply_phrases: frozenset
+    greetings: frozenset
+    introduces: re.Pattern
+    refers_back: re.Pattern
+    refers_nowhere: re.Pattern
+    attribute: re.Pattern
+    answers: re.Pattern
+    wh_words: frozenset
+    choice_words: frozenset
+    yes_or_no: frozenset
+    acknowledges: frozenset     # yes_or_no and the words that only acknowledge
+    request_words: frozenset
+    thanks: frozenset
+    closing: re.Pattern
+    name_or_number: re.Pattern
+
+
+@functools.cache
+def _rules() -> Rules:
+    """The English rules: exchanges are only followed in text the sentence model reads (not CJK),
+    so these are the ones applied; another language's table would be chosen here."""
+    with RULES.open("rb") as file:
+        table = tomllib.load(file)["en"]
+    compiled = {name: frozenset(rule["words"]) if "words" in rule else re.compile("|".join(rule["pattern"]))
+                for name, rule in table.items()}
+    compiled["acknowledges"] |= compiled["yes_or_no"]
+    return Rules(**compiled)
 
 
 def _opening(text: str) -> str:
     """How a message begins a turn: REPLY when it answers or points back first ("Yes please", "That
     works", "How about Friday?", "Does it have parking?", "I need the postcode"), GREETING,
     INTRODUCES (something new, pointing back to nothing), or PLAIN."""
+    rules = _rules()
     lowered = text.lower()
     words = _FIRST_WORDS.findall(lowered[:40])[:2]
-    if words and (words[0] in REPLY_WORDS or (words[0] in ("how", "what") and words[1:] == ["about"])):
+    if words and (words[0] in rules.reply_words or " ".join(words) in rules.reply_phrases):
         return REPLY
-    if words and words[0] in GREETINGS:
+    if words and words[0] in rules.greetings:
         return GREETING
     # It leans on something said before if it points back ("it", "their", "one of them", "this
     # guesthouse"), asks for an attribute of nothing it names ("the postcode") or answers ("no
     # preference", "after 13:30 is fine", "I'm going to ..."), before it introduces anything ("I need a
     # train. The train should leave..." introduces its own referent).
-    introduced = _INTRODUCES.search(lowered)
-    pointing = _REFERS_BACK.search(_REFERS_NOWHERE.sub(lambda nowhere: " " * len(nowhere.group()), lowered))
+    introduced = rules.introduces.search(lowered)
+    pointing = rules.refers_back.search(rules.refers_nowhere.sub(lambda nowhere: " " * len(nowhere.group()), lowered))
     limit = introduced.start() if introduced else len(lowered)
     if any(match and match.start() <= limit
-           for match in (pointing, _ATTRIBUTE.search(lowered), _ANSWERS.search(lowered))):
+           for match in (pointing, rules.attribute.search(lowered), rules.answers.search(lowered))):
         return REPLY
     if introduced and not pointing:
         return INTRODUCES
@@ -403,15 +380,15 @@ def _question(text: str) -> str | None:
         return None
     last = re.split(r"(?<=[.!?])\s+", stripped)[-1]
     words = _FIRST_WORDS.findall(last)
-    if words and words[0] in WH_WORDS:
+    if words and words[0] in _rules().wh_words:
         return WH
-    return CHOICE if " or " in last else YES_NO
+    return CHOICE if any(f" {word} " in last for word in _rules().choice_words) else YES_NO
 
 
 def _takes_up(question: str | None, first_word: str) -> int:
     """+1 when a reply beginning so answers a yes-no question, -1 when a yes or a no cannot answer
     what was said last (a wh-question, a statement), else 0."""
-    if first_word not in YES_OR_NO:
+    if first_word not in _rules().yes_or_no:
         return 0
     if question == YES_NO:
         return 1
@@ -424,14 +401,15 @@ def _leaves_unanswered(question: str | None, first_word: str) -> bool:
     wh-question."""
     if question is None:
         return False
-    if first_word in ("thanks", "thank"):
+    rules = _rules()
+    if first_word in rules.thanks:
         return True
-    return question == WH and (first_word in ACKNOWLEDGES or first_word in REQUEST_WORDS)
+    return question == WH and (first_word in rules.acknowledges or first_word in rules.request_words)
 
 
 def _rare_names(texts: list[str], reach: int) -> list[set[str]]:
     """Per message, its names and numbers that at most `reach` messages of the conversation have."""
-    names = [{(word or number).lower() for word, number in _NAME_OR_NUMBER.findall(text) if len(word or number) > 2}
+    names = [{(word or number).lower() for word, number in _rules().name_or_number.findall(text) if len(word or number) > 2}
              for text in texts]
     count = Counter(name for found in names for name in found)
     return [{name for name in found if count[name] <= reach} for found in names]
@@ -501,7 +479,7 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
             clusters[best] = clusters[best] + rows
         names[best] |= named
         left_at[best] = k
-        closed[best] = any(_CLOSING.search(texts[i].lower()) for i in rows)
+        closed[best] = any(_rules().closing.search(texts[i].lower()) for i in rows)
         question[best] = _question(texts[end - 1])
         current, previous = best, rows
     return clusters
