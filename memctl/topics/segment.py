@@ -409,7 +409,8 @@ def _leaves_unanswered(question: str | None, first_word: str) -> bool:
 
 def _rare_names(texts: list[str], reach: int) -> list[set[str]]:
     """Per message, its names and numbers that at most `reach` messages of the conversation have."""
-    names = [{(word or number).lower() for word, number in _rules().name_or_number.findall(text) if len(word or number) > 2}
+    name_or_number = _rules().name_or_number
+    names = [{(word or number).lower() for word, number in name_or_number.findall(text) if len(word or number) > 2}
              for text in texts]
     count = Counter(name for found in names for name in found)
     return [{name for name in found if count[name] <= reach} for found in names]
