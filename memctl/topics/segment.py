@@ -43,17 +43,17 @@ from memctl.text.words import STOPWORDS, fold_plural
 
 _WORD = re.compile(r"[^\W_]+")
 _WORD_CHARS = re.compile(r"[^\W_]")
+# Tuning values: what each does and the measurement that decided it; the values tried, pass by pass,
+# are in bench/README.md ("Topic split (issue 11)", "Fourth pass", "The segmenter's constants").
 # Share of a pair's similarity from sentence vectors when both are readable (the rest is lexical):
-# DialSeg711 dev ARI .684 at 1.0, .686 at 0.8, .681 at 0.6. Chinese keeps a floor of it, since
-# MiniLM knows a few hundred Chinese characters: ZYS dev ARI .526 at floor 0, .546 at 0.3, .541 at 0.6.
+# DialSeg711 dev ARI .686, against .684 at 1.0 and .681 at 0.6.
 VECTOR_SHARE = 0.8
+# ... kept for text the vectors read little of (Chinese; MiniLM knows a few hundred characters):
+# ZYS dev ARI .546, against .526 at 0 and .541 at 0.6.
 VECTOR_FLOOR = 0.3
-# Share of the similarity of two messages in exchanges that comes from the vectors of their whole
-# exchanges ("Yes please." reads as what it agrees to): DialSeg711 dev ARI / Pk, interleaved ARI /
-# returns (before the names bonus) at 0: .777 / .146, .543 / 43%; .5: .784 / .130, .548 / 52%;
-# .75 (re-tuned): .778 / .150, .582 / 50%; 1.0: .755 / .135, .559 / 58%.
+# Share of the similarity of two messages in exchanges from the vectors of their whole exchanges
+# ("Yes please." reads as what it agrees to): interleaved dev ARI .582, against .543 at 0.
 EXCHANGE_SHARE = 0.75
-
 
 # How an exchange's first message begins (_opening).
 REPLY, PLAIN, INTRODUCES, GREETING = "reply", "plain", "introduces", "greeting"
@@ -62,46 +62,37 @@ REPLY, PLAIN, INTRODUCES, GREETING = "reply", "plain", "introduces", "greeting"
 @dataclass
 class Settings:
     """Tuned on the dev parts of ../shared/bench/topics (bench/README.md has the figures)."""
-    # Exchanges, followed in order (two parties, readable text): in standard deviations of the
-    # conversation's own similarities. DialSeg711 dev ARI / Pk, interleaved ARI / returns (in
-    # process, when it was set: before the names bonus and the question and reply rules below, with
-    # a return bonus of .75 for any topic left, decay .8): as set .778 / .150, .582 / 50%; stay 1.0: .739 / .172,
-    # .593 / 54%; stay 1.5: .781 / .130, .535 / 50% (with plain 1.5, introducing 2.0);
-    # return_bonus 1.0: .763 / .152, .584 / 54%; return_decay .6: .790 / .145, .569 / 45%,
-    # .9: .768 / .151, .577 / 51%.
-    stay_bonus: float = 1.25       # added to an exchange's similarity with the topic of the one before
-    stay_recent_share: float = 0.5  # ... which is this much the previous exchange alone
+    # Exchanges, followed in order (two parties, readable text): scores in standard deviations of the
+    # conversation's own similarities. Figures: DialSeg711 dev ARI, interleaved dev ARI / returns.
+    # Added to an exchange's score with the topic of the one before: DialSeg711 .778 / interleaved
+    # .582, against .739 / .593 at 1.0 and .781 / .535 at 1.5.
+    stay_bonus: float = 1.25
+    # ... that score being this much the previous exchange alone (set with stay_bonus, not tuned apart).
+    stay_recent_share: float = 0.5
     # ... or this instead, when the exchange passes over the question that topic ended on ("What time
-    # would you like?" - "Can I have the address please?"): figures below as DialSeg711 dev ARI / Pk,
-    # interleaved ARI / returns, on the even | odd halves; as set .793 / .131, .673 / 72% | .772 / .139,
-    # .668 / 72%; 1.25 (no such rule) .805 / .123, .663 / 70% | .779 / .133, .655 / 68%; .5: .794 / .130,
-    # .671 / 71% | .774 / .136, .669 / 71%.
+    # would you like?" - "Can I have the address please?"): returns 72% | 72% (halves), against 70% | 68% at 1.25.
     unanswered_stay: float = 0.0
     # Added to a topic whose last question a yes or a no answers, taken from one where it cannot (a
-    # wh-question, a statement): 0: .778 / .131, .666 / 71% | .779 / .135, .653 / 70%; 1: .786 / .134,
-    # .667 / 70% | .764 / .142, .666 / 73%.
+    # wh-question, a statement): DialSeg711 .793 (even half), against .778 at 0; at 1.0 the halves part.
     answer_bonus: float = 0.5
-    # Added for a topic left on a question (an offer or question nobody took up) at the exchange
-    # before, left_bonus for one left otherwise, each times return_decay for each further exchange
-    # since. Of the gold segments left on such a question (not a closing "anything else?"), 16% of
-    # 696 on DialSeg711 dev, 68% of the 676 interleaved halves that come back. Left otherwise
-    # 0 (as before, with decay .9): .797 / .127, .651 / 66% | .778 / .133, .670 / 68%; left 1.0:
-    # .781 / .133, .650 / 71% | .758 / .141, .662 / 73%; decay .7: .797 / .129, .665 / 70% | .780 / .134,
-    # .659 / 70%; decay .9: .778 / .135, .653 / 71% | .757 / .141, .667 / 73%. Before the reply rules
-    # (_REFERS_BACK), a bonus for any topic left cost DialSeg711 more than it gained (.772, 55%).
+    # Added to a topic left on a question at the exchange before (an offer or question nobody took
+    # up): interleaved .612 / 55%, against .596 / 53% with .75 for any topic left (third pass).
     return_bonus: float = 1.25
+    # ... to one left on a statement: interleaved .673 / 72% (even half), against .651 / 66% at 0.
     left_bonus: float = 0.75
+    # ... each times this for each further exchange since: DialSeg711 / returns .793 / 72% (even half),
+    # against .797 / 70% at .7 and .778 / 71% at .9.
     return_decay: float = 0.8
-    closed_penalty: float = 1.0    # taken instead from a topic closed with thanks or a goodbye
-    # An earlier topic sharing a name or number (in at most name_reach messages) with the exchange:
-    # when it was set, DialSeg711 .781 -> .773, interleaved .582 -> .596, returns 50% -> 53%; any shared
-    # word of at most 3 messages: .745, .602 / 60%. Now .5: .796 / .131, .667 / 71% | .775 / .136,
-    # .675 / 72%; 1.0: .791 / .132, .673 / 72% | .759 / .145, .659 / 72%.
+    # Taken instead from a topic closed with thanks or a goodbye: DialSeg711 .777, against .771 at 0
+    # (.778 at 2; interleaved within .004).
+    closed_penalty: float = 1.0
+    # Added to an earlier topic sharing a rare name or number with the exchange: DialSeg711 odd half
+    # .772, against .759 at 1.0; at .5 interleaved even half .667, against .673.
     shared_name_bonus: float = 0.75
+    # ... rare: in at most this many messages of the conversation (as set, not tuned).
     name_reach: int = 3
-    # An exchange opens a new topic when no topic scores above the threshold for how it begins
-    # (before the names bonus: plain 1.5, introducing 2.5: DialSeg711 .778, interleaved .582;
-    # 1.5 / 2.0: .776 / .566; 1.25 / 2.0: .775 / .555; 1.0 / 2.0: .742 / .571).
+    # An exchange opens a new topic when no topic scores above the threshold for how it begins:
+    # interleaved .582 at plain 1.5, introducing 2.5, against .566 at introducing 2.0.
     new_thresholds: dict = field(default_factory=lambda: {REPLY: -math.inf, PLAIN: 1.5, INTRODUCES: 2.5,
                                                           GREETING: 3.0})
     # Single messages, merged (Chinese; one speaker): blocks of neighbours, then rejoined.
@@ -284,9 +275,9 @@ def _exchanges(roles: list, vectors: np.ndarray | None, readable: np.ndarray) ->
 
     That party is the one whose messages are least like the message before them (sentence vectors):
     on DialSeg711 dev 97% of gold boundaries fall before a user message and this finds the opener in
-    174 of 178 conversations; cutting only there took ARI .687 -> .702, Pk .263 -> .247. On ZYS
-    (Chinese, the agent opens) the vectors read too little to tell (56 of 127, ARI .546 -> .539), so
-    mostly unreadable conversations keep single messages as units (None)."""
+    174 of 178 conversations (cutting only there: ARI .687 -> .702). On ZYS (Chinese, the agent
+    opens) the vectors read too little to tell (56 of 127), so mostly unreadable conversations keep
+    single messages as units (None)."""
     n = len(roles)
     if vectors is None or len(set(roles)) != 2 or readable.mean() < 0.5:
         return None
@@ -431,13 +422,8 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
     A new topic opens when no score passes the threshold of how the exchange begins: a reply
     never opens one; a greeting or a message introducing something new opens one more easily.
     Against merging neighbouring exchanges and then rejoining (the way single messages go),
-    DialSeg711 dev ARI .703 -> .782, Pk .246 -> .152; interleaved ARI .420 -> .619, returns 20% -> 55%;
-    on both halves of each. Each piece of evidence, left out (DialSeg711 ARI / Pk, interleaved ARI /
-    returns): the reply rule .681 / .229, .558 / 48%; introducing .737 / .151, .547 / 54%; greetings
-    .748 / .157, .580 / 53%; closing .728 / .163, .588 / 58%; shared names .781 / .148, .582 / 50%;
-    whole-exchange vectors .763 / .169, .559 / 38% (measured before the question bonus, from .773 /
-    .149, .596 / 53%). The rules on replies, unanswered questions and topics left otherwise took it
-    to .783 / .135, .671 / 72% (Settings has each one's share)."""
+    DialSeg711 dev ARI .703 -> .782, interleaved .420 -> .619; bench/README.md has what each piece of
+    evidence adds."""
     rare = _rare_names(texts, settings.name_reach)
     clusters: list[list[int]] = []
     left_at: list[int] = []     # per cluster: the exchange it last had
