@@ -27,10 +27,13 @@ Two kinds of conversation, told apart by how many people speak:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -40,17 +43,17 @@ from memctl.text.words import STOPWORDS, fold_plural
 
 _WORD = re.compile(r"[^\W_]+")
 _WORD_CHARS = re.compile(r"[^\W_]")
+# Tuning values: what each does and the measurement that decided it; the values tried, pass by pass,
+# are in bench/README.md ("Topic split (issue 11)", "Fourth pass", "The segmenter's constants").
 # Share of a pair's similarity from sentence vectors when both are readable (the rest is lexical):
-# DialSeg711 dev ARI .684 at 1.0, .686 at 0.8, .681 at 0.6. Chinese keeps a floor of it, since
-# MiniLM knows a few hundred Chinese characters: ZYS dev ARI .526 at floor 0, .546 at 0.3, .541 at 0.6.
+# DialSeg711 dev ARI .686, against .684 at 1.0 and .681 at 0.6.
 VECTOR_SHARE = 0.8
+# ... kept for text the vectors read little of (Chinese; MiniLM knows a few hundred characters):
+# ZYS dev ARI .546, against .526 at 0 and .541 at 0.6.
 VECTOR_FLOOR = 0.3
-# Share of the similarity of two messages in exchanges that comes from the vectors of their whole
-# exchanges ("Yes please." reads as what it agrees to): DialSeg711 dev ARI / Pk, interleaved ARI /
-# returns (before the names bonus) at 0: .777 / .146, .543 / 43%; .5: .784 / .130, .548 / 52%;
-# .75 (re-tuned): .778 / .150, .582 / 50%; 1.0: .755 / .135, .559 / 58%.
+# Share of the similarity of two messages in exchanges from the vectors of their whole exchanges
+# ("Yes please." reads as what it agrees to): interleaved dev ARI .582, against .543 at 0.
 EXCHANGE_SHARE = 0.75
-
 
 # How an exchange's first message begins (_opening).
 REPLY, PLAIN, INTRODUCES, GREETING = "reply", "plain", "introduces", "greeting"
@@ -59,46 +62,37 @@ REPLY, PLAIN, INTRODUCES, GREETING = "reply", "plain", "introduces", "greeting"
 @dataclass
 class Settings:
     """Tuned on the dev parts of ../shared/bench/topics (bench/README.md has the figures)."""
-    # Exchanges, followed in order (two parties, readable text): in standard deviations of the
-    # conversation's own similarities. DialSeg711 dev ARI / Pk, interleaved ARI / returns (in
-    # process, when it was set: before the names bonus and the question and reply rules below, with
-    # a return bonus of .75 for any topic left, decay .8): as set .778 / .150, .582 / 50%; stay 1.0: .739 / .172,
-    # .593 / 54%; stay 1.5: .781 / .130, .535 / 50% (with plain 1.5, introducing 2.0);
-    # return_bonus 1.0: .763 / .152, .584 / 54%; return_decay .6: .790 / .145, .569 / 45%,
-    # .9: .768 / .151, .577 / 51%.
-    stay_bonus: float = 1.25       # added to an exchange's similarity with the topic of the one before
-    stay_recent_share: float = 0.5  # ... which is this much the previous exchange alone
+    # Exchanges, followed in order (two parties, readable text): scores in standard deviations of the
+    # conversation's own similarities. Figures: DialSeg711 dev ARI, interleaved dev ARI / returns.
+    # Added to an exchange's score with the topic of the one before: DialSeg711 .778 / interleaved
+    # .582, against .739 / .593 at 1.0 and .781 / .535 at 1.5.
+    stay_bonus: float = 1.25
+    # ... that score being this much the previous exchange alone (set with stay_bonus, not tuned apart).
+    stay_recent_share: float = 0.5
     # ... or this instead, when the exchange passes over the question that topic ended on ("What time
-    # would you like?" - "Can I have the address please?"): figures below as DialSeg711 dev ARI / Pk,
-    # interleaved ARI / returns, on the even | odd halves; as set .793 / .131, .673 / 72% | .772 / .139,
-    # .668 / 72%; 1.25 (no such rule) .805 / .123, .663 / 70% | .779 / .133, .655 / 68%; .5: .794 / .130,
-    # .671 / 71% | .774 / .136, .669 / 71%.
+    # would you like?" - "Can I have the address please?"): returns 72% | 72% (halves), against 70% | 68% at 1.25.
     unanswered_stay: float = 0.0
     # Added to a topic whose last question a yes or a no answers, taken from one where it cannot (a
-    # wh-question, a statement): 0: .778 / .131, .666 / 71% | .779 / .135, .653 / 70%; 1: .786 / .134,
-    # .667 / 70% | .764 / .142, .666 / 73%.
+    # wh-question, a statement): DialSeg711 .793 (even half), against .778 at 0; at 1.0 the halves part.
     answer_bonus: float = 0.5
-    # Added for a topic left on a question (an offer or question nobody took up) at the exchange
-    # before, left_bonus for one left otherwise, each times return_decay for each further exchange
-    # since. Of the gold segments left on such a question (not a closing "anything else?"), 16% of
-    # 696 on DialSeg711 dev, 68% of the 676 interleaved halves that come back. Left otherwise
-    # 0 (as before, with decay .9): .797 / .127, .651 / 66% | .778 / .133, .670 / 68%; left 1.0:
-    # .781 / .133, .650 / 71% | .758 / .141, .662 / 73%; decay .7: .797 / .129, .665 / 70% | .780 / .134,
-    # .659 / 70%; decay .9: .778 / .135, .653 / 71% | .757 / .141, .667 / 73%. Before the reply rules
-    # (_REFERS_BACK), a bonus for any topic left cost DialSeg711 more than it gained (.772, 55%).
+    # Added to a topic left on a question at the exchange before (an offer or question nobody took
+    # up): interleaved .612 / 55%, against .596 / 53% with .75 for any topic left (third pass).
     return_bonus: float = 1.25
+    # ... to one left on a statement: interleaved .673 / 72% (even half), against .651 / 66% at 0.
     left_bonus: float = 0.75
+    # ... each times this for each further exchange since: DialSeg711 / returns .793 / 72% (even half),
+    # against .797 / 70% at .7 and .778 / 71% at .9.
     return_decay: float = 0.8
-    closed_penalty: float = 1.0    # taken instead from a topic closed with thanks or a goodbye
-    # An earlier topic sharing a name or number (in at most name_reach messages) with the exchange:
-    # when it was set, DialSeg711 .781 -> .773, interleaved .582 -> .596, returns 50% -> 53%; any shared
-    # word of at most 3 messages: .745, .602 / 60%. Now .5: .796 / .131, .667 / 71% | .775 / .136,
-    # .675 / 72%; 1.0: .791 / .132, .673 / 72% | .759 / .145, .659 / 72%.
+    # Taken instead from a topic closed with thanks or a goodbye: DialSeg711 .777, against .771 at 0
+    # (.778 at 2; interleaved within .004).
+    closed_penalty: float = 1.0
+    # Added to an earlier topic sharing a rare name or number with the exchange: DialSeg711 odd half
+    # .772, against .759 at 1.0; at .5 interleaved even half .667, against .673.
     shared_name_bonus: float = 0.75
+    # ... rare: in at most this many messages of the conversation (as set, not tuned).
     name_reach: int = 3
-    # An exchange opens a new topic when no topic scores above the threshold for how it begins
-    # (before the names bonus: plain 1.5, introducing 2.5: DialSeg711 .778, interleaved .582;
-    # 1.5 / 2.0: .776 / .566; 1.25 / 2.0: .775 / .555; 1.0 / 2.0: .742 / .571).
+    # An exchange opens a new topic when no topic scores above the threshold for how it begins:
+    # interleaved .582 at plain 1.5, introducing 2.5, against .566 at introducing 2.0.
     new_thresholds: dict = field(default_factory=lambda: {REPLY: -math.inf, PLAIN: 1.5, INTRODUCES: 2.5,
                                                           GREETING: 3.0})
     # Single messages, merged (Chinese; one speaker): blocks of neighbours, then rejoined.
@@ -281,9 +275,9 @@ def _exchanges(roles: list, vectors: np.ndarray | None, readable: np.ndarray) ->
 
     That party is the one whose messages are least like the message before them (sentence vectors):
     on DialSeg711 dev 97% of gold boundaries fall before a user message and this finds the opener in
-    174 of 178 conversations; cutting only there took ARI .687 -> .702, Pk .263 -> .247. On ZYS
-    (Chinese, the agent opens) the vectors read too little to tell (56 of 127, ARI .546 -> .539), so
-    mostly unreadable conversations keep single messages as units (None)."""
+    174 of 178 conversations (cutting only there: ARI .687 -> .702). On ZYS (Chinese, the agent
+    opens) the vectors read too little to tell (56 of 127), so mostly unreadable conversations keep
+    single messages as units (None)."""
     n = len(roles)
     if vectors is None or len(set(roles)) != 2 or readable.mean() < 0.5:
         return None
@@ -301,94 +295,68 @@ def _exchanges(roles: list, vectors: np.ndarray | None, readable: np.ndarray) ->
     return list(zip(starts, starts[1:] + [n]))
 
 
-# How an exchange's first message begins says whether it can open a subject. On DialSeg711 dev, of
-# the user messages beginning with one of these words 11 of 838 open a new dialogue (yes 10 of 192,
-# no 0 of 94, that 0 of 54, thank(s) 1 of 79), against 41% of those beginning with "I"; all 66
-# beginning with a greeting open one. English only: the Chinese path has no exchanges.
-REPLY_WORDS = frozenset(
-    "yes yeah yep yup no nope nah sure ok okay alright right great perfect fine good cool awesome excellent "
-    "wonderful thanks thank that that's it it's this they those these then so and also but actually well "
-    "oh hmm sorry sounds not just i'll let's".split())
-GREETINGS = frozenset("hi hello hey greetings".split())
-# A message that introduces something ("a hotel", "any trains", "looking for") and points back to
-# nothing ("it", "their", "the one") opens a subject: on DialSeg711 dev 50% of the first user
-# messages of a dialogue, 11% of the others; 10% of the returning halves of the interleaved data.
-# (Pointing back as _REFERS_BACK reads it, rather than the bare words: interleaved ARI .667 -> .672
-# and .642 -> .669 on the two halves, DialSeg711 alike.)
-_INTRODUCES = re.compile(r"\b(a|an|any|some|looking for|need help|help me)\b")
-# A message that leans on what was said before cannot open a subject (it is a REPLY), if it does so
-# before introducing anything. On DialSeg711 dev, 11 of the 186 exchanges so opened start a new
-# dialogue ("... the fastest road to get there?"); of the interleaved returning halves that
-# opened a new topic, most were such: "Does it include free wifi?", "Any area is fine", "I need the
-# postcode and phone number", "I'm going to royal standard". DialSeg711 ARI / Pk, interleaved ARI /
-# returns, even | odd halves, without any of it: .760 / .169, .625 / 62% | .758 / .164, .666 / 67%;
-# with it: .793 / .131, .673 / 72% | .772 / .139, .668 / 72%.
-_REFERS_BACK = re.compile(
-    r"\b(its?|they|them|their|theirs|that one|this one|the one|ones?|the same|also|too|as well|either|instead|there)\b"
-    r"|\b(any|one|some|none|either|both|each|all|two|three) of (them|these|those|the)\b|\b(any|some|ones?) (that|which|with)\b"
-    r"|\b(this|these|those) (?!(week|weekend|morning|afternoon|evening|month|year|time|is|are)\b)[a-z]+")
-# ... and the uses of those words that point nowhere: the weather's "it", "is there", "one" counting.
-_REFERS_NOWHERE = re.compile(
-    r"\b(it|it's|its)\b\s*(will |is |was |going |gonna |supposed |to )*(be|going|gonna|supposed|rain|snow|hail|drizzle|"
-    r"getting|hot|cold|warm)\b|\b(is|will|was) it\b"
-    r"|\b(is|are|was|were|be) there\b|\bthere (is|are|was|were|be|will|should|might|'s)\b|\bthere's\b"
-    r"|\b(one|ones) (person|people|ticket|tickets|night|nights|room|rooms|day|days|adult|adults|week|hour|minute)"
-    r"|\bfor one\b|\bone of\b|\bno one\b|\bsomeone\b|\banyone\b")
-# An attribute asked for without its owner: "the postcode", "their phone number" (not "the phone
-# number for the police").
-_ATTRIBUTE = re.compile(
-    r"\b(the|their|its|your) (post ?code|phone( number)?|(telephone|contact|reference|ref|confirmation|train|booking) "
-    r"number|number|address|reference|price|fee|entrance fee|travel time|arrival time|departure time|booking|"
-    r"reservation|table|room|ticket|tickets|trip|car type|area|location|directions|route)\b(?! (of|for|to|at|in|on|near|number)\b)")
-# Answers: indifference, a preference, when or where to go.
-_ANSWERS = re.compile(
-    r"\b(don't care|do not care|doesn't matter|does not matter|no preference|any (area|type|price|part|place|kind|one|"
-    r"of them) (is|will|would)|anything (is|will|would)|(either|whatever) (is fine|will do|works|is ok)|nothing in "
-    r"particular|not really|not particularly|whichever|whatever)\b"
-    r"|^(i'd|i would|i will|i'll)? ?(prefer|rather)\b|\bi'd prefer\b|\bi would prefer\b"
-    r"|\b(what|which|one) (do|would) you (recommend|suggest)\b|\brecommend (one|something)\b"
-    r"|\b(to|i'll|i will|i'd|i would) (leave|arrive|depart|travel|be leaving|be arriving|be departing|be traveling|"
-    r"be travelling)\b"
-    r"|\b(is|are|would be|will be) (fine|ok|okay|good|great|perfect)\b|\bsounds (good|great|fine|perfect)\b|"
-    r"\bworks for me\b|^(i'm|i am|i'll be|i will be|we're|we are) (going|headed|heading) (to|for)\b")
+# The word lists and patterns _opening, _question and the rest read English with are data:
+# rules/segment.toml, each with where it came from, what measured it and whether it is the
+# benchmark's domain vocabulary rather than language. Read and compiled at the first split.
+RULES = Path(__file__).parent / "rules" / "segment.toml"
+_FIRST_WORDS = re.compile(r"[a-z']+")
 # Questions and how a reply takes them up (_question, _takes_up, _leaves_unanswered).
 WH, CHOICE, YES_NO = "wh", "choice", "yes-no"
-WH_WORDS = frozenset("what which when where who how why what's where's".split())
-YES_OR_NO = frozenset("yes yeah yep yup sure ok okay no nope nah certainly absolutely".split())
-# A reply beginning with one of these does not give what a wh-question asks for ("That sounds great").
-ACKNOWLEDGES = YES_OR_NO | frozenset("great perfect fine alright sounds that not".split())
-REQUEST_WORDS = frozenset("can could may would will do does is are what where when which how give tell get please "
-                          "i'd what's".split())
-# A subject closed with thanks or a goodbye rarely comes back: 40% of the DialSeg711 dev dialogues
-# end so, 6% of the interleaved first halves whose subject returns (closed_penalty 0: DialSeg711
-# ARI .771, .5: .776, 1: .777, 2: .778; interleaved .543 +- .004).
-_CLOSING = re.compile(r"\b(thanks|thank you|that's all|that is all|that will be all|goodbye|bye|anything else|"
-                      r"have a (nice|good|great|wonderful) (day|night|evening|trip)|you're welcome|you are welcome)\b")
-_FIRST_WORDS = re.compile(r"[a-z']+")
-# Names and numbers: a capitalised word inside a sentence, a word with a digit (of 3 characters or
-# more: "2 people" names nothing).
-_NAME_OR_NUMBER = re.compile(r"(?<=[a-z,;:] )([A-Z][a-z]+)|\b(\w*\d\w*)\b")
+
+
+@dataclass(frozen=True)
+class Rules:
+    """One language's word lists (frozensets) and patterns (compiled) from RULES."""
+    reply_words: frozenset
+    reply_phrases: frozenset
+    greetings: frozenset
+    introduces: re.Pattern
+    refers_back: re.Pattern
+    refers_nowhere: re.Pattern
+    attribute: re.Pattern
+    answers: re.Pattern
+    wh_words: frozenset
+    choice_words: frozenset
+    yes_or_no: frozenset
+    acknowledges: frozenset     # yes_or_no and the words that only acknowledge
+    request_words: frozenset
+    thanks: frozenset
+    closing: re.Pattern
+    name_or_number: re.Pattern
+
+
+@functools.cache
+def _rules() -> Rules:
+    """The English rules: exchanges are only followed in text the sentence model reads (not CJK),
+    so these are the ones applied; another language's table would be chosen here."""
+    with RULES.open("rb") as file:
+        table = tomllib.load(file)["en"]
+    compiled = {name: frozenset(rule["words"]) if "words" in rule else re.compile("|".join(rule["pattern"]))
+                for name, rule in table.items()}
+    compiled["acknowledges"] |= compiled["yes_or_no"]
+    return Rules(**compiled)
 
 
 def _opening(text: str) -> str:
     """How a message begins a turn: REPLY when it answers or points back first ("Yes please", "That
     works", "How about Friday?", "Does it have parking?", "I need the postcode"), GREETING,
     INTRODUCES (something new, pointing back to nothing), or PLAIN."""
+    rules = _rules()
     lowered = text.lower()
     words = _FIRST_WORDS.findall(lowered[:40])[:2]
-    if words and (words[0] in REPLY_WORDS or (words[0] in ("how", "what") and words[1:] == ["about"])):
+    if words and (words[0] in rules.reply_words or " ".join(words) in rules.reply_phrases):
         return REPLY
-    if words and words[0] in GREETINGS:
+    if words and words[0] in rules.greetings:
         return GREETING
     # It leans on something said before if it points back ("it", "their", "one of them", "this
     # guesthouse"), asks for an attribute of nothing it names ("the postcode") or answers ("no
     # preference", "after 13:30 is fine", "I'm going to ..."), before it introduces anything ("I need a
     # train. The train should leave..." introduces its own referent).
-    introduced = _INTRODUCES.search(lowered)
-    pointing = _REFERS_BACK.search(_REFERS_NOWHERE.sub(lambda nowhere: " " * len(nowhere.group()), lowered))
+    introduced = rules.introduces.search(lowered)
+    pointing = rules.refers_back.search(rules.refers_nowhere.sub(lambda nowhere: " " * len(nowhere.group()), lowered))
     limit = introduced.start() if introduced else len(lowered)
     if any(match and match.start() <= limit
-           for match in (pointing, _ATTRIBUTE.search(lowered), _ANSWERS.search(lowered))):
+           for match in (pointing, rules.attribute.search(lowered), rules.answers.search(lowered))):
         return REPLY
     if introduced and not pointing:
         return INTRODUCES
@@ -403,15 +371,15 @@ def _question(text: str) -> str | None:
         return None
     last = re.split(r"(?<=[.!?])\s+", stripped)[-1]
     words = _FIRST_WORDS.findall(last)
-    if words and words[0] in WH_WORDS:
+    if words and words[0] in _rules().wh_words:
         return WH
-    return CHOICE if " or " in last else YES_NO
+    return CHOICE if any(f" {word} " in last for word in _rules().choice_words) else YES_NO
 
 
 def _takes_up(question: str | None, first_word: str) -> int:
     """+1 when a reply beginning so answers a yes-no question, -1 when a yes or a no cannot answer
     what was said last (a wh-question, a statement), else 0."""
-    if first_word not in YES_OR_NO:
+    if first_word not in _rules().yes_or_no:
         return 0
     if question == YES_NO:
         return 1
@@ -424,14 +392,16 @@ def _leaves_unanswered(question: str | None, first_word: str) -> bool:
     wh-question."""
     if question is None:
         return False
-    if first_word in ("thanks", "thank"):
+    rules = _rules()
+    if first_word in rules.thanks:
         return True
-    return question == WH and (first_word in ACKNOWLEDGES or first_word in REQUEST_WORDS)
+    return question == WH and (first_word in rules.acknowledges or first_word in rules.request_words)
 
 
 def _rare_names(texts: list[str], reach: int) -> list[set[str]]:
     """Per message, its names and numbers that at most `reach` messages of the conversation have."""
-    names = [{(word or number).lower() for word, number in _NAME_OR_NUMBER.findall(text) if len(word or number) > 2}
+    name_or_number = _rules().name_or_number
+    names = [{(word or number).lower() for word, number in name_or_number.findall(text) if len(word or number) > 2}
              for text in texts]
     count = Counter(name for found in names for name in found)
     return [{name for name in found if count[name] <= reach} for found in names]
@@ -452,13 +422,8 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
     A new topic opens when no score passes the threshold of how the exchange begins: a reply
     never opens one; a greeting or a message introducing something new opens one more easily.
     Against merging neighbouring exchanges and then rejoining (the way single messages go),
-    DialSeg711 dev ARI .703 -> .782, Pk .246 -> .152; interleaved ARI .420 -> .619, returns 20% -> 55%;
-    on both halves of each. Each piece of evidence, left out (DialSeg711 ARI / Pk, interleaved ARI /
-    returns): the reply rule .681 / .229, .558 / 48%; introducing .737 / .151, .547 / 54%; greetings
-    .748 / .157, .580 / 53%; closing .728 / .163, .588 / 58%; shared names .781 / .148, .582 / 50%;
-    whole-exchange vectors .763 / .169, .559 / 38% (measured before the question bonus, from .773 /
-    .149, .596 / 53%). The rules on replies, unanswered questions and topics left otherwise took it
-    to .783 / .135, .671 / 72% (Settings has each one's share)."""
+    DialSeg711 dev ARI .703 -> .782, interleaved .420 -> .619; bench/README.md has what each piece of
+    evidence adds."""
     rare = _rare_names(texts, settings.name_reach)
     clusters: list[list[int]] = []
     left_at: list[int] = []     # per cluster: the exchange it last had
@@ -501,7 +466,7 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
             clusters[best] = clusters[best] + rows
         names[best] |= named
         left_at[best] = k
-        closed[best] = any(_CLOSING.search(texts[i].lower()) for i in rows)
+        closed[best] = any(_rules().closing.search(texts[i].lower()) for i in rows)
         question[best] = _question(texts[end - 1])
         current, previous = best, rows
     return clusters
