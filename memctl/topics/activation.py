@@ -160,6 +160,8 @@ def load_part(store: Store) -> dict[str, Any]:
         except FileNotFoundError:
             continue
         except orjson.JSONDecodeError as exc:
+            if source != path:
+                continue  # the window's file: its own check reports it
             raise InputError(f"not valid JSON ({exc})", source=store.relative(source)) from None
         part = pick(data) if isinstance(data, dict) else None
         if source == path and part is None:
