@@ -308,10 +308,10 @@ class Memory:
         from memctl.topics.split import settings_of, split
 
         settings = settings_of(self.store)
-        command = _given_or(llm_command, settings["llm_command"])
-        choose = llm.chooser(self.store, command, settings["llm_timeout"], settings["llm_batch"]) if command else None
-        describe = llm.describer(self.store, command, settings["llm_timeout"], settings["llm_parallel"],
-                                 settings["summary_bytes"]) if command else None
+        command = _given_or(llm_command, settings.llm_command)
+        choose = llm.chooser(self.store, command, settings.llm_timeout, settings.llm_batch) if command else None
+        describe = llm.describer(self.store, command, settings.llm_timeout, settings.llm_parallel,
+                                 settings.summary_bytes) if command else None
         return split(self.store, session, system_text=system_text, keep_recent=keep_recent, force=force,
                      dry_run=dry_run, choose=choose, describe=describe, progress=progress, scope=scope)
 
@@ -355,9 +355,9 @@ class Memory:
         from memctl.topics.split import settings_of
 
         settings = settings_of(self.store)
-        command = _given_or(llm_command, settings["llm_command"])
+        command = _given_or(llm_command, settings.llm_command)
         return build(self.store, self._retriever_open(), session, message, system_text=system_text,
-                     budget=_given_or(budget, settings["context_budget"]), record=record,
+                     budget=_given_or(budget, settings.context_budget), record=record,
                      llm_command=command, say=self.say, scope=scope)
 
     def topics_activate(self, query: str, *, include_archived: bool = False, llm_command: str | None = None,
@@ -372,7 +372,7 @@ class Memory:
 
         self._need_query(query)
         looked_in = self._scope_for(session, scope)
-        command = _given_or(llm_command, settings_of(self.store)["llm_command"])
+        command = _given_or(llm_command, settings_of(self.store).llm_command)
         return activate(self.store, self._retriever_open(), query, include_archived=include_archived,
                         llm_command=command, scope=looked_in)
 
@@ -403,7 +403,7 @@ class Memory:
         from memctl.topics.split import settings_of
 
         self.store.require()
-        command = _given_or(llm_command, settings_of(self.store)["llm_command"])
+        command = _given_or(llm_command, settings_of(self.store).llm_command)
         return review(self.store, dry_run=dry_run, llm_command=command)
 
     def topic_links(self, topic_id: str) -> list[dict[str, Any]]:

@@ -35,6 +35,7 @@ from typing import Any, Iterator
 import orjson
 
 from memctl import clock
+from memctl import config
 from memctl.governance import governance
 from memctl.search.scores import governance_settings
 from memctl.store.status import is_current, status_of
@@ -360,7 +361,7 @@ def _is_time(value) -> bool:
 
 def _check_pending(store: Store, problems: list[Problem], ids: dict[str, str], now: datetime) -> None:
     path = store.pending_file
-    settings = _settings_or_defaults(store)["ingest"]
+    settings = _settings_or_defaults(store).ingest
     for number, item in _jsonl(store, path, problems, "a pending memory"):
         if not isinstance(item.get("id"), str):
             problems.append(Problem(pending.SOURCE, number, "pending memory has no text 'id'", "field"))
@@ -412,7 +413,7 @@ def _check_state(store: Store, problems: list[Problem]) -> None:
 
     data = store.state_file.read_bytes()
     try:
-        parse_state(data, "index_state.json", _settings_or_defaults(store)["state"])
+        parse_state(data, "index_state.json", _settings_or_defaults(store).state)
     except InputError as exc:
         line = exc.line
         if line is None and exc.field:  # the line the field is on, for a person to go to
@@ -423,14 +424,14 @@ def _check_state(store: Store, problems: list[Problem]) -> None:
         problems.append(Problem("index_state.json", line, what + exc.message, code))
 
 
-def _settings_or_defaults(store: Store) -> dict:
+def _settings_or_defaults(store: Store) -> "config.Settings":
     """memctl.toml's settings, or the defaults when it is broken (the config check reports that)."""
     from memctl import config
 
     try:
         return config.load(store.config_file)
     except MemctlError:
-        return config.DEFAULTS
+        return config.defaults()
 
 
 def _check_daily_logs(store: Store, problems: list[Problem]) -> None:

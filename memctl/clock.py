@@ -2,19 +2,45 @@
 
 MEMCTL_NOW pins the clock (ISO 8601), so that ages, TTLs and decay can be
 replayed exactly, in tests and when re-running a cron job for a past day.
+It is read here and nowhere else: `Clock.from_environment()` (a Memory's
+clock, see config.Context) and `now()` (code given no clock).
 """
 
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
+
+ENVIRONMENT = "MEMCTL_NOW"
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The current time, or a pinned one (`pinned`): every age, TTL and expiry reads one of these."""
+
+    pinned: datetime | None = None
+
+    @classmethod
+    def from_environment(cls) -> "Clock":
+        value = os.environ.get(ENVIRONMENT)
+        return cls(parse_ts(value) if value else None)
+
+    def now(self) -> datetime:
+        """Now, to the second (stamps in the files are)."""
+        if self.pinned is not None:
+            return self.pinned
+        return datetime.now(timezone.utc).replace(microsecond=0)
+
+    def seconds(self) -> float:
+        """Now as Unix seconds, to the sub-second: what TTLs (the cache's expiry) count in."""
+        return self.pinned.timestamp() if self.pinned is not None else time.time()
 
 
 def now() -> datetime:
-    pinned = os.environ.get("MEMCTL_NOW")
-    if pinned:
-        return parse_ts(pinned)
-    return datetime.now(timezone.utc).replace(microsecond=0)
+    """Now, by MEMCTL_NOW if set: for code that was given no Clock."""
+    return Clock.from_environment().now()
 
 
 def parse_ts(value: str | int | float) -> datetime:

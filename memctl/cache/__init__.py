@@ -82,7 +82,7 @@ class RunResult:
         return {**self.entry.as_dict(), "hit": self.hit, "waited": self.waited}
 
 
-def open_backend(spec: str, store: Store, settings: dict[str, Any]) -> Backend:
+def open_backend(spec: str, store: Store, settings: config.Cache) -> Backend:
     """The backend a [cache] backend setting (or --backend) names."""
     if spec == "files":
         from memctl.cache.files import FileBackend
@@ -94,7 +94,7 @@ def open_backend(spec: str, store: Store, settings: dict[str, Any]) -> Backend:
         except ImportError:
             raise InputError("the Redis backend needs the redis client: pip install 'memctl[redis]'",
                              source="--backend", field="backend") from None
-        return RedisBackend(spec, socket_timeout=settings["socket_timeout"], lock_ttl=settings["lock_ttl"])
+        return RedisBackend(spec, socket_timeout=settings.socket_timeout, lock_ttl=settings.lock_ttl)
     raise InputError(f"unknown backend {spec!r}; use files or redis://host:port/db", source="--backend",
                      field="backend")
 
@@ -103,14 +103,14 @@ class Cache:
     """The working memory of one store, on the backend its settings (or `backend`) name."""
 
     def __init__(self, store: Store, *, backend: str | Backend | None = None,
-                 settings: dict[str, dict[str, Any]] | None = None, consolidator: Callable | None = None):
+                 settings: config.Settings | None = None, consolidator: Callable | None = None):
         self.store = store
         self._consolidator = consolidator  # (cache, scope, everything=, dry_run=, only=, index=) -> rows
         self.all_settings = settings or config.load(store.config_file)
-        self.settings = self.all_settings["cache"]
+        self.settings = self.all_settings.cache
         for name in _SECONDS_SETTINGS:  # memctl.toml takes any finite number; a TTL of 1e308 overflows
-            check_seconds(self.settings[name], source=_setting_source(store, name), field=f"cache.{name}")
-        spec = backend if backend is not None else self.settings["backend"]
+            check_seconds(getattr(self.settings, name), source=_setting_source(store, name), field=f"cache.{name}")
+        spec = backend if backend is not None else self.settings.backend
         self.backend: Backend = open_backend(spec, store, self.settings) if isinstance(spec, str) else spec
 
     # -- one call ----------------------------------------------------------------
@@ -140,7 +140,7 @@ class Cache:
                              source="--exit-code", field="exit_code")
         entry = Entry(id=os.urandom(8).hex(), key=key_of(tool, args), scope=scope, tool=tool, args=args,
                       output=output.encode() if isinstance(output, str) else bytes(output),
-                      stderr_tail=_tail(stderr, self.settings["stderr_lines"]), exit_code=exit_code,
+                      stderr_tail=_tail(stderr, self.settings.stderr_lines), exit_code=exit_code,
                       agent=agent, created_at=clock.format_ts(clock.now()), duration_ms=round(duration_ms, 1))
         self.backend.save(entry, self._ttl(entry, ttl))
         return entry
@@ -169,7 +169,7 @@ class Cache:
             if entry is not None:
                 self._count_hit(entry)
                 return RunResult(entry, hit=True, waited=False)
-        wait = self.settings["wait_timeout"] if timeout is None else timeout
+        wait = self.settings.wait_timeout if timeout is None else timeout
         with self.backend.single_run(scope, key, wait) as waited:
             if not refresh:
                 entry = self.backend.load(scope, key)  # the runner we waited for stored it
@@ -194,14 +194,14 @@ class Cache:
     def _count_hit(self, entry: Entry) -> None:
         entry.access_count = self.backend.count_access(entry)
         self.backend.count(entry.scope, entry.tool, "negative_hits" if entry.negative else "hits")
-        if (self._consolidator and "hit" in self.settings["consolidate_on"]
-                and entry.access_count == self.settings["consolidate_min_access"]):
+        if (self._consolidator and "hit" in self.settings.consolidate_on
+                and entry.access_count == self.settings.consolidate_min_access):
             self.consolidate(entry.scope, only=[entry])
 
     def _ttl(self, entry: Entry, ttl: float | None) -> float:
         if ttl is not None:
             return check_seconds(ttl, source="--ttl", field="ttl")
-        return self.settings["negative_ttl" if entry.negative else "ttl"]
+        return self.settings.negative_ttl if entry.negative else self.settings.ttl
 
     # -- a whole scope -----------------------------------------------------------
     def entries(self, scope: str) -> list[Entry]:
@@ -231,7 +231,7 @@ class Cache:
         """End a run: forget the scope (after consolidating it, where [cache] consolidate_on has clear)."""
         check_name(scope, "scope")
         consolidated = []
-        if self._consolidator and "clear" in self.settings["consolidate_on"]:
+        if self._consolidator and "clear" in self.settings.consolidate_on:
             consolidated = self.consolidate(scope, dry_run=dry_run)
         entries = len(self.entries(scope)) if dry_run else self.backend.clear(scope)
         return {"scope": scope, "entries": entries, "consolidated": [c.as_dict() for c in consolidated],

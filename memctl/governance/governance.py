@@ -13,7 +13,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
@@ -40,11 +40,11 @@ def set_status(entry: Entry, status: str, stamp: str) -> None:
     """
     if not entry.annotated:
 
-        defaults = config.DEFAULTS["ingest"]
+        defaults = config.Ingest()
         entry.set("id", entry.derived_id)
         entry.set("summary", memoryfile.summary_of(entry))
-        entry.set("memory_class", defaults["default_memory_class"])
-        entry.set("scope", defaults["default_scope"])
+        entry.set("memory_class", defaults.default_memory_class)
+        entry.set("scope", defaults.default_scope)
     entry.set("status", status)
     entry.set("status_changed_at", stamp)
 
@@ -303,7 +303,7 @@ class NoteReport:
 
 
 def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, allow_conflict: bool,
-                now: datetime | None = None, gov: Mapping[str, Any] | None = None,
+                now: datetime | None = None, gov: config.Governance | None = None,
                 hold: bool = False) -> tuple[dict[str, NoteReport], list[dict]]:
     """Add notes to `doc` in memory, deprecating what each supersedes; nothing is written here.
 
@@ -360,7 +360,7 @@ def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, al
                                  f"or replace it with --supersedes {report.conflicts[0]}",
                                  source=source, line=line, field="canonical_topic")
         report.similar = similar(doc.entries, f"{fields.get('summary', '')}\n{note['text']}",
-                                 k=int(gov["conflict_top_k"]), min_score=gov["conflict_min_similarity"],
+                                 k=int(gov.conflict_top_k), min_score=gov.conflict_min_similarity,
                                  exclude=[note_id, *olds])
         if report.conflicts and not hold:
             log.append({"ts": stamp, "action": "add-conflict", "id": note_id, "topic": topic,

@@ -87,10 +87,10 @@ def layered_search(store: Store, query: str, *, workspace: str | None, budget: i
     core = sorted((e for e in visible if is_core(e, gov)),
                   key=lambda e: (e.get("is_core") is not True, -scorer.health(e).user_weight,
                                  -scorer.health(e).recency_decay, e.id))
-    core = core[:gov["layer_core_max"]]
+    core = core[:gov.layer_core_max]
     core_ids = {e.id for e in core}
     scoped = [e for e in visible if workspace and e.get("scope") == workspace and e.id not in core_ids]
-    scoped = sorted(scoped, key=lambda e: (-scorer.health(e).total, e.id))[:gov["layer_scope_max"]]
+    scoped = sorted(scoped, key=lambda e: (-scorer.health(e).total, e.id))[:gov.layer_scope_max]
 
     result = Layered(budget=budget, workspace=workspace,
                      trigger=trigger(query, "\n".join(e.text for e in core + scoped), _turns(store) + 1))
@@ -102,8 +102,8 @@ def layered_search(store: Store, query: str, *, workspace: str | None, budget: i
         taken = core_ids | {e.id for e in scoped}
         filters = Filters(kinds=("memory",), scopes=(workspace,) if workspace else ())
         retriever = retriever or Retriever(store, say=say)
-        (found,) = retriever.search([Query(text=query, k=gov["layer_query_max"] + len(taken), filters=filters)])
-        for hit in [r for r in found if r.record_id not in taken][:gov["layer_query_max"]]:
+        (found,) = retriever.search([Query(text=query, k=gov.layer_query_max + len(taken), filters=filters)])
+        for hit in [r for r in found if r.record_id not in taken][:gov.layer_query_max]:
             entry = doc.find(hit.record_id)
             if entry is not None:
                 item = _entry_item(entry)

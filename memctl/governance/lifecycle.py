@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from memctl import clock
+from memctl import config
 from memctl.governance import governance
 from memctl.search import scores
 from memctl.store import counters
@@ -140,7 +141,7 @@ def doc_summary(entries: list[Entry], memory_id: str) -> str | None:
     return None
 
 
-def _decide(entry: Entry, scorer: scores.Scorer, gov: dict, now: datetime) -> Change | None:
+def _decide(entry: Entry, scorer: scores.Scorer, gov: config.Governance, now: datetime) -> Change | None:
     raw_status = entry.get("status")
     if raw_status is not None and raw_status not in memoryfile.STATUSES:
         return None  # a status we cannot read is left for a person (health check reports it)
@@ -154,15 +155,15 @@ def _decide(entry: Entry, scorer: scores.Scorer, gov: dict, now: datetime) -> Ch
         changed = scores.parse_time(entry.get("status_changed_at"))
         if changed is None:
             return Change(entry.id, "stamp", "archived", "archived")
-        if clock.age_days(changed, now) > gov["delete_archived_after_days"]:
+        if clock.age_days(changed, now) > gov.delete_archived_after_days:
             return Change(entry.id, "delete", "archived", "deleted", scorer.health(entry).total)
         return None
     health = scorer.health(entry).total
     if core:
         target = "active"
-    elif health < gov["archive_below"]:
+    elif health < gov.archive_below:
         target = "archived"
-    elif health < gov["low_priority_below"]:
+    elif health < gov.low_priority_below:
         target = "low_priority"
     else:
         target = "active"

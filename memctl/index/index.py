@@ -25,6 +25,7 @@ import os
 import shutil
 import sqlite3
 from contextlib import contextmanager
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
@@ -77,10 +78,11 @@ class UpdateReport:
 
 
 class Index:
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, settings: config.Settings | None = None):
+        """`settings`: the store's, as its Memory loaded them; read from memctl.toml if not given."""
         self.store = store
         self.dir = store.index_dir
-        self.settings = config.load(store.config_file)
+        self.settings = settings or config.load(store.config_file)
 
     # -- freshness -------------------------------------------------------------
     def stamps(self) -> dict[str, list[int]]:
@@ -108,8 +110,8 @@ class Index:
 
     def _embedding_settings(self) -> dict:
         """The settings that change what is embedded: a change means re-indexing."""
-        embedding = self.settings["embedding"]
-        return {k: embedding[k] for k in ("model", "precision", "with_previous_turn")}
+        embedding = self.settings.embedding
+        return {k: getattr(embedding, k) for k in ("model", "precision", "with_previous_turn")}
 
     # -- updating --------------------------------------------------------------
     def update(self, *, rebuild: bool = False, progress: Callable[[str, int, int], None] | None = None) -> UpdateReport:
@@ -136,7 +138,7 @@ class Index:
 
     def _update(self, stamps: dict[str, list[int]], rebuild: bool, progress) -> UpdateReport:
         """Read what changed, work out the units' new rows and vectors, then write them."""
-        model = _Model(self.settings["embedding"])
+        model = _Model(self.settings.embedding)
         table, reason = (None, "asked") if rebuild else self._previous(model)
         try:
             reading = self._read(table, stamps)
@@ -179,7 +181,7 @@ class Index:
         if not model.same_vectors(built_with):
             return None, f"model changed: {built_with.get('name')} ({built_with.get('precision')}) to " \
                          f"{model.identity['name']} ({model.identity['precision']})"
-        if (manifest.get("embedding") or {}).get("with_previous_turn") != model.settings["with_previous_turn"]:
+        if (manifest.get("embedding") or {}).get("with_previous_turn") != model.settings.with_previous_turn:
             return None, "embedding settings changed"
         try:
             table = _Table(self.dir / "units.db")
@@ -258,7 +260,7 @@ class Index:
 
         from memctl.index import vectors
 
-        texts = [_embed_text(unit, model.settings["with_previous_turn"]) for unit in fresh]
+        texts = [_embed_text(unit, model.settings.with_previous_turn) for unit in fresh]
         embed_digests = [hashlib.sha1(text.encode()).hexdigest() for text in texts]
         donors = table.donors(set(embed_digests)) if table is not None else {}
         missing = [i for i, digest in enumerate(embed_digests) if digest not in donors]
@@ -343,7 +345,7 @@ class Index:
         else:  # every unit written is deleted first: an update cut short and done again adds no twins
             for unit_id in {*gone, *(unit.id for unit in fresh)}:
                 writer.delete_documents_by_term("id", unit_id)
-        with_previous_turn = self.settings["embedding"]["with_previous_turn"]
+        with_previous_turn = self.settings.embedding.with_previous_turn
         for unit in fresh:
             writer.add_document(lexical.document(unit.id, _bm25_text(unit), _meta(unit),
                                                  context=unit.context if with_previous_turn else None))
@@ -398,13 +400,13 @@ class _Meanwhile:
 class _Model:
     """The configured embedding model: named cheaply, loaded only when something is embedded."""
 
-    def __init__(self, settings: dict):
+    def __init__(self, settings: config.Embedding):
         from memctl.index.embedders import BUNDLED, backend_for, open_embedder
         from memctl.index.embedding import model_dir, model_identity
 
         self.settings = settings
         self._embedder = None
-        name = settings["model"]
+        name = settings.model
         if backend_for(name).name != BUNDLED:
             # A packaged model (embedders.py) is named by its package's version: opening one
             # reads no weights yet.
@@ -412,7 +414,7 @@ class _Model:
             self.identity = {"name": name, "sha256": self._embedder.key, "precision": "package"}
         else:
             self.directory = model_dir("" if name == BUNDLED else name)
-            self.identity = model_identity(self.directory, settings["precision"], name)
+            self.identity = model_identity(self.directory, settings.precision, name)
 
     def same_vectors(self, identity: dict) -> bool:
         """Vectors made under `identity` are this model's: the same exported graph at the same precision."""
@@ -429,7 +431,7 @@ class _Model:
 
             settings = self.settings
             if texts <= FEW_TEXTS:
-                settings = {**settings, "threads": settings["query_threads"]}
+                settings = dataclasses.replace(settings, threads=settings.query_threads)
             self._embedder = open_embedder(settings)
         return self._embedder
 

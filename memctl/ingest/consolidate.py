@@ -54,7 +54,7 @@ def consolidate(cache: "Cache", scope: str, *, everything: bool = False, dry_run
 
     settings = cache.settings
     entries = only if only is not None else list(cache.backend.entries(scope))
-    chosen = [e for e in entries if everything or e.access_count >= settings["consolidate_min_access"]]
+    chosen = [e for e in entries if everything or e.access_count >= settings.consolidate_min_access]
     out = [Consolidated(e.key, e.tool, e.consolidated, "marked", e.access_count) for e in chosen if e.consolidated]
     todo = [e for e in chosen if not e.consolidated]
     if not todo:
@@ -93,7 +93,7 @@ def note(entry: Entry, memory_id: str, settings: dict[str, Any]) -> dict[str, An
     else:
         found = summarise(entry.text, settings)
     text = f"{call}\n{found}"
-    return {"id": memory_id, "text": text, "section": settings["section"],
+    return {"id": memory_id, "text": text, "section": settings.section,
             "summary": clip(f"{entry.tool}: {found}", SUMMARY_MAX),
             "memory_class": "episodic", "created_at": entry.created_at, "access_count": entry.access_count,
             "tool": entry.tool, **({"agent": entry.agent} if entry.agent else {}), "cache_scope": entry.scope}
@@ -101,7 +101,7 @@ def note(entry: Entry, memory_id: str, settings: dict[str, Any]) -> dict[str, An
 
 def summarise(text: str, settings: dict[str, Any]) -> str:
     """The [cache] summary_command's answer, else the output's first lines up to summary_chars."""
-    command = settings["summary_command"]
+    command = settings.summary_command
     if command:
         try:
             argv = shlex.split(command)
@@ -116,7 +116,7 @@ def summarise(text: str, settings: dict[str, Any]) -> str:
         if not summary:
             raise CacheError(f"[cache] summary_command: '{argv[0]}' printed nothing")
         return summary
-    budget = settings["summary_chars"]
+    budget = settings.summary_chars
     kept: list[str] = []
     used = 0
     for line in text.split("\n"):

@@ -89,11 +89,11 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
     unless `allow_conflict` (pending notes are only reported: confirming
     them decides).
     """
-    settings = config.load(store.config_file)["ingest"]
+    settings = config.load(store.config_file).ingest
     if ttl_hours is not None:
         ttl_hours = config.check("ingest", "pending_ttl_hours", float(ttl_hours), "--ttl")
     if keep_noise is None:
-        keep_noise = not settings["filter_noise"]
+        keep_noise = not settings.filter_noise
     if session is not None:
         check_name(session, "session", source="--session")
     if scope is not None and check_field("scope", scope):
@@ -109,8 +109,8 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
         _add_supersedes(items, kind, supersedes)
     item_kind = "message" if kind == "message" else ("pending" if pending else "memory")
     for line, item, _ in items:
-        if len(item["text"].encode("utf-8", "surrogatepass")) > settings["max_text_bytes"]:
-            raise InputError(f"longer than [ingest] max_text_bytes ({settings['max_text_bytes']} bytes); "
+        if len(item["text"].encode("utf-8", "surrogatepass")) > settings.max_text_bytes:
+            raise InputError(f"longer than [ingest] max_text_bytes ({settings.max_text_bytes} bytes); "
                              "nothing was stored", source=source, line=line, field="text")
 
     kept = []
@@ -125,7 +125,7 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
             kept.append((line, item))
     with store.transaction(dry_run=dry_run) as tx:
         if kind == "message":  # under the lock: a session's stored scope is read as it stands
-            _scope_messages(store, [(line, item) for line, item, _ in items], settings["default_scope"], source)
+            _scope_messages(store, [(line, item) for line, item, _ in items], settings.default_scope, source)
         _store_items(store, tx, kept, item_kind, result, source=source, settings=settings, ttl_hours=ttl_hours,
                      allow_conflict=allow_conflict)
     result.outcomes.sort(key=lambda o: o.line)
@@ -328,7 +328,7 @@ def _note(record: jsonl.Record, source: str, settings: dict, section: str | None
     _scope_note(fields, scope, source, line)
     if "ts" in value and "created_at" not in fields:
         fields["created_at"] = value["ts"]
-    note_section = value.get("section", section or settings["default_section"])
+    note_section = value.get("section", section or settings.default_section)
     if not isinstance(note_section, str) or not note_section.strip() or "\n" in note_section:
         raise InputError("must be one line of text", source=source, line=line, field="section")
     return line, complete_note(fields, text, note_section.strip(), settings, source, line), None
@@ -404,7 +404,7 @@ def _check_notes(store: Store, doc: memoryfile.Document, notes: list[tuple[int, 
 
 
 def _write_pending(store: Store, tx, notes: list[dict], settings: dict, ttl_hours: float | None) -> dict[str, str]:
-    ttl = settings["pending_ttl_hours"] if ttl_hours is None else ttl_hours
+    ttl = settings.pending_ttl_hours if ttl_hours is None else ttl_hours
     created = clock.now()
     expires = clock.format_ts(created + timedelta(hours=ttl))
     lines = []

@@ -20,20 +20,14 @@ from typing import Any, Mapping
 
 from memctl import clock
 from memctl import config
-from memctl.errors import InputError
 from memctl.store.memoryfile import Entry
 from memctl.store.status import fields_of
 from memctl.store.store import Store
 
 
-def governance_settings(store: Store | None = None) -> dict[str, Any]:
-    """The [governance] settings of a store (defaults without one); config checks each value's
-    range, this the one rule that ties two values together."""
-    values = config.load(store.config_file)["governance"] if store else dict(config.DEFAULTS["governance"])
-    if values["archive_below"] > values["low_priority_below"]:
-        raise InputError("governance.archive_below must not exceed governance.low_priority_below",
-                         source=str(store.config_file) if store else None)
-    return values
+def governance_settings(store: Store | None = None) -> config.Governance:
+    """The [governance] settings of a store (defaults without one), checked by config.load."""
+    return config.load(store.config_file).governance if store else config.Governance()
 
 
 def _number(value: Any, low: float, high: float) -> float | None:
@@ -42,16 +36,16 @@ def _number(value: Any, low: float, high: float) -> float | None:
     return None
 
 
-def user_weight_of(entry: Entry | Mapping[str, Any], gov: Mapping[str, Any]) -> float:
+def user_weight_of(entry: Entry | Mapping[str, Any], gov: config.Governance) -> float:
     weight = _number(fields_of(entry).get("user_weight"), 0, 10)
-    return gov["default_user_weight"] if weight is None else weight
+    return gov.default_user_weight if weight is None else weight
 
 
-def is_core(entry: Entry | Mapping[str, Any], gov: Mapping[str, Any]) -> bool:
+def is_core(entry: Entry | Mapping[str, Any], gov: config.Governance) -> bool:
     """Layer 0: is_core, or user_weight at least core_user_weight (9). Never demoted."""
     fields = fields_of(entry)
     weight = _number(fields.get("user_weight"), 0, 10)
-    return fields.get("is_core") is True or (weight is not None and weight >= gov["core_user_weight"])
+    return fields.get("is_core") is True or (weight is not None and weight >= gov.core_user_weight)
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -83,33 +77,33 @@ class Score:
 
 
 def _parts(entry: Entry | Mapping[str, Any], now: datetime | None, accesses: int,
-           gov: Mapping[str, Any]) -> tuple[float, float, float, int, float | None]:
+           gov: config.Governance) -> tuple[float, float, float, int, float | None]:
     fields = fields_of(entry)
     created = parse_time(fields.get("created_at"))
     age = None if created is None else clock.age_days(created, now or clock.now())
-    recency = 1.0 if age is None else math.exp(-math.log(2) / gov["recency_half_life_days"] * age)
+    recency = 1.0 if age is None else math.exp(-math.log(2) / gov.recency_half_life_days * age)
     base = fields.get("access_count")
     base = base if isinstance(base, int) and not isinstance(base, bool) and base >= 0 else 0
     count = base + max(0, int(accesses))
-    frequency = min(count / gov["access_saturation"], 1.0)
+    frequency = min(count / gov.access_saturation, 1.0)
     return recency, frequency, user_weight_of(entry, gov), count, age
 
 
 def health_score(entry: Entry | Mapping[str, Any], now: datetime | None = None, *, accesses: int = 0,
-                 gov: Mapping[str, Any] | None = None) -> Score:
+                 gov: config.Governance | None = None) -> Score:
     """Health (no query): 0.4 recency + 0.35 access frequency + 0.25 user_weight/10.
 
     `accesses` is the entry's count in access.json (see Scorer, which looks it up).
     """
     gov = gov or governance_settings()
     recency, frequency, weight, count, age = _parts(entry, now, accesses, gov)
-    total = (gov["health_weight_recency"] * recency + gov["health_weight_access"] * frequency
-             + gov["health_weight_user"] * weight / 10)
+    total = (gov.health_weight_recency * recency + gov.health_weight_access * frequency
+             + gov.health_weight_user * weight / 10)
     return Score(total, recency, frequency, weight, count, age)
 
 
 def retrieval_score(relevance: float, entry: Entry | Mapping[str, Any], now: datetime | None = None, *,
-                    accesses: int = 0, gov: Mapping[str, Any] | None = None) -> Score:
+                    accesses: int = 0, gov: config.Governance | None = None) -> Score:
     """Ranking with a query: 0.4 relevance + 0.25 recency + 0.2 access frequency + 0.15 user_weight/10.
 
     `relevance` is the search's own score, clamped to [0, 1].
@@ -117,8 +111,8 @@ def retrieval_score(relevance: float, entry: Entry | Mapping[str, Any], now: dat
     gov = gov or governance_settings()
     relevance = min(max(float(relevance), 0.0), 1.0)
     recency, frequency, weight, count, age = _parts(entry, now, accesses, gov)
-    total = (gov["retrieval_weight_relevance"] * relevance + gov["retrieval_weight_recency"] * recency
-             + gov["retrieval_weight_access"] * frequency + gov["retrieval_weight_user"] * weight / 10)
+    total = (gov.retrieval_weight_relevance * relevance + gov.retrieval_weight_recency * recency
+             + gov.retrieval_weight_access * frequency + gov.retrieval_weight_user * weight / 10)
     return Score(total, recency, frequency, weight, count, age, relevance)
 
 

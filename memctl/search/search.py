@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -111,12 +112,12 @@ class Query:
 class Searcher:
     """An open index, reused for every query of one process (see --batch)."""
 
-    def __init__(self, store: Store, settings: dict | None = None):
+    def __init__(self, store: Store, settings: config.Settings | None = None):
         from memctl.index import lexical
 
         self.store = store
         self.settings = settings or config.load(store.config_file)
-        self.retrieval = self.settings["retrieval"]
+        self.retrieval = self.settings.retrieval
         index_dir = store.index_dir
         self.tantivy = lexical.open_index(index_dir / "tantivy")
         self.db = sqlite3.connect(f"file:{index_dir / 'units.db'}?mode=ro", uri=True)
@@ -139,7 +140,7 @@ class Searcher:
             from memctl.index.embedders import open_embedder
 
             # A search embeds a query or a few lines: it runs on [embedding] query_threads.
-            embedding = {**self.settings["embedding"], "threads": self.settings["embedding"]["query_threads"]}
+            embedding = dataclasses.replace(self.settings.embedding, threads=self.settings.embedding.query_threads)
             self._embedder = open_embedder(embedding, self.retrieval)
         return self._embedder
 
@@ -148,17 +149,17 @@ class Searcher:
         from memctl.index import lexical
 
         cfg = self.retrieval
-        limit = max(cfg["candidates"], query.k * 3)
+        limit = max(cfg.candidates, query.k * 3)
         bm25 = lexical.Hits({}, 0.0)
         if query.mode != "vector":
-            bm25 = lexical.search(self.tantivy, query.text, query.filters, limit, cfg["coverage_query_words"],
-                                  cfg["context_weight"])
+            bm25 = lexical.search(self.tantivy, query.text, query.filters, limit, cfg.coverage_query_words,
+                                  cfg.context_weight)
 
         vector_weight, bm25_weight, unknown = self._weights(query)
         cosines: dict[int, float] = {}
         query_vectors = None
         if vector_weight > 0:
-            query_vectors = self.embedder.embed_queries(_query_lines(query.text, cfg["split_query_lines"]))
+            query_vectors = self.embedder.embed_queries(_query_lines(query.text, cfg.split_query_lines))
             cosines = self._vector_candidates(query_vectors, query.filters, limit)
 
         rows = self._rows(bm25_ids=list(bm25.scores), vector_rows=list(cosines))
@@ -191,10 +192,10 @@ class Searcher:
         if query.mode == "vector":
             return 1.0, 0.0, None
         unknown = self.embedder.unknown_share(query.text)
-        low, high = cfg["unknown_share_low"], cfg["unknown_share_high"]
+        low, high = cfg.unknown_share_low, cfg.unknown_share_high
         confidence = min(1.0, max(0.0, (high - unknown) / (high - low))) if high > low else float(unknown < high)
-        vector_weight = cfg["vector_weight"] * confidence
-        return vector_weight, cfg["bm25_weight"] + cfg["vector_weight"] - vector_weight, unknown
+        vector_weight = cfg.vector_weight * confidence
+        return vector_weight, cfg.bm25_weight + cfg.vector_weight - vector_weight, unknown
 
     def _vector_candidates(self, query_vectors, filters: Filters, limit: int) -> dict[int, float]:
         import numpy as np
@@ -281,10 +282,10 @@ class Searcher:
         scores = bm25.scores
         top_bm25 = max(scores.values(), default=0.0) or 1.0
         floor, ceiling = self._cosine_calibration() if cosines else (0.0, 1.0)
-        if cfg["fusion"] == "rrf":
+        if cfg.fusion == "rrf":
             bm25_rank = {uid: r for r, uid in enumerate(sorted(scores, key=scores.get, reverse=True), 1)}
             cos_rank = {row: r for r, row in enumerate(sorted(cosines, key=cosines.get, reverse=True), 1)}
-            k = cfg["rrf_k"]
+            k = cfg.rrf_k
             best = (vector_weight + bm25_weight) / (k + 1)
         total = (vector_weight + bm25_weight) or 1.0
         replies = replies or {}
@@ -292,14 +293,14 @@ class Searcher:
             raw = scores.get(result.id, 0.0)
             cosine = own = cosines.get(result.row, 0.0)
             if result.record_id in replies:
-                cosine += cfg["context_weight"] * max(0.0, replies[result.record_id] - own)
+                cosine += cfg.context_weight * max(0.0, replies[result.record_id] - own)
                 result.explain.update({"cosine_own": round(own, 4),
                                        "cosine_reply": round(replies[result.record_id], 4)})
             found = result.row in cosines
             meaning = min(1.0, max(0.0, (cosine - floor) / (ceiling - floor))) if found else 0.0
             own_meaning = min(1.0, max(0.0, (own - floor) / (ceiling - floor))) if found else 0.0
             coverage = bm25.coverage(result.id)
-            if cfg["fusion"] == "rrf":
+            if cfg.fusion == "rrf":
                 fused = (bm25_weight / (k + bm25_rank[result.id]) if result.id in bm25_rank else 0.0) + \
                         (vector_weight / (k + cos_rank[result.row]) if result.row in cos_rank else 0.0)
                 fused /= best
@@ -310,7 +311,7 @@ class Searcher:
                                    "bm25_coverage": round(coverage, 4), "cosine": round(cosine, 4),
                                    "cosine_calibrated": round(meaning, 4), "relevance_cosine": round(own_meaning, 4),
                                    "vector_weight": round(vector_weight, 4),
-                                   "bm25_weight": round(bm25_weight, 4), "fusion": cfg["fusion"],
+                                   "bm25_weight": round(bm25_weight, 4), "fusion": cfg.fusion,
                                    "fused": round(fused, 4),
                                    "relevance": round((vector_weight * own_meaning + bm25_weight * coverage) / total,
                                                       4)})
@@ -330,37 +331,37 @@ class Searcher:
         """
         cfg = self.retrieval
         now = clock.now()
-        minimum = cfg["hard_min_score"] if query.min_score is None else query.min_score
+        minimum = cfg.hard_min_score if query.min_score is None else query.min_score
         best = max((r.explain["relevance"] for r in results), default=0.0)
-        if best < (cfg["min_best_relevance"] if query.min_score is None else minimum):
+        if best < (cfg.min_best_relevance if query.min_score is None else minimum):
             return []  # not one result is about the query: the store does not hold what it asks
         if query.min_score is None:
-            minimum = max(minimum, cfg["min_share_of_best"] * best)
+            minimum = max(minimum, cfg.min_share_of_best * best)
         kept = []
         for result in results:
             stages = result.explain
             if stages["relevance"] < minimum:
                 continue
-            if cfg["filter_noise"] and noise_reason(result.text, (result.fields or {}).get("role")):
+            if cfg.filter_noise and noise_reason(result.text, (result.fields or {}).get("role")):
                 continue
             age = _age_days(result.ts, now)
             score = result.score
-            recency = math.exp(-age / cfg["recency_half_life_days"]) * cfg["recency_weight"]
+            recency = math.exp(-age / cfg.recency_decay_days) * cfg.recency_weight
             score += recency
             stages["recency_bonus"], stages["recency"] = round(recency, 4), round(score, 4)
-            importance = result.fields.get("importance", cfg["default_importance"])
-            importance = importance if isinstance(importance, (int, float)) else cfg["default_importance"]
-            factor = cfg["importance_base"] + (1 - cfg["importance_base"]) * importance
+            importance = result.fields.get("importance", cfg.default_importance)
+            importance = importance if isinstance(importance, (int, float)) else cfg.default_importance
+            factor = cfg.importance_base + (1 - cfg.importance_base) * importance
             score *= factor
             stages["importance_factor"], stages["importance"] = round(factor, 4), round(score, 4)
-            ratio = max(len(result.text) / cfg["length_norm_anchor"], 1.0)
-            factor = 1 / (1 + cfg["length_norm_strength"] * math.log2(ratio))
+            ratio = max(len(result.text) / cfg.length_norm_anchor, 1.0)
+            factor = 1 / (1 + cfg.length_norm_strength * math.log2(ratio))
             score *= factor
             stages["length_factor"], stages["length"] = round(factor, 4), round(score, 4)
             factor = 1.0
-            if _dated(result, cfg["evergreen_memory_classes"]):
-                floor = cfg["time_decay_floor"]
-                factor = floor + (1 - floor) * math.exp(-age / cfg["time_decay_half_life_days"])
+            if _dated(result, cfg.evergreen_memory_classes):
+                floor = cfg.time_decay_floor
+                factor = floor + (1 - floor) * math.exp(-age / cfg.time_decay_days)
             score *= factor
             stages["time_decay_factor"], stages["time_decay"] = round(factor, 4), round(score, 4)
             stages["age_days"] = round(age, 2)
@@ -394,7 +395,7 @@ class Searcher:
 
         if not results:
             return results
-        threshold = self.retrieval["mmr_threshold"]
+        threshold = self.retrieval.mmr_threshold
         vectors = np.asarray(self.vectors[[r.row for r in results]])
         message = np.array([r.kind == "message" for r in results])
         source = np.unique([r.source for r in results], return_inverse=True)[1]
@@ -417,7 +418,8 @@ class Searcher:
 
     def _snippets(self, results: list[Result]) -> None:
         for result in results:
-            limit = self.retrieval["memory_snippet_tokens" if result.kind == "memory" else "message_snippet_tokens"]
+            limit = (self.retrieval.memory_snippet_tokens if result.kind == "memory"
+                     else self.retrieval.message_snippet_tokens)
             # A token is at least one UTF-8 byte: text with no more bytes than the limit fits
             # without loading the encoding (~300 ms).
             if len(result.text.encode()) > limit:

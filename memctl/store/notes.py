@@ -19,8 +19,8 @@ def complete_note(fields: dict, text: str, section: str, settings: dict, source:
     """Fill a note's required schema fields with defaults and check every field."""
     fields.setdefault("id", derived_id("mem", section, text))
     fields.setdefault("summary", clip(text, SUMMARY_MAX))
-    fields.setdefault("memory_class", settings["default_memory_class"])
-    fields.setdefault("scope", settings["default_scope"])
+    fields.setdefault("memory_class", settings.default_memory_class)
+    fields.setdefault("scope", settings.default_scope)
     if "created_at" in fields:
         fields["created_at"] = normal_ts(fields["created_at"], source, line, "created_at")
     else:

@@ -67,7 +67,7 @@ def amnesia_cue(message: str) -> str | None:
 
 def thresholds(active_count: int, settings: dict[str, Any]) -> tuple[float, float]:
     """(activation, dormancy) thresholds with `active_count` topics active."""
-    activation = settings["threshold_base"] + settings["threshold_step"] * active_count
+    activation = settings.threshold_base + settings.threshold_step * active_count
     return activation, activation / 2
 
 
@@ -95,13 +95,13 @@ def decide(states: dict[str, str], averages: dict[str, float], scored: set[str],
                 kept.append(topic)
         elif topic in scored and average is not None and average >= activation:
             kept.append(topic)
-    if len(kept) > settings["active_target"]:
+    if len(kept) > settings.active_target:
         kept = [t for rank, t in enumerate(kept)
-                if rank < settings["active_target"] or averages.get(t, 1.0) >= activation]
-    kept = kept[:settings["active_max"]]
-    if len(kept) < settings["active_min"]:
+                if rank < settings.active_target or averages.get(t, 1.0) >= activation]
+    kept = kept[:settings.active_max]
+    if len(kept) < settings.active_min:
         for topic in ranked:
-            if len(kept) >= settings["active_min"]:
+            if len(kept) >= settings.active_min:
                 break
             if states[topic] == "active" and topic not in kept:
                 kept.append(topic)

@@ -121,7 +121,7 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
         new = messages.pop()  # already ingested: the same message, not twice
     else:
         new = {"id": NEW_MESSAGE_ID, "role": "user", "text": message, "ts": clock.format_ts(clock.now())}
-    keep = settings["keep_recent"]
+    keep = settings.keep_recent
     recent = (messages[-(keep - 1):] if keep > 1 else []) + [new]
     recent_ids = {m["id"] for m in recent}
     unsplit = [m for m in messages if m["id"] not in placed and m["id"] not in recent_ids]
@@ -136,7 +136,7 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
     active = {tid: topics[tid] for tid, s in states.items() if s == "active"}
     evaluations = evaluate.builtin(store, retriever, message, active, scope)
     if llm_command and active:
-        evaluations = evaluate.with_llm(store, llm_command, settings["llm_timeout"], settings["llm_parallel"],
+        evaluations = evaluate.with_llm(store, llm_command, settings.llm_timeout, settings.llm_parallel,
                                         unsplit + recent, active, evaluations)
         for e in evaluations.values():
             if e.fallback and say:
@@ -160,7 +160,7 @@ def _deep_search(store, retriever, message, dormant, cue, settings, scope):
     if not dormant:
         return {}, []
     found = evaluate.builtin(store, retriever, message, dormant, scope)
-    ranked = sorted((e for e in found.values() if e.relevance_score >= settings["amnesia_threshold"]),
+    ranked = sorted((e for e in found.values() if e.relevance_score >= settings.amnesia_threshold),
                     key=lambda e: -e.strength)
     if not ranked:
         return {}, []
@@ -186,7 +186,7 @@ def _record_round(store, session, scope, states, evaluations, recalled, cue, set
         states = {tid: s for tid, s in states.items() if tid in topics}
         part = activation.load_part(store)
         scores = {tid: e.relevance_score for tid, e in evaluations.items() if tid in topics}
-        averages = activation.add_scores(part, scores, settings["score_window"])
+        averages = activation.add_scores(part, scores, settings.score_window)
         decision = activation.decide(states, averages, set(scores), settings)
         forced = [t for t in recalled if t not in decision.active]  # the cue's match comes back whatever its average
         events = [{"at": now, "event": "round", "session": session, "scope": scope, "scores": {t: round(s, 4) for t, s in scores.items()},
@@ -362,11 +362,11 @@ def activate(store: Store, retriever, query: str, *, include_archived: bool = Fa
         ranked = sorted(found.values(), key=lambda e: -e.strength)
         method = "builtin"
         candidates = [{"topic_id": e.topic_id, "name": e.name, "score": round(e.relevance_score, 4)}
-                      for e in ranked if e.relevance_score >= settings["amnesia_threshold"]]
+                      for e in ranked if e.relevance_score >= settings.amnesia_threshold]
         if llm_command and searchable:
             listed = {e.topic_id: searchable[e.topic_id] for e in ranked[:ROUTE_CANDIDATES]}
             try:
-                matches, no_match_reason = llm.route(store, llm_command, settings["llm_timeout"], query, listed)
+                matches, no_match_reason = llm.route(store, llm_command, settings.llm_timeout, query, listed)
                 method = "llm"
                 order = sorted(matches, key=lambda m: -llm.RELEVANCE[m[1]])   # stable: the answer's order within a level
                 candidates = [{"topic_id": tid, "name": topics[tid].header.get("name", ""),
@@ -374,7 +374,7 @@ def activate(store: Store, retriever, query: str, *, include_archived: bool = Fa
                               for tid, level, reason in order]
             except llm.LLMAnswerError as exc:
                 fallback = str(exc)
-        room = max(1, settings["active_target"] - active_count)
+        room = max(1, settings.active_target - active_count)
         chosen = [c["topic_id"] for rank, c in enumerate(candidates[:room]) if rank == 0 or c["score"] >= threshold]
     with store.transaction() as tx:
         current = topicfile.load_topics(store)

@@ -132,7 +132,7 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
             merges, related = [], []
             for group in _by_scope(live):
                 if llm_command:
-                    found = llm.review_links(store, llm_command, settings["llm_timeout"], group)
+                    found = llm.review_links(store, llm_command, settings.llm_timeout, group)
                     merges += [(gone, keep, {"reason": why}) for gone, keep, why in found[0]]
                     related += [(one, other, {"reason": why}) for one, other, why in found[1]]
                 else:
@@ -157,8 +157,8 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
             for tid, topic in live.items():
                 age = clock.age_days(topic.header.get("updated"), now_moment)
                 one_off = len(topic.messages) <= ONE_OFF and age >= 1
-                if topic.state == "dormant" and (age > settings["archive_after_days"] or one_off):
-                    reason = "one-off question and answer" if one_off and age <= settings["archive_after_days"] \
+                if topic.state == "dormant" and (age > settings.archive_after_days or one_off):
+                    reason = "one-off question and answer" if one_off and age <= settings.archive_after_days \
                         else f"dormant {age:.0f} days"
                     kept_scope = {"scope": topic.scope} if topic.scope else {}  # a topic from before scopes gains it
                     header = {**topic.header, **kept_scope, "state": "archived", "archived_at": now,
@@ -171,9 +171,9 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
                     events.append({"at": now, "event": "archived", "topic": tid, "reason": reason})
                 elif age < 1:
                     compress.append(topic)
-            budget = int(settings["summary_bytes"] * COMPRESSED_SHARE)
+            budget = int(settings.summary_bytes * COMPRESSED_SHARE)
             if llm_command:
-                compressed = llm.compressor(store, llm_command, settings["llm_timeout"], settings["llm_parallel"], budget)(
+                compressed = llm.compressor(store, llm_command, settings.llm_timeout, settings.llm_parallel, budget)(
                     [llm.Draft(t.id, t.messages, t.messages, t.header.get("name", ""), t.header.get("summary", ""))
                      for t in compress])
             else:
@@ -243,7 +243,7 @@ def _similar_pairs(store: Store, live: dict[str, Topic]):
 
 def _merge(tx, store, keep: Topic, gone: Topic, background, settings, now) -> None:
     keep.messages = sorted(keep.messages + gone.messages, key=lambda m: (m.get("ts") or "", m["id"]))
-    _, summary = summarise(keep.messages, background, settings["summary_bytes"])
+    _, summary = summarise(keep.messages, background, settings.summary_bytes)
     from memctl.text.tokens import count_tokens
 
     keep.header.update(summary=summary, messages=len(keep.messages), updated=now,
@@ -280,7 +280,7 @@ def _idle_summaries(tx, store, settings, now_moment, backgrounds) -> list[dict]:
         if not messages or not messages[-1].get("ts"):
             continue
         session, last = path.stem, messages[-1]
-        if clock.age_days(last["ts"], now_moment) * 24 < settings["idle_hours"] or (session, last["id"]) in done:
+        if clock.age_days(last["ts"], now_moment) * 24 < settings.idle_hours or (session, last["id"]) in done:
             continue
         background = backgrounds.get(scope_of_session(store, session, messages)) or Background()
         texts = [m.get("text", "") for m in messages]

@@ -55,8 +55,8 @@ Choice = tuple[str, str | None, str | None]
 Chooser = Callable[[list[dict], dict[str, Topic]], list[Choice]]
 
 
-def settings_of(store: Store) -> dict:
-    return config.load(store.config_file)["topics"]
+def settings_of(store: Store) -> config.Topics:
+    return config.load(store.config_file).topics
 
 
 def session_messages(store: Store, session: str) -> list[dict]:
@@ -101,7 +101,7 @@ def split(store: Store, session: str, *, system_text: str = "", keep_recent: int
     from memctl.topics.llm import LLMAnswerError
 
     settings = settings_of(store)
-    keep = settings["keep_recent"] if keep_recent is None else keep_recent
+    keep = settings.keep_recent if keep_recent is None else keep_recent
     with store.transaction(dry_run=dry_run) as tx:
         messages = session_messages(store, session)
         session_in = scope_of_session(store, session, messages, scope)
@@ -110,7 +110,7 @@ def split(store: Store, session: str, *, system_text: str = "", keep_recent: int
         topics = topicfile.in_scope(every_topic, session_in)
         unsplit = [m for m in messages if m["id"] not in placed]
         tokens = context_tokens(system_text, topics, unsplit)
-        threshold = int(settings["context_limit"] * settings["split_at"])
+        threshold = int(settings.context_limit * settings.split_at)
         report = SplitReport(session, tokens, threshold, len(unsplit))
         if not (force or tokens > threshold):
             return report
@@ -162,7 +162,7 @@ def embedder(store: Store):
     backend of embedders.py; the bundled MiniLM unless memctl.toml says otherwise)."""
     from memctl.index.embedders import open_embedder
 
-    return open_embedder(config.load(store.config_file)["embedding"])
+    return open_embedder(config.load(store.config_file).embedding)
 
 
 def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[Choice],
@@ -192,7 +192,7 @@ def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[
         added.setdefault(topic.id, []).append(topicfile.record(message))
         report.assignments.append(Assignment(message["id"], topic.id, action))
     describe = describe or builtin_describer(background_of(t.messages for t in topics.values()),
-                                             settings["summary_bytes"])
+                                             settings.summary_bytes)
     described = describe([Draft(tid, topics[tid].messages, topics[tid].messages if tid in fresh else new,
                                 topics[tid].header.get("name", ""), given.get(tid) or topics[tid].header.get("summary", ""))
                           for tid, new in added.items()])
@@ -203,7 +203,7 @@ def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[
                             tokens=sum(count_tokens(m.get("text", "")) for m in topic.messages))
         topicfile.write_topic(tx, store, topic, new, fresh=tid in fresh)
         report.topics[tid] = topic.header["name"]
-        if topic.header["tokens"] > settings["topic_limit"]:
+        if topic.header["tokens"] > settings.topic_limit:
             report.subtopics += _into_subtopics(tx, store, settings, topic, topics, describe, now)
     stamps = [m.get("ts") for m in messages if m.get("ts")]
     topicfile.append_index(tx, store, topicfile.TIME_INDEX, [{"from": min(stamps, default=None), "to": max(stamps, default=None),
@@ -216,7 +216,7 @@ def _into_subtopics(tx, store, settings, topic: Topic, topics, describe: Describ
     its header and summary."""
     pieces: list[list[dict]] = [[]]
     size = 0
-    half = settings["topic_limit"] // 2
+    half = settings.topic_limit // 2
     keys = segment.partition(topic.messages, None, [])
     for index, message in enumerate(topic.messages):
         tokens = count_tokens(message.get("text", ""))

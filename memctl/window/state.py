@@ -94,8 +94,8 @@ class State:
     @classmethod
     def new(cls, settings: dict[str, Any]) -> "State":
         """An empty state with the window and threshold of memctl.toml [state]."""
-        return cls(window_size=settings["window_size"],
-                   dominant_threshold=float(settings["dominant_threshold"]))
+        return cls(window_size=settings.window_size,
+                   dominant_threshold=float(settings.dominant_threshold))
 
     # -- derived values (all from the exact counts over `turns`) --------------
     def counts(self) -> dict[str, int]:
@@ -185,7 +185,7 @@ def parse_state(data: bytes, source: str, settings: dict[str, Any] | None = None
     unknown = [k for k in obj if k not in FIELDS]
     if unknown:
         raise bad(f"unknown field '{unknown[0]}'; the fields are {', '.join(FIELDS)}")
-    defaults = State.new(settings or config.DEFAULTS["state"])
+    defaults = State.new(settings or config.State())
     state = State(window_size=obj.get("window_size", defaults.window_size),
                   dominant_threshold=obj.get("dominant_threshold", defaults.dominant_threshold))
     for name in ("window_size", "dominant_threshold"):
@@ -259,9 +259,9 @@ def memory_sections(store: Store) -> list[str]:
     return [s for s in memoryfile.load(store.memory_md).sections() if s]
 
 
-def settings_for(store: Store) -> dict[str, Any]:
+def settings_for(store: Store) -> config.State:
     """memctl.toml [state], with the environment's overrides."""
-    return config.load(store.config_file)["state"]
+    return config.load(store.config_file).state
 
 
 # -- end of a turn: record (W2, W4) ------------------------------------------
@@ -340,7 +340,7 @@ def record(store: Store, hits: Iterable[str], *, summary: str | None = None, dry
         state.miss_count = {s: 0 if s in hits else state.miss_count.get(s, 0) + 1
                             for s in sections + unknown}
         suggestions = [Suggestion(s, n) for s, n in state.miss_count.items()
-                       if s in known and n >= settings["miss_threshold"]]
+                       if s in known and n >= settings.miss_threshold]
         topic_written = _update_topic(store, tx, state, settings, summary, ts)
         state.last_updated = ts
         tx.replace(store.state_file, state.dumps())
@@ -350,7 +350,7 @@ def record(store: Store, hits: Iterable[str], *, summary: str | None = None, dry
 def _update_topic(store: Store, tx: Transaction, state: State, settings: dict[str, Any],
                   summary: str | None, ts: str) -> bool:
     section, streak = state.dominant_streak()
-    needed = min(settings["topic_after_turns"], state.window_size)
+    needed = min(settings.topic_after_turns, state.window_size)
     if section is None or streak < needed:
         return False
     summary = " ".join(summary.split()) if summary else ""
@@ -533,7 +533,7 @@ def plan(store: Store, message: str, *, settings: dict[str, Any] | None = None,
     has_state = state is not None
     state = state or State.new(settings)
     sections = memory_sections(store)
-    keywords = section_keywords(sections, settings["keywords"])
+    keywords = section_keywords(sections, settings.keywords)
     proportions = state.exact_proportions()
     dominant = state.dominant()
 
@@ -564,7 +564,7 @@ def show(store: Store, settings: dict[str, Any] | None = None) -> dict[str, Any]
     if state is None:
         return None
     suggestions = [Suggestion(s, n).as_dict() for s, n in state.miss_count.items()
-                   if n >= settings["miss_threshold"]]
+                   if n >= settings.miss_threshold]
     return {**state.as_dict(), "dominant": state.dominant(), "suggestions": suggestions}
 
 
