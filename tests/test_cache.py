@@ -58,7 +58,7 @@ def test_second_agent_gets_the_first_agents_output_without_a_second_run(cache_ru
 def test_failed_and_empty_results_are_cached_with_their_own_ttl(cache_run, tmp_path):
     effect = tmp_path / "effect"
     failing = tool_command(effect, output="", status=3)
-    env = {"MEMCTL_CACHE_NEGATIVE_TTL": "2"}
+    env = {"MEMCTL_CACHE_NEGATIVE_TTL": "2", "MEMCTL_NOW": "2026-11-24T10:00:00Z"}
     first = cache_run("run", "--scope", "s", "--tool", "lookup", "--", *failing, env=env)
     again = cache_run("run", "--scope", "s", "--tool", "lookup", "--json", "--", *failing, env=env)
     assert first.returncode == again.returncode == 3
@@ -69,8 +69,9 @@ def test_failed_and_empty_results_are_cached_with_their_own_ttl(cache_run, tmp_p
     assert runs(effect) == 2
     row = orjson.loads(cache_run("stats", "--scope", "s", "--json").stdout)
     assert (row["negative_hits"], row["hits"]) == (2, 0)
-    time.sleep(2.1)  # the negative TTL ran out; the ordinary TTL (an hour) has not
-    cache_run("run", "--scope", "s", "--tool", "lookup", "--", *failing, env=env)
+    # Three seconds on by the pinned clock: the negative TTL ran out; the ordinary TTL (an hour) has not.
+    later = {**env, "MEMCTL_NOW": "2026-11-24T10:00:03Z"}
+    cache_run("run", "--scope", "s", "--tool", "lookup", "--", *failing, env=later)
     assert runs(effect) == 3
 
 

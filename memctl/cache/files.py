@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import errno
 import os
-import time
 from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Iterator
 
 import orjson
 
+from memctl.clock import Clock
 from memctl.store import locking
 from memctl.errors import InputError, StoreError
 from memctl.store.store import FILE_MODE, NAME_RULE, Store, _make_dirs, atomic_write, is_name
@@ -42,8 +42,9 @@ Problem = tuple[str, int | None, str]  # file relative to the store, line (None:
 class FileBackend:
     name = "files"
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, clock: Clock | None = None):
         self.store = store
+        self.clock = clock or Clock.from_environment()  # what is expired: by MEMCTL_NOW when pinned
 
     def _path(self, scope: str, part: str, *name: str) -> Path:
         """Every path of the cache: scope, key and entry id are names (Store.path checks them)."""
@@ -57,7 +58,7 @@ class FileBackend:
             return None
         except InputError:  # edited by hand into nonsense: a miss, replaced by the next run (problems() names it)
             return None
-        if entry.expires_at <= time.time():
+        if entry.expires_at <= self.clock.seconds():
             return None
         try:
             entry.access_count = 1 + os.stat(self._path(scope, "access", entry.id)).st_size
@@ -92,7 +93,7 @@ class FileBackend:
         return mark if is_name(mark) else None
 
     def save(self, entry: Entry, ttl: float) -> None:
-        entry.expires_at = time.time() + ttl
+        entry.expires_at = self.clock.seconds() + ttl
         path = self._path(entry.scope, "entries", f"{entry.key}.json")
         _make_dirs(path.parent)
         atomic_write(path, orjson.dumps(entry.to_json()))

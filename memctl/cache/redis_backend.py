@@ -18,7 +18,6 @@ so a dead server is a one-line error (exit 2), never a hang.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections import defaultdict
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from memctl.cache.backend import EVENTS, CacheError, Entry, wait_for
+from memctl.clock import Clock
 from memctl.store.store import is_name
 from memctl.errors import InputError
 
@@ -43,8 +43,11 @@ _RENEW = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexp
 class RedisBackend:
     name = "redis"
 
-    def __init__(self, url: str, *, socket_timeout: float = 2.0, lock_ttl: float = 30.0):
+    def __init__(self, url: str, *, socket_timeout: float = 2.0, lock_ttl: float = 30.0, clock: Clock | None = None):
         self.url = url
+        # What is expired: by this clock (MEMCTL_NOW when pinned), checked on every read; the
+        # server's own expiry (relative, so a pinned clock does not set it in the past) frees the memory.
+        self.clock = clock or Clock.from_environment()
         self.lock_ms = max(1, int(lock_ttl * 1000))
         try:
             self.client = redis.Redis.from_url(
@@ -63,6 +66,10 @@ class RedisBackend:
         except redis.RedisError as exc:
             text = " ".join(str(exc).split()) or type(exc).__name__
             raise CacheError(f"{self.url}: {text}") from None
+
+    def _left_ms(self, entry: Entry) -> int:
+        """Milliseconds until the entry expires by this backend's clock: the server's TTL of its keys."""
+        return max(1, int((entry.expires_at - self.clock.seconds()) * 1000))
 
     @staticmethod
     def _prefix(scope: str) -> str:
@@ -84,6 +91,8 @@ class RedisBackend:
             entry = Entry.from_json(orjson.loads(data))
         except (orjson.JSONDecodeError, InputError):
             return None
+        if entry.expires_at <= self.clock.seconds():
+            return None
         accesses_after_first = _counter(accesses or b"0")
         # Counted by its own scope and key: another's would be counted in the wrong place; and a
         # counter INCR cannot add to is a miss too (the next save deletes it).
@@ -96,7 +105,7 @@ class RedisBackend:
         return entry
 
     def save(self, entry: Entry, ttl: float) -> None:
-        entry.expires_at = time.time() + ttl
+        entry.expires_at = self.clock.seconds() + ttl
         p = self._prefix(entry.scope)
         with self._talking():
             pipe = self.client.pipeline(transaction=True)
@@ -110,7 +119,7 @@ class RedisBackend:
         with self._talking():
             pipe = self.client.pipeline(transaction=True)
             pipe.incr(name)
-            pipe.pexpireat(name, int(entry.expires_at * 1000))
+            pipe.pexpire(name, self._left_ms(entry))
             accesses, _ = pipe.execute()
         return 1 + accesses
 
@@ -171,7 +180,7 @@ class RedisBackend:
             pipe = self.client.pipeline(transaction=False)
             for entry, memory_id in marks:
                 pipe.set(self._prefix(entry.scope) + "c:" + entry.key, f"{entry.id} {memory_id}",
-                         pxat=int(entry.expires_at * 1000))
+                         px=self._left_ms(entry))
             pipe.execute()
 
     def counters(self, scope: str) -> dict[str, dict[str, int]]:
