@@ -75,8 +75,12 @@ class Memory:
     def __init__(self, path: str | os.PathLike | None = None, *, say: Say | None = None):
         """The store at `path`, else $MEMCTL_STORE, else ./.memory. `say` gets progress notes
         meant for a person (re-indexing, rebuilds); by default they are dropped."""
+        from memctl.config import Runtime
+
         self.store = Store.locate(path)
         self.say = say
+        # The settings (read once, on first use), the clock and the query embedder every call shares.
+        self.runtime = Runtime(self.store.config_file, open_embedder=_query_embedder)
         self._retriever = None
         self._caches: dict[str | None, "Cache"] = {}
 
@@ -99,7 +103,8 @@ class Memory:
             data = data.encode()
         return ingest(self.store, data, source=source, fmt=fmt, kind=kind, session=session, pending=pending,
                       keep_noise=keep_noise, ttl_hours=ttl_hours, section=section, dry_run=dry_run,
-                      on_noise=on_noise, supersedes=list(supersedes), allow_conflict=allow_conflict, scope=scope)
+                      on_noise=on_noise, supersedes=list(supersedes), allow_conflict=allow_conflict, scope=scope,
+                      settings=self.runtime.settings)
 
     def index(self, *, rebuild: bool = False,
               progress: Callable[[str, int, int], None] | None = None) -> "UpdateReport":
@@ -107,7 +112,7 @@ class Memory:
         from memctl.index.index import Index
 
         self.store.require()
-        report = Index(self.store).update(rebuild=rebuild, progress=progress)
+        report = Index(self.store, self.runtime.settings).update(rebuild=rebuild, progress=progress)
         self._retriever = None  # reopen on the next search
         return report
 
@@ -183,7 +188,7 @@ class Memory:
         self._need_query(query)
         self.store.require()
         return layered_search(self.store, query, workspace=workspace, budget=budget, say=self.say,
-                              retriever=self._retriever_open())
+                              retriever=self._retriever_open(), gov=self.runtime.settings.governance)
 
     def history(self, memory_id: str) -> "Chain":
         """The version chain of a memory, oldest first (G6 supersedes links)."""
@@ -221,7 +226,7 @@ class Memory:
 
         expired = self.drop_expired(dry_run=dry_run)
         rows = confirm(self.store, list(ids), dry_run=dry_run, allow_conflict=allow_conflict,
-                       supersedes=list(supersedes))
+                       supersedes=list(supersedes), settings=self.runtime.settings)
         return Reviewed(rows, expired)
 
     def reject(self, ids: Iterable[str], *, dry_run: bool = False) -> Reviewed:
@@ -236,7 +241,7 @@ class Memory:
         from memctl.governance.lifecycle import run
 
         expired = self.drop_expired(dry_run=dry_run)
-        return run(self.store, dry_run=dry_run, hard=hard), expired
+        return run(self.store, dry_run=dry_run, hard=hard, gov=self.runtime.settings.governance), expired
 
     # -- health ----------------------------------------------------------------------
     def health_scores(self, *, sort: str = "health") -> list[dict[str, Any]]:
@@ -245,7 +250,7 @@ class Memory:
 
         self.store.require()
         with self.store.reading():
-            return scores(self.store, sort=sort)
+            return scores(self.store, sort=sort, gov=self.runtime.settings.governance)
 
     def health_check(self) -> list["Problem"]:
         """Every problem of the store, like git fsck; writes nothing."""
@@ -264,7 +269,7 @@ class Memory:
         """The MEMORY.md sections worth searching for `message` (start of a turn)."""
         from memctl.window.state import plan
 
-        return plan(self.store, message)
+        return plan(self.store, message, settings=self.runtime.settings.state)
 
     def state_record(self, sections: Iterable[str] = (), *, search_output: bytes | None = None,
                      source: str = "<input>", summary: str | None = None,
@@ -276,24 +281,25 @@ class Memory:
         hits = list(sections)
         if search_output is not None:
             hits += hits_from_search_output(search_output, source)
-        return record(self.store, hits, summary=summary, dry_run=dry_run)
+        return record(self.store, hits, summary=summary, dry_run=dry_run, settings=self.runtime.settings.state)
 
     def state_show(self) -> dict[str, Any] | None:
         """index_state.json as `state show --json` prints it, or None before the first turn."""
         from memctl.window.state import show
 
-        return show(self.store)
+        return show(self.store, settings=self.runtime.settings.state)
 
     def state_reset(self, *, dry_run: bool = False) -> "ResetResult":
         from memctl.window.state import reset
 
-        return reset(self.store, dry_run=dry_run)
+        return reset(self.store, dry_run=dry_run, settings=self.runtime.settings.state)
 
     def state_config(self, *, window: int | None = None, threshold: float | None = None,
                      dry_run: bool = False) -> "State":
         from memctl.window.state import configure
 
-        return configure(self.store, window=window, threshold=threshold, dry_run=dry_run)
+        return configure(self.store, window=window, threshold=threshold, dry_run=dry_run,
+                         settings=self.runtime.settings.state)
 
     # -- topics (T) ------------------------------------------------------------------
     def split(self, session: str, *, system_text: str = "", keep_recent: int | None = None, force: bool = False,
@@ -305,15 +311,16 @@ class Memory:
         `progress` hears what a long split is doing. Only topics of the session's scope take its
         messages; `scope`, if given, is the scope the session must be in (else InputError)."""
         from memctl.topics import llm
-        from memctl.topics.split import settings_of, split
+        from memctl.topics.split import split
 
-        settings = settings_of(self.store)
+        settings = self.runtime.settings.topics
         command = _given_or(llm_command, settings.llm_command)
         choose = llm.chooser(self.store, command, settings.llm_timeout, settings.llm_batch) if command else None
         describe = llm.describer(self.store, command, settings.llm_timeout, settings.llm_parallel,
                                  settings.summary_bytes) if command else None
         return split(self.store, session, system_text=system_text, keep_recent=keep_recent, force=force,
-                     dry_run=dry_run, choose=choose, describe=describe, progress=progress, scope=scope)
+                     dry_run=dry_run, choose=choose, describe=describe, progress=progress, scope=scope,
+                     settings=self.runtime.settings)
 
     # The topics calls below look into one scope, given as a session (its scope) or a scope (both:
     # they must agree); given neither, into the whole store.
@@ -352,13 +359,12 @@ class Memory:
         Only topics of the session's scope are read; `scope`, if given, is the scope the session must
         be in (else InputError)."""
         from memctl.topics.context import build
-        from memctl.topics.split import settings_of
 
-        settings = settings_of(self.store)
+        settings = self.runtime.settings.topics
         command = _given_or(llm_command, settings.llm_command)
         return build(self.store, self._retriever_open(), session, message, system_text=system_text,
                      budget=_given_or(budget, settings.context_budget), record=record,
-                     llm_command=command, say=self.say, scope=scope)
+                     llm_command=command, say=self.say, scope=scope, settings=settings)
 
     def topics_activate(self, query: str, *, include_archived: bool = False, llm_command: str | None = None,
                         scope: str | None = None, session: str | None = None) -> dict[str, Any]:
@@ -368,13 +374,13 @@ class Memory:
         to the built-in search and says why under "fallback". {"activated", "candidates", "method",
         "fallback", "no_match_reason"}."""
         from memctl.topics.context import activate
-        from memctl.topics.split import settings_of
 
         self._need_query(query)
         looked_in = self._scope_for(session, scope)
-        command = _given_or(llm_command, settings_of(self.store).llm_command)
+        settings = self.runtime.settings.topics
+        command = _given_or(llm_command, settings.llm_command)
         return activate(self.store, self._retriever_open(), query, include_archived=include_archived,
-                        llm_command=command, scope=looked_in)
+                        llm_command=command, scope=looked_in, settings=settings)
 
     def topics_log(self, *, since: str | None = None) -> list[dict[str, Any]]:
         """The tuning log (T11): rounds' scores and activation events, oldest first."""
@@ -400,11 +406,10 @@ class Memory:
         ([topics] llm_command unless given) it merges, links and compresses; a bad answer raises
         LLMAnswerError and nothing is written."""
         from memctl.topics.daily import review
-        from memctl.topics.split import settings_of
 
         self.store.require()
-        command = _given_or(llm_command, settings_of(self.store).llm_command)
-        return review(self.store, dry_run=dry_run, llm_command=command)
+        command = _given_or(llm_command, self.runtime.settings.topics.llm_command)
+        return review(self.store, dry_run=dry_run, llm_command=command, settings=self.runtime.settings)
 
     def topic_links(self, topic_id: str) -> list[dict[str, Any]]:
         """The links of a topic (T1), oldest first: {"kind": "parent" | "child" | "related" |
@@ -422,7 +427,7 @@ class Memory:
             from memctl.cache import Cache
             from memctl.ingest.consolidate import consolidate
 
-            self._caches[backend] = Cache(self.store, backend=backend, consolidator=consolidate)
+            self._caches[backend] = Cache(self.store, backend=backend, consolidator=consolidate, runtime=self.runtime)
         return self._caches[backend]
 
     def cache_get(self, scope: str, tool: str, args: Any) -> "Entry | None":
@@ -466,7 +471,7 @@ class Memory:
         from memctl.search.search import Retriever
 
         if self._retriever is None:
-            self._retriever = Retriever(self.store, say=self.say)
+            self._retriever = Retriever(self.store, say=self.say, runtime=self.runtime)
         return self._retriever
 
     def _retrieve(self, queries) -> list[list["Result"]]:
@@ -478,6 +483,15 @@ class Memory:
 
         if not query or not query.strip():
             raise InputError("give a query", source="query")
+
+
+def _query_embedder(settings):
+    """The embedder a search uses: [embedding] on query_threads, calibrated by [retrieval]."""
+    from dataclasses import replace
+
+    from memctl.index.embedders import open_embedder
+
+    return open_embedder(replace(settings.embedding, threads=settings.embedding.query_threads), settings.retrieval)
 
 
 def _given_or(given: Any, configured: Any) -> Any:

@@ -37,7 +37,6 @@ import orjson
 from memctl import clock
 from memctl import config
 from memctl.governance import governance
-from memctl.search.scores import governance_settings
 from memctl.store.status import is_current, status_of
 from memctl.governance import lifecycle
 from memctl.store import memoryfile
@@ -80,22 +79,23 @@ def check(store: Store, now: datetime | None = None) -> list[Problem]:
     if any(p.file == ".lock" for p in problems):
         return problems  # without its lock the store cannot be read consistently: the link comes first
     with store.reading(recover=False):  # report an unfinished transaction, don't undo it
-        problems += _guarded(problems, lambda: _check_config(store)) or []
+        settings = _guarded(problems, lambda: _check_config(store, problems))  # memctl.toml read once
         problems += _guarded(problems, lambda: _check_programs(store)) or []
         problems += _guarded(problems, lambda: _check_leftovers(store)) or []
         problems += _guarded(problems, lambda: _check_permissions(store)) or []
         ids: dict[str, str] = {}  # id -> where first seen
         doc = _guarded(problems, lambda: _check_memory_md(store, problems, ids))
         _guarded(problems, lambda: _check_messages(store, problems, ids))
-        _guarded(problems, lambda: _check_pending(store, problems, ids, now))
-        _guarded(problems, lambda: _check_json(store, problems))
+        _guarded(problems, lambda: _check_pending(store, problems, ids, now, settings or config.defaults()))
+        _guarded(problems, lambda: _check_json(store, problems, settings or config.defaults()))
         _guarded(problems, lambda: _check_daily_logs(store, problems))
         deleted = _guarded(problems, lambda: _check_deleted(store, problems)) or []
         _guarded(problems, lambda: _check_topics(store, problems))
         _guarded(problems, lambda: _check_cache(store, problems))
         if doc is not None:
             _check_chains(doc, deleted, problems)
-        problems += _guarded(problems, lambda: index_problems(store)) or []
+        if settings is not None:  # else the config check said why
+            problems += _guarded(problems, lambda: index_problems(store, settings)) or []
     order = {"MEMORY.md": 0}
     problems.sort(key=lambda p: (order.get(p.file, 1), p.file, p.line or 0))
     return problems
@@ -192,26 +192,29 @@ def _check_cache(store: Store, problems: list[Problem]) -> None:
     problems += [Problem(file, line, message, "cache", "warning") for file, line, message in cache_problems(store)]
 
 
-def index_problems(store: Store) -> list[Problem]:
+def index_problems(store: Store, settings: config.Settings | None = None) -> list[Problem]:
     """Is .index/ in step with the files? A stale or missing index is a warning, never
     damage: search rebuilds it by itself, and `health --fix` does it now."""
     from memctl.index.index import health_problems
 
-    return [Problem(file, None, message, "index", "warning", True) for file, message in health_problems(store)]
+    return [Problem(file, None, message, "index", "warning", True)
+            for file, message in health_problems(store, settings)]
 
 
-def _check_config(store: Store) -> list[Problem]:
+def _check_config(store: Store, problems: list[Problem]) -> config.Settings | None:
+    """The store's settings, loaded (and checked: every table, then the governance rule); None,
+    with the problem added, when they cannot be."""
     try:
-        governance_settings(store)  # loads (and checks) every table, then the governance ranges
+        return config.load(store.config_file)
     except InputError as exc:
         match = _TOML_LINE.search(exc.message)
         line = exc.line if exc.line is not None else int(match.group(1)) if match else None
         # Settings come from the user's config.toml and the environment too: name the one at fault.
         outside = exc.source not in (None, str(store.config_file))
-        return [Problem(exc.source if outside else "memctl.toml", line, exc.message, "config")]
+        problems.append(Problem(exc.source if outside else "memctl.toml", line, exc.message, "config"))
     except MemctlError as exc:
-        return [Problem("memctl.toml", None, str(exc).removeprefix(f"{store.config_file}: "), "config")]
-    return []
+        problems.append(Problem("memctl.toml", None, str(exc).removeprefix(f"{store.config_file}: "), "config"))
+    return None
 
 
 def _check_programs(store: Store) -> list[Problem]:
@@ -359,9 +362,10 @@ def _is_time(value) -> bool:
     return isinstance(value, str)
 
 
-def _check_pending(store: Store, problems: list[Problem], ids: dict[str, str], now: datetime) -> None:
+def _check_pending(store: Store, problems: list[Problem], ids: dict[str, str], now: datetime,
+                   every: config.Settings) -> None:
     path = store.pending_file
-    settings = _settings_or_defaults(store).ingest
+    settings = every.ingest
     for number, item in _jsonl(store, path, problems, "a pending memory"):
         if not isinstance(item.get("id"), str):
             problems.append(Problem(pending.SOURCE, number, "pending memory has no text 'id'", "field"))
@@ -381,9 +385,9 @@ def _check_pending(store: Store, problems: list[Problem], ids: dict[str, str], n
                                     "(memctl review drops it)", "pending-expired", "warning", fixable=True))
 
 
-def _check_json(store: Store, problems: list[Problem]) -> None:
+def _check_json(store: Store, problems: list[Problem], settings: config.Settings) -> None:
     if store.state_file.exists():
-        _check_state(store, problems)
+        _check_state(store, problems, settings.state)
     for path, what in ((store.path(counters.FILE_NAME), counters.FILE_NAME),):
         if not path.exists():
             continue
@@ -407,13 +411,13 @@ def _check_json(store: Store, problems: list[Problem]) -> None:
             problems.append(Problem(counters.LOG_NAME, number, "expected {\"at\": time, \"ids\": [ids]}", "field"))
 
 
-def _check_state(store: Store, problems: list[Problem]) -> None:
+def _check_state(store: Store, problems: list[Problem], settings: config.State) -> None:
     """index_state.json, parsed as `memctl state` parses it: what it would refuse is an error here."""
     from memctl.window.state import parse_state
 
     data = store.state_file.read_bytes()
     try:
-        parse_state(data, "index_state.json", _settings_or_defaults(store).state)
+        parse_state(data, "index_state.json", settings)
     except InputError as exc:
         line = exc.line
         if line is None and exc.field:  # the line the field is on, for a person to go to
@@ -422,16 +426,6 @@ def _check_state(store: Store, problems: list[Problem]) -> None:
         code = "parse" if exc.message.startswith(("not valid JSON", "expected a JSON")) else "field"
         what = f"field '{exc.field}': " if exc.field else ""
         problems.append(Problem("index_state.json", line, what + exc.message, code))
-
-
-def _settings_or_defaults(store: Store) -> "config.Settings":
-    """memctl.toml's settings, or the defaults when it is broken (the config check reports that)."""
-    from memctl import config
-
-    try:
-        return config.load(store.config_file)
-    except MemctlError:
-        return config.defaults()
 
 
 def _check_daily_logs(store: Store, problems: list[Problem]) -> None:

@@ -307,7 +307,7 @@ def names_program(table: str, key: str, value: Any) -> bool:
 def load(config_file: Path) -> Settings:
     """Defaults, overlaid by the user's config.toml, by the store's memctl.toml `config_file` (all
     but the program settings, which it may not name), then by the environment. Read it once per
-    run (a `Memory` does, see Context) and pass the tables down."""
+    run (a `Memory` does, see Runtime) and pass the tables down."""
     values = copy.deepcopy(DEFAULTS)
     for (table, key), value in _user_settings().items():
         values[table][key] = copy.deepcopy(value)  # the parse is shared by every load
@@ -336,13 +336,14 @@ def defaults() -> Settings:
     return Settings()
 
 
-class Context:
+class Runtime:
     """What one `Memory` reads once and every module below it shares: the settings (loaded on
-    first use), the clock (MEMCTL_NOW, read when the context is made) and the embedding model
-    (opened on first use, by `open_embedder`, which the API passes in: config sits below index)."""
+    first use), the clock (MEMCTL_NOW, read when the runtime is made) and the query embedding
+    model (opened on first use by `open_embedder`, which the API passes in: config sits below
+    index). Settings are read once per runtime: a change to memctl.toml takes a new Memory."""
 
     def __init__(self, config_file: Path, *, clock: Clock | None = None,
-                 open_embedder: Callable[[Embedding], Any] | None = None):
+                 open_embedder: Callable[[Settings], Any] | None = None):
         self.config_file = config_file
         self.clock = clock or Clock.from_environment()
         self._settings: Settings | None = None
@@ -359,8 +360,8 @@ class Context:
     def embedder(self) -> Any:
         if self._embedder is None:
             if self._open_embedder is None:
-                raise RuntimeError("this context opens no embedding model")
-            self._embedder = self._open_embedder(self.settings.embedding)
+                raise RuntimeError("this runtime opens no embedding model")
+            self._embedder = self._open_embedder(self.settings)
         return self._embedder
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from memctl import config
+from memctl.clock import Clock, format_ts
 from memctl.errors import InputError, MemctlError
 from memctl.store.store import Store
 from memctl.cache.backend import EVENTS, EXIT_CODE_MAX, Backend, CacheError, Entry, is_exit_code
@@ -82,19 +83,19 @@ class RunResult:
         return {**self.entry.as_dict(), "hit": self.hit, "waited": self.waited}
 
 
-def open_backend(spec: str, store: Store, settings: config.Cache) -> Backend:
-    """The backend a [cache] backend setting (or --backend) names."""
+def open_backend(spec: str, store: Store, settings: config.Cache, clock: Clock | None = None) -> Backend:
+    """The backend a [cache] backend setting (or --backend) names; `clock` decides what is expired."""
     if spec == "files":
         from memctl.cache.files import FileBackend
 
-        return FileBackend(store)
+        return FileBackend(store, clock)
     if spec.startswith(("redis://", "rediss://", "unix://")):
         try:
             from memctl.cache.redis_backend import RedisBackend
         except ImportError:
             raise InputError("the Redis backend needs the redis client: pip install 'memctl[redis]'",
                              source="--backend", field="backend") from None
-        return RedisBackend(spec, socket_timeout=settings.socket_timeout, lock_ttl=settings.lock_ttl)
+        return RedisBackend(spec, socket_timeout=settings.socket_timeout, lock_ttl=settings.lock_ttl, clock=clock)
     raise InputError(f"unknown backend {spec!r}; use files or redis://host:port/db", source="--backend",
                      field="backend")
 
@@ -103,15 +104,20 @@ class Cache:
     """The working memory of one store, on the backend its settings (or `backend`) name."""
 
     def __init__(self, store: Store, *, backend: str | Backend | None = None,
-                 settings: config.Settings | None = None, consolidator: Callable | None = None):
+                 settings: config.Settings | None = None, consolidator: Callable | None = None,
+                 runtime: config.Runtime | None = None):
+        """`runtime`: its Memory's (settings, clock, embedder); else `settings` or memctl.toml's,
+        and the clock of MEMCTL_NOW."""
         self.store = store
+        self.runtime = runtime
+        self.clock = runtime.clock if runtime else Clock.from_environment()
         self._consolidator = consolidator  # (cache, scope, everything=, dry_run=, only=, index=) -> rows
-        self.all_settings = settings or config.load(store.config_file)
+        self.all_settings = runtime.settings if runtime else settings or config.load(store.config_file)
         self.settings = self.all_settings.cache
         for name in _SECONDS_SETTINGS:  # memctl.toml takes any finite number; a TTL of 1e308 overflows
             check_seconds(getattr(self.settings, name), source=_setting_source(store, name), field=f"cache.{name}")
         spec = backend if backend is not None else self.settings.backend
-        self.backend: Backend = open_backend(spec, store, self.settings) if isinstance(spec, str) else spec
+        self.backend: Backend = open_backend(spec, store, self.settings, self.clock) if isinstance(spec, str) else spec
 
     # -- one call ----------------------------------------------------------------
     def get(self, scope: str, tool: str, args: Any) -> Entry | None:
@@ -128,8 +134,6 @@ class Cache:
     def put(self, scope: str, tool: str, args: Any, output: bytes | str, *, exit_code: int = 0,
             stderr: str = "", agent: str = "", ttl: float | None = None, duration_ms: float = 0.0) -> Entry:
         """Store the result of a tool call the caller made itself; empty or failed results too (H2)."""
-        from memctl import clock
-
         check_name(scope, "scope")
         check_name(tool, "tool")
         if agent:
@@ -141,7 +145,7 @@ class Cache:
         entry = Entry(id=os.urandom(8).hex(), key=key_of(tool, args), scope=scope, tool=tool, args=args,
                       output=output.encode() if isinstance(output, str) else bytes(output),
                       stderr_tail=_tail(stderr, self.settings.stderr_lines), exit_code=exit_code,
-                      agent=agent, created_at=clock.format_ts(clock.now()), duration_ms=round(duration_ms, 1))
+                      agent=agent, created_at=format_ts(self.clock.now()), duration_ms=round(duration_ms, 1))
         self.backend.save(entry, self._ttl(entry, ttl))
         return entry
 
@@ -255,7 +259,7 @@ class Cache:
 
         filters = Filters(kinds=("memory",), cache_scopes=(check_name(scope, "scope"),) if scope else (),
                           tools=tuple(check_name(t, "tool") for t in tools), agents=tuple(agents))
-        (results,) = search_store(self.store, [Query(text=query, k=k, filters=filters)])
+        (results,) = search_store(self.store, [Query(text=query, k=k, filters=filters)], runtime=self.runtime)
         return results
 
 

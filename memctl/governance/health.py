@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from memctl.config import Governance
 from memctl.search.scores import Scorer, is_core
 from memctl.store import memoryfile
 from memctl.store.status import status_of
 from memctl.store.store import Store
 
 
-def scores(store: Store, *, sort: str = "health", now: datetime | None = None) -> list[dict]:
+def scores(store: Store, *, sort: str = "health", now: datetime | None = None,
+           gov: Governance | None = None) -> list[dict]:
     """Health score and its parts for every memory in MEMORY.md.
 
     Sort: health (weakest first), id, age (oldest first; unknown age last).
     """
     doc = memoryfile.load(store.memory_md)
-    scorer = Scorer(store, now)
+    scorer = Scorer(store, now, gov)
     rows = []
     for entry in doc.entries:
         score = scorer.health(entry)

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from memctl.config import Governance
 from memctl.errors import StoreError
 from memctl.store import memoryfile
 from memctl.search.scores import Scorer, governance_settings, is_core
@@ -71,18 +72,18 @@ def trigger(query: str, covered_text: str, turn: int) -> str | None:
 
 
 def layered_search(store: Store, query: str, *, workspace: str | None, budget: int, say=None,
-                   retriever=None) -> Layered:
+                   retriever=None, gov: Governance | None = None) -> Layered:
     """L0 core, L1 workspace, then L2 query results when a G3 trigger fires; `retriever` is
     an open search.Retriever to reuse (a server's), else one is made for this search."""
     from memctl.search.search import Query, Retriever
     from memctl.index.filters import Filters
     from memctl.text.tokens import count_tokens
 
-    gov = governance_settings(store)
+    gov = gov or governance_settings(store)
     doc = memoryfile.load(store.memory_md)
     tails = set(active_tails(doc))
     visible = [e for e in doc.entries if e.id in tails and _in_scope(e, workspace)]
-    scorer = Scorer(store)
+    scorer = Scorer(store, gov=gov)
     # is_core is the hard switch, user_weight the ranking (G1): flagged entries first.
     core = sorted((e for e in visible if is_core(e, gov)),
                   key=lambda e: (e.get("is_core") is not True, -scorer.health(e).user_weight,

@@ -78,7 +78,8 @@ def load_deleted(store: Store) -> list[Entry]:
     return entries
 
 
-def run(store: Store, *, dry_run: bool = False, hard: bool = False, now: datetime | None = None) -> list[Change]:
+def run(store: Store, *, dry_run: bool = False, hard: bool = False, now: datetime | None = None,
+        gov: config.Governance | None = None) -> list[Change]:
     """Apply the lifecycle to MEMORY.md in one transaction; returns the changes (made, or that would be)."""
     now = now or clock.now()
     stamp = clock.format_ts(now)
@@ -88,7 +89,7 @@ def run(store: Store, *, dry_run: bool = False, hard: bool = False, now: datetim
     with store.transaction(dry_run=dry_run) as tx:
         counters.compact(store, tx)  # searches only log their accesses; the nightly pass folds them
         doc = memoryfile.load(store.memory_md)
-        scorer = scores.Scorer(store, now)
+        scorer = scores.Scorer(store, now, gov)
         gov = scorer.gov
         doomed: list[Entry] = []
         for entry in doc.entries:

@@ -19,7 +19,6 @@ from typing import Any
 from memctl import clock
 from memctl import config
 from memctl.governance import governance
-from memctl.search import scores
 from memctl.store import status
 from memctl.store import memoryfile
 from memctl.errors import InputError
@@ -122,7 +121,8 @@ def _pick(items: list[Pending], ids: list[str], now: datetime) -> list[Pending]:
 
 
 def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_conflict: bool = False,
-            supersedes: list[str] | None = None, now: datetime | None = None) -> list[dict]:
+            supersedes: list[str] | None = None, now: datetime | None = None,
+            settings: config.Settings | None = None) -> list[dict]:
     """Write pending memories to MEMORY.md and remove them from pending.jsonl, all in one transaction.
 
     Raises InputError (nothing written) for an unknown or expired id, a bad
@@ -130,7 +130,8 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
     Returns one record a memory: {"id", "status": "confirmed"|"duplicate", "file", ...governance}.
     """
     now = now or clock.now()
-    settings = config.load(store.config_file).ingest
+    every = settings or config.load(store.config_file)
+    settings = every.ingest
     if supersedes and len(set(ids)) != 1:
         raise InputError("names what one memory replaces; confirm one id with it", source="--supersedes")
     if not store.pending_file.exists():
@@ -151,7 +152,7 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
                 continue
             notes.append((p.line, note))
         reports, log = governance.apply_notes(doc, notes, source=SOURCE, allow_conflict=allow_conflict,
-                                              now=now, gov=scores.governance_settings(store))
+                                              now=now, gov=every.governance)
         if notes:
             tx.replace(store.memory_md, doc.render().encode("utf-8"))
         _rewrite(store, tx, items, {p.line for p in items if p.id in {q.id for q in picked}})
@@ -167,7 +168,7 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
     return out
 
 
-def note_of(p: Pending, settings: dict, supersedes: list[str] | tuple = ()) -> dict:
+def note_of(p: Pending, settings: config.Ingest, supersedes: list[str] | tuple = ()) -> dict:
     """The note a pending line would write to MEMORY.md, checked as `ingest` checks one; InputError names
     the line and field. `memctl health` calls this too, so it reports exactly what confirm would refuse."""
     from memctl.store.notes import complete_note

@@ -598,7 +598,7 @@ def _records(change: _Change, rows: range, embed_digests: list[str]) -> list[dic
             for unit, row, digest, embed_digest in zip(change.fresh, rows, change.digests, embed_digests)]
 
 
-def health_problems(store: Store) -> list[tuple[str, str]]:
+def health_problems(store: Store, settings: config.Settings | None = None) -> list[tuple[str, str]]:
     """(file, message) for each way .index/ needs more than the next search's update.
 
     Files changed since the last index are not reported: that is the state
@@ -609,7 +609,7 @@ def health_problems(store: Store) -> list[tuple[str, str]]:
     from memctl.errors import InputError
 
     try:
-        index = Index(store)
+        index = Index(store, settings)
     except InputError:
         return []  # a broken memctl.toml is reported by the config check
     manifest = index.manifest()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from memctl import config
 from memctl.cache.backend import CacheError, Entry
 from memctl.programs import ProgramFailed, run_program
 from memctl.store.memoryfile import SUMMARY_MAX
@@ -62,7 +63,7 @@ def consolidate(cache: "Cache", scope: str, *, everything: bool = False, dry_run
     notes = {memory_id(e): e for e in todo}
     data = b"".join(orjson.dumps(note(e, memory_id, settings)) + b"\n" for memory_id, e in notes.items())
     result = ingest(cache.store, data, source=f"cache:{scope}", fmt="jsonl", kind="memory", keep_noise=True,
-                    dry_run=dry_run, allow_conflict=True)
+                    dry_run=dry_run, allow_conflict=True, settings=cache.all_settings)
     for outcome in result.outcomes:
         entry = notes[outcome.id]
         out.append(Consolidated(entry.key, entry.tool, outcome.id, outcome.status, entry.access_count))
@@ -73,7 +74,7 @@ def consolidate(cache: "Cache", scope: str, *, everything: bool = False, dry_run
     if index and not dry_run and result.stored:
         from memctl.index.index import Index
 
-        Index(cache.store).update()
+        Index(cache.store, cache.all_settings).update()
     return out
 
 
@@ -82,7 +83,7 @@ def memory_id(entry: Entry) -> str:
     return f"cache-{digest[:16]}"
 
 
-def note(entry: Entry, memory_id: str, settings: dict[str, Any]) -> dict[str, Any]:
+def note(entry: Entry, memory_id: str, settings: config.Cache) -> dict[str, Any]:
     """The note an entry becomes: what was asked, what came back (summarised), where from."""
     call = f"{entry.tool} {_call_args(entry.args)}"
     if entry.exit_code != 0:
@@ -99,7 +100,7 @@ def note(entry: Entry, memory_id: str, settings: dict[str, Any]) -> dict[str, An
             "tool": entry.tool, **({"agent": entry.agent} if entry.agent else {}), "cache_scope": entry.scope}
 
 
-def summarise(text: str, settings: dict[str, Any]) -> str:
+def summarise(text: str, settings: config.Cache) -> str:
     """The [cache] summary_command's answer, else the output's first lines up to summary_chars."""
     command = settings.summary_command
     if command:

@@ -76,8 +76,10 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
            session: str | None = None, pending: bool = False, keep_noise: bool | None = None,
            ttl_hours: float | None = None, section: str | None = None, dry_run: bool = False,
            on_noise: Callable[[Outcome, str], None] | None = None, supersedes: list[str] | None = None,
-           allow_conflict: bool = False, scope: str | None = None) -> IngestResult:
-    """Read `data` (the bytes of `source`) and store it; see the module doc.
+           allow_conflict: bool = False, scope: str | None = None,
+           settings: config.Settings | None = None) -> IngestResult:
+    """Read `data` (the bytes of `source`) and store it; see the module doc. `settings`: the
+    store's, as its Memory loaded them (else read from memctl.toml).
 
     Raises InputError, with the store unchanged, for any bad record. With
     dry_run, everything is checked and reported but nothing is written.
@@ -89,7 +91,8 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
     unless `allow_conflict` (pending notes are only reported: confirming
     them decides).
     """
-    settings = config.load(store.config_file).ingest
+    every = settings or config.load(store.config_file)
+    settings = every.ingest
     if ttl_hours is not None:
         ttl_hours = config.check("ingest", "pending_ttl_hours", float(ttl_hours), "--ttl")
     if keep_noise is None:
@@ -127,13 +130,13 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
         if kind == "message":  # under the lock: a session's stored scope is read as it stands
             _scope_messages(store, [(line, item) for line, item, _ in items], settings.default_scope, source)
         _store_items(store, tx, kept, item_kind, result, source=source, settings=settings, ttl_hours=ttl_hours,
-                     allow_conflict=allow_conflict)
+                     allow_conflict=allow_conflict, gov=every.governance)
     result.outcomes.sort(key=lambda o: o.line)
     return result
 
 
 def _items(text: str, source: str, fmt: str, kind: str, session: str | None, scope: str | None,
-           section: str | None, settings: dict, warnings: list[str]) -> list[tuple[int, dict, str | None]]:
+           section: str | None, settings: config.Ingest, warnings: list[str]) -> list[tuple[int, dict, str | None]]:
     """(line, message or note, role) for every record of the input, each checked."""
     if kind == "message":
         if fmt == "md":
@@ -202,7 +205,8 @@ def _add_supersedes(items: list[tuple[int, dict, str | None]], kind: str, supers
 
 
 def _store_items(store: Store, tx, kept: list[tuple[int, dict]], item_kind: str, result: IngestResult, *,
-                 source: str, settings: dict, ttl_hours: float | None, allow_conflict: bool) -> None:
+                 source: str, settings: config.Ingest, ttl_hours: float | None, allow_conflict: bool,
+                 gov: config.Governance) -> None:
     """Write what is new under the store lock; an id already stored with other text is an error."""
     memory = memoryfile.load(store.memory_md)  # parsed once: for the ids and for the notes' write
     existing = load_ids(store, memory)
@@ -221,10 +225,10 @@ def _store_items(store: Store, tx, kept: list[tuple[int, dict]], item_kind: str,
     if item_kind == "message":
         files = _write_messages(store, tx, [item for _, item in fresh])
     elif item_kind == "pending":
-        reports = _check_notes(store, memory, fresh, source)
+        reports = _check_notes(memory, fresh, source, gov)
         files = _write_pending(store, tx, [item for _, item in fresh], settings, ttl_hours)
     else:
-        files, reports = _write_notes(store, tx, memory, fresh, source=source, allow_conflict=allow_conflict)
+        files, reports = _write_notes(store, tx, memory, fresh, source=source, allow_conflict=allow_conflict, gov=gov)
     for line, item in fresh:
         result.outcomes.append(Outcome(item["id"], item_kind, "stored", line, files[item["id"]],
                                        governance=reports.get(item["id"])))
@@ -312,7 +316,7 @@ def _canonical_key(key: str) -> str:
     return lowered if lowered in ("id", "role", "content", "text", "speaker", "session", "scope", "ts") else key
 
 
-def _note(record: jsonl.Record, source: str, settings: dict, section: str | None, scope: str | None,
+def _note(record: jsonl.Record, source: str, settings: config.Ingest, section: str | None, scope: str | None,
           warnings: list[str]) -> tuple[int, dict, None]:
     line, value = record.line, record.value
     if isinstance(value, str):
@@ -334,7 +338,7 @@ def _note(record: jsonl.Record, source: str, settings: dict, section: str | None
     return line, complete_note(fields, text, note_section.strip(), settings, source, line), None
 
 
-def _notes_from_markdown(text: str, source: str, settings: dict, section: str | None, scope: str | None,
+def _notes_from_markdown(text: str, source: str, settings: config.Ingest, section: str | None, scope: str | None,
                          warnings: list[str]) -> list[tuple[int, dict, None]]:
     doc = memoryfile.parse(text)
     for issue in doc.issues:
@@ -375,35 +379,33 @@ def _write_messages(store: Store, tx, messages: list[dict]) -> dict[str, str]:
 
 
 def _write_notes(store: Store, tx, doc: memoryfile.Document, notes: list[tuple[int, dict]], *, source: str,
-                 allow_conflict: bool = False) -> tuple[dict[str, str], dict[str, Any]]:
+                 allow_conflict: bool = False, gov: config.Governance) -> tuple[dict[str, str], dict[str, Any]]:
     """Add notes to `doc` (MEMORY.md as read inside the transaction), applying their supersedes links."""
     from memctl.governance import governance
-    from memctl.search import scores
 
     if not notes:
         return {}, {}
     path = store.memory_md
     reports, log = governance.apply_notes(doc, notes, source=source, allow_conflict=allow_conflict,
-                                          gov=scores.governance_settings(store))
+                                          gov=gov)
     tx.replace(path, doc.render().encode("utf-8"))
     tx.append(governance.log_path(store), governance.log_records(log))
     return {note["id"]: store.relative(path) for _, note in notes}, reports
 
 
-def _check_notes(store: Store, doc: memoryfile.Document, notes: list[tuple[int, dict]],
-                 source: str) -> dict[str, Any]:
+def _check_notes(doc: memoryfile.Document, notes: list[tuple[int, dict]], source: str,
+                 gov: config.Governance) -> dict[str, Any]:
     """Governance of notes held as pending: links must resolve; conflicts are reported, decided on confirm."""
     from memctl.governance import governance
-    from memctl.search import scores
 
     if not notes:
         return {}
     reports, _ = governance.apply_notes(doc, notes, source=source, allow_conflict=True, hold=True,
-                                        gov=scores.governance_settings(store))
+                                        gov=gov)
     return reports
 
 
-def _write_pending(store: Store, tx, notes: list[dict], settings: dict, ttl_hours: float | None) -> dict[str, str]:
+def _write_pending(store: Store, tx, notes: list[dict], settings: config.Ingest, ttl_hours: float | None) -> dict[str, str]:
     ttl = settings.pending_ttl_hours if ttl_hours is None else ttl_hours
     created = clock.now()
     expires = clock.format_ts(created + timedelta(hours=ttl))

@@ -50,7 +50,7 @@ import mcp_types as types
 import orjson
 from mcp.server.lowlevel import Server
 
-from memctl import __version__, config
+from memctl import __version__
 from memctl.api import Memory
 from memctl.errors import InputError, MemctlError
 from memctl.mcp.tools import TOOLS, Tool
@@ -175,7 +175,7 @@ def build(calls: Lane, reads: Lane) -> Server:
 def serve(memory: Memory) -> bool:
     """Answer MCP requests on stdin/stdout until the client goes; whether every call has ended
     (False: one still runs on its thread, and only ending the process stops it)."""
-    max_request_bytes = config.load(memory.store.config_file).mcp.max_request_bytes
+    max_request_bytes = memory.runtime.settings.mcp.max_request_bytes
     lanes = (Lane("memctl-calls", memory), Lane("memctl-reads", Memory(memory.path, say=memory.say)))
 
     async def run() -> None:

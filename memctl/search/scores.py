@@ -123,10 +123,11 @@ class Scorer:
         scorer.retrieval(0.82, unit.fields, unit.record_id).total
     """
 
-    def __init__(self, store: Store, now: datetime | None = None):
+    def __init__(self, store: Store, now: datetime | None = None, gov: config.Governance | None = None):
+        """`gov`: the store's [governance] as its Memory loaded them; else read from memctl.toml."""
         from memctl.store import counters as access
 
-        self.gov = governance_settings(store)
+        self.gov = gov or governance_settings(store)
         self.now = now or clock.now()
         self.counts = access.load(store)
 

@@ -112,10 +112,12 @@ class Query:
 class Searcher:
     """An open index, reused for every query of one process (see --batch)."""
 
-    def __init__(self, store: Store, settings: config.Settings | None = None):
+    def __init__(self, store: Store, settings: config.Settings | None = None,
+                 runtime: config.Runtime | None = None):
         from memctl.index import lexical
 
         self.store = store
+        self.runtime = runtime  # whose query embedder to use, if given
         self.settings = settings or config.load(store.config_file)
         self.retrieval = self.settings.retrieval
         index_dir = store.index_dir
@@ -136,6 +138,8 @@ class Searcher:
 
     @property
     def embedder(self):
+        if self._embedder is None and self.runtime is not None:
+            self._embedder = self.runtime.embedder
         if self._embedder is None:
             from memctl.index.embedders import open_embedder
 
@@ -375,7 +379,7 @@ class Searcher:
         """Order by G4 retrieval_score, relevance being the fused search score (0..1)."""
         from memctl.search.scores import Scorer
 
-        scorer = Scorer(self.store)
+        scorer = Scorer(self.store, gov=self.settings.governance)
         for result in results:
             fields = result.fields if result.kind == "memory" else {"created_at": result.ts}
             score = scorer.retrieval(result.explain["fused"], fields, result.record_id or result.id)
@@ -437,9 +441,12 @@ class Retriever:
     tried again; every memory returned counts as an access (G4).
     """
 
-    def __init__(self, store: Store, *, say=None):
+    def __init__(self, store: Store, *, say=None, runtime: config.Runtime | None = None):
+        """`runtime`: its Memory's (settings read once, the query embedder shared); without one,
+        each search reads memctl.toml and a change of settings reopens the index."""
         self.store = store
         self.say = say
+        self.runtime = runtime
         self._searcher: Searcher | None = None
 
     def search(self, queries: list[Query], *, count_access: bool = True) -> list[list[Result]]:
@@ -447,7 +454,7 @@ class Retriever:
         from memctl.store import counters
 
         self.store.require()
-        index = Index(self.store)
+        index = Index(self.store, self.runtime.settings if self.runtime else None)
         report = index.refresh(self.say)
         try:
             answers = [self._open(index, report.touched).search(q) for q in queries]
@@ -463,13 +470,14 @@ class Retriever:
 
     def _open(self, index, changed: bool) -> Searcher:
         if changed or self._searcher is None or self._searcher.settings != index.settings:
-            self._searcher = Searcher(self.store, index.settings)
+            self._searcher = Searcher(self.store, index.settings, self.runtime)
         return self._searcher
 
 
-def search_store(store: Store, queries: list[Query], *, say=None, count_access: bool = True) -> list[list[Result]]:
+def search_store(store: Store, queries: list[Query], *, say=None, count_access: bool = True,
+                 runtime: config.Runtime | None = None) -> list[list[Result]]:
     """One search of a store by a fresh Retriever (a command's single run)."""
-    return Retriever(store, say=say).search(queries, count_access=count_access)
+    return Retriever(store, say=say, runtime=runtime).search(queries, count_access=count_access)
 
 
 def _query_lines(text: str, split: bool) -> list[str]:

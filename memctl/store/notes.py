@@ -15,8 +15,9 @@ from memctl.store.memoryfile import SUMMARY_MAX, check_field
 from memctl.text.clip import clip
 
 
-def complete_note(fields: dict, text: str, section: str, settings: dict, source: str, line: int) -> dict:
-    """Fill a note's required schema fields with defaults and check every field."""
+def complete_note(fields: dict, text: str, section: str, settings: Any, source: str, line: int) -> dict:
+    """Fill a note's required schema fields with defaults ([ingest] `settings`, a config.Ingest:
+    store/ sits below config) and check every field."""
     fields.setdefault("id", derived_id("mem", section, text))
     fields.setdefault("summary", clip(text, SUMMARY_MAX))
     fields.setdefault("memory_class", settings.default_memory_class)

@@ -46,6 +46,7 @@ from typing import Any
 
 import orjson
 
+from memctl import config
 from memctl.errors import InputError
 from memctl.store.store import Store
 
@@ -65,7 +66,7 @@ def amnesia_cue(message: str) -> str | None:
     return found.group(0) if found else None
 
 
-def thresholds(active_count: int, settings: dict[str, Any]) -> tuple[float, float]:
+def thresholds(active_count: int, settings: config.Topics) -> tuple[float, float]:
     """(activation, dormancy) thresholds with `active_count` topics active."""
     activation = settings.threshold_base + settings.threshold_step * active_count
     return activation, activation / 2
@@ -81,7 +82,7 @@ class Decision:
 
 
 def decide(states: dict[str, str], averages: dict[str, float], scored: set[str],
-           settings: dict[str, Any]) -> Decision:
+           settings: config.Topics) -> Decision:
     """Which topics are active after a round. `states`: id -> active | dormant (archived topics are
     left out by the caller); `averages`: the sliding averages; `scored`: the topics scored this round."""
     before = [t for t, s in states.items() if s == "active"]

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memctl import clock
+from memctl import config
 from memctl.errors import InputError
 from memctl.store.store import Store
 from memctl.text.tokens import count_tokens
@@ -102,13 +103,15 @@ def render_message(message: dict) -> str:
 
 
 def build(store: Store, retriever, session: str, message: str, *, system_text: str = "", budget: int,
-          record: bool = True, llm_command: str = "", say=None, scope: str | None = None) -> Context:
-    """`scope`: the session must be in it (split.scope_of_session)."""
+          record: bool = True, llm_command: str = "", say=None, scope: str | None = None,
+          settings: config.Topics | None = None) -> Context:
+    """`scope`: the session must be in it (split.scope_of_session). `settings`: [topics] as the
+    store's Memory loaded them (else read from memctl.toml)."""
     from memctl.topics.split import scope_of_session, session_messages, settings_of
 
     if budget < 1:
         raise InputError("must be a whole number >= 1", source="--budget")
-    settings = settings_of(store)
+    settings = settings or settings_of(store)
     messages = session_messages(store, session)
     scope = scope_of_session(store, session, messages, scope)
     if not message.strip():
@@ -333,7 +336,7 @@ ROUTE_CANDIDATES = 50
 
 
 def activate(store: Store, retriever, query: str, *, include_archived: bool = False,
-             llm_command: str = "", scope: str | None = None) -> dict[str, Any]:
+             llm_command: str = "", scope: str | None = None, settings: config.Topics | None = None) -> dict[str, Any]:
     """Explicit activation (T7): a topic id, or the topics whose summaries and messages match `query`.
     Ranked like the index window of design §4.7: with few topics active more of the matches are taken.
     With an LLM command the §6.3 routing prompt ranks the ROUTE_CANDIDATES topics the built-in search
@@ -344,7 +347,7 @@ def activate(store: Store, retriever, query: str, *, include_archived: bool = Fa
     from memctl.topics.daily import restore_archived
     from memctl.topics.split import settings_of
 
-    settings = settings_of(store)
+    settings = settings or settings_of(store)
     now = clock.format_ts(clock.now())
     if include_archived:
         with store.transaction() as tx:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from memctl import clock
+from memctl import config
 from memctl.errors import InputError
 from memctl.store import jsonl
 from memctl.store.store import Store
@@ -109,13 +110,15 @@ def restore_archived(tx, store: Store, query: str, now: str, scope: str | None =
 
 
 
-def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> DailyReport:
+def review(store: Store, *, dry_run: bool = False, llm_command: str = "",
+           settings: config.Settings | None = None) -> DailyReport:
     """The review in one Transaction; with an LLM command the merges, related links and compressed
-    summaries come from it, and a bad answer raises LLMAnswerError with nothing written."""
+    summaries come from it, and a bad answer raises LLMAnswerError with nothing written. `settings`:
+    the store's, as its Memory loaded them (else read from memctl.toml)."""
     from memctl.topics import llm
-    from memctl.topics.split import settings_of
 
-    settings = settings_of(store)
+    every = settings or config.load(store.config_file)
+    settings = every.topics
     now_moment = clock.now()
     now = clock.format_ts(now_moment)
     report = DailyReport(dry_run)
@@ -136,7 +139,7 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "") -> Dai
                     merges += [(gone, keep, {"reason": why}) for gone, keep, why in found[0]]
                     related += [(one, other, {"reason": why}) for one, other, why in found[1]]
                 else:
-                    found = _similar_pairs(store, group)
+                    found = _similar_pairs(store, group, every.embedding)
                     merges += found[0]
                     related += found[1]
             for gone, keep, detail in merges:
@@ -208,7 +211,7 @@ def _by_scope(live: dict[str, Topic]) -> list[dict[str, Topic]]:
     return [groups[scope] for scope in sorted(groups) if len(groups[scope]) > 1]
 
 
-def _similar_pairs(store: Store, live: dict[str, Topic]):
+def _similar_pairs(store: Store, live: dict[str, Topic], embedding: config.Embedding):
     """The built-in review: (merges, related) as (id, other id, detail). Topics whose summary vectors
     have a cosine >= MERGE_SIMILARITY (or the same name) merge, the smaller into the larger; pairs at
     or over RELATED_SIMILARITY, and among the top RELATED_PERCENTILE of the pairs of `live` (one scope's
@@ -218,7 +221,7 @@ def _similar_pairs(store: Store, live: dict[str, Topic]):
     from memctl.topics.split import embedder
 
     ids = list(live)
-    vectors = embedder(store).embed([live[t].header.get("summary", "") for t in ids])
+    vectors = embedder(store, embedding).embed([live[t].header.get("summary", "") for t in ids])
     similarity = vectors @ vectors.T
     pairs = similarity[np.triu_indices(len(ids), 1)]
     related_from = max(RELATED_SIMILARITY, float(np.percentile(pairs, RELATED_PERCENTILE)))

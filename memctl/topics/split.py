@@ -56,6 +56,7 @@ Chooser = Callable[[list[dict], dict[str, Topic]], list[Choice]]
 
 
 def settings_of(store: Store) -> config.Topics:
+    """[topics] of a store, for a caller that was given no settings (a Memory passes its own)."""
     return config.load(store.config_file).topics
 
 
@@ -94,13 +95,15 @@ def context_tokens(system_text: str, topics: dict[str, Topic], unsplit: list[dic
 def split(store: Store, session: str, *, system_text: str = "", keep_recent: int | None = None,
           force: bool = False, dry_run: bool = False, choose: Chooser | None = None,
           describe: Describer | None = None, progress: Callable[[str], None] | None = None,
-          scope: str | None = None) -> SplitReport:
+          scope: str | None = None, settings: config.Settings | None = None) -> SplitReport:
     """Split the session if its context is over the threshold (or `force`); `choose` (where messages
     go) and `describe` (names and summaries) are the LLM path, built-in when None. A bad LLM answer
-    raises LLMAnswerError and nothing is written. `scope`: the session must be in it."""
+    raises LLMAnswerError and nothing is written. `scope`: the session must be in it. `settings`:
+    the store's, as its Memory loaded them (else read from memctl.toml)."""
     from memctl.topics.llm import LLMAnswerError
 
-    settings = settings_of(store)
+    every = settings or config.load(store.config_file)
+    settings = every.topics
     keep = settings.keep_recent if keep_recent is None else keep_recent
     with store.transaction(dry_run=dry_run) as tx:
         messages = session_messages(store, session)
@@ -120,17 +123,17 @@ def split(store: Store, session: str, *, system_text: str = "", keep_recent: int
         if progress:
             progress(f"splitting {len(older)} messages of session {session}")
         try:
-            chosen = (choose or builtin_chooser(store))(older, topics)
+            chosen = (choose or builtin_chooser(store, every.embedding))(older, topics)
             _apply(tx, store, settings, older, chosen, topics, report, describe, session_in)
         except LLMAnswerError as exc:  # the transaction rolls back what was written
             raise LLMAnswerError(f"{exc}; nothing was split") from None
     return report
 
 
-def builtin_chooser(store: Store) -> Chooser:
+def builtin_chooser(store: Store, embedding: config.Embedding | None = None) -> Chooser:
     def choose(messages: list[dict], topics: dict[str, Topic]) -> list[Choice]:
         known = [t for t in topics.values() if t.state != "archived" and t.messages]
-        model = embedder(store)
+        model = embedder(store, embedding)
         vectors = model.embed([m.get("text", "") for m in messages] + [t.header.get("summary", "") for t in known])
         evidence = []
         for row, topic in enumerate(known, len(messages)):
@@ -157,15 +160,15 @@ def builtin_describer(background: Background, budget: int) -> Describer:
     return describe
 
 
-def embedder(store: Store):
+def embedder(store: Store, embedding: config.Embedding | None = None):
     """The sentence model the split reads messages with: the index's ([embedding] model, any
     backend of embedders.py; the bundled MiniLM unless memctl.toml says otherwise)."""
     from memctl.index.embedders import open_embedder
 
-    return open_embedder(config.load(store.config_file).embedding)
+    return open_embedder(embedding or config.load(store.config_file).embedding)
 
 
-def _apply(tx, store: Store, settings: dict, messages: list[dict], chosen: list[Choice],
+def _apply(tx, store: Store, settings: config.Topics, messages: list[dict], chosen: list[Choice],
            topics: dict[str, Topic], report: SplitReport, describe: Describer | None, scope: str) -> None:
     """Write the choice: `chosen` gives per message an existing topic id or a new-topic key (and maybe a name).
     `topics` are those of `scope`, the session's; every topic written is marked with it."""

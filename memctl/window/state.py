@@ -92,7 +92,7 @@ class State:
     topic_activation: dict[str, Any] | None = None
 
     @classmethod
-    def new(cls, settings: dict[str, Any]) -> "State":
+    def new(cls, settings: config.State) -> "State":
         """An empty state with the window and threshold of memctl.toml [state]."""
         return cls(window_size=settings.window_size,
                    dominant_threshold=float(settings.dominant_threshold))
@@ -165,7 +165,7 @@ class State:
         return orjson.dumps(self.as_dict(), option=orjson.OPT_INDENT_2) + b"\n"
 
 
-def parse_state(data: bytes, source: str, settings: dict[str, Any] | None = None) -> State:
+def parse_state(data: bytes, source: str, settings: config.State | None = None) -> State:
     """A State from the bytes of index_state.json; InputError naming `source` if corrupt.
 
     Missing fields take their defaults (window and threshold from `settings`,
@@ -236,7 +236,7 @@ def parse_state(data: bytes, source: str, settings: dict[str, Any] | None = None
     return state
 
 
-def load_state(store: Store, settings: dict[str, Any] | None = None) -> State | None:
+def load_state(store: Store, settings: config.State | None = None) -> State | None:
     """The store's state, or None when index_state.json does not exist yet."""
     path = store.state_file
     try:
@@ -311,7 +311,7 @@ class RecordResult:
 
 
 def record(store: Store, hits: Iterable[str], *, summary: str | None = None, dry_run: bool = False,
-           settings: dict[str, Any] | None = None) -> RecordResult:
+           settings: config.State | None = None) -> RecordResult:
     """End a turn: append the sections it hit, and update the window, miss counts and topic.
 
     `hits` are section names (duplicates and blanks are dropped). A hit that
@@ -347,7 +347,7 @@ def record(store: Store, hits: Iterable[str], *, summary: str | None = None, dry
     return RecordResult(turn, state, unknown, suggestions, topic_written, dry_run)
 
 
-def _update_topic(store: Store, tx: Transaction, state: State, settings: dict[str, Any],
+def _update_topic(store: Store, tx: Transaction, state: State, settings: config.State,
                   summary: str | None, ts: str) -> bool:
     section, streak = state.dominant_streak()
     needed = min(settings.topic_after_turns, state.window_size)
@@ -515,7 +515,7 @@ class Plan:
         return [p.section for p in self.sections]
 
 
-def plan(store: Store, message: str, *, settings: dict[str, Any] | None = None,
+def plan(store: Store, message: str, *, settings: config.State | None = None,
          state: State | None = None) -> Plan:
     """The sections to search this turn (W3), for `state plan` and `search --plan`.
 
@@ -549,7 +549,7 @@ def plan(store: Store, message: str, *, settings: dict[str, Any] | None = None,
 
 # -- show, reset, config -----------------------------------------------------
 
-def show(store: Store, settings: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def show(store: Store, settings: config.State | None = None) -> dict[str, Any] | None:
     """The `state show --json` object, or None when there is no state yet.
 
     The fields of index_state.json as stored, plus `dominant` (sections at or
@@ -577,7 +577,7 @@ class ResetResult:
     state: State           # the state written
 
 
-def reset(store: Store, *, dry_run: bool = False, settings: dict[str, Any] | None = None) -> ResetResult:
+def reset(store: Store, *, dry_run: bool = False, settings: config.State | None = None) -> ResetResult:
     """Start the window over: no turns, proportions, miss counts or topic; MEMORY_TOPIC.md removed.
 
     The window size and threshold are kept when the old file is readable;
@@ -628,7 +628,7 @@ def _out_of_limits(name: str, value: Any) -> str | None:
 
 
 def configure(store: Store, *, window: int | None = None, threshold: float | None = None,
-              dry_run: bool = False, settings: dict[str, Any] | None = None) -> State:
+              dry_run: bool = False, settings: config.State | None = None) -> State:
     """Set the window size (3, 5 or 10) and/or dominant threshold (0, 1] in index_state.json.
 
     A smaller window drops the oldest turns at once and recomputes the
