@@ -122,11 +122,12 @@ def updates(common: list[str], rounds: int) -> list[tuple[Run, int]]:
 _MODEL_ONLY = """
 import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as the CLI sets it before numpy loads
+from dataclasses import replace
 from memctl import config
 from memctl.index.embedders import open_embedder
-settings = config.DEFAULTS["embedding"]
+settings = config.Embedding()
 texts = [f"a brand new message 1763800000000-{n} about sourdough starters" for n in range(21)]
-open_embedder({**settings, "threads": settings["query_threads"]}).embed(
+open_embedder(replace(settings, threads=settings.query_threads)).embed(
     [f"{before}\\n{text}" for before, text in zip(texts, texts[1:])])
 """
 

@@ -107,11 +107,11 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
           settings: config.Topics | None = None) -> Context:
     """`scope`: the session must be in it (split.scope_of_session). `settings`: [topics] as the
     store's Memory loaded them (else read from memctl.toml)."""
-    from memctl.topics.split import scope_of_session, session_messages, settings_of
+    from memctl.topics.split import scope_of_session, session_messages
 
     if budget < 1:
         raise InputError("must be a whole number >= 1", source="--budget")
-    settings = settings or settings_of(store)
+    settings = settings or config.load(store.config_file).topics
     messages = session_messages(store, session)
     scope = scope_of_session(store, session, messages, scope)
     if not message.strip():
@@ -345,9 +345,8 @@ def activate(store: Store, retriever, query: str, *, include_archived: bool = Fa
     With a `scope`, only its topics (archived ones included) are searched, counted and activated."""
     from memctl.topics import llm
     from memctl.topics.daily import restore_archived
-    from memctl.topics.split import settings_of
 
-    settings = settings or settings_of(store)
+    settings = settings or config.load(store.config_file).topics
     now = clock.format_ts(clock.now())
     if include_archived:
         with store.transaction() as tx:

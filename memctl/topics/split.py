@@ -55,11 +55,6 @@ Choice = tuple[str, str | None, str | None]
 Chooser = Callable[[list[dict], dict[str, Topic]], list[Choice]]
 
 
-def settings_of(store: Store) -> config.Topics:
-    """[topics] of a store, for a caller that was given no settings (a Memory passes its own)."""
-    return config.load(store.config_file).topics
-
-
 def session_messages(store: Store, session: str) -> list[dict]:
     path = store.session_file(session)
     if not path.exists():

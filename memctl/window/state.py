@@ -259,11 +259,6 @@ def memory_sections(store: Store) -> list[str]:
     return [s for s in memoryfile.load(store.memory_md).sections() if s]
 
 
-def settings_for(store: Store) -> config.State:
-    """memctl.toml [state], with the environment's overrides."""
-    return config.load(store.config_file).state
-
-
 # -- end of a turn: record (W2, W4) ------------------------------------------
 
 @dataclass
@@ -326,7 +321,7 @@ def record(store: Store, hits: Iterable[str], *, summary: str | None = None, dry
     replaces the summary of a topic that is still dominant.
     """
     hits = _unique(h.strip() for h in hits if h and h.strip())
-    settings = settings if settings is not None else settings_for(store)
+    settings = settings if settings is not None else config.load(store.config_file).state
     with store.transaction(dry_run=dry_run) as tx:
         state = load_state(store, settings) or State.new(settings)
         sections = memory_sections(store)
@@ -526,7 +521,7 @@ def plan(store: Store, message: str, *, settings: config.State | None = None,
     come in MEMORY.md order. An empty plan means: nothing to search.
     `state` defaults to the store's index_state.json.
     """
-    settings = settings if settings is not None else settings_for(store)
+    settings = settings if settings is not None else config.load(store.config_file).state
     if state is None:
         with store.reading():
             state = load_state(store, settings)
@@ -558,7 +553,7 @@ def show(store: Store, settings: config.State | None = None) -> dict[str, Any] |
     "suggestion"}]).
     """
     store.require()
-    settings = settings if settings is not None else settings_for(store)
+    settings = settings if settings is not None else config.load(store.config_file).state
     with store.reading():
         state = load_state(store, settings)
     if state is None:
@@ -584,7 +579,7 @@ def reset(store: Store, *, dry_run: bool = False, settings: config.State | None 
     a corrupt file is replaced by a fresh state from memctl.toml. Without an
     index_state.json there is no state to reset, and none is created.
     """
-    settings = settings if settings is not None else settings_for(store)
+    settings = settings if settings is not None else config.load(store.config_file).state
     with store.transaction(dry_run=dry_run) as tx:
         old: State | None = None
         readable = True
@@ -639,7 +634,7 @@ def configure(store: Store, *, window: int | None = None, threshold: float | Non
         check_window(window)
     if threshold is not None:
         threshold = check_threshold(threshold)
-    settings = settings if settings is not None else settings_for(store)
+    settings = settings if settings is not None else config.load(store.config_file).state
     if window is None and threshold is None:
         return load_state(store, settings) or State.new(settings)
     with store.transaction(dry_run=dry_run) as tx:
