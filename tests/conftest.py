@@ -1,4 +1,5 @@
-"""Shared helpers: a fresh store per test and a real `memctl` process."""
+"""Shared helpers: a fresh store per test, memctl's command line run in this process (`run`) or
+as a real process (`run_process`), and the fake embedding model most tests embed with."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from click.testing import CliRunner
 from redis_server import RedisServer
+
+import fake_embedder  # noqa: F401  (registers the model "fake" with memctl's registry)
+from memctl import config
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -38,9 +43,56 @@ def store_dir(tmp_path: Path) -> Path:
     return tmp_path / "store"
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "real_model: embed with the bundled MiniLM, not the fake model "
+                                       "(tests of recall by meaning)")
+
+
+@pytest.fixture(autouse=True)
+def fake_embedding_model(request, monkeypatch):
+    """Embed with tests/fake_embedder.py in this process unless the test is marked real_model.
+
+    Set as the default of [embedding] model, the lowest layer of settings: a test that names a
+    model in memctl.toml, the user's config.toml or $MEMCTL_EMBEDDING_MODEL still gets that one,
+    and a memctl process a test starts (which cannot load the fake) keeps the bundled model."""
+    if request.node.get_closest_marker("real_model") is None:
+        monkeypatch.setitem(config.DEFAULTS["embedding"], "model", "fake")
+
+
 @pytest.fixture
 def run(store_dir: Path):
-    """Run memctl in a subprocess against the test's store."""
+    """Run memctl's command line in this process against the test's store, as `memctl` would run:
+    the same error translation (memctl.cli MemctlGroup.main), separate stdout and stderr bytes,
+    the exit status, and an environment without the test's MEMCTL_* variables. Returns a
+    CompletedProcess, as `run_process` does."""
+
+    def _run(*args: str, input: str | bytes | None = None, env: dict | None = None,
+             store: Path | None = None) -> subprocess.CompletedProcess:
+        from memctl.cli import cli
+
+        argv = ["--store", str(store or store_dir), *args]
+        # CliRunner sets these for the call and restores them after; None removes a variable.
+        overrides = {k: None for k in os.environ if k.startswith("MEMCTL_")}
+        overrides.update(env or {})
+        data = input.encode() if isinstance(input, str) else input
+        config._said_ignored.clear()  # its notes come once a process: each run is one
+        result = CliRunner().invoke(cli, argv, input=data, env=overrides, prog_name="memctl")
+        stderr = result.stderr_bytes
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            # An uncaught exception: a real process prints its traceback and exits 1.
+            import traceback
+
+            stderr += "".join(traceback.format_exception(*result.exc_info)).encode()
+        return subprocess.CompletedProcess(["memctl", *argv], result.exit_code, result.stdout_bytes, stderr)
+
+    return _run
+
+
+@pytest.fixture
+def run_process(store_dir: Path):
+    """Run memctl as a real process (`python -m memctl`) against the test's store: for what only a
+    process shows (its exit, signals, startup imports, other processes at the same time). It
+    embeds with the bundled model: the fake is registered in this process only."""
 
     def _run(*args: str, input: str | bytes | None = None, env: dict | None = None,
              store: Path | None = None) -> subprocess.CompletedProcess:

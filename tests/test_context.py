@@ -117,6 +117,7 @@ def shown_ids(result: dict, kind: str | None = None) -> list[str]:
     return [m["id"] for s in result["sections"] if kind in (None, s["kind"]) for m in s["messages"]]
 
 
+@pytest.mark.real_model
 def test_context_puts_the_relevant_topic_first_and_no_message_twice(run, store_dir):
     ids = split_three_subjects(run, store_dir)
     result, _ = context_json(run, "--message", "What was the reference of the Acorn Guest House booking?",
@@ -164,6 +165,7 @@ def test_a_budget_below_the_new_message_is_an_error(run, store_dir):
     assert done.returncode == 2 and b"--budget" in done.stderr and done.stdout == b""
 
 
+@pytest.mark.real_model
 def test_no_record_changes_nothing_and_recording_logs_the_round(run, store_dir):
     split_three_subjects(run, store_dir)
     run("index")
@@ -261,6 +263,7 @@ def evaluator(python_command):
     return lambda kind: python_command(f"evaluate_{kind}", EVALUATIONS[kind])
 
 
+@pytest.mark.real_model
 def test_llm_evaluation_answer_is_used(run, store_dir, evaluator):
     ids = split_three_subjects(run, store_dir)
     result, said = context_json(run, "--message", "and the booking?", "--llm", evaluator("good"))
@@ -269,6 +272,7 @@ def test_llm_evaluation_answer_is_used(run, store_dir, evaluator):
     assert "not used" not in said
 
 
+@pytest.mark.real_model
 @pytest.mark.parametrize("kind, said", [("malformed", "relevance_score"), ("timeout", "no answer within 2 s")])
 def test_bad_llm_evaluation_falls_back_to_the_builtin_score_per_topic(run, store_dir, evaluator, kind, said):
     ids = split_three_subjects(run, store_dir)
@@ -294,6 +298,7 @@ def three_topics(store_dir: Path) -> None:
         write_topic(store_dir, tid, tid[2:], [message], "active")
 
 
+@pytest.mark.real_model
 def test_daily_review_links_close_topics_as_related_once(run, store_dir):
     run("ingest", "-", input=session_lines(WEATHER))
     three_topics(store_dir)
@@ -472,6 +477,7 @@ def test_bad_llm_routing_falls_back_to_the_builtin_search(run, store_dir, router
 
 # -- the daily review (T12, P8) --------------------------------------------------
 
+@pytest.mark.real_model
 def test_daily_review_plans_then_archives_and_merges(run, store_dir):
     ids = split_three_subjects(run, store_dir)
     # A second topic on the hotel subject, from another session: the review merges it.

@@ -6,8 +6,12 @@ import os
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from memctl.index import embedding
+
+# The bundled model's own files, sessions and vectors are what these tests are about.
+pytestmark = pytest.mark.real_model
 
 TEXTS = ["Kestrel uses PostgreSQL for the recipe metadata.", "What did Caroline research for her adoption?",
          "淡水分店的店長是陳小姐。", "a"]

@@ -159,6 +159,7 @@ def test_an_id_in_two_files_is_counted_once_whatever_changes(store, tmp_path):
     assert_same_as_rebuilt(store, tmp_path)
 
 
+@pytest.mark.real_model
 def test_a_changed_embedding_model_embeds_everything_again(store):
     index = Index(store)
     units = len(table(store))

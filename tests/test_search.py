@@ -47,6 +47,7 @@ def ids(results) -> list[str]:
     return [r.record_id for r in results]
 
 
+@pytest.mark.real_model
 def test_demo_questions_find_their_answers(demo):
     assert ids(find(demo, "which database does Kestrel use"))[0] == "mem-kestrel-db"
     assert "s2-03" in ids(find(demo, "how did we fix the sync timeout", k=3))
@@ -62,6 +63,7 @@ def test_chinese_word_inside_a_sentence_is_found(demo):
         {"mem-95103165e4a0ab0c", "s2-06"} <= set(ids(find(demo, "庫存報表", mode="bm25"))[:3])
 
 
+@pytest.mark.real_model
 def test_chinese_queries_lean_on_bm25_and_english_on_both(demo):
     chinese = find(demo, "淡水分店的庫存報表")
     assert chinese and chinese[0].explain["unknown_share"] >= 0.5
@@ -306,10 +308,11 @@ def test_cli_batch(run, demo):
     assert bad.stderr.decode().strip() == "memctl: error: <stdin>:2: field 'k': must be a whole number >= 1"
 
 
-def test_an_unknown_model_name_is_one_line_naming_the_known_ones(run, demo):
+def test_an_unknown_model_name_is_one_line_naming_the_known_ones(run_process, demo):
+    # A real process: the known models are the ones memctl registers, without the tests' fake.
     (demo.root / "memctl.toml").write_text('[embedding]\nmodel = "minilm-l12"\n')
     for args in (["search", "db"], ["index"]):
-        result = run(*args, store=demo.root)
+        result = run_process(*args, store=demo.root)
         assert result.returncode == 2 and result.stdout == b"", args
         assert result.stderr.decode() == ("memctl: error: [embedding] model: unknown model 'minilm-l12'; known: "
                                           "minilm, usem3, e5-small, or the path of a sentence-transformers "
@@ -404,6 +407,7 @@ def old_chat(run) -> None:
     assert run("ingest", "-f", "jsonl", "-", input=lines).returncode == 0
 
 
+@pytest.mark.real_model
 def test_an_old_exact_match_is_found_with_default_settings(run, old_chat):
     # No MEMCTL_NOW, no flags: the messages are over three years old. Under the design's
     # literal order the time decay halved them below the minimum and nothing came back.
@@ -416,6 +420,7 @@ def test_an_old_exact_match_is_found_with_default_settings(run, old_chat):
     assert stages["relevance"] >= 0.35  # the minimum judged relevance, before age
 
 
+@pytest.mark.real_model
 @pytest.mark.parametrize("query", [
     "zqxj vorpt klembu snarfle wibbet?",                                # gibberish
     "我昨天和媽媽去公園散步，看到很多櫻花，心情特別好。",                   # another language, another subject

@@ -90,6 +90,7 @@ def test_a_returning_subject_goes_back_to_its_dormant_topic(run, store_dir):
     assert shown["messages"] == 6 and shown["state"] == "active"
 
 
+@pytest.mark.real_model
 def test_a_subject_resumed_after_a_digression_goes_back_within_one_split(run, store_dir):
     resumed = ["Yes, book it for 3 nights from Friday for 2 people, please.",
                "Booked the Acorn Guest House: reference ACG-42, 3 nights from Friday."]
@@ -100,6 +101,7 @@ def test_a_subject_resumed_after_a_digression_goes_back_within_one_split(run, st
     assert rows["m2"] == rows["m3"] != rows["m0"]
 
 
+@pytest.mark.real_model
 def test_a_question_that_points_back_returns_to_the_subject_it_points_to(run, store_dir):
     # "Does it have a garden" names nothing: it leans on the guest house two exchanges back, so it
     # goes back there rather than opening a topic of its own (it did before the reply rules).
