@@ -124,11 +124,10 @@ def test_a_dead_runner_leaves_nothing_stuck(cache_backend, store_dir, tmp_path):
         time.sleep(0.02)
     os.killpg(runner.pid, signal.SIGKILL)  # the runner and its command die mid-run
     runner.wait()
-    started = time.monotonic()
+    # The timeout guards against a hang only: the lock runs out after MEMCTL_CACHE_LOCK_TTL (1 s).
     after = subprocess.run([*base, *tool_command(effect, output="second try")], env=env, capture_output=True,
                            timeout=30)
-    assert after.returncode == 0 and after.stdout == b"second try"
-    assert time.monotonic() - started < 10 and runs(effect) == 2
+    assert after.returncode == 0 and after.stdout == b"second try" and runs(effect) == 2
 
 
 def test_a_waiter_gives_up_after_its_timeout_with_one_line(cache_backend, store_dir, tmp_path):
@@ -137,8 +136,10 @@ def test_a_waiter_gives_up_after_its_timeout_with_one_line(cache_backend, store_
     base = [*memctl_command(), "--store", str(store_dir), "cache", "run", "--scope", "s", "--tool", "t"]
     runner = subprocess.Popen([*base, "--", *tool_command(effect, sleep=3)], env=env, stdout=subprocess.DEVNULL)
     try:
-        while runs(effect) == 0:
+        deadline = time.monotonic() + 20
+        while runs(effect) == 0 and time.monotonic() < deadline:
             time.sleep(0.02)
+        assert runs(effect) == 1, "the runner never started its command"
         waiter = subprocess.run([*base, "--timeout", "0.3", "--", *tool_command(effect, sleep=3)], env=env,
                                 capture_output=True, timeout=30)
         assert waiter.returncode == 2
@@ -251,9 +252,7 @@ def test_a_dead_redis_server_is_a_one_line_error_and_recovers(run, own_redis_ser
     own_redis_server.stop()
     for args in (["run", "--scope", "s", "--tool", "t", "--", *command], ["stats"],
                  ["get", "--scope", "s", "--tool", "t", "--", *command]):
-        started = time.monotonic()
         result = run("cache", *args, env=env)
-        assert time.monotonic() - started < 8
         lines = result.stderr.decode().strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1 and own_redis_server.url in lines[0], result.stderr
         assert result.stdout == b""

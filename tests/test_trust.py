@@ -150,31 +150,33 @@ def test_a_broken_user_config_is_named_by_its_own_path(run, store_dir, user_conf
 
 # -- what a program answers is bounded ----------------------------------------------------------
 
-def refused(run, store_dir, llm: str, timeout: float = 200) -> tuple[str, float]:
-    """Split the weather and hotel chat with `llm`: the one-line refusal and the seconds it took,
-    after checking that nothing was written."""
+def refused(run, store_dir, llm: str, timeout: float = 200) -> str:
+    """Split the weather and hotel chat with `llm`: the one-line refusal, after checking that
+    nothing was written."""
     run("ingest", "-", input=session_lines(WEATHER + HOTEL))
     before = snapshot(store_dir)
-    started = time.monotonic()
     done = run("split", "--session", "s1", "--force", "--keep-recent", "0", "--llm", llm,
                env={"MEMCTL_TOPICS_LLM_TIMEOUT": str(timeout)})
-    took = time.monotonic() - started
     message = done.stderr.decode().strip()
     assert done.returncode == 2 and len(message.splitlines()) == 1 and snapshot(store_dir) == before, message
     assert message.endswith("; nothing was split")
-    return message, took
+    return message
 
 
-def test_an_answer_over_the_limit_is_refused_without_waiting_for_the_rest(run, store_dir, python_command):
+def test_an_answer_over_the_limit_is_refused_without_waiting_for_the_rest(run, store_dir, python_command,
+                                                                            tmp_path):
+    # Had memctl waited for the program's own end, the program would have lived to write `slept`.
+    slept = tmp_path / "slept"
     flood = python_command("flood", f"""
         import sys, time
         sys.stdin.read()
         sys.stdout.write("<topic_split>" * {OUTPUT_LIMIT // 13 + 100})
         sys.stdout.flush()
         time.sleep(100)
+        open({str(slept)!r}, "w").close()
     """)
-    message, took = refused(run, store_dir, flood)
-    assert f"printed more than {OUTPUT_LIMIT} bytes" in message and took < 60
+    message = refused(run, store_dir, flood)
+    assert f"printed more than {OUTPUT_LIMIT} bytes" in message and not slept.exists()
 
 
 def test_an_answer_just_under_the_limit_is_read_in_linear_time(run, store_dir, python_command):
@@ -185,8 +187,8 @@ def test_an_answer_just_under_the_limit_is_read_in_linear_time(run, store_dir, p
         print("<topic_split>" + "".join(f'<assignment msg_id="{i}" topic="new" topic_name="x">r</assignment>'
                                         for i in ids) + "</topic_split>" + "<topic>" * 148000)
     """)
-    message, took = refused(run, store_dir, nested)
-    assert "no <topic>…</topic> element" in message and took < 60
+    # No time is asserted: a return of the quadratic rescans shows as a slow test, not a failure.
+    assert "no <topic>…</topic> element" in refused(run, store_dir, nested)
 
 
 def test_an_answer_declaring_entities_is_refused(run, store_dir, python_command):
@@ -197,20 +199,22 @@ def test_an_answer_declaring_entities_is_refused(run, store_dir, python_command)
         print("<topic_split>" + "".join(f'<assignment msg_id="{i}" topic="new" topic_name="&b;">r</assignment>'
                                         for i in ids) + "</topic_split>")
     """)
-    message, _ = refused(run, store_dir, laughs)
+    message = refused(run, store_dir, laughs)
     assert "the answer declares a DOCTYPE or an entity, which memctl refuses" in message
 
 
-def sleeper(python_command, tmp_path) -> tuple[list[str], Path]:
-    """`sh -c` running a Python process that writes its pid, then sleeps: a grandchild of memctl (the
-    `; exit 0` keeps sh from exec'ing it in its own place)."""
-    pid_file = tmp_path / "grandchild.pid"
+def sleeper(python_command, tmp_path) -> tuple[list[str], Path, Path]:
+    """`sh -c` running a Python process that writes its pid, sleeps, then writes a second file, which
+    exists only if nobody killed it first: a grandchild of memctl (the `; exit 0` keeps sh from
+    exec'ing it in its own place). The command, the pid file, the file of a sleep run to its end."""
+    pid_file, slept = tmp_path / "grandchild.pid", tmp_path / "slept"
     script = python_command("sleeper", f"""
         import os, sys, time
         open({str(pid_file)!r}, "w").write(str(os.getpid()))
         time.sleep(100)
+        open({str(slept)!r}, "w").close()
     """)
-    return ["sh", "-c", f"{script}; exit 0"], pid_file
+    return ["sh", "-c", f"{script}; exit 0"], pid_file, slept
 
 
 def gone(pid: int, within: float = 10.0) -> bool:
@@ -228,17 +232,16 @@ def gone(pid: int, within: float = 10.0) -> bool:
 
 
 def test_a_timeout_kills_the_wrappers_children_too(run, store_dir, python_command, tmp_path):
-    argv, pid_file = sleeper(python_command, tmp_path)
-    message, took = refused(run, store_dir, shlex.join(argv), timeout=2)
-    assert "gave no answer within 2 s ([topics] llm_timeout)" in message and took < 60
+    argv, pid_file, slept = sleeper(python_command, tmp_path)
+    message = refused(run, store_dir, shlex.join(argv), timeout=2)
+    assert "gave no answer within 2 s ([topics] llm_timeout)" in message and not slept.exists()
     assert gone(int(pid_file.read_text()))
 
 
 def test_the_runner_kills_the_whole_group_and_returns_at_the_deadline(python_command, tmp_path):
-    argv, pid_file = sleeper(python_command, tmp_path)
-    started = time.monotonic()
+    argv, pid_file, slept = sleeper(python_command, tmp_path)
     with pytest.raises(ProgramFailed, match="gave no answer within 1 s") as failed:
         run_program(argv, b"", 1)
     # subprocess.run(timeout=) killed sh alone and then waited for the sleeper's end of the pipe.
-    assert failed.value.timed_out and time.monotonic() - started < 30
+    assert failed.value.timed_out and not slept.exists()
     assert gone(int(pid_file.read_text()))
