@@ -57,12 +57,18 @@ def test_layers_in_order_with_scope_isolation(governed):
 
 
 def test_tight_budget_falls_back_to_summaries(governed):
+    # The fixture's texts are no longer than their summaries: only a long one can fall back.
+    notes(governed, {"id": "core-release", "text": "Before a release: " + "run the tests, tag it, write notes; " * 12,
+                     "summary": "The release checklist.", "is_core": True, "memory_class": "policy",
+                     "section": "Rules"})
     roomy = layered_search(governed, "hello", workspace="project:a", budget=2000)
     full = sum(i["tokens"] for i in roomy.layers["L0"])
-    tight = layered_search(governed, "hello", workspace="project:a", budget=full - 1)
-    contents = [i["content"] for i in tight.layers["L0"]]
-    assert "summary" in contents or tight.left_out
-    assert tight.tokens_used <= full - 1
+    # Ten tokens short: the long text no longer fits, its summary does, and so does the next core memory.
+    tight = layered_search(governed, "hello", workspace="project:a", budget=full - 10)
+    assert [(i["id"], i["content"]) for i in tight.layers["L0"]] == [
+        ("core-lang", "full"), ("core-release", "summary"), ("core-weight", "full")]
+    assert tight.layers["L0"][1]["text"] == "The release checklist."
+    assert tight.tokens_used <= full - 10
 
 
 def test_no_trigger_no_query_layer_and_every_fifth_turn(governed):
