@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 from redis_server import RedisServer
 
-import fake_embedder  # noqa: F401  (registers the model "fake" with memctl's registry)
-from memctl import config
+import fake_embedder  # registers the model "fake" with memctl's registry
+from memctl import config as memctl_config
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -48,42 +48,51 @@ def pytest_configure(config):
                                        "(tests of recall by meaning)")
 
 
-@pytest.fixture(autouse=True)
-def fake_embedding_model(request, monkeypatch):
-    """Embed with tests/fake_embedder.py in this process unless the test is marked real_model.
+# Embed with tests/fake_embedder.py in this process, module-scoped fixtures included. Set as the
+# default of [embedding] model, the lowest layer of settings: a test that names a model in
+# memctl.toml, the user's config.toml or $MEMCTL_EMBEDDING_MODEL still gets that one, and a memctl
+# process a test starts (which cannot load the fake) keeps the bundled model.
+memctl_config.DEFAULTS["embedding"]["model"] = fake_embedder.NAME
 
-    Set as the default of [embedding] model, the lowest layer of settings: a test that names a
-    model in memctl.toml, the user's config.toml or $MEMCTL_EMBEDDING_MODEL still gets that one,
-    and a memctl process a test starts (which cannot load the fake) keeps the bundled model."""
-    if request.node.get_closest_marker("real_model") is None:
-        monkeypatch.setitem(config.DEFAULTS["embedding"], "model", "fake")
+
+@pytest.fixture(autouse=True)
+def bundled_model_when_marked(request, monkeypatch):
+    """A test marked real_model embeds with the bundled MiniLM, as memctl does by default."""
+    if request.node.get_closest_marker("real_model") is not None:
+        monkeypatch.setitem(memctl_config.DEFAULTS["embedding"], "model", "")
+
+
+def run_in_process(store: Path, *args: str, input: str | bytes | None = None,
+                   env: dict | None = None) -> subprocess.CompletedProcess:
+    """`memctl --store STORE ARGS` run in this process as `memctl` would run: the same error
+    translation (memctl.cli MemctlGroup.main), separate stdout and stderr bytes, the exit status,
+    and an environment without the test's MEMCTL_* variables but with `env`. A CompletedProcess,
+    as a real process gives."""
+    from memctl.cli import cli
+
+    argv = ["--store", str(store), *args]
+    # CliRunner sets these for the call and restores them after; None removes a variable.
+    overrides = {k: None for k in os.environ if k.startswith("MEMCTL_")}
+    overrides.update(env or {})
+    data = input.encode() if isinstance(input, str) else input
+    memctl_config._said_ignored.clear()  # its notes come once a process: each run is one
+    result = CliRunner().invoke(cli, argv, input=data, env=overrides, prog_name="memctl")
+    stderr = result.stderr_bytes
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        # An uncaught exception: a real process prints its traceback and exits 1.
+        import traceback
+
+        stderr += "".join(traceback.format_exception(*result.exc_info)).encode()
+    return subprocess.CompletedProcess(["memctl", *argv], result.exit_code, result.stdout_bytes, stderr)
 
 
 @pytest.fixture
 def run(store_dir: Path):
-    """Run memctl's command line in this process against the test's store, as `memctl` would run:
-    the same error translation (memctl.cli MemctlGroup.main), separate stdout and stderr bytes,
-    the exit status, and an environment without the test's MEMCTL_* variables. Returns a
-    CompletedProcess, as `run_process` does."""
+    """Run memctl in this process against the test's store (see run_in_process)."""
 
     def _run(*args: str, input: str | bytes | None = None, env: dict | None = None,
              store: Path | None = None) -> subprocess.CompletedProcess:
-        from memctl.cli import cli
-
-        argv = ["--store", str(store or store_dir), *args]
-        # CliRunner sets these for the call and restores them after; None removes a variable.
-        overrides = {k: None for k in os.environ if k.startswith("MEMCTL_")}
-        overrides.update(env or {})
-        data = input.encode() if isinstance(input, str) else input
-        config._said_ignored.clear()  # its notes come once a process: each run is one
-        result = CliRunner().invoke(cli, argv, input=data, env=overrides, prog_name="memctl")
-        stderr = result.stderr_bytes
-        if result.exception is not None and not isinstance(result.exception, SystemExit):
-            # An uncaught exception: a real process prints its traceback and exits 1.
-            import traceback
-
-            stderr += "".join(traceback.format_exception(*result.exc_info)).encode()
-        return subprocess.CompletedProcess(["memctl", *argv], result.exit_code, result.stdout_bytes, stderr)
+        return run_in_process(store or store_dir, *args, input=input, env=env)
 
     return _run
 

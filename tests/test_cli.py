@@ -15,10 +15,11 @@ from memctl.cli import cli
 COMMANDS = cli.list_commands(None)
 
 
-def test_version_and_top_level_help(run):
-    version = run("--version")
+def test_version_and_top_level_help(run_process):
+    # A real process: `python -m memctl` itself starts, answers and exits 0.
+    version = run_process("--version")
     assert version.returncode == 0 and version.stdout.decode().startswith("memctl, version ")
-    top = run("--help")
+    top = run_process("--help")
     assert top.returncode == 0
     for name in ("ingest", "index", "search", "split", "review", "state", "health"):
         assert name in top.stdout.decode()

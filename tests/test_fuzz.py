@@ -15,7 +15,7 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import FIXTURES, REPO, snapshot
+from conftest import FIXTURES, REPO, run_in_process, snapshot
 
 sys.path.insert(0, str(REPO / "bench"))
 import fuzz_cases  # noqa: E402  (bench/ is not a package)
@@ -23,15 +23,12 @@ import fuzz_cases  # noqa: E402  (bench/ is not a package)
 
 @pytest.fixture(scope="module")
 def demo_store(tmp_path_factory):
-    """The demo store, indexed, made once: each example works on a copy."""
-    import subprocess
-
-    from conftest import memctl_command
-
+    """The demo store, indexed with the fake model the examples' runs read it with, made once: each
+    example works on a copy."""
     store = tmp_path_factory.mktemp("fuzz") / "store"
     for args in (["ingest", str(FIXTURES / "demo" / "chat.jsonl")], ["ingest", str(FIXTURES / "demo" / "MEMORY.md")],
                  ["index"]):
-        assert subprocess.run([*memctl_command(), "--store", str(store), *args], capture_output=True).returncode == 0
+        assert run_in_process(store, *args).returncode == 0
     return store
 
 

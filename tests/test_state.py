@@ -16,6 +16,7 @@ import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from conftest import run_in_process
 from memctl.window import state as S
 from memctl.errors import InputError
 from memctl.store.store import Store
@@ -75,13 +76,10 @@ def pinned_clock(monkeypatch):
 
 def memctl(store: Store, *args: str, input: bytes | str | None = None, env: dict | None = None
            ) -> subprocess.CompletedProcess:
-    """Run the real CLI of the worktree."""
-    if isinstance(input, str):
-        input = input.encode()
-    full_env = {**os.environ, "PYTHONPATH": WORKTREE, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "memctl", "--store", str(store.root), *args],
-                          input=input if input is not None else b"", capture_output=True, env=full_env,
-                          timeout=60)
+    """Run the CLI of the worktree in this process, with the test's MEMCTL_NOW (the pinned_clock
+    fixture) unless `env` says otherwise."""
+    return run_in_process(store.root, *args, input=input if input is not None else b"",
+                          env={"MEMCTL_NOW": os.environ["MEMCTL_NOW"], **(env or {})})
 
 
 def state_json(store: Store) -> dict:
@@ -579,8 +577,7 @@ def test_window_and_proportions_properties(window, turns):
 
 @pytest.mark.parametrize("command", ["record", "plan", "show", "reset", "config"])
 def test_every_command_has_help_with_examples(tmp_path, command):
-    result = subprocess.run([sys.executable, "-m", "memctl", "state", command, "--help"],
-                            capture_output=True, env={**os.environ, "PYTHONPATH": WORKTREE}, timeout=60)
+    result = run_in_process(tmp_path, "state", command, "--help")
     assert result.returncode == 0
     assert b"Examples:" in result.stdout and b"memctl state " + command.encode() in result.stdout
 
