@@ -25,6 +25,25 @@ def test_version_and_top_level_help(run_process):
         assert name in top.stdout.decode()
 
 
+@pytest.mark.parametrize("args, stdin, status", [
+    (["ingest", "-"], b"Bob moved to Taipei in March.", 0),                  # ids on stdout
+    (["search", "--mode", "bm25", "window seats on trains"], None, 0),        # BM25 alone: the process
+    (["search", "--mode", "bm25", "zqxj vorpt"], None, 1),                    # embeds with another model
+    (["ingest", "--format", "xml", "-"], b"", 2),                            # click's usage error
+    (["ingest", "-"], b"\xff\xfe\x00garbage", 2),                             # memctl's input error
+    (["nosuchcommand"], None, 2),
+])
+def test_the_in_process_runner_answers_as_the_process_does(run, run_process, tmp_path, args, stdin, status):
+    """The `run` fixture most tests use stands for `python -m memctl`: the same status and bytes."""
+    answers, pinned = [], {"MEMCTL_NOW": "2026-11-22T12:00:00Z"}  # new ids hash the time of ingest
+    for runner, store in ((run, tmp_path / "in-process"), (run_process, tmp_path / "process")):
+        assert run("ingest", "-", input="Ana prefers window seats on trains.", store=store, env=pinned).returncode == 0
+        done = runner(*args, input=stdin, store=store, env=pinned)
+        answers.append((done.returncode, done.stdout, done.stderr.replace(str(store).encode(), b"STORE")))
+    assert answers[0] == answers[1] and answers[0][0] == status
+    assert b"Traceback" not in answers[0][2]
+
+
 @pytest.mark.parametrize("name", COMMANDS)
 def test_every_command_has_help_with_examples(run, name):
     result = run(name, "--help")
