@@ -44,8 +44,8 @@ def store_dir(tmp_path: Path) -> Path:
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "real_model: embed with the bundled MiniLM, not the fake model "
-                                       "(tests of recall by meaning)")
+    config.addinivalue_line("markers", "real_model: [embedding] model is memctl's own default, the bundled "
+                                       "MiniLM, not the fake (tests of recall by meaning, and of the defaults)")
 
 
 # Embed with tests/fake_embedder.py in this process, module-scoped fixtures included. Set as the
@@ -75,7 +75,9 @@ def run_in_process(store: Path, *args: str, input: str | bytes | None = None,
     overrides = {k: None for k in os.environ if k.startswith("MEMCTL_")}
     overrides.update(env or {})
     data = input.encode() if isinstance(input, str) else input
-    memctl_config._said_ignored.clear()  # its notes come once a process: each run is one
+    # Notes said once a process: each run is one.
+    memctl_config._said_ignored.clear()
+    memctl_config._said_renamed.clear()
     result = CliRunner().invoke(cli, argv, input=data, env=overrides, prog_name="memctl")
     stderr = result.stderr_bytes
     if result.exception is not None and not isinstance(result.exception, SystemExit):

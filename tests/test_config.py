@@ -20,6 +20,7 @@ def no_user_config(tmp_path, monkeypatch):
     return tmp_path / "xdg" / "memctl" / "config.toml"
 
 
+@pytest.mark.real_model  # memctl's own default [embedding] model, not the tests' fake
 def test_every_setting_is_a_typed_field_with_its_default(tmp_path, no_user_config):
     settings = config.load(tmp_path / "memctl.toml")
     assert settings == config.Settings()
