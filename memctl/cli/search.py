@@ -6,46 +6,21 @@ import sys
 
 import click
 
+from memctl.api.params import SEARCH, click_options
 from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
 
 
 @click.command()
 @click.argument("query", required=False)
-@click.option("-k", "--limit", "k", type=click.IntRange(min=1), default=10, show_default=True,
-              help="How many results.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a result (JSON lines); schema below.")
 @click.option("--batch", "batch", metavar="FILE|-", help='Many queries, one JSON object a line: {"id", "query", '
               '"k"?, "mode"?, "kind"?, "scope"?, "section"?, "source"?, "tool"?, "agent"?, "since"?, '
               '"until"?}.')
-@click.option("--mode", type=click.Choice(["hybrid", "bm25", "vector"]), default="hybrid", show_default=True,
-              help="Rank by both, by words only (fastest), or by meaning only.")
-@click.option("--kind", "kinds", multiple=True, type=click.Choice(["memory", "message", "log", "topic"]),
-              help="Only results of this kind (repeatable).")
-@click.option("--scope", "--workspace", "scope", metavar="SCOPE", help="Workspace scope, e.g. "
-              "project:kestrel: only that scope and global are searched (G7).")
-@click.option("--section", "sections", multiple=True, metavar="NAME", help="Only this MEMORY.md section "
-              "(repeatable).")
-@click.option("--source", "sources", multiple=True, metavar="PATH", help="Only this file, or folder with a "
-              "trailing '/', relative to the store (repeatable).")
-@click.option("--session", "sessions", multiple=True, metavar="ID", help="Only this session (repeatable).")
-@click.option("--tool", "tools", multiple=True, metavar="NAME", help="Only memories consolidated from this "
-              "tool's cached calls (repeatable; see memctl cache).")
-@click.option("--agent", "agents", multiple=True, metavar="ID", help="Only memories consolidated from this "
-              "agent's cached calls (repeatable).")
-@click.option("--since", metavar="TIME", help="Only results at or after TIME (ISO 8601 date or time).")
-@click.option("--until", metavar="TIME", help="Only results at or before TIME (a date means its whole day).")
+@click_options(SEARCH)
 @click.option("--plan", "plan_message", metavar="MESSAGE", help="Search the sections `memctl state plan "
               "MESSAGE` picks; QUERY defaults to MESSAGE.")
 @click.option("--adaptive", is_flag=True, help="Skip greetings, acknowledgements, slash commands, emoji and "
               "short messages (exit 1, reason on stderr); memory words always search (P7).")
-@click.option("--min-score", type=click.FloatRange(min=0), metavar="X",
-              help="Drop results whose relevance (calibrated, 0-1, before age counts) is below X; "
-              "0 keeps every candidate. [default: retrieval.hard_min_score, 0.2, and nothing at all "
-              "when no result reaches retrieval.min_best_relevance, 0.35]")
-@click.option("--rank", type=click.Choice(["pipeline", "mera"]), default="pipeline", show_default=True,
-              help="pipeline: the scoring stages above; mera: G4 retrieval_score (0.4 relevance, 0.25 "
-              "recency, 0.2 access, 0.15 user weight).")
-@click.option("--include-archived", is_flag=True, help="Also search memories the lifecycle archived.")
 @click.option("--layered", is_flag=True, help="Layered result (G1): L0 core, L1 workspace, L2 query, "
               "within --budget tokens.")
 @click.option("--budget", type=click.IntRange(min=1), default=2000, show_default=True, metavar="TOKENS",
@@ -54,8 +29,7 @@ from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
               "first (supersedes links), instead of searching.")
 @click.option("--explain", is_flag=True, help="Show each ranking stage's factor and score for each result.")
 @click.pass_obj
-def search(memory, query, k, as_json, batch, mode, kinds, scope, sections, sources, sessions, tools, agents, since,
-           until, plan_message, adaptive, min_score, rank, include_archived, layered, budget, history_id, explain):
+def search(memory, query, as_json, batch, plan_message, adaptive, layered, budget, history_id, explain, **declared):
     """Find memories, messages and log entries: BM25 and meaning, fused.
 
     A minimum on calibrated relevance (meaning and the share of the
@@ -89,14 +63,12 @@ def search(memory, query, k, as_json, batch, mode, kinds, scope, sections, sourc
     if history_id:
         _print_history(memory, history_id, as_json)
         return
-    filters = {"kinds": kinds, "scope": scope, "sections": sections, "sources": sources, "sessions": sessions,
-               "tools": tools, "agents": agents, "since": since, "until": until}
+    rank = declared.pop("rank")  # a batch line is ranked by the pipeline: its lines name no rank
     if batch:
         if query or plan_message:
             raise click.UsageError("give either QUERY or --batch, not both")
         data, source = read_input(batch)
-        answers = memory.search_batch(data, source=source, k=k, mode=mode, min_score=min_score,
-                                      include_archived=include_archived, **filters)
+        answers = memory.search_batch(data, source=source, **declared)
         json_lines({"query_id": query_id, "results": [r.as_dict(explain) for r in results]}
                    for query_id, results in answers)
         sys.exit(EXIT_OK if any(results for _, results in answers) else EXIT_NOTHING)
@@ -107,10 +79,9 @@ def search(memory, query, k, as_json, batch, mode, kinds, scope, sections, sourc
         if reason:
             say(f"memctl: no search needed: {reason}")
             sys.exit(EXIT_NOTHING)
-        _print_layered(memory, query, scope, budget, as_json)
+        _print_layered(memory, query, declared["scope"], budget, as_json)
         return
-    found = memory.search(query, k=k, mode=mode, min_score=min_score, rank=rank, include_archived=include_archived,
-                          plan=plan_message, adaptive=adaptive, **filters)
+    found = memory.search(query, rank=rank, plan=plan_message, adaptive=adaptive, **declared)
     if found.skipped:
         say(f"memctl: {found.skipped}")
     if as_json:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from memctl.api import Memory
+from memctl.api.params import MAX_QUERY_CHARS, SEARCH, json_schema, keywords
 
 
 @dataclass(frozen=True)
@@ -49,13 +50,6 @@ def text(description: str, **extra: Any) -> dict[str, Any]:
     return {"type": "string", "description": description, **extra}
 
 
-# The most characters of a text a search reads (a query, the user's message): its every line
-# is embedded (split_query_lines), so its cost grows with its length. 10,000 characters in
-# lines of 10 take 1.0 s warm (16,000 messages, 2 cores under load); 10 MB held the server for
-# 124 s. A longer text is refused with one line, so the agent sends the gist instead.
-MAX_QUERY_CHARS = 10_000
-
-
 def searched(description: str, **extra: Any) -> dict[str, Any]:
     """A text a search reads, at most MAX_QUERY_CHARS characters."""
     return text(description, maxLength=MAX_QUERY_CHARS, **extra)
@@ -80,20 +74,6 @@ def count(description: str, default: int) -> dict[str, Any]:
 DRY_RUN = flag("Check and report what would happen; write nothing.")
 IDS = {"type": "array", "items": {"type": "string"}, "minItems": 1,
        "description": "Ids of pending memories, as review_pending lists them."}
-FILTERS = {
-    "kind": {"type": "array", "items": {"enum": ["memory", "message", "log"]},
-             "description": "Only these kinds: memory (MEMORY.md notes), message (chat messages), "
-                            "log (daily-log entries)."},
-    "scope": text("A workspace such as 'project:kestrel': only that scope and 'global' are searched."),
-    "section": texts("Only these MEMORY.md sections (its headings)."),
-    "source": texts("Only these store files, or folders with a trailing '/' (e.g. 'sessions/')."),
-    "session": texts("Only these session ids."),
-    "tool": texts("Only tool results consolidated from the cache of these tools."),
-    "agent": texts("Only tool results consolidated from the cache that these agents stored."),
-    "since": text("Only results at or after this ISO 8601 date or time."),
-    "until": text("Only results at or before this ISO 8601 date or time (a date means its whole day)."),
-    "include_archived": flag("Also search memories the lifecycle archived."),
-}
 RESULT = ('{"id", "kind": "memory"|"message"|"log", "text", "score", "source", "lines": [first, last], '
           '"section", "session", "ts", "speaker", "scope", "fields"? (memories: their schema fields)}')
 
@@ -107,24 +87,14 @@ RESULT = ('{"id", "kind": "memory"|"message"|"log", "text", "score", "source", "
     best first; an empty list means nothing relevant is stored.
     """, required=("query",),
       query=searched("What to look for, in the user's words (any language); never query syntax.", minLength=1),
-      k=count("How many results at most.", 10),
-      mode=choice("hybrid: meaning and words; bm25: words only (fastest); vector: meaning only.",
-                  ["hybrid", "bm25", "vector"], "hybrid"),
-      min_score={"type": "number", "minimum": 0,
-                 "description": "Drop results whose calibrated relevance (0-1, judged before age) is below "
-                                "this; 0 keeps every candidate (default: the store's minimum, 0.2, and "
-                                "nothing when no result reaches 0.35)."},
-      rank=choice("pipeline: the default ranking; mera: relevance, recency, access and user weight.",
-                  ["pipeline", "mera"], "pipeline"),
       plan=searched("The user's message: search only the sections state_plan picks for it."),
       adaptive=flag("Skip messages that need no memory (greetings, acknowledgements, slash commands); "
                     "'skipped' then says why."),
       explain=flag("Add each result's score at every ranking stage under 'explain'."),
-      **FILTERS)
-def search(memory: Memory, query: str, kind=(), section=(), source=(), session=(), tool=(), agent=(),
-           explain=False, **options) -> dict[str, Any]:
-    found = memory.search(query, kinds=kind, sections=section, sources=source, sessions=session, tools=tool,
-                          agents=agent, **options)
+      **json_schema(SEARCH))
+def search(memory: Memory, query: str, plan: str | None = None, adaptive: bool = False, explain: bool = False,
+           **declared) -> dict[str, Any]:
+    found = memory.search(query, plan=plan, adaptive=adaptive, **keywords(SEARCH, declared))
     return {"results": [r.as_dict(explain) for r in found], "skipped": found.skipped}
 
 

@@ -1,0 +1,138 @@
+"""The parameters an operation shares between the API, the command line and the MCP server, declared once.
+
+A `Param` names the `Memory` keyword, its type, default, choices and limits and
+one help text; `click_options` makes the click options of a command from it and
+`json_schema` the MCP tool's JSON-schema properties, so the three front doors
+cannot drift apart (as the MCP `kind` list once lacked `topic`).
+tests/test_params.py checks each declaration against its `Memory` method.
+
+Imports nothing but the standard library (click only inside `click_options`):
+the command line reads these at start-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# The most characters of a text a search reads (a query, the user's message): its every line
+# is embedded (split_query_lines), so its cost grows with its length. 10,000 characters in
+# lines of 10 take 1.0 s warm (16,000 messages, 2 cores under load); 10 MB held the server for
+# 124 s. A longer text is refused with one line, so the agent sends the gist instead.
+MAX_QUERY_CHARS = 10_000
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str  # the keyword of the Memory method
+    help: str
+    type: type = str  # str, int, float or bool
+    default: Any = None
+    many: bool = False  # a list: a repeatable option, a JSON array
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    key: str | None = None  # the MCP property and --option name when not `name` (kinds: --kind, "kind")
+    flags: tuple[str, ...] = ()  # extra or other option names on the command line (-k, --workspace)
+    metavar: str | None = None
+    default_note: str | None = None  # a default that is not one value (the store's), said in the help
+
+    @property
+    def wire_name(self) -> str:
+        return self.key or self.name
+
+    def click_option(self) -> Callable:
+        import click
+
+        names = self.flags or ("--" + self.wire_name.replace("_", "-"),)
+        options: dict[str, Any] = {"help": self._help(" (repeatable)" if self.many else "")}
+        if self.type is bool:
+            options["is_flag"] = True
+        else:
+            options["type"] = self._click_type(click)
+            options["multiple"] = self.many
+            if self.metavar:
+                options["metavar"] = self.metavar
+            if self.default is not None and not self.many:
+                options.update(default=self.default, show_default=True)
+        return click.option(*names, self.name, **options)
+
+    def _help(self, more: str = "") -> str:
+        return self.help + more + (f" [default: {self.default_note}]" if self.default_note else "")
+
+    def _click_type(self, click) -> Any:
+        if self.choices:
+            return click.Choice(list(self.choices))
+        if self.type is int:
+            return click.IntRange(min=self.minimum)
+        if self.type is float:
+            return click.FloatRange(min=self.minimum)
+        return None
+
+    def json_schema(self) -> dict[str, Any]:
+        if self.type is bool:
+            return {"type": "boolean", "default": bool(self.default), "description": self._help()}
+        one: dict[str, Any] = {"type": {str: "string", int: "integer", float: "number"}[self.type]}
+        if self.choices:
+            one["enum"] = list(self.choices)
+        if self.minimum is not None:
+            one["minimum"] = self.minimum
+        if self.many:
+            return {"type": "array", "items": one, "description": self._help()}
+        if self.default is not None:
+            one["default"] = self.default
+        return {**one, "description": self._help()}
+
+
+def click_options(params: tuple[Param, ...]) -> Callable:
+    """A decorator adding the click options of `params`, in their order in --help."""
+
+    def add(command: Callable) -> Callable:
+        for param in reversed(params):
+            command = param.click_option()(command)
+        return command
+
+    return add
+
+
+def json_schema(params: tuple[Param, ...]) -> dict[str, dict[str, Any]]:
+    """The MCP tool's input properties for `params`, by wire name."""
+    return {p.wire_name: p.json_schema() for p in params}
+
+
+def keywords(params: tuple[Param, ...], arguments: dict[str, Any]) -> dict[str, Any]:
+    """The Memory keywords of the `params` among arguments given by wire name (an MCP call's)."""
+    return {p.name: arguments[p.wire_name] for p in params if p.wire_name in arguments}
+
+
+# -- search (P3) -------------------------------------------------------------------------------
+SEARCH_FILTERS = (
+    Param("kinds", "Only results of these kinds: memory (MEMORY.md notes), message (chat messages), "
+          "log (daily-log entries), topic (topic names and summaries).", many=True,
+          choices=("memory", "message", "log", "topic"), key="kind"),
+    Param("scope", "A workspace such as project:kestrel: only that scope and global are searched (G7).",
+          flags=("--scope", "--workspace"), metavar="SCOPE"),
+    Param("sections", "Only this MEMORY.md section (its heading).", many=True, key="section", metavar="NAME"),
+    Param("sources", "Only this store file, or folder with a trailing '/' (e.g. sessions/).", many=True,
+          key="source", metavar="PATH"),
+    Param("sessions", "Only this session id.", many=True, key="session", metavar="ID"),
+    Param("tools", "Only memories consolidated from this tool's cached calls (see memctl cache).", many=True,
+          key="tool", metavar="NAME"),
+    Param("agents", "Only memories consolidated from the cached calls this agent stored.", many=True,
+          key="agent", metavar="ID"),
+    Param("since", "Only results at or after this ISO 8601 date or time.", metavar="TIME"),
+    Param("until", "Only results at or before this ISO 8601 date or time (a date means its whole day).",
+          metavar="TIME"),
+    Param("include_archived", "Also search memories the lifecycle archived.", type=bool, default=False),
+)
+SEARCH_RANKING = (
+    Param("k", "How many results at most.", type=int, default=10, minimum=1, flags=("-k", "--limit")),
+    Param("mode", "hybrid: meaning and words; bm25: words only (fastest); vector: meaning only.",
+          default="hybrid", choices=("hybrid", "bm25", "vector")),
+    Param("min_score", "Drop results whose calibrated relevance (0-1, judged before age counts) is below "
+          "this; 0 keeps every candidate.", type=float, minimum=0, metavar="X",
+          default_note="retrieval.hard_min_score, 0.2, and nothing at all when no result reaches "
+          "retrieval.min_best_relevance, 0.35"),
+    Param("rank", "pipeline: the default ranking stages; mera: the G4 retrieval score (0.4 relevance, "
+          "0.25 recency, 0.2 access, 0.15 user weight).", default="pipeline", choices=("pipeline", "mera")),
+)
+SEARCH = SEARCH_RANKING + SEARCH_FILTERS
