@@ -74,7 +74,7 @@ def latency_store(root: Path, messages: int, context_limit: int) -> Path:
                 lines += [json.dumps({**t, "id": f"{conversation['sample_id']}-{copy}-{t['id']}"}) for t in turns]
     memory = Memory(root)
     memory.ingest(("\n".join(lines[:messages]) + "\n").encode(), fmt="jsonl", keep_noise=True)
-    memory.split("s")
+    memory.topics.split("s")
     memory.index()
     return root
 
@@ -122,9 +122,9 @@ def main() -> None:
         started = time.perf_counter()
         for turns in sessions:
             memory.ingest(b"".join(json.dumps(m).encode() + b"\n" for m in turns), fmt="jsonl", keep_noise=True)
-            memory.split("s")
+            memory.topics.split("s")
         memory.index()
-        topics = memory.topics()
+        topics = memory.topics.list()
         print(f"{conversation['sample_id']}: {sum(map(len, sessions))} messages, {len(topics)} topics, "
               f"{sum(t.header.get('messages', 0) for t in topics)} split, {time.perf_counter() - started:.0f} s",
               file=sys.stderr)

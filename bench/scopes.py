@@ -115,7 +115,7 @@ def run(mode: str, root: Path, pair: tuple[int, int], calls: int, context_limit:
             memory.ingest(b"".join(json.dumps(m).encode() + b"\n" for m in turns), fmt="jsonl", keep_noise=True,
                           scope=f"user:{person}" if mode == "scoped" else None)
             stored[person] += turns
-            memory.split(person)
+            memory.topics.split(person)
             made["split"] += 1
             if sum(made.values()) < calls:
                 context(person)

@@ -12,6 +12,6 @@ server are front ends over it.
 
 __version__ = "0.1.0"
 
-from memctl.api import Found, Memory, Reviewed  # noqa: E402  (after __version__, which the CLI imports)
+from memctl.api import Found, Memory  # noqa: E402  (after __version__, which the CLI imports)
 
-__all__ = ["Memory", "Found", "Reviewed", "__version__"]
+__all__ = ["Memory", "Found", "__version__"]

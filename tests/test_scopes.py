@@ -167,36 +167,36 @@ def two_people_split(tmp_path) -> tuple[Memory, Conversations]:
     for owner in ("alice", "bob"):
         for subject in range(len(SUBJECTS)):
             conversations.ingest(owner, SESSIONS[owner][0], subject, 4)
-        conversations.memory.split(SESSIONS[owner][0], force=True, keep_recent=0)
+        conversations.memory.topics.split(SESSIONS[owner][0], force=True, keep_recent=0)
     return conversations.memory, conversations
 
 
 def test_the_daily_review_merges_and_links_only_within_a_scope(tmp_path):
     memory, conversations = two_people_split(tmp_path)
-    scope_of = {t.id: t.scope for t in memory.topics()}
-    names = {scope: {t.header["name"] for t in memory.topics(scope=scope)} for scope in ("user:alice", "user:bob")}
+    scope_of = {t.id: t.scope for t in memory.topics.list()}
+    names = {scope: {t.header["name"] for t in memory.topics.list(scope=scope)} for scope in ("user:alice", "user:bob")}
     assert names["user:alice"] & names["user:bob"]  # same-named topics: merged, had they met
-    report = memory.review_daily()
+    report = memory.review.daily()
     assert report.compressed and all(scope_of[m["topic_id"]] == scope_of[m["into"]] for m in report.merged)
     assert all(scope_of[r["topic_id"]] == scope_of[r["with"]] for r in report.related)
-    assert {t.scope for t in memory.topics()} == {"user:alice", "user:bob"}
+    assert {t.scope for t in memory.topics.list()} == {"user:alice", "user:bob"}
     conversations.topic_files_each_in_one_scope(tmp_path / "store")
 
 
 def test_a_topic_of_another_scope_is_not_there_for_a_scoped_look(tmp_path):
     memory, _ = two_people_split(tmp_path)
-    alices = memory.topics(session="alice-home")
+    alices = memory.topics.list(session="alice-home")
     assert alices and {t.scope for t in alices} == {"user:alice"}
-    assert memory.topics(scope="user:bob") == memory.topics(session="bob")
+    assert memory.topics.list(scope="user:bob") == memory.topics.list(session="bob")
     with pytest.raises(InputError, match=f"no topic '{alices[0].id}' in scope user:bob$"):
-        memory.topic(alices[0].id, session="bob")
+        memory.topics.show(alices[0].id, session="bob")
     with pytest.raises(InputError, match="^--scope: session 'bob' is in scope user:bob, not user:alice$"):
         memory.context("bob", "Will it rain?", scope="user:alice")
     with pytest.raises(InputError, match="^--scope: session 'bob' is in scope user:bob, not user:alice$"):
-        memory.split("bob", force=True, scope="user:alice")
+        memory.topics.split("bob", force=True, scope="user:alice")
     with pytest.raises(InputError, match="^--scope: must be global"):
-        memory.topics(scope="alice")
-    assert memory.topics_activate(alices[0].id, scope="user:bob")["activated"] == []
+        memory.topics.list(scope="alice")
+    assert memory.topics.activate(alices[0].id, scope="user:bob").activated == []
 
 
 def test_mcp_topics_tools_look_into_the_scope_they_are_given(tmp_path):
@@ -233,9 +233,9 @@ def test_a_topic_from_before_scopes_is_in_its_messages_scope_and_a_mixed_one_in_
     write_topic(root, "t-old", "Redwood City rain", lobby[:2])                  # old: no scope field anywhere
     write_topic(root, "t-mixed", "Redwood City drizzle", lobby[2:] + alice[:2])  # old, and two people's
     memory = conversations.memory
-    assert {t.id: t.scope for t in memory.topics()} == {"t-old": "global", "t-mixed": None}
-    assert [t.id for t in memory.topics(session="lobby")] == ["t-old"]
-    assert memory.topics(session="alice-home") == []
+    assert {t.id: t.scope for t in memory.topics.list()} == {"t-old": "global", "t-mixed": None}
+    assert [t.id for t in memory.topics.list(session="lobby")] == ["t-old"]
+    assert memory.topics.list(session="alice-home") == []
     for session, owner in (("lobby", "open"), ("alice-home", "alice")):
         built = memory.context(session, "Will it rain in Redwood City?")
         conversations.only_own(owner, built.text, "context")
@@ -255,12 +255,12 @@ def test_an_archived_topic_from_before_scopes_is_in_its_sessions_scope_and_comes
               "message_ids": [m["id"] for m in stored(root, "alice-home")]}
     (root / "topics" / "archived" / "2026-10" / "t-arch.jsonl").write_bytes(orjson.dumps(header) + b"\n")
     memory = conversations.memory
-    assert [h["scope"] for h in memory.topics_archived(session="alice-home")] == ["user:alice"]
-    assert memory.topics_archived(session="bob") == []
-    assert memory.topics_activate("t-arch", include_archived=True, session="bob")["activated"] == []
+    assert [t.scope for t in memory.topics.archived(session="alice-home")] == ["user:alice"]
+    assert memory.topics.archived(session="bob") == []
+    assert memory.topics.activate("t-arch", include_archived=True, session="bob").activated == []
     assert (root / "topics" / "archived" / "2026-10" / "t-arch.jsonl").exists()
-    memory.topics_activate("t-arch", include_archived=True, session="alice-home")
-    assert memory.topic("t-arch").header["scope"] == "user:alice"
+    memory.topics.activate("t-arch", include_archived=True, session="alice-home")
+    assert memory.topics.show("t-arch").header["scope"] == "user:alice"
 
 
 # -- property: random conversations in three scopes, random calls, no call crosses a wall ---------
@@ -347,28 +347,28 @@ def test_no_call_of_one_scope_returns_another_scopes_text(tmp_path_factory, call
         elif session is not None and session not in conversations.ingested:
             continue
         elif name == "split":
-            report = memory.split(session, force=True, keep_recent=call[3])
-            assert all(memory.topic(t).scope == OWNERS[owner] for t in report.topics)
+            report = memory.topics.split(session, force=True, keep_recent=call[3])
+            assert all(memory.topics.show(t).scope == OWNERS[owner] for t in report.topics)
         elif name == "context":
             cue = "Did you forget? " if call[5] else ""
             built = memory.context(session, f"{cue}{SUBJECTS[call[3]][0]}", record=call[4])
             conversations.only_own(owner, built.text + json.dumps(built.as_dict()), "context")
-            assert all(memory.topic(s["topic_id"]).scope == OWNERS[owner]
+            assert all(memory.topics.show(s["topic_id"]).scope == OWNERS[owner]
                        for s in built.sections if s["kind"] == "topic")
         elif name == "activate":
-            found = memory.topics_activate(SUBJECTS[call[3]][1], session=session)
-            scopes = {memory.topic(c["topic_id"]).scope for c in found["activated"] + found["candidates"]}
+            found = memory.topics.activate(SUBJECTS[call[3]][1], session=session)
+            scopes = {memory.topics.show(c["topic_id"]).scope for c in found.activated + found.candidates}
             assert scopes <= {OWNERS[owner]}
         elif name == "topics":
-            for topic in memory.topics(session=session):
-                shown = memory.topic(topic.id, session=session)
+            for topic in memory.topics.list(session=session):
+                shown = memory.topics.show(topic.id, session=session)
                 conversations.only_own(owner, json.dumps([shown.header, shown.messages]), "topics show")
         elif name == "search":
             shared = {owner, "open"}  # a scope's search also finds global messages (G7: global is shared)
             for result in memory.search(SUBJECTS[call[2]][2], scope=OWNERS[owner], kinds=("message", "topic")):
                 assert owners_in(result.text) <= shared, f"search for {owner}: {result.text}"
         elif name == "review":
-            memory.review_daily()
+            memory.review.daily()
         conversations.topic_files_each_in_one_scope(root)
 
 
@@ -386,14 +386,14 @@ QUOTES = ["2330 TSMC: close 1032 TWD, volume 31,204 lots", "2330 TSMC: revenue u
 def test_cache_search_and_consolidation_keep_their_run(tmp_path_factory, puts, consolidated):
     memory = memory_at(tmp_path_factory.mktemp("runs") / "store")
     for n, (run, quote) in enumerate(puts):
-        memory.cache_put(run, "quote", {"n": n}, f"{QUOTES[quote]} (zq{run.replace('-', '')}x{n})")
+        memory.cache.put(run, "quote", {"n": n}, f"{QUOTES[quote]} (zq{run.replace('-', '')}x{n})")
     for run in consolidated:
-        memory.cache().consolidate(run, everything=True)
+        memory.cache.consolidate(run, everything=True)
     notes = memoryfile.load(memory.store.memory_md).entries
     assert {(n.get("cache_scope"), *re.findall(r"zq([a-z]+\d)x", n.text)) for n in notes} == \
         {(run, run.replace("-", "")) for run, _ in puts if run in consolidated}
     for run in RUNS:
-        for result in memory.cache_search("TSMC close revenue trades", scope=run, k=20):
+        for result in memory.cache.search("TSMC close revenue trades", scope=run, k=20):
             assert set(re.findall(r"zq([a-z]+\d)x", result.text)) <= {run.replace("-", "")}, result.text
             assert result.fields["cache_scope"] == run
 

@@ -247,7 +247,7 @@ class Cache:
         to long-term memory, once; see memctl/ingest/consolidate.py."""
         check_name(scope, "scope")
         if self._consolidator is None:
-            raise MemctlError("this cache writes no long-term memory; open it through Memory(...).cache()")
+            raise MemctlError("this cache writes no long-term memory; open it through Memory(...).cache")
         return self._consolidator(self, scope, everything=everything, dry_run=dry_run, only=only, index=index)
 
     def search(self, query: str, *, scope: str | None = None, tools: tuple[str, ...] = (),

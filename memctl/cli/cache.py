@@ -71,7 +71,7 @@ def cache(ctx, backend):
       memctl cache clear --scope debate-7
     """
     memory = ctx.obj
-    ctx.obj = lambda: memory.cache(backend)  # opened by the subcommand that uses it: --help opens nothing
+    ctx.obj = memory.cache.on(backend)  # opened by the first call: --help opens nothing
 
 
 @cache.command("run", context_settings={"allow_interspersed_args": False})
@@ -109,7 +109,7 @@ def cache_run(cache, scope, tool, args_json, ttl, refresh, agent, timeout, as_js
     from memctl.cache import parse_args
 
     args = parse_args(args_json) if args_json is not None else None
-    result = cache().run(scope, tool, list(command), args=args, ttl=ttl, refresh=refresh, agent=agent,
+    result = cache.run(scope, tool, list(command), args=args, ttl=ttl, refresh=refresh, agent=agent,
                          timeout=timeout)
     entry = result.entry
     if as_json:
@@ -139,7 +139,7 @@ def cache_get(cache, scope, tool, args_json, argv, as_json):
       memctl cache get --scope debate-7 --tool search --args '{"q": "TSMC", "limit": 5}' --json
       memctl cache get --scope debate-7 --tool stock -- ./stock.sh 2330
     """
-    entry = cache().get(scope, tool, _call_args(args_json, argv))
+    entry = cache.get(scope, tool, _call_args(args_json, argv))
     if entry is None:
         sys.exit(EXIT_NOTHING)
     if as_json:
@@ -176,7 +176,7 @@ def cache_put(cache, scope, tool, args_json, argv, source, exit_code, error, ttl
           --error "no such company" --input /dev/null
     """
     output, _ = read_input(source)
-    entry = cache().put(scope, tool, _call_args(args_json, argv), output, exit_code=exit_code, stderr=error,
+    entry = cache.put(scope, tool, _call_args(args_json, argv), output, exit_code=exit_code, error=error,
                         agent=agent, ttl=ttl)
     if as_json:
         json_lines([entry.as_dict()])
@@ -200,7 +200,7 @@ def cache_stats(cache, scope, as_json):
       memctl cache stats
       memctl cache stats --scope debate-7 --json
     """
-    rows = cache().stats(scope)
+    rows = cache.stats(scope).rows
     if as_json:
         json_lines(rows)
     elif rows:
@@ -228,13 +228,12 @@ def cache_clear(cache, scope, dry_run, as_json):
       memctl cache clear --scope debate-7
       memctl cache clear --scope debate-7 --dry-run
     """
-    report = cache().clear(scope, dry_run=dry_run)
+    report = cache.clear(scope, dry_run=dry_run)
     if as_json:
-        json_lines([report])
+        json_lines([report.as_dict()])
     else:
         verb = "would remove" if dry_run else "removed"
-        say(f"memctl: {verb} {report['entries']} entries of scope {scope}; "
-             f"{len(report['consolidated'])} consolidated")
+        say(f"memctl: {verb} {report.entries} entries of scope {scope}; {len(report.consolidated)} consolidated")
 
 
 @cache.command("consolidate")
@@ -260,7 +259,7 @@ def cache_consolidate(cache, scope, everything, dry_run, as_json):
       memctl cache consolidate --scope debate-7
       memctl cache consolidate --scope debate-7 --all --json
     """
-    rows = cache().consolidate(scope, everything=everything, dry_run=dry_run)
+    rows = cache.consolidate(scope, everything=everything, dry_run=dry_run)
     if as_json:
         json_lines(r.as_dict() for r in rows)
     else:
@@ -295,7 +294,7 @@ def cache_search(cache, query, scope, tools, agents, k, as_json):
     """
     from memctl.cli.search import _print_result
 
-    results = cache().search(query, scope=scope, tools=tools, agents=agents, k=k)
+    results = cache.search(query, scope=scope, tools=tools, agents=agents, k=k)
     if as_json:
         json_lines(r.as_dict() for r in results)
     else:

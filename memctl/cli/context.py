@@ -116,17 +116,17 @@ def activate(memory, query, include_archived, llm_command, session, scope, as_js
 
     Exit status: 0 a topic was activated, 1 none matched, 2 error.
     """
-    found = memory.topics_activate(query, include_archived=include_archived, llm_command=llm_command,
+    found = memory.topics.activate(query, include_archived=include_archived, llm_command=llm_command,
                                    scope=scope, session=session)
-    if found["fallback"]:
-        say(f"memctl: the LLM routing answer was not used ({found['fallback']}); built-in search of the topics")
+    if found.fallback:
+        say(f"memctl: the LLM routing answer was not used ({found.fallback}); built-in search of the topics")
     if as_json:
-        json_lines([found])
+        json_lines([found.as_dict()])
     else:
-        for item in found["activated"]:
+        for item in found.activated:
             click.echo(f"{item['topic_id']}  {item['name']}")
-    if not found["activated"]:
-        say(f"memctl: no topic matches '{query}'" + (f": {found['no_match_reason']}" if found["no_match_reason"] else ""))
+    if not found.activated:
+        say(f"memctl: no topic matches '{query}'" + (f": {found.no_match_reason}" if found.no_match_reason else ""))
         sys.exit(EXIT_NOTHING)
 
 
@@ -140,7 +140,7 @@ def topics_log(memory, since, as_json):
 
     Exit status: 0 events printed, 1 none, 2 error.
     """
-    events = memory.topics_log(since=since)
+    events = memory.topics.log(since=since).events
     if not events:
         say("memctl: no events")
         sys.exit(EXIT_NOTHING)
@@ -184,7 +184,7 @@ def daily(memory, dry_run, llm_command, as_json):
 
     Exit status: 0 done, 2 error (a bad LLM answer: nothing changed).
     """
-    report = memory.review_daily(dry_run=dry_run, llm_command=llm_command)
+    report = memory.review.daily(dry_run=dry_run, llm_command=llm_command)
     if as_json:
         json_lines([report.as_dict()])
     else:

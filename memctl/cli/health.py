@@ -49,7 +49,7 @@ def health_scores(memory, sort, as_json):
       memctl health scores
       memctl health scores --json | jq -r 'select(.health < 0.3) | .id'
     """
-    rows = memory.health_scores(sort=sort)
+    rows = memory.health.scores(sort=sort).rows
     if as_json:
         json_lines(rows)
     else:
@@ -89,12 +89,12 @@ def health_check(memory, fix, dry_run, strict, as_json):
     """
     if dry_run and not fix:
         raise click.UsageError("--dry-run goes with --fix (a check alone writes nothing)")
-    problems = memory.health_check()
+    problems = memory.health.check()
     if fix:
-        for line in memory.health_fix(problems, dry_run=dry_run):
+        for line in memory.health.fix(problems, dry_run=dry_run):
             say(f"memctl: {'would fix' if dry_run else 'fixed'}: {line}")
         if not dry_run:
-            problems = memory.health_check()
+            problems = memory.health.check()
     if as_json:
         json_lines(p.as_dict() for p in problems)
     else:

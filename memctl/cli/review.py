@@ -51,7 +51,7 @@ def review_pending(memory, as_json):
       memctl review pending
       memctl review pending --json | jq -r 'select(.left_hours < 2) | .id'
     """
-    reviewed = memory.review_pending()
+    reviewed = memory.review.pending()
     rows = reviewed.rows
     if as_json:
         json_lines(rows)
@@ -86,7 +86,7 @@ def review_confirm(memory, ids, allow_conflict, supersedes, dry_run, as_json):
       memctl review confirm mem-3f2a9c0d1e --supersedes mem-kestrel-db
       memctl review pending --json | jq -r .id | xargs memctl review confirm
     """
-    reviewed = memory.confirm(ids, dry_run=dry_run, allow_conflict=allow_conflict, supersedes=supersedes)
+    reviewed = memory.review.confirm(ids, dry_run=dry_run, allow_conflict=allow_conflict, supersedes=supersedes)
     rows = reviewed.rows
     for row in rows:
         if row.get("conflicts"):
@@ -111,7 +111,7 @@ def review_reject(memory, ids, dry_run, as_json):
     Examples:
       memctl review reject mem-3f2a9c0d1e
     """
-    reviewed = memory.reject(ids, dry_run=dry_run)
+    reviewed = memory.review.reject(ids, dry_run=dry_run)
     _print_reviewed(reviewed.rows, as_json, dry_run, "rejected")
 
 
@@ -143,7 +143,7 @@ def review_lifecycle(memory, dry_run, hard, as_json):
       memctl review lifecycle --json | jq -r 'select(.to == "archived") | .id'
       0 3 * * *  memctl --store ~/agent/.memory review lifecycle 2>>~/agent/memctl.log
     """
-    changes, _ = memory.lifecycle(dry_run=dry_run, hard=hard)
+    changes = memory.review.lifecycle(dry_run=dry_run, hard=hard).changes
     if as_json:
         json_lines(c.as_dict() for c in changes)
     else:

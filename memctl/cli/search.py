@@ -69,9 +69,8 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
             raise click.UsageError("give either QUERY or --batch, not both")
         data, source = read_input(batch)
         answers = memory.search_batch(data, source=source, **declared)
-        json_lines({"query_id": query_id, "results": [r.as_dict(explain) for r in results]}
-                   for query_id, results in answers)
-        sys.exit(EXIT_OK if any(results for _, results in answers) else EXIT_NOTHING)
+        json_lines(answer.as_dict(explain) for answer in answers)
+        sys.exit(EXIT_OK if any(answer.results for answer in answers) else EXIT_NOTHING)
     if not (query or plan_message) or not (query or plan_message).strip():
         raise click.UsageError("give a QUERY (or --batch FILE)")
     if layered:

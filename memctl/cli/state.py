@@ -68,7 +68,7 @@ def state_record(memory, file, hits, summary, dry_run, as_json):
       memctl state record --dry-run --json --hit 待辦
     """
     data, source = read_input(file) if file is not None else (None, None)
-    result = memory.state_record(hits, search_output=data, source=source, summary=summary, dry_run=dry_run)
+    result = memory.state.record(hits, search_output=data, source=source, summary=summary, dry_run=dry_run)
     if as_json:
         json_lines([result.as_dict()])
     else:
@@ -121,7 +121,7 @@ def state_plan(memory, message, as_json):
         from memctl.store.jsonl import decode
 
         message = decode(*read_input("-"))
-    result = memory.state_plan(message)
+    result = memory.state.plan(message)
     if as_json:
         json_lines(p.as_dict() for p in result.sections)
     else:
@@ -147,7 +147,7 @@ def state_show(memory, as_json):
       memctl state show
       memctl state show --json | jq .proportions
     """
-    shown = memory.state_show()
+    shown = memory.state.show().fields
     if shown is None:
         say(f"memctl: no state yet: {memory.store.state_file} does not exist (memctl state record starts it)")
         sys.exit(EXIT_NOTHING)
@@ -181,7 +181,7 @@ def state_reset(memory, yes, dry_run):
             sys.exit(EXIT_ERROR)
         click.confirm(f"Forget all turns, shares, miss counts and the topic in {state_file}?",
                       abort=True, err=True)
-    result = memory.state_reset(dry_run=dry_run)
+    result = memory.state.reset(dry_run=dry_run)
     what = f"{result.turns} turn(s)" if result.readable else "an unreadable state file"
     if not result.had_state:
         what = "no state"
@@ -210,7 +210,7 @@ def state_config(memory, window, threshold, dry_run, as_json):
       memctl state config
       memctl state config --window 10 --threshold 0.8
     """
-    result = memory.state_config(window=window, threshold=threshold, dry_run=dry_run)
+    result = memory.state.configure(window=window, threshold=threshold, dry_run=dry_run)
     values = {"window_size": result.window_size, "dominant_threshold": result.dominant_threshold}
     if as_json:
         json_lines([values])

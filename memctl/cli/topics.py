@@ -45,7 +45,7 @@ def split(memory, session, system_file, keep_recent, force, dry_run, llm_command
     Exit status: 0 messages were split, 1 nothing needed splitting, 2 error.
     """
     system_text = read_input(system_file)[0].decode("utf-8", errors="replace") if system_file else ""
-    report = memory.split(session, system_text=system_text, keep_recent=keep_recent, force=force,
+    report = memory.topics.split(session, system_text=system_text, keep_recent=keep_recent, force=force,
                           dry_run=dry_run, llm_command=llm_command, scope=scope,
                           progress=(lambda text: say(f"memctl: {text}")) if sys.stderr.isatty() else None)
     if not report.assignments:
@@ -88,22 +88,20 @@ def topics():
 @click.pass_obj
 def list_topics(memory, archived, since, session, scope, as_json):
     """Every topic (of one scope): state, scope, name, size, last active. Exit 1 when there is none."""
-    from memctl.store.topicfile import Topic
-
     if archived:
-        found = [(Topic(h), h["scope"]) for h in memory.topics_archived(since=since, scope=scope, session=session)]
+        found = memory.topics.archived(since=since, scope=scope, session=session)
     else:
-        found = [(t, t.scope) for t in memory.topics(scope=scope, session=session)]
+        found = memory.topics.list(scope=scope, session=session)
     if not found:
         say("memctl: no topics")
         sys.exit(EXIT_NOTHING)
     keys = ("id", "name", "state", "messages", "tokens", "updated", "parent")
     if as_json:
-        json_lines({**{k: t.header.get(k) for k in keys}, "scope": in_scope} for t, in_scope in found)
+        json_lines({**{k: t.header.get(k) for k in keys}, "scope": t.scope} for t in found)
         return
     rows = [("ID", "STATE", "SCOPE", "MESSAGES", "TOKENS", "UPDATED", "NAME")]
-    rows += [(t.id, t.state, in_scope or "(several)", str(t.header.get("messages", 0)), str(t.header.get("tokens", 0)),
-              str(t.header.get("updated", "")), clip(t.header.get("name", ""), 50)) for t, in_scope in found]
+    rows += [(t.id, t.state, t.scope or "(several)", str(t.header.get("messages", 0)), str(t.header.get("tokens", 0)),
+              str(t.header.get("updated", "")), clip(t.header.get("name", ""), 50)) for t in found]
     click.echo("\n".join(columns(rows, right=(3, 4))))
 
 
@@ -115,8 +113,8 @@ def list_topics(memory, archived, since, session, scope, as_json):
 @click.pass_obj
 def show_topic(memory, topic_id, session, scope, as_json):
     """A topic's header, links, summary and messages; with --session or --scope, only a topic of that scope."""
-    topic = memory.topic(topic_id, scope=scope, session=session)
-    links = memory.topic_links(topic.id)
+    topic = memory.topics.show(topic_id, scope=scope, session=session)
+    links = [link.as_dict() for link in memory.topics.links(topic.id)]
     if as_json:
         json_lines([{**topic.header, "links": links}, *topic.messages])
         return

@@ -74,13 +74,13 @@ def count(description: str, default: int) -> dict[str, Any]:
 DRY_RUN = flag("Check and report what would happen; write nothing.")
 IDS = {"type": "array", "items": {"type": "string"}, "minItems": 1,
        "description": "Ids of pending memories, as review_pending lists them."}
-RESULT = ('{"id", "kind": "memory"|"message"|"log", "text", "score", "source", "lines": [first, last], '
+RESULT = ('{"id", "kind": "memory"|"message"|"log"|"topic", "text", "score", "source", "lines": [first, last], '
           '"section", "session", "ts", "speaker", "scope", "fields"? (memories: their schema fields)}')
 
 
 # -- searching -----------------------------------------------------------------------
 @tool("search", f"""
-    Search long-term memory: notes in MEMORY.md, past chat messages and daily logs,
+    Search long-term memory: notes in MEMORY.md, past chat messages, daily logs and topics,
     ranked by meaning and words together (hybrid BM25 + embeddings). Call it before
     answering anything that may depend on what the user said or decided earlier.
     Returns {{"results": [{RESULT}, ...], "skipped": null | why no search was run}},
@@ -180,8 +180,7 @@ def index(memory: Memory, rebuild: bool = False) -> dict[str, Any]:
     "pending_since", "expires_at", "age_hours", "left_hours"}], "expired": [dropped]}.
     """)
 def review_pending(memory: Memory) -> dict[str, Any]:
-    reviewed = memory.review_pending()
-    return {"pending": reviewed.rows, "expired": reviewed.expired}
+    return memory.review.pending().as_dict()
 
 
 @tool("confirm", """
@@ -193,8 +192,7 @@ def review_pending(memory: Memory) -> dict[str, Any]:
       allow_conflict=flag("Write even when the note's canonical_topic has a current memory."),
       dry_run=DRY_RUN)
 def confirm(memory: Memory, ids: list[str], **options) -> dict[str, Any]:
-    reviewed = memory.confirm(ids, **options)
-    return {"confirmed": reviewed.rows, "expired": reviewed.expired}
+    return memory.review.confirm(ids, **options).as_dict()
 
 
 @tool("reject", """
@@ -202,8 +200,7 @@ def confirm(memory: Memory, ids: list[str], **options) -> dict[str, Any]:
     {"rejected": [{"id", ...}], "expired": [pending notes dropped because their time ran out]}.
     """, required=("ids",), ids=IDS, dry_run=DRY_RUN)
 def reject(memory: Memory, ids: list[str], dry_run: bool = False) -> dict[str, Any]:
-    reviewed = memory.reject(ids, dry_run=dry_run)
-    return {"rejected": reviewed.rows, "expired": reviewed.expired}
+    return memory.review.reject(ids, dry_run=dry_run).as_dict()
 
 
 # -- the section window (W) ----------------------------------------------------------
@@ -216,7 +213,7 @@ def reject(memory: Memory, ids: list[str], dry_run: bool = False) -> dict[str, A
     """, required=("message",), read_only=True,
       message=searched("The user's message of this turn.", minLength=1))
 def state_plan(memory: Memory, message: str) -> dict[str, Any]:
-    plan = memory.state_plan(message)
+    plan = memory.state.plan(message)
     return {"sections": [p.as_dict() for p in plan.sections], "dominant": plan.dominant,
             "has_state": plan.has_state}
 
@@ -232,7 +229,7 @@ def state_plan(memory: Memory, message: str) -> dict[str, Any]:
       summary=text("A one-line summary of the turn's topic, kept as the current topic."),
       dry_run=DRY_RUN)
 def state_record(memory: Memory, sections: list[str], **options) -> dict[str, Any]:
-    return memory.state_record(sections, **options).as_dict()
+    return memory.state.record(sections, **options).as_dict()
 
 
 # -- health ----------------------------------------------------------------------------
@@ -245,9 +242,9 @@ def state_record(memory: Memory, sections: list[str], **options) -> dict[str, An
     """, read_only=True,
       scores=flag("Also return every memory's health score (G4), lowest first."))
 def health(memory: Memory, scores: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {"problems": [p.as_dict() for p in memory.health_check()]}
+    out: dict[str, Any] = {"problems": [p.as_dict() for p in memory.health.check()]}
     if scores:
-        out["scores"] = memory.health_scores()
+        out.update(memory.health.scores().as_dict())
     return out
 
 
@@ -266,7 +263,7 @@ CALL = {"scope": text("The run the agents share (a debate, a job): its agents sh
     {{"hit": false, "entry": null}}: then call the tool and store its result with cache_put.
     """, required=("scope", "tool", "args"), **CALL)
 def cache_get(memory: Memory, scope: str, tool: str, args: Any) -> dict[str, Any]:
-    entry = memory.cache_get(scope, tool, args)
+    entry = memory.cache.get(scope, tool, args)
     return {"hit": entry is not None, "entry": None if entry is None else entry.as_dict()}
 
 
@@ -281,7 +278,7 @@ def cache_get(memory: Memory, scope: str, tool: str, args: Any) -> dict[str, Any
       agent=text("Who made the call (kept with the result and in long-term memory)."),
       ttl={"type": "number", "exclusiveMinimum": 0, "description": "Seconds to keep it (default: [cache] ttl)."})
 def cache_put(memory: Memory, scope: str, tool: str, args: Any, output: str, **options) -> dict[str, Any]:
-    return {"entry": memory.cache_put(scope, tool, args, output, **options).as_dict()}
+    return {"entry": memory.cache.put(scope, tool, args, output, **options).as_dict()}
 
 
 @tool("cache_search", f"""
@@ -294,7 +291,7 @@ def cache_put(memory: Memory, scope: str, tool: str, args: Any, output: str, **o
       agent=texts("Only results these agents stored."),
       k=count("How many results at most.", 5))
 def cache_search(memory: Memory, query: str, tool=(), agent=(), **options) -> dict[str, Any]:
-    return {"results": [r.as_dict() for r in memory.cache_search(query, tools=tool, agents=agent, **options)]}
+    return {"results": [r.as_dict() for r in memory.cache.search(query, tools=tool, agents=agent, **options)]}
 
 
 @tool("cache_stats", """
@@ -303,7 +300,7 @@ def cache_search(memory: Memory, query: str, tool=(), agent=(), **options) -> di
     "keys", "negative_keys", "bytes", "consolidated"}]}.
     """, read_only=True, scope=text("Only this run."))
 def cache_stats(memory: Memory, scope: str | None = None) -> dict[str, Any]:
-    return {"stats": memory.cache_stats(scope)}
+    return memory.cache.stats(scope).as_dict()
 
 
 # -- topics: the context for the next turn (T4-T7, docs/context.md) -----------------
@@ -349,10 +346,10 @@ def topics_list(memory: Memory, archived: bool = False, since: str | None = None
                 scope: str | None = None) -> dict[str, Any]:
     keys = ("id", "name", "state", "messages", "tokens", "updated", "parent", "summary")
     if archived:
-        headers = memory.topics_archived(since=since, scope=scope, session=session)
+        found = memory.topics.archived(since=since, scope=scope, session=session)
     else:
-        headers = [{**t.header, "scope": t.scope} for t in memory.topics(scope=scope, session=session)]
-    return {"topics": [{k: h.get(k) for k in (*keys, "scope")} for h in headers]}
+        found = memory.topics.list(scope=scope, session=session)
+    return {"topics": [{**{k: t.header.get(k) for k in keys}, "scope": t.scope} for t in found]}
 
 
 @tool("topics_activate", """
@@ -367,7 +364,7 @@ def topics_list(memory: Memory, archived: bool = False, since: str | None = None
       include_archived=flag("Also search archived topics (and restore a match)."), **SCOPE_OF)
 def topics_activate(memory: Memory, query: str, include_archived: bool = False, session: str | None = None,
                     scope: str | None = None) -> dict[str, Any]:
-    return memory.topics_activate(query, include_archived=include_archived, session=session, scope=scope)
+    return memory.topics.activate(query, include_archived=include_archived, session=session, scope=scope).as_dict()
 
 
 @tool("topics_show", """
@@ -379,8 +376,8 @@ def topics_activate(memory: Memory, query: str, include_archived: bool = False, 
     """, required=("id",), read_only=True,
       id=text("The topic's id, as topics_list gives it.", minLength=1), **SCOPE_OF)
 def topics_show(memory: Memory, id: str, session: str | None = None, scope: str | None = None) -> dict[str, Any]:
-    topic = memory.topic(id, session=session, scope=scope)
-    return {"topic": {**topic.header, "links": memory.topic_links(topic.id)},
+    topic = memory.topics.show(id, session=session, scope=scope)
+    return {"topic": {**topic.header, "links": [link.as_dict() for link in memory.topics.links(topic.id)]},
             "messages": [{k: v for k, v in m.items() if k != "type"} for m in topic.messages]}
 
 
@@ -394,4 +391,4 @@ def topics_show(memory: Memory, id: str, session: str | None = None, scope: str 
     "with", "similarity"|"reason"}], "idle_summaries": [...]}.
     """, dry_run=DRY_RUN)
 def review_daily(memory: Memory, dry_run: bool = False) -> dict[str, Any]:
-    return memory.review_daily(dry_run=dry_run).as_dict()
+    return memory.review.daily(dry_run=dry_run).as_dict()

@@ -1,0 +1,436 @@
+"""The rooms of `Memory`: topics, the section window, review, health and the tool-output cache.
+
+`memory.topics.list()`, `memory.state.plan(message)`, ...: one small class a
+part of memctl, each holding its Memory, as sqlite-utils' `db["table"]` holds
+its Database; it is given the parts of its Memory it uses. What a room returns is a dataclass; those that are not one of
+the layer below are here, each with the `as_dict()` its `--json` command and
+MCP tool print.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+if TYPE_CHECKING:
+    from memctl.config import Runtime
+    from memctl.cache import Cache as ToolCache, Entry, RunResult
+    from memctl.check import Problem
+    from memctl.governance.lifecycle import Change
+    from memctl.search.search import Result, Retriever
+    from memctl.store.store import Store
+    from memctl.store.topicfile import Topic
+    from memctl.topics.daily import DailyReport
+    from memctl.topics.split import SplitReport
+    from memctl.window.state import Plan, RecordResult, ResetResult, State
+
+Say = Callable[[str], None]
+
+
+# -- topics (T, docs/topics.md) ---------------------------------------------------------------
+@dataclass
+class Activation:
+    """What an explicit activation did (T7): `method` is id, builtin or llm; `fallback` why an LLM's
+    answer was not used."""
+
+    activated: list[dict[str, Any]]
+    candidates: list[dict[str, Any]]
+    method: str
+    fallback: str | None
+    no_match_reason: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TopicLink:
+    kind: str  # parent, child, related, merged-into, merged-from: named from the topic's side
+    topic_id: str
+    at: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TopicLog:
+    """The tuning log (T11): rounds' scores and activation events, oldest first."""
+
+    events: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"events": self.events}
+
+
+class TopicsRoom:
+    """Topic files (T1-T12). The calls that look into one scope take it as a session (its scope) or a
+    scope (both: they must agree); given neither, they look into the whole store."""
+
+    def __init__(self, store: "Store", runtime: "Runtime", retriever: Callable[[], "Retriever"]):
+        self.store = store
+        self.runtime = runtime
+        self.retriever = retriever  # the Memory's, opened on first use and kept warm
+
+    def split(self, session: str, *, system_text: str = "", keep_recent: int | None = None, force: bool = False,
+              dry_run: bool = False, llm_command: str | None = None, progress: "Say | None" = None,
+              scope: str | None = None) -> "SplitReport":
+        """Move the session's older unsplit messages into topic files when its context is over the
+        threshold (or `force`); with an LLM command ([topics] llm_command unless given) it chooses
+        where messages go (§6.4) and writes the touched topics' names and summaries (prompts/summary.md).
+        `progress` hears what a long split is doing. Only topics of the session's scope take its
+        messages; `scope`, if given, is the scope the session must be in (else InputError)."""
+        from memctl.topics import llm
+        from memctl.topics.split import split
+
+        settings = self.runtime.settings.topics
+        command = given_or(llm_command, settings.llm_command)
+        choose = llm.chooser(self.store, command, settings.llm_timeout, settings.llm_batch) if command else None
+        describe = llm.describer(self.store, command, settings.llm_timeout, settings.llm_parallel,
+                                 settings.summary_bytes) if command else None
+        return split(self.store, session, system_text=system_text, keep_recent=keep_recent, force=force,
+                     dry_run=dry_run, choose=choose, describe=describe, progress=progress, scope=scope,
+                     settings=self.runtime.settings)
+
+    def list(self, *, scope: str | None = None, session: str | None = None) -> list["Topic"]:
+        """The topics of a scope (or every topic), oldest first."""
+        from memctl.store.topicfile import in_scope, load_topics
+
+        looked_in = scope_looked_into(self.store, session, scope)
+        with self.store.reading():
+            return [*in_scope(load_topics(self.store), looked_in).values()]
+
+    def show(self, topic_id: str, *, scope: str | None = None, session: str | None = None) -> "Topic":
+        """One topic (header and messages); a merged topic's id finds the topic it went into.
+        InputError when there is none (in the scope looked into)."""
+        from memctl.errors import InputError
+        from memctl.store.topicfile import load_topic, topic_path
+        from memctl.topics.daily import merged_into
+
+        looked_in = scope_looked_into(self.store, session, scope)
+        path = topic_path(self.store, topic_id)
+        with self.store.reading():
+            found = load_topic(path) if "/" not in topic_id else None
+            if found is None and "/" not in topic_id and merged_into(self.store, topic_id):
+                found = load_topic(topic_path(self.store, merged_into(self.store, topic_id)))
+        if found is None:
+            raise InputError(f"no topic '{topic_id}'", source=str(path))
+        if looked_in is not None and found.scope != looked_in:  # said as of a missing one: nothing of it shows
+            raise InputError(f"no topic '{topic_id}' in scope {looked_in}", source=str(path))
+        return found
+
+    def activate(self, query: str, *, include_archived: bool = False, llm_command: str | None = None,
+                 scope: str | None = None, session: str | None = None) -> Activation:
+        """Activate a topic by id, or the dormant topics matching `query` (T7 explicit path), of the
+        scope looked into; archived ones only with `include_archived`. With an LLM command ([topics]
+        llm_command unless given) the design 001 §6.3 routing prompt chooses; a bad answer falls back
+        to the built-in search and says why in `fallback`."""
+        from memctl.topics.context import activate
+
+        need_query(query)
+        looked_in = scope_looked_into(self.store, session, scope)
+        settings = self.runtime.settings.topics
+        command = given_or(llm_command, settings.llm_command)
+        return Activation(**activate(self.store, self.retriever(), query, include_archived=include_archived,
+                                     llm_command=command, scope=looked_in, settings=settings))
+
+    def log(self, *, since: str | None = None) -> TopicLog:
+        from memctl.topics import log
+
+        with self.store.reading():
+            return TopicLog(log.read(self.store, since))
+
+    def archived(self, *, since: str | None = None, scope: str | None = None,
+                 session: str | None = None) -> list["Topic"]:
+        """Archived topics (T12) of the scope looked into, headers only, found by month: `since` is
+        YYYY-MM or a date. Each header names its scope (None: of several), also for a topic archived
+        before scopes."""
+        from memctl.store.topicfile import Topic, archived_scope, archived_topics
+
+        looked_in = scope_looked_into(self.store, session, scope)
+        with self.store.reading():
+            return [Topic({**header, "scope": archived_scope(self.store, header)})
+                    for header in archived_topics(self.store, since, looked_in)]
+
+    def links(self, topic_id: str) -> list[TopicLink]:
+        """The links of a topic (T1), oldest first."""
+        from memctl.store.topicfile import links_of
+
+        with self.store.reading():
+            return [TopicLink(**link) for link in links_of(self.store, topic_id)]
+
+
+# -- the section window (W, docs/state.md) ----------------------------------------------------
+@dataclass
+class WindowShown:
+    """index_state.json as `state show --json` prints it; `fields` is None before the first turn."""
+
+    fields: dict[str, Any] | None
+
+    def as_dict(self) -> dict[str, Any] | None:
+        return self.fields
+
+
+class StateRoom:
+    def __init__(self, store: "Store", runtime: "Runtime"):
+        self.store = store
+        self.runtime = runtime
+
+    def plan(self, message: str) -> "Plan":
+        """The MEMORY.md sections worth searching for `message` (start of a turn)."""
+        from memctl.window.state import plan
+
+        return plan(self.store, message, settings=self.runtime.settings.state)
+
+    def record(self, sections: Iterable[str] = (), *, search_output: bytes | None = None,
+               source: str = "<input>", summary: str | None = None, dry_run: bool = False) -> "RecordResult":
+        """Record the sections a turn used (end of a turn): `sections`, plus those of
+        `memctl search --json` output given as `search_output`."""
+        from memctl.window.state import hits_from_search_output, record
+
+        hits = [*sections]
+        if search_output is not None:
+            hits += hits_from_search_output(search_output, source)
+        return record(self.store, hits, summary=summary, dry_run=dry_run, settings=self.runtime.settings.state)
+
+    def show(self) -> WindowShown:
+        from memctl.window.state import show
+
+        return WindowShown(show(self.store, settings=self.runtime.settings.state))
+
+    def reset(self, *, dry_run: bool = False) -> "ResetResult":
+        from memctl.window.state import reset
+
+        return reset(self.store, dry_run=dry_run, settings=self.runtime.settings.state)
+
+    def configure(self, *, window: int | None = None, threshold: float | None = None,
+                  dry_run: bool = False) -> "State":
+        from memctl.window.state import configure
+
+        return configure(self.store, window=window, threshold=threshold, dry_run=dry_run,
+                         settings=self.runtime.settings.state)
+
+
+# -- review (P5, G5, T12) -----------------------------------------------------------------------
+@dataclass
+class Reviewed:
+    """Rows of a review step (`step`: pending, confirmed or rejected) and the pending memories that
+    expired and were dropped first (P5)."""
+
+    step: str
+    rows: list[dict[str, Any]]
+    expired: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {self.step: self.rows, "expired": self.expired}
+
+
+@dataclass
+class Lifecycle:
+    """The lifecycle's changes by health score (G5) and the expired pending memories dropped first."""
+
+    changes: list["Change"]
+    expired: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"changes": [c.as_dict() for c in self.changes], "expired": self.expired}
+
+
+class ReviewRoom:
+    def __init__(self, store: "Store", runtime: "Runtime", say: Say):
+        self.store = store
+        self.runtime = runtime
+        self.say = say  # hears each expired pending memory dropped
+
+    def pending(self) -> Reviewed:
+        """Pending memories with their age and time left (hours)."""
+        from memctl.governance.review import listing
+
+        self.store.require()
+        expired = self._drop_expired()
+        return Reviewed("pending", listing(self.store), expired)
+
+    def confirm(self, ids: Iterable[str], *, allow_conflict: bool = False, supersedes: Iterable[str] = (),
+                dry_run: bool = False) -> Reviewed:
+        """Write pending memories to MEMORY.md (all or nothing)."""
+        from memctl.governance.review import confirm
+
+        expired = self._drop_expired(dry_run=dry_run)
+        rows = confirm(self.store, [*ids], dry_run=dry_run, allow_conflict=allow_conflict, supersedes=[*supersedes],
+                       settings=self.runtime.settings)
+        return Reviewed("confirmed", rows, expired)
+
+    def reject(self, ids: Iterable[str], *, dry_run: bool = False) -> Reviewed:
+        """Drop pending memories without writing them (all or nothing)."""
+        from memctl.governance.review import reject
+
+        expired = self._drop_expired(dry_run=dry_run)
+        return Reviewed("rejected", reject(self.store, [*ids], dry_run=dry_run), expired)
+
+    def lifecycle(self, *, dry_run: bool = False, hard: bool = False) -> Lifecycle:
+        """Demote, archive and delete memories by health score (G5)."""
+        from memctl.governance.lifecycle import run
+
+        expired = self._drop_expired(dry_run=dry_run)
+        return Lifecycle(run(self.store, dry_run=dry_run, hard=hard, gov=self.runtime.settings.governance), expired)
+
+    def daily(self, *, dry_run: bool = False, llm_command: str | None = None) -> "DailyReport":
+        """The daily review (T12, P8): compress today's topics, archive old dormant ones, merge
+        same-subject topics and link related ones, summarise idle sessions. With an LLM command
+        ([topics] llm_command unless given) it merges, links and compresses; a bad answer raises
+        LLMAnswerError and nothing is written."""
+        from memctl.topics.daily import review
+
+        self.store.require()
+        command = given_or(llm_command, self.runtime.settings.topics.llm_command)
+        return review(self.store, dry_run=dry_run, llm_command=command, settings=self.runtime.settings)
+
+    def _drop_expired(self, *, dry_run: bool = False) -> list[dict[str, Any]]:
+        """Remove pending memories whose time ran out: every review step does this first."""
+        from memctl.governance.review import drop_expired
+
+        dropped = drop_expired(self.store, dry_run=dry_run)
+        verb = "would drop" if dry_run else "dropped"
+        for item in dropped:  # said now: the review step after this may still fail
+            self.say(f"memctl: {verb} expired pending memory '{item['id']}' (expired {item['expires_at']})")
+        return dropped
+
+
+# -- health (G4) --------------------------------------------------------------------------------
+@dataclass
+class HealthScores:
+    """The health score of every memory with its parts, one dict a memory."""
+
+    rows: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"scores": self.rows}
+
+
+class HealthRoom:
+    def __init__(self, store: "Store", runtime: "Runtime"):
+        self.store = store
+        self.runtime = runtime
+
+    def scores(self, *, sort: str = "health") -> HealthScores:
+        from memctl.governance.health import scores
+
+        self.store.require()
+        with self.store.reading():
+            return HealthScores(scores(self.store, sort=sort, gov=self.runtime.settings.governance))
+
+    def check(self) -> list["Problem"]:
+        """Every problem of the store, like git fsck; writes nothing."""
+        from memctl.check import check
+
+        return check(self.store)
+
+    def fix(self, problems: list["Problem"], *, dry_run: bool = False) -> list[str]:
+        """Repair what is safe among `problems`; one line per repair (made or, dry, that would be)."""
+        from memctl.check import fix
+
+        return fix(self.store, problems, dry_run=dry_run)
+
+
+# -- shared working memory for tool outputs (H1-H5, docs/cache.md) -------------------------------
+@dataclass
+class CacheStats:
+    """Hits, misses, negative hits, keys and bytes, one dict a scope and tool."""
+
+    rows: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"stats": self.rows}
+
+
+@dataclass
+class Cleared:
+    """A run's cache forgotten (after consolidating it, when [cache] consolidate_on has clear)."""
+
+    scope: str
+    entries: int
+    consolidated: list[dict[str, Any]]
+    dry_run: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class CacheRoom:
+    """The tool-output cache of the store on [cache] backend; `on(backend)` is the same on another
+    (files, redis://...). The backend is opened by the first call, so `memctl cache --help` opens none."""
+
+    def __init__(self, store: "Store", runtime: "Runtime", backend: str | None = None):
+        self.store = store
+        self.runtime = runtime
+        self.backend = backend
+        self._opened: "ToolCache | None" = None
+
+    def on(self, backend: str | None) -> "CacheRoom":
+        return self if backend == self.backend else CacheRoom(self.store, self.runtime, backend)
+
+    @property
+    def opened(self) -> "ToolCache":
+        if self._opened is None:
+            from memctl.cache import Cache as ToolCache
+            from memctl.ingest.consolidate import consolidate
+
+            self._opened = ToolCache(self.store, backend=self.backend, consolidator=consolidate, runtime=self.runtime)
+        return self._opened
+
+    def get(self, scope: str, tool: str, args: Any) -> "Entry | None":
+        """The stored result of tool(args) in the run `scope` (a hit), or None (a miss)."""
+        return self.opened.get(scope, tool, args)
+
+    def put(self, scope: str, tool: str, args: Any, output: bytes | str, *, exit_code: int = 0, error: str = "",
+            agent: str = "", ttl: float | None = None) -> "Entry":
+        """Store a tool call's result for every agent of the run; empty and failed ones too."""
+        return self.opened.put(scope, tool, args, output, exit_code=exit_code, stderr=error, agent=agent, ttl=ttl)
+
+    def run(self, scope: str, tool: str, argv: list[str], *, args: Any = None, ttl: float | None = None,
+            refresh: bool = False, agent: str = "", timeout: float | None = None) -> "RunResult":
+        """Run a command through the cache: a hit replays its output, a miss runs and stores it."""
+        return self.opened.run(scope, tool, argv, args=args, ttl=ttl, refresh=refresh, agent=agent, timeout=timeout)
+
+    def search(self, query: str, *, scope: str | None = None, tools: Iterable[str] = (), agents: Iterable[str] = (),
+               k: int = 5) -> list["Result"]:
+        """What the run's agents already found: the consolidated tool results (design 004)."""
+        return self.opened.search(query, scope=scope, tools=(*tools,), agents=(*agents,), k=k)
+
+    def stats(self, scope: str | None = None) -> CacheStats:
+        return CacheStats(self.opened.stats(scope))
+
+    def consolidate(self, scope: str, *, everything: bool = False, dry_run: bool = False):
+        """Write what proved useful to long-term memory, once (memctl/ingest/consolidate.py)."""
+        return self.opened.consolidate(scope, everything=everything, dry_run=dry_run)
+
+    def clear(self, scope: str, *, dry_run: bool = False) -> Cleared:
+        return Cleared(**self.opened.clear(scope, dry_run=dry_run))
+
+
+def scope_looked_into(store: "Store", session: str | None, scope: str | None) -> str | None:
+    """The scope a topics call looks into: the session's (InputError if `scope` says another),
+    else `scope` (checked), else None: every scope."""
+    from memctl.errors import InputError
+    from memctl.store.memoryfile import check_field
+    from memctl.topics.split import scope_of_session, session_messages
+
+    if session is not None:
+        with store.reading():
+            return scope_of_session(store, session, session_messages(store, session), scope)
+    if scope is not None and check_field("scope", scope):
+        raise InputError(check_field("scope", scope), source="--scope")
+    return scope
+
+
+def need_query(query: str | None) -> None:
+    from memctl.errors import InputError
+
+    if not query or not query.strip():
+        raise InputError("give a query", source="query")
+
+
+def given_or(given: Any, configured: Any) -> Any:
+    """What the caller gave (a flag; "" is given too: no LLM) wins over the settings (config.load: for a
+    program to run, the environment or the user's config.toml, never the store's memctl.toml)."""
+    return given if given is not None else configured
