@@ -31,6 +31,7 @@ class Param:
     many: bool = False  # a list: a repeatable option, a JSON array
     choices: tuple[str, ...] = ()
     minimum: float | None = None
+    above: float | None = None  # an exclusive minimum: the value must be over it
     key: str | None = None  # the MCP property and --option name when not `name` (kinds: --kind, "kind")
     flags: tuple[str, ...] = ()  # extra or other option names on the command line (-k, --workspace)
     metavar: str | None = None
@@ -46,7 +47,7 @@ class Param:
         names = self.flags or ("--" + self.wire_name.replace("_", "-"),)
         options: dict[str, Any] = {"help": self._help(" (repeatable)" if self.many else "")}
         if self.type is bool:
-            options["is_flag"] = True
+            options.update(is_flag=True, default=self.default)  # None: not given, the settings decide
         else:
             options["type"] = self._click_type(click)
             options["multiple"] = self.many
@@ -65,6 +66,8 @@ class Param:
         if self.type is int:
             return click.IntRange(min=self.minimum)
         if self.type is float:
+            if self.above is not None:
+                return click.FloatRange(min=self.above, min_open=True)
             return click.FloatRange(min=self.minimum)
         return None
 
@@ -76,6 +79,8 @@ class Param:
             one["enum"] = list(self.choices)
         if self.minimum is not None:
             one["minimum"] = self.minimum
+        if self.above is not None:
+            one["exclusiveMinimum"] = self.above
         if self.many:
             return {"type": "array", "items": one, "description": self._help()}
         if self.default is not None:
@@ -136,3 +141,51 @@ SEARCH_RANKING = (
           "0.25 recency, 0.2 access, 0.15 user weight).", default="pipeline", choices=("pipeline", "mera")),
 )
 SEARCH = SEARCH_RANKING + SEARCH_FILTERS
+
+
+# -- writing --------------------------------------------------------------------------------------
+DRY_RUN = Param("dry_run", "Check and report what would happen; write nothing.", type=bool, default=False,
+                flags=("-n", "--dry-run"))
+SCOPE_NAMES = "user:<name>, project:<name>, lang:<name> or global"
+INGEST = (
+    Param("fmt", "How to read the input; auto goes by the file name, then by the content.", default="auto",
+          choices=("auto", "jsonl", "json", "md", "text"), key="format", flags=("-f", "--format")),
+    Param("kind", "message: chat messages into sessions/ and the daily log. memory: notes into MEMORY.md. "
+          "auto: memory for Markdown and pending input, else message.", default="auto",
+          choices=("auto", "message", "memory")),
+    Param("session", "Session id of messages that name none.", metavar="ID",
+          default_note="the file name, else 'default'"),
+    Param("scope", f"Put the records in this scope: {SCOPE_NAMES}. A new session takes it; a stored session "
+          "in another scope, or a record naming another, is refused. Notes that name none take it too.",
+          metavar="SCOPE", default_note="the records' own 'scope', else ingest.default_scope, 'global'"),
+    Param("section", "MEMORY.md section of notes that name none.", metavar="NAME",
+          default_note="ingest.default_section, 'General'"),
+    Param("pending", "Hold notes in pending.jsonl until the user confirms them (review) instead of writing "
+          "MEMORY.md.", type=bool, default=False),
+    Param("ttl_hours", "Hours a pending note waits for confirmation.", type=float, above=0, flags=("--ttl",),
+          metavar="HOURS", default_note="ingest.pending_ttl_hours, 24"),
+    Param("keep_noise", "Keep greetings, refusals, memory questions and text under 5 characters, which the "
+          "noise filter drops.", type=bool),
+    Param("supersedes", "The id of a memory the (one) note replaces: it becomes deprecated and the note lists "
+          "it in 'supersedes'.", many=True, metavar="ID"),
+    Param("allow_conflict", "Write a note even when its canonical_topic already has a current memory "
+          "(otherwise that is refused; a warning remains).", type=bool, default=False, flags=("--add",)),
+    DRY_RUN,
+)
+
+# -- topics (T) ---------------------------------------------------------------------------------
+# The topics calls look into one scope, given as a session (its scope) or a scope; with neither, every scope.
+TOPICS_SCOPE = (
+    Param("session", "Only the topics of this session's scope (give it when serving one person or project).",
+          metavar="ID", default_note="with neither, every scope"),
+    Param("scope", "Only the topics of this scope (user:<name>, project:<name>, ...); with session, the "
+          "session must be in it.", metavar="SCOPE"),
+)
+ACTIVATE = (Param("include_archived", "Also search archived topics (and restore a match).", type=bool,
+                  default=False),) + TOPICS_SCOPE
+CONTEXT = (
+    Param("budget", "Tokens the context may take (cl100k).", type=int, minimum=1, metavar="TOKENS",
+          default_note="[topics] context_budget, 8000"),
+    Param("scope", "The scope the session must be in (user:<name>, project:<name>, ...): a session in "
+          "another is refused. The context always stays in the session's own scope.", metavar="SCOPE"),
+)

@@ -6,30 +6,24 @@ import sys
 
 import click
 
+from memctl.api.params import ACTIVATE, CONTEXT, TOPICS_SCOPE, click_options
 from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, read_input, say
 from memctl.text.clip import clip
 
 
-def scope_options(command):
-    """--session and --scope of the commands that look into one scope's topics (here and in topics.py)."""
-    command = click.option("--scope", metavar="SCOPE", help="Only the topics of this scope (user:<name>, "
-                           "project:<name>, ...). With --session, the session must be in it.")(command)
-    return click.option("--session", metavar="ID", help="Only the topics of this session's scope. "
-                        "[default, with neither: every scope]")(command)
+# --session and --scope of the commands that look into one scope's topics (here and in topics.py).
+scope_options = click_options(TOPICS_SCOPE)
 
 
 @click.command()
 @click.option("--session", required=True, metavar="ID", help="The session the next turn belongs to.")
 @click.option("--message", metavar="TEXT", help="The new message. [default: stdin]")
 @click.option("--system", "system_file", metavar="FILE", help="The system prompt, first in the context.")
-@click.option("--budget", type=click.IntRange(min=1), metavar="TOKENS",
-              help="Tokens the context may take (cl100k). [default: [topics] context_budget, 8000]")
+@click_options(CONTEXT)
 @click.option("--no-record", is_flag=True, help="Evaluate without changing activation state or the log "
               "(previews, benchmarks).")
 @click.option("--llm", "llm_command", metavar="CMD", help="Evaluate topics with this command (design 001 §6.1 "
               "prompt on stdin). [default: [topics] llm_command, else built-in]")
-@click.option("--scope", metavar="SCOPE", help="The scope the session must be in (user:<name>, project:<name>, "
-              "...): another is an error, exit 2. The context always stays in the session's own scope.")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"budget", "tokens", "sections": [{"kind": '
               '"system" | "topic" | "unsplit" | "recent", "topic_id"?, "name"?, "score"?, "summary"?, "messages": '
               '[{"id", "role", "speaker", "text", "ts"}]}], "activated", "made_dormant", "ambiguous", "dropped"}.')
@@ -92,13 +86,12 @@ def _report_dropped(dropped: list[dict]) -> None:
 
 @click.command("activate")
 @click.argument("query", metavar="QUERY|ID")
-@click.option("--include-archived", is_flag=True, help="Also search archived topics (and restore a match).")
+@click_options(ACTIVATE)
 @click.option("--llm", "llm_command", metavar="CMD", help="Route with this command (design 001 §6.3 prompt on "
               "stdin); a bad answer falls back to the built-in search. [default: [topics] llm_command, else built-in]")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"activated": [{"topic_id", "name"}], '
               '"candidates": [{"topic_id", "name", "score", "relevance"?, "reason"?}], "method": "id" | "builtin" | '
               '"llm", "fallback": why the LLM answer was not used | null, "no_match_reason": the LLM\'s | null}.')
-@scope_options
 @click.pass_obj
 def activate(memory, query, include_archived, llm_command, session, scope, as_json):
     """Activate a topic by id, or the dormant topics whose summaries match QUERY.

@@ -4,45 +4,19 @@ from __future__ import annotations
 
 import click
 
+from memctl.api.params import INGEST, click_options
 from memctl.cli.output import dry_run_note, json_lines, progress, read_input, say
 from memctl.text.clip import clip
 
 
 @click.command()
 @click.argument("file", default="-", metavar="[FILE|-]")
-@click.option("-f", "--format", "fmt", default="auto", show_default=True,
-              type=click.Choice(["auto", "jsonl", "json", "md", "text"]),
-              help="Input format; auto goes by the file name, then by the content.")
-@click.option("--kind", default="auto", show_default=True, type=click.Choice(["auto", "message", "memory"]),
-              help="message: chat messages into sessions/ and the daily log. memory: notes into "
-                   "MEMORY.md. auto: memory for Markdown and --pending, else message.")
-@click.option("--session", metavar="ID", help="Session of messages that name none. [default: the file "
-              "name, or 'default' for stdin]")
-@click.option("--scope", metavar="SCOPE", help="Put the records in this scope: user:<name>, project:<name>, "
-              "lang:<name> or global. A new session takes it; a stored session in another scope, or a record "
-              "naming another, is an error. Notes that name none take it too. [default: the records' own "
-              "'scope', else memctl.toml ingest.default_scope, 'global']")
-@click.option("--section", metavar="NAME", help="MEMORY.md section of notes that name none. "
-              "[default: memctl.toml ingest.default_section, 'General']")
-@click.option("--pending", is_flag=True, help="Hold notes in pending.jsonl until confirmed "
-              "(memctl review) instead of writing MEMORY.md.")
-@click.option("--ttl", type=click.FloatRange(min=0, min_open=True), metavar="HOURS",
-              help="Hours a pending note waits for confirmation. [default: 24]")
-@click.option("--keep-noise", is_flag=True, default=None,
-              help="Keep greetings, refusals, memory questions and text under 5 characters.")
-@click.option("--supersedes", "supersedes", multiple=True, metavar="ID",
-              help="The note replaces memory ID (repeatable): ID becomes deprecated, the note lists it "
-                   "in 'supersedes'. Needs an input of one note.")
-@click.option("--add", "allow_conflict", is_flag=True,
-              help="Write a note even when its canonical_topic already has a current memory "
-                   "(otherwise that is refused; a warning remains).")
-@click.option("-n", "--dry-run", is_flag=True, help="Check and report; write nothing.")
+@click_options(INGEST)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a line for each record: "
               '{"id", "kind", "status", "line", "file"?, "reason"?, "supersedes"?, "conflicts"?, '
               '"similar"?}.')
 @click.pass_obj
-def ingest(memory, file, fmt, kind, session, scope, section, pending, ttl, keep_noise, supersedes, allow_conflict,
-           dry_run, as_json):
+def ingest(memory, file, as_json, **declared):
     """Store messages or notes from a file or stdin.
 
     All or nothing: any bad record stops the run with one line naming the
@@ -86,10 +60,7 @@ def ingest(memory, file, fmt, kind, session, scope, section, pending, ttl, keep_
     def report_noise(outcome, text):
         say(f"memctl: skipped {source}:{outcome.line} ({outcome.reason}): {clip(text, 60)}")
 
-    result = memory.ingest(data, source=source, fmt=fmt, kind=kind, session=session, pending=pending,
-                           keep_noise=keep_noise, ttl_hours=ttl, section=section, dry_run=dry_run,
-                           on_noise=report_noise, supersedes=supersedes, allow_conflict=allow_conflict,
-                           scope=scope)
+    result = memory.ingest(data, source=source, on_noise=report_noise, **declared)
     for warning in result.warnings:
         say(f"memctl: warning: {warning}")
     for outcome in result.stored:
@@ -109,7 +80,7 @@ def ingest(memory, file, fmt, kind, session, scope, section, pending, ttl, keep_
     duplicates = sum(o.status == "duplicate" for o in result.outcomes)
     if duplicates:
         say(f"memctl: {duplicates} already stored, skipped")
-    if dry_run:
+    if declared["dry_run"]:
         dry_run_note(len(result.stored), "stored")
 
 

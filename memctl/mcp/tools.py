@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from memctl.api import Memory
-from memctl.api.params import MAX_QUERY_CHARS, SEARCH, json_schema, keywords
+from memctl.api.params import (ACTIVATE, CONTEXT, INGEST, MAX_QUERY_CHARS, SEARCH, TOPICS_SCOPE, json_schema,
+                                keywords)
 
 
 @dataclass(frozen=True)
@@ -141,24 +142,11 @@ def history(memory: Memory, id: str) -> dict[str, Any]:
     'supersedes' names the old one or allow_conflict is set.
     """, required=("text",),
       text=text("What to store.", minLength=1),
-      format=choice("How to read 'text'; auto goes by its content.", ["auto", "jsonl", "json", "md", "text"],
-                    "auto"),
-      kind=choice("message, memory, or auto (Markdown and pending input are memories).",
-                  ["auto", "message", "memory"], "auto"),
-      session=text("Session id of messages (default: the record's own, else 'default')."),
-      scope=text("The scope of a new session and of notes that name none: user:<name>, project:<name>, "
-                 "lang:<name> or global (default: the records' own, else the store's, 'global'). A stored "
-                 "session keeps its scope; a record in another is refused."),
-      section=text("MEMORY.md section of notes (default: the store's, 'General')."),
-      pending=flag("Hold the notes for confirmation instead of writing them to MEMORY.md."),
-      ttl_hours={"type": "number", "exclusiveMinimum": 0,
-                 "description": "Hours a pending note waits before it expires (default 24)."},
-      keep_noise=flag("Keep greetings, refusals and other noise the filter would drop."),
-      supersedes=texts("Ids of memories the (one) note replaces; they become deprecated."),
-      allow_conflict=flag("Write even when the note's canonical_topic has a current memory."),
-      dry_run=DRY_RUN)
-def ingest(memory: Memory, text: str, format: str = "auto", keep_noise: bool = False, **options) -> dict[str, Any]:
-    result = memory.ingest(text, source="<mcp>", fmt=format, keep_noise=keep_noise or None, **options)
+      **json_schema(INGEST))
+def ingest(memory: Memory, text: str, **declared) -> dict[str, Any]:
+    options = keywords(INGEST, declared)
+    options["keep_noise"] = options.get("keep_noise") or None  # false is not asking: [ingest] filter_noise decides
+    result = memory.ingest(text, source="<mcp>", **options)
     return {"outcomes": [o.as_dict() for o in result.outcomes]}
 
 
@@ -319,10 +307,8 @@ def cache_stats(memory: Memory, scope: str | None = None) -> dict[str, Any]:
       session=text("The conversation's session id.", minLength=1),
       message=searched("The user's new message.", minLength=1),
       system=text("The system prompt, first in the context."),
-      budget=count("Tokens the context may take (default: [topics] context_budget, 8000).", 8000),
       no_record=flag("Evaluate without changing which topics are active (a preview)."),
-      scope=text("The scope (user:<name>, project:<name>, ...) of the person or project you serve: a "
-                 "session in another scope is refused. The context always stays in the session's scope."))
+      **json_schema(CONTEXT))
 def context(memory: Memory, session: str, message: str, system: str = "", budget: int | None = None,
             no_record: bool = False, scope: str | None = None) -> dict[str, Any]:
     built = memory.context(session, message, system_text=system, budget=budget, record=not no_record, scope=scope)
@@ -330,9 +316,7 @@ def context(memory: Memory, session: str, message: str, system: str = "", budget
 
 
 # Topics tools look into one scope when given a session (its scope) or a scope; with neither, every scope.
-SCOPE_OF = {"session": text("Only topics of this session's scope (give it when serving one person or project)."),
-            "scope": text("Only topics of this scope (user:<name>, project:<name>, ...); with session, "
-                          "the session must be in it.")}
+SCOPE_OF = json_schema(TOPICS_SCOPE)
 
 
 @tool("topics_list", """
@@ -361,7 +345,7 @@ def topics_list(memory: Memory, archived: bool = False, since: str | None = None
     "fallback": why the LLM answer was not used, or null, "no_match_reason"}.
     """, required=("query",),
       query=searched("A topic id, or what the topic was about.", minLength=1),
-      include_archived=flag("Also search archived topics (and restore a match)."), **SCOPE_OF)
+      **json_schema(ACTIVATE))
 def topics_activate(memory: Memory, query: str, include_archived: bool = False, session: str | None = None,
                     scope: str | None = None) -> dict[str, Any]:
     return memory.topics.activate(query, include_archived=include_archived, session=session, scope=scope).as_dict()
