@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from memctl.api import Memory
+from memctl.api import params
 from memctl.api.params import (ACTIVATE, CONTEXT, INGEST, MAX_QUERY_CHARS, SEARCH, TOPICS_SCOPE, json_schema,
                                 keywords)
 
@@ -72,7 +73,7 @@ def count(description: str, default: int) -> dict[str, Any]:
     return {"type": "integer", "minimum": 1, "default": default, "description": description}
 
 
-DRY_RUN = flag("Check and report what would happen; write nothing.")
+DRY_RUN = params.DRY_RUN.json_schema()
 IDS = {"type": "array", "items": {"type": "string"}, "minItems": 1,
        "description": "Ids of pending memories, as review_pending lists them."}
 RESULT = ('{"id", "kind": "memory"|"message"|"log"|"topic", "text", "score", "source", "lines": [first, last], '
