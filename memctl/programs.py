@@ -40,6 +40,20 @@ class ProgramFailed(MemctlError):
         self.timed_out = timed_out
 
 
+def program_argv(command: str, setting: str) -> list[str]:
+    """The words of a program setting (split as a shell would, but never run by one); an unclosed
+    quote or a blank command is one line naming the setting."""
+    import shlex
+
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:  # an unclosed quote
+        raise MemctlError(f"{setting} {command!r} cannot be split into words: {exc}") from None
+    if not argv:
+        raise MemctlError(f"{setting} is blank; give a command or leave it unset")
+    return argv
+
+
 def run_program(argv: list[str], stdin: bytes, timeout: float, output_limit: int = OUTPUT_LIMIT) -> bytes:
     """What the program printed on stdout, given `stdin`; ProgramFailed if it cannot start, takes
     longer than `timeout` seconds, prints more than `output_limit` bytes or exits with an error."""

@@ -25,7 +25,8 @@ import orjson
 
 from memctl import config
 from memctl.cache.backend import CacheError, Entry
-from memctl.programs import ProgramFailed, run_program
+from memctl.errors import MemctlError
+from memctl.programs import ProgramFailed, program_argv, run_program
 from memctl.store.memoryfile import SUMMARY_MAX
 from memctl.text.clip import clip
 
@@ -105,11 +106,9 @@ def summarise(text: str, settings: config.Cache) -> str:
     command = settings.summary_command
     if command:
         try:
-            argv = shlex.split(command)
-        except ValueError as exc:  # an unclosed quote
-            raise CacheError(f"[cache] summary_command {command!r}: {exc}") from None
-        if not argv:
-            raise CacheError("[cache] summary_command is blank; give a command or leave it unset")
+            argv = program_argv(command, "[cache] summary_command")
+        except MemctlError as exc:
+            raise CacheError(str(exc)) from None
         try:
             summary = run_program(argv, text.encode(), SUMMARY_TIMEOUT).decode(errors="replace").strip()
         except ProgramFailed as exc:

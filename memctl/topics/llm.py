@@ -37,7 +37,6 @@ goes through expat with no DTD, so no entity is declared, let alone expanded.
 from __future__ import annotations
 
 import re
-import shlex
 import xml.etree.ElementTree as ElementTree
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -45,7 +44,7 @@ from typing import Any, Callable, NamedTuple
 from xml.sax.saxutils import escape, quoteattr, unescape
 
 from memctl.errors import MemctlError
-from memctl.programs import ProgramFailed, run_program
+from memctl.programs import ProgramFailed, program_argv, run_program
 from memctl.store.store import Store
 from memctl.store.topicfile import Topic
 
@@ -58,13 +57,7 @@ class LLMAnswerError(MemctlError):
 
 
 def command_argv(command: str) -> list[str]:
-    try:
-        argv = shlex.split(command)
-    except ValueError as exc:  # an unclosed quote
-        raise MemctlError(f"the LLM command {command!r} cannot be split into words: {exc}") from None
-    if not argv:
-        raise MemctlError("the LLM command is empty; give --llm CMD or [topics] llm_command")
-    return argv
+    return program_argv(command, "the LLM command (--llm or [topics] llm_command)")
 
 
 def template(store: Store, name: str) -> str:
