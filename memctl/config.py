@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from memctl.clock import Clock
 from memctl.errors import InputError
 
 Limit = tuple[Callable[[Any], bool], str]  # (test, what is allowed: the error message says "must be <this>")
@@ -334,35 +333,6 @@ def load(config_file: Path) -> Settings:
 def defaults() -> Settings:
     """Every setting at its default: for code run without a store."""
     return Settings()
-
-
-class Runtime:
-    """What one `Memory` reads once and every module below it shares: the settings (loaded on
-    first use), the clock (MEMCTL_NOW, read when the runtime is made) and the query embedding
-    model (opened on first use by `open_embedder`, which the API passes in: config sits below
-    index). Settings are read once per runtime: a change to memctl.toml takes a new Memory."""
-
-    def __init__(self, config_file: Path, *, clock: Clock | None = None,
-                 open_embedder: Callable[[Settings], Any] | None = None):
-        self.config_file = config_file
-        self.clock = clock or Clock.from_environment()
-        self._settings: Settings | None = None
-        self._open_embedder = open_embedder
-        self._embedder: Any = None
-
-    @property
-    def settings(self) -> Settings:
-        if self._settings is None:
-            self._settings = load(self.config_file)
-        return self._settings
-
-    @property
-    def embedder(self) -> Any:
-        if self._embedder is None:
-            if self._open_embedder is None:
-                raise RuntimeError("this runtime opens no embedding model")
-            self._embedder = self._open_embedder(self.settings)
-        return self._embedder
 
 
 def user_config_file() -> Path:

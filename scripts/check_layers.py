@@ -21,6 +21,7 @@ ORDER = [
     ["text"],
     ["store"],
     ["config", "programs"],
+    ["runtime"],                # settings (read on first use), clock and embedder of one Memory
     ["index"],
     ["search"],
     ["governance", "window", "topics", "cache"],

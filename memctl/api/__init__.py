@@ -75,7 +75,7 @@ class Memory:
     def __init__(self, path: str | os.PathLike | None = None, *, say: Say | None = None):
         """The store at `path`, else $MEMCTL_STORE, else ./.memory. `say` gets progress notes
         meant for a person (re-indexing, rebuilds); by default they are dropped."""
-        from memctl.config import Runtime
+        from memctl.runtime import Runtime
 
         self.store = Store.locate(path)
         self.say = say

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 if TYPE_CHECKING:
-    from memctl.config import Runtime
+    from memctl.runtime import Runtime
     from memctl.cache import Cache as ToolCache, Entry, RunResult
     from memctl.check import Problem
     from memctl.governance.lifecycle import Change

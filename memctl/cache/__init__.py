@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from memctl.runtime import Runtime
 from memctl import config
 from memctl.clock import Clock, format_ts
 from memctl.errors import InputError, MemctlError
@@ -105,7 +106,7 @@ class Cache:
 
     def __init__(self, store: Store, *, backend: str | Backend | None = None,
                  settings: config.Settings | None = None, consolidator: Callable | None = None,
-                 runtime: config.Runtime | None = None):
+                 runtime: Runtime | None = None):
         """`runtime`: its Memory's (settings, clock, embedder); else `settings` or memctl.toml's,
         and the clock of MEMCTL_NOW."""
         self.store = store

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from memctl.runtime import Runtime
 from memctl import clock
 from memctl import config
 from memctl.errors import InputError
@@ -113,7 +114,7 @@ class Searcher:
     """An open index, reused for every query of one process (see --batch)."""
 
     def __init__(self, store: Store, settings: config.Settings | None = None,
-                 runtime: config.Runtime | None = None):
+                 runtime: Runtime | None = None):
         from memctl.index import lexical
 
         self.store = store
@@ -441,7 +442,7 @@ class Retriever:
     tried again; every memory returned counts as an access (G4).
     """
 
-    def __init__(self, store: Store, *, say=None, runtime: config.Runtime | None = None):
+    def __init__(self, store: Store, *, say=None, runtime: Runtime | None = None):
         """`runtime`: its Memory's (settings read once, the query embedder shared); without one,
         each search reads memctl.toml and a change of settings reopens the index."""
         self.store = store
@@ -475,7 +476,7 @@ class Retriever:
 
 
 def search_store(store: Store, queries: list[Query], *, say=None, count_access: bool = True,
-                 runtime: config.Runtime | None = None) -> list[list[Result]]:
+                 runtime: Runtime | None = None) -> list[list[Result]]:
     """One search of a store by a fresh Retriever (a command's single run)."""
     return Retriever(store, say=say, runtime=runtime).search(queries, count_access=count_access)
 

@@ -1,0 +1,47 @@
+"""What one `Memory` reads once and every module below the API shares (see Runtime).
+
+Its own module, apart from config.py: building the settings' dataclasses costs ~11 ms of
+import, which a `memctl` call that ends in a usage error or `--help` should not pay; a
+Runtime imports config only when a setting is first read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from memctl.clock import Clock
+
+if TYPE_CHECKING:
+    from memctl.config import Settings
+
+
+class Runtime:
+    """What one `Memory` reads once and every module below it shares: the settings (loaded on
+    first use), the clock (MEMCTL_NOW, read when the runtime is made) and the query embedding
+    model (opened on first use by `open_embedder`, which the API passes in: config sits below
+    index). Settings are read once per runtime: a change to memctl.toml takes a new Memory."""
+
+    def __init__(self, config_file: Path, *, clock: Clock | None = None,
+                 open_embedder: Callable[[Settings], Any] | None = None):
+        self.config_file = config_file
+        self.clock = clock or Clock.from_environment()
+        self._settings: Settings | None = None
+        self._open_embedder = open_embedder
+        self._embedder: Any = None
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            from memctl.config import load
+
+            self._settings = load(self.config_file)
+        return self._settings
+
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            if self._open_embedder is None:
+                raise RuntimeError("this runtime opens no embedding model")
+            self._embedder = self._open_embedder(self.settings)
+        return self._embedder
