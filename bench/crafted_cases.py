@@ -184,6 +184,7 @@ CASES: list[Case] = [
          victim=True, tags={"link"}),
     Case("memory-md-symlink", _link_file("MEMORY.md"), "MEMORY.md", victim=True, tags={"link"}),
     Case("lock-symlink", _link_file(".lock"), ".lock", victim=True, tags={"link"}),
+    Case("index-file-symlink", _link_file(".index/units.db"), ".index/units.db", victim=True, tags={"link"}),
     # -- topic files ------------------------------------------------------------
     Case("topic-header-id-number", _edit_header(_first_topic, _set("id", 7)), "topics/"),
     Case("topic-header-no-id", _edit_header(_first_topic, _drop("id")), "topics/"),

@@ -83,6 +83,11 @@ class Index:
         self.store = store
         self.dir = store.index_dir
         self.settings = settings or config.load(store.config_file)
+        # SQLite, Tantivy and the vector files open their names inside .index/ as they find them:
+        # a link planted there would lead a write outside the store, so none is followed.
+        for folder, folders, files in os.walk(self.dir):  # os.walk does not descend into a linked folder
+            for name in folders + files:
+                store.confine(Path(folder) / name)
 
     # -- freshness -------------------------------------------------------------
     def stamps(self) -> dict[str, list[int]]:
