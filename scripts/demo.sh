@@ -13,3 +13,5 @@ head -n 6 "$store/memory/2026-11-09.md"
 memctl --store "$store" search -k 3 "which database does Kestrel use"
 memctl --store "$store" search -k 2 "店長"
 memctl --store "$store" search --layered --workspace project:kestrel --budget 200 "which queue should the sync use"
+set +x
+echo "memctl is installed at $PWD/.venv/bin/memctl (cron runs with PATH=/usr/bin:/bin: use this path, README \"In cron\")"

@@ -271,6 +271,7 @@ class ReviewRoom:
         """Demote, archive and delete memories by health score (G5)."""
         from memctl.governance.lifecycle import run
 
+        self.store.require()  # a cron line naming the wrong store must fail, not pass with nothing to do
         expired = self._drop_expired(dry_run=dry_run)
         return Lifecycle(run(self.store, dry_run=dry_run, hard=hard, gov=self.runtime.settings.governance), expired)
 

@@ -8,6 +8,8 @@ anything heavier than click happen inside the commands, so that `memctl
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gc
 import os
 import sys
@@ -23,7 +25,7 @@ import click  # noqa: E402
 import importlib  # noqa: E402
 
 from memctl import __version__  # noqa: E402
-from memctl.cli.output import EXIT_ERROR, EXIT_NOTHING, EXIT_OK, say  # noqa: E402
+from memctl.cli.output import EXIT_ERROR, EXIT_NOTHING, EXIT_OK, QUIET_KEY, alert, quiet, say  # noqa: E402
 
 # Command -> (module, attribute). A command's module is imported only when that command
 # runs or a help lists it: importing all eleven cost every call about 8 ms
@@ -38,6 +40,43 @@ _COMMANDS = {
 }
 
 
+def _set_quiet(ctx: click.Context, _param, value: bool) -> None:
+    if value:
+        ctx.meta[QUIET_KEY] = True  # meta is shared by the whole run: `memctl -q X` and `memctl X -q` alike
+
+
+def quiet_option() -> click.Option:
+    return click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, is_eager=True, callback=_set_quiet,
+                        help="Print nothing on success (for cron): no data, no notes; an error is still "
+                             "one line on stderr, and the exit status says what happened.")
+
+
+# Commands whose stdout is not for a person: `mcp` speaks the protocol there.
+_STDOUT_KEPT = {"mcp"}
+
+
+def with_quiet(command: click.Command) -> click.Command:
+    """Give `command` (and every subcommand of a group) -q/--quiet: one option for all of them,
+    declared here, so no command can lack it. Under it the command's stdout goes nowhere and
+    `say` is silent; errors and `alert` still reach stderr."""
+    if getattr(command, "_memctl_quiet", False):
+        return command
+    command._memctl_quiet = True
+    command.params.append(quiet_option())
+    body = command.callback
+    if body is not None and command.name not in _STDOUT_KEPT:
+        def run(*args, **kwargs):
+            if not quiet():
+                return body(*args, **kwargs)
+            with open(os.devnull, "w") as nowhere, contextlib.redirect_stdout(nowhere):
+                return body(*args, **kwargs)
+
+        command.callback = functools.update_wrapper(run, body)
+    for sub in getattr(command, "commands", {}).values():
+        with_quiet(sub)
+    return command
+
+
 class MemctlGroup(click.Group):
     """Loads each command when it is used; turns library and usage errors into one line
     on stderr and exit status 2."""
@@ -48,7 +87,7 @@ class MemctlGroup(click.Group):
     def get_command(self, ctx, name: str):
         if name not in self.commands and name in _COMMANDS:
             module, attribute = _COMMANDS[name]
-            self.add_command(getattr(importlib.import_module(module), attribute), name)
+            self.add_command(with_quiet(getattr(importlib.import_module(module), attribute)), name)
         return self.commands.get(name)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
@@ -63,10 +102,10 @@ class MemctlGroup(click.Group):
             # click's own form is four lines (Usage, Try, blank, Error); the README promises one.
             usage = getattr(exc, "ctx", None)
             hint = f" (see '{usage.command_path} --help')" if usage is not None else ""
-            say(f"memctl: error: {exc.format_message()}{hint}")
+            alert(f"memctl: error: {exc.format_message()}{hint}")
             sys.exit(exc.exit_code)
         except click.exceptions.Abort:
-            say("memctl: aborted")
+            alert("memctl: aborted")
             sys.exit(EXIT_NOTHING)
         sys.exit(code if isinstance(code, int) else EXIT_OK)
 
@@ -76,7 +115,7 @@ class MemctlGroup(click.Group):
         try:
             return super().invoke(ctx)
         except MemctlError as exc:
-            say(f"memctl: error: {exc}")
+            alert(f"memctl: error: {exc}")
             ctx.exit(exc.exit_code)
         except OSError as exc:
             if isinstance(exc, BrokenPipeError):
@@ -84,14 +123,15 @@ class MemctlGroup(click.Group):
                 sys.stderr.close()
                 ctx.exit(EXIT_OK)
             where = f"{exc.filename}: " if exc.filename else ""
-            say(f"memctl: error: {where}{exc.strerror or exc}")
+            alert(f"memctl: error: {where}{exc.strerror or exc}")
             ctx.exit(EXIT_ERROR)
 
 
 @click.group(cls=MemctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="memctl")
 @click.option("--store", "store_path", metavar="DIR", type=click.Path(file_okay=False),
-              help="The memory store. [default: $MEMCTL_STORE, else ./.memory]")
+              help="The memory store. [default: $MEMCTL_STORE, else ./.memory; a store made there "
+                   "unasked is named on stderr]")
 @click.pass_context
 def cli(ctx: click.Context, store_path: str | None) -> None:
     """Long-term memory for LLM agents, kept in plain files.
@@ -113,6 +153,19 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
     from memctl.api import Memory
 
     ctx.obj = Memory(store_path, say=say)
+    if store_path is None and not os.environ.get("MEMCTL_STORE") and not ctx.obj.store.exists():
+        ctx.call_on_close(lambda: _name_unasked_store(ctx.obj.store.root))
+
+
+def _name_unasked_store(root) -> None:
+    """A store nobody named, made in the current directory (a cron job's is $HOME): said even
+    under --quiet, once, as the one sign that memctl wrote somewhere no one chose."""
+    if root.is_dir():
+        alert(f"memctl: warning: made a new store at {os.path.abspath(root)}, as no --store or "
+              "MEMCTL_STORE named one")
+
+
+with_quiet(cli)
 
 
 def main() -> None:

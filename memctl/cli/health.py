@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, say
+from memctl.cli.output import EXIT_NOTHING, EXIT_OK, alert, json_lines, quiet, say
 
 
 @click.group(invoke_without_command=True)
@@ -102,8 +102,15 @@ def health_check(memory, fix, dry_run, strict, as_json):
             click.echo(p.line_text())
     errors = sum(p.severity == "error" for p in problems)
     warnings = len(problems) - errors
-    if problems:
-        say(f"memctl: health: {errors} error(s), {warnings} warning(s)")
-    else:
+    failed = bool(errors or (strict and warnings))
+    if not problems:
         say("memctl: health: ok")
-    sys.exit(EXIT_NOTHING if errors or (strict and warnings) else EXIT_OK)
+    elif failed and quiet():
+        # the problems themselves went nowhere: the one line names the first of them
+        first = next(p for p in problems if p.severity == "error" or strict)
+        alert(f"memctl: health: {errors} error(s), {warnings} warning(s); first: {first.line_text()}")
+    elif failed:
+        alert(f"memctl: health: {errors} error(s), {warnings} warning(s)")
+    else:
+        say(f"memctl: health: {errors} error(s), {warnings} warning(s)")
+    sys.exit(EXIT_NOTHING if failed else EXIT_OK)

@@ -18,8 +18,23 @@ def json_lines(rows) -> None:
     sys.stdout.flush()
 
 
+def quiet() -> bool:
+    """Whether this run has --quiet (-q): see `quiet_option` in memctl/cli/__init__.py."""
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and ctx.meta.get(QUIET_KEY, False)
+
+
+QUIET_KEY = "memctl.quiet"
+
+
 def say(message: str) -> None:
-    """A note for the person at the terminal: stderr, never mixed into the data."""
+    """A note for the person at the terminal: stderr, never mixed into the data; none under --quiet."""
+    if not quiet():
+        click.echo(message, err=True)
+
+
+def alert(message: str) -> None:
+    """A line on stderr even under --quiet: an error, or why the exit status says something failed."""
     click.echo(message, err=True)
 
 
@@ -57,6 +72,11 @@ def dry_run_note(count: int, what: str) -> None:
     say(f"memctl: dry run: {count} would be {what}, nothing written")
 
 
+def on_terminal() -> bool:
+    """Whether progress may be shown: stderr is a terminal and no --quiet."""
+    return sys.stderr.isatty() and not quiet()
+
+
 class progress:
     """A progress bar per stage on stderr, only when stderr is a terminal (cron logs stay clean).
 
@@ -66,7 +86,7 @@ class progress:
     def __enter__(self):
         self._bar = None
         self._stage = None
-        return self._advance if sys.stderr.isatty() else None
+        return self._advance if on_terminal() else None
 
     def _advance(self, stage: str, done: int, total: int) -> None:
         if stage != self._stage:

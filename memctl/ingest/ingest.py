@@ -14,7 +14,7 @@ person. `--scope` also scopes the notes that name none.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -142,7 +142,8 @@ def _items(text: str, source: str, fmt: str, kind: str, session: str | None, sco
         if fmt == "md":
             raise InputError("a Markdown file holds notes; use --kind memory (or no --kind)", source=source)
         default_session = session or _session_from_source(source)
-        return [_message(r, source, default_session, forced=session, forced_scope=scope)
+        equals: Counter = Counter()
+        return [_message(r, source, default_session, forced=session, forced_scope=scope, equals=equals)
                 for r in _records(text, source, fmt, by="line")]
     if fmt == "md":
         return _notes_from_markdown(text, source, settings, section, scope, warnings)
@@ -272,7 +273,9 @@ def _text_of(value: dict[str, Any], source: str, line: int) -> str:
 
 
 def _message(record: jsonl.Record, source: str, default_session: str, forced: str | None,
-             forced_scope: str | None) -> tuple[int, dict, str | None]:
+             forced_scope: str | None, equals: Counter) -> tuple[int, dict, str | None]:
+    """A checked message of the input; `equals` counts the input's messages without a time or
+    id by their content so far (see _message_id)."""
     line, value = record.line, record.value
     if isinstance(value, str):
         value = {"text": value, "role": "user"}
@@ -290,11 +293,9 @@ def _message(record: jsonl.Record, source: str, default_session: str, forced: st
     raw_ts = value.get("ts", defaults.get("ts"))
     ts = normal_ts(raw_ts, source, line, "ts") if raw_ts is not None else clock.format_ts(clock.now())
     role = value.get("role")
-    # Without a caller's time the id includes the input line, so two messages
-    # with the same text in one second of one input stay two messages.
     message = {
-        "id": value.get("id") or derived_id("m", session, role or "", value.get("speaker") or "",
-                                             ts, text, "" if raw_ts is not None else line),
+        "id": value.get("id") or _message_id(session, role or "", value.get("speaker") or "", text,
+                                             ts if raw_ts is not None else None, equals),
         "session": session,
         "scope": _named_scope(value, forced_scope, source, line),  # settled with the session's (_scope_messages)
     }
@@ -308,6 +309,21 @@ def _message(record: jsonl.Record, source: str, default_session: str, forced: st
         if key not in _MESSAGE_KEYS and key != "content":
             message[key] = extra
     return line, message, role
+
+
+def _message_id(session: str, role: str, speaker: str, text: str, ts: str | None, equals: Counter) -> str:
+    """The id of a message its input gave none: from its content and its time, or, with no
+    time either, from its content and its place among the equal messages (same session,
+    role, speaker and text) of the input: the first "ok" of a session is #0, the second #1.
+    So importing one export twice stores nothing new, an export that grew adds only what
+    is new, and a changed message is a new one. (The time the message is stored at cannot
+    count: it differs between the two imports.) The cost: an export without times that
+    drops its old messages and repeats a line gives the repeat the id of the one dropped."""
+    if ts is not None:
+        return derived_id("m", session, role, speaker, ts, text, "")
+    ordinal = equals[session, role, speaker, text]
+    equals[session, role, speaker, text] += 1
+    return derived_id("m", session, role, speaker, "", text, f"#{ordinal}")
 
 
 def _canonical_key(key: str) -> str:
