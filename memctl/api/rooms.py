@@ -73,12 +73,12 @@ class TopicsRoom:
         self.retriever = retriever  # the Memory's, opened on first use and kept warm
 
     def split(self, session: str, *, system_text: str = "", keep_recent: int | None = None, force: bool = False,
-              dry_run: bool = False, llm_command: str | None = None, progress: "Say | None" = None,
-              scope: str | None = None) -> "SplitReport":
+              dry_run: bool = False, llm_command: str | None = None,
+              progress: Callable[[str, int, int], None] | None = None, scope: str | None = None) -> "SplitReport":
         """Move the session's older unsplit messages into topic files when its context is over the
         threshold (or `force`); with an LLM command ([topics] llm_command unless given) it chooses
         where messages go (§6.4) and writes the touched topics' names and summaries (prompts/summary.md).
-        `progress` hears what a long split is doing. Only topics of the session's scope take its
+        `progress(stage, done, total)` hears how far a long split is. Only topics of the session's scope take its
         messages; `scope`, if given, is the scope the session must be in (else InputError)."""
         from memctl.topics import llm
         from memctl.topics.split import split
@@ -275,16 +275,18 @@ class ReviewRoom:
         expired = self._drop_expired(dry_run=dry_run)
         return Lifecycle(run(self.store, dry_run=dry_run, hard=hard, gov=self.runtime.settings.governance), expired)
 
-    def daily(self, *, dry_run: bool = False, llm_command: str | None = None) -> "DailyReport":
+    def daily(self, *, dry_run: bool = False, llm_command: str | None = None,
+              progress: Callable[[str, int, int], None] | None = None) -> "DailyReport":
         """The daily review (T12, P8): compress today's topics, archive old dormant ones, merge
         same-subject topics and link related ones, summarise idle sessions. With an LLM command
         ([topics] llm_command unless given) it merges, links and compresses; a bad answer raises
-        LLMAnswerError and nothing is written."""
+        LLMAnswerError and nothing is written. `progress(stage, done, total)` hears how far it is."""
         from memctl.topics.daily import review
 
         self.store.require()
         command = given_or(llm_command, self.runtime.settings.topics.llm_command)
-        return review(self.store, dry_run=dry_run, llm_command=command, settings=self.runtime.settings)
+        return review(self.store, dry_run=dry_run, llm_command=command, settings=self.runtime.settings,
+                      progress=progress)
 
     def _drop_expired(self, *, dry_run: bool = False) -> list[dict[str, Any]]:
         """Remove pending memories whose time ran out: every review step does this first."""

@@ -7,7 +7,7 @@ import sys
 import click
 
 from memctl.api.params import ACTIVATE, CONTEXT, TOPICS_SCOPE, click_options
-from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, read_input, say
+from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, progress, read_input, say
 from memctl.text.clip import clip
 
 
@@ -177,7 +177,12 @@ def daily(memory, dry_run, llm_command, as_json):
 
     Exit status: 0 done, 2 error (a bad LLM answer: nothing changed).
     """
-    report = memory.review.daily(dry_run=dry_run, llm_command=llm_command)
+    with progress() as advance:
+        report = memory.review.daily(dry_run=dry_run, llm_command=llm_command, progress=advance)
+    # A dry run's table is the plan ("would merge"), a run's what it did ("merged").
+    verb = {name: (f"would {name}" if dry_run else done) for name, done in
+            (("merge", "merged"), ("relate", "related"), ("archive", "archived"), ("compress", "compressed"),
+             ("summarise", "summarised"))}
     if as_json:
         json_lines([report.as_dict()])
     else:
@@ -185,12 +190,18 @@ def daily(memory, dry_run, llm_command, as_json):
             return f"similarity {item['similarity']:.2f}" if "similarity" in item else clip(item["reason"], 60)
 
         rows = [("ACTION", "TOPIC", "DETAIL")]
-        rows += [("merge", m["topic_id"], f"into {m['into']} ({why(m)})") for m in report.merged]
-        rows += [("relate", r["topic_id"], f"with {r['with']} ({why(r)})") for r in report.related]
-        rows += [("archive", a["topic_id"], f"{a['reason']} -> {a['to']}") for a in report.archived]
-        rows += [("compress", c["topic_id"], f"importance {c['importance']:.2f}") for c in report.compressed]
-        rows += [("summarise", s["session"], ", ".join(s["keywords"])) for s in report.idle_summaries]
+        rows += [(verb["merge"], m["topic_id"], f"into {m['into']} ({why(m)})") for m in report.merged]
+        rows += [(verb["relate"], r["topic_id"], f"with {r['with']} ({why(r)})") for r in report.related]
+        rows += [(verb["archive"], a["topic_id"], f"{a['reason']} -> {a['to']}") for a in report.archived]
+        rows += [(verb["compress"], c["topic_id"], f"importance {c['importance']:.2f}") for c in report.compressed]
+        rows += [(verb["summarise"], s["session"], ", ".join(s["keywords"])) for s in report.idle_summaries]
         if len(rows) > 1:
             click.echo("\n".join(columns(rows)))
+    counts = [(len(report.merged), "merge", "topic(s)"), (len(report.related), "relate", "pair(s)"),
+              (len(report.archived), "archive", "topic(s)"), (len(report.compressed), "compress", "topic(s)"),
+              (len(report.idle_summaries), "summarise", "idle session(s)")]
+    said = ", ".join(f"{verb[name]} {n} {what}" for n, name, what in counts if n)
     if dry_run:
-        say("memctl: dry run: nothing written")
+        say(f"memctl: review daily: dry run: {said or 'nothing would change'}; nothing written")
+    else:
+        say(f"memctl: review daily: {said or 'nothing changed'}")

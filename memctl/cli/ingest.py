@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from memctl.api.params import INGEST, click_options
@@ -55,6 +57,9 @@ def ingest(memory, file, as_json, **declared):
       memctl ingest --pending --ttl 48 notes.md
       echo '{"text": "Kestrel moves to CockroachDB"}' | memctl ingest --kind memory --supersedes mem-kestrel-db -
     """
+    if file == "-" and sys.stdin.isatty():
+        what = "notes" if declared["kind"] == "memory" or declared["pending"] else "messages"
+        say(f"memctl: reading {what} from the terminal; end with Ctrl-D (or give a FILE)")
     data, source = read_input(file)
 
     def report_noise(outcome, text):
@@ -88,7 +93,7 @@ def ingest(memory, file, as_json, **declared):
 @click.option("--rebuild", is_flag=True, help="Start over instead of updating what changed.")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"units", "added", "changed", "removed", "embedded", "files_read", "rebuilt", '
-                   '"reason"}.')
+                   '"reason", "skipped": ["FILE:LINE: why" of each line passed over]}.')
 @click.pass_obj
 def index(memory, rebuild, as_json):
     """Bring the search index up to date with the store's files.
@@ -105,8 +110,12 @@ def index(memory, rebuild, as_json):
       memctl index
       memctl index --rebuild --json
     """
+    from memctl.index.index import skipped_notes
+
     with progress() as advance:
         report = memory.index(rebuild=rebuild, progress=advance)
+    for note in skipped_notes(report.skipped):
+        say(note)
     if as_json:
         json_lines([report.as_dict()])
     else:

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, read_input, say
+from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, progress, read_input, say
 from memctl.cli.context import scope_options
 from memctl.text.clip import clip
 
@@ -45,9 +45,9 @@ def split(memory, session, system_file, keep_recent, force, dry_run, llm_command
     Exit status: 0 messages were split, 1 nothing needed splitting, 2 error.
     """
     system_text = read_input(system_file)[0].decode("utf-8", errors="replace") if system_file else ""
-    report = memory.topics.split(session, system_text=system_text, keep_recent=keep_recent, force=force,
-                          dry_run=dry_run, llm_command=llm_command, scope=scope,
-                          progress=(lambda text: say(f"memctl: {text}")) if sys.stderr.isatty() else None)
+    with progress() as advance:
+        report = memory.topics.split(session, system_text=system_text, keep_recent=keep_recent, force=force,
+                                     dry_run=dry_run, llm_command=llm_command, scope=scope, progress=advance)
     if not report.assignments:
         say(f"memctl: nothing to split: session {session} context {report.context_tokens} tokens "
             f"(split above {report.threshold}), {report.unsplit} unsplit messages")

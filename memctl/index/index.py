@@ -26,7 +26,7 @@ import shutil
 import sqlite3
 from contextlib import contextmanager
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
@@ -68,6 +68,8 @@ class UpdateReport:
     files_read: int = 0   # source files read: those whose stamps changed, or all of them
     rebuilt: bool = False
     reason: str = ""   # why a rebuild happened: missing, corrupt, model changed, asked
+    # lines of the files read that are no message, "FILE:LINE: why": passed over, not indexed
+    skipped: list[str] = field(default_factory=list)
 
     @property
     def touched(self) -> bool:
@@ -75,6 +77,17 @@ class UpdateReport:
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+SKIPPED_SHOWN = 3  # a file of bad lines is said in a few lines; `memctl health` lists them all
+
+
+def skipped_notes(skipped: list[str]) -> list[str]:
+    """What a person is told of the lines an update passed over: one line each, a few at most."""
+    notes = [f"memctl: skipped {line} (not indexed)" for line in skipped[:SKIPPED_SHOWN]]
+    if len(skipped) > SKIPPED_SHOWN:
+        notes.append(f"memctl: skipped {len(skipped) - SKIPPED_SHOWN} more bad lines; `memctl health` lists them")
+    return notes
 
 
 class Index:
@@ -139,6 +152,9 @@ class Index:
         if say and report.touched:
             what = f"rebuilt the index ({report.reason})" if report.rebuilt else "updated the index"
             say(f"memctl: {what}: {report.added} added, {report.changed} changed, {report.removed} removed")
+        if say:
+            for line in skipped_notes(report.skipped):
+                say(line)
         return report
 
     def _update(self, stamps: dict[str, list[int]], rebuild: bool, progress) -> UpdateReport:
@@ -150,7 +166,7 @@ class Index:
             change = _Change.between(reading.old, reading.units)
             report = UpdateReport(added=change.added, changed=len(change.gone) - change.removed,
                                   removed=change.removed, files_read=reading.files, rebuilt=table is None,
-                                  reason=reason)
+                                  reason=reason, skipped=reading.skipped)
             compact = self._compacts(table, change)
             # A patch writes Tantivy while the model loads and embeds: its commit is mostly
             # waiting for a dozen fsyncs (20 units, 6,000-unit index, a shared disk: 115-145 ms
@@ -215,8 +231,9 @@ class Index:
             partial = self._read_files(table, changed)
             if partial is not None:
                 return partial
-        units, shared_ids = _unique(collect(self.store))
-        return _Reading(units, table.rows() if table is not None else {}, shared_ids, len(stamps))
+        skipped: list[str] = []
+        units, shared_ids = _unique(collect(self.store, skipped))
+        return _Reading(units, table.rows() if table is not None else {}, shared_ids, len(stamps), skipped)
 
     def _read_files(self, table: _Table, names: set[str]) -> _Reading | None:
         """The units of the named files (and of the daily logs their messages affect); None if
@@ -228,7 +245,8 @@ class Index:
         sessions = sorted(name for name in names if name.startswith(sessions_prefix))
         logs = {name for name in names if name.startswith(store.relative(store.daily_dir) + "/")}
         units = list(memory_units(store)) if store.relative(store.memory_md) in names else []
-        messages = list(message_units(store, self._existing(sessions)))
+        skipped: list[str] = []
+        messages = list(message_units(store, self._existing(sessions), skipped=skipped))
         now, before = {u.record_id for u in messages}, table.message_ids(sessions)
         # A daily log's entry is a unit only while no stored message has its id: a new
         # message hides an entry (found through the table), a message gone may uncover
@@ -251,7 +269,8 @@ class Index:
         read = names | logs
         if shared_ids or any(source not in read for source in table.sources_of([u.id for u in units]).values()):
             return None
-        return _Reading(units, table.rows(sorted(read)), False, files=len(self._existing(sorted(read))))
+        return _Reading(units, table.rows(sorted(read)), False, files=len(self._existing(sorted(read))),
+                        skipped=skipped)
 
     def _existing(self, names: list[str]) -> list[Path]:
         return [path for path in (self.store.confine(self.store.root / name) for name in names) if path.exists()]
@@ -447,6 +466,7 @@ class _Reading:
     old: dict[str, tuple[int, str, str]]   # the table's rows of the same files: id -> (row, digest, embed digest)
     shared_ids: bool                       # an id sits in two files
     files: int                             # how many files were read
+    skipped: list[str]                     # lines passed over: "FILE:LINE: why"
 
 
 @dataclass

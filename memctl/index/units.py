@@ -51,11 +51,12 @@ class Unit:
         return hashlib.sha1(orjson.dumps(self.as_record(), option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def collect(store: Store) -> Iterator[Unit]:
-    """Every unit of the store, memories first, in file order."""
+def collect(store: Store, skipped: list[str] | None = None) -> Iterator[Unit]:
+    """Every unit of the store, memories first, in file order; lines of session files passed
+    over go to `skipped` (see iter_messages)."""
     yield from memory_units(store)
     message_ids = set()
-    for unit in message_units(store):
+    for unit in message_units(store, skipped=skipped):
         message_ids.add(unit.record_id)
         yield unit
     # A daily log repeats what users said; only its entries that are not also
@@ -104,11 +105,13 @@ def memory_units(store: Store) -> Iterator[Unit]:
         yield from _chunks(base)
 
 
-def message_units(store: Store, paths: list[Path] | None = None) -> Iterator[Unit]:
-    """The units of the session files (all of them, or the given ones)."""
+def message_units(store: Store, paths: list[Path] | None = None, *,
+                  skipped: list[str] | None = None) -> Iterator[Unit]:
+    """The units of the session files (all of them, or the given ones); lines passed over go to
+    `skipped` (see iter_messages)."""
     previous: dict[Path, tuple[str, str]] = {}  # path -> (id, text) of the last message read
     relative: dict[Path, str] = {}
-    for path, number, message in iter_messages(store, paths):
+    for path, number, message in iter_messages(store, paths, skipped=skipped):
         text = message.get("text")
         if not isinstance(text, str) or not text.strip():
             continue

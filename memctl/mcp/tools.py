@@ -155,7 +155,8 @@ def ingest(memory: Memory, text: str, **declared) -> dict[str, Any]:
     Bring the search index up to date with the store's files. Rarely needed: search
     does it by itself; call it after many writes to make the next search fast, or
     with rebuild=true if results look wrong. Returns {"units", "added", "changed",
-    "removed", "embedded", "rebuilt", "reason"}.
+    "removed", "embedded", "files_read", "rebuilt", "reason", "skipped": ["FILE:LINE:
+    why" of each line of a session file passed over, not a message]}.
     """, rebuild=flag("Start the index over from the files."))
 def index(memory: Memory, rebuild: bool = False) -> dict[str, Any]:
     return memory.index(rebuild=rebuild).as_dict()

@@ -36,14 +36,18 @@ def message_line(message: dict) -> bytes:
     return orjson.dumps(message) + b"\n"
 
 
-def iter_messages(store: Store, paths: list[Path] | None = None) -> Iterator[tuple[Path, int, dict]]:
-    """(file, line, message) for every parseable message of every session (or of the given files)."""
+def iter_messages(store: Store, paths: list[Path] | None = None, *,
+                  skipped: list[str] | None = None) -> Iterator[tuple[Path, int, dict]]:
+    """(file, line, message) for every parseable message of every session (or of the given files);
+    each line passed over goes to `skipped` as "FILE:LINE: why", when it is given."""
     if paths is None:
         paths = store.listing(store.sessions_dir, "*.jsonl")
     for path in paths:
         for line in jsonl.read(path):
             if line.value is not None and isinstance(line.value.get("id"), str):
                 yield path, line.number, line.value
+            elif skipped is not None:
+                skipped.append(f"{store.relative(path)}:{line.number}: {line.problem or 'a message without an id'}")
 
 
 def message_scope(message: dict) -> str:

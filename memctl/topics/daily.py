@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import orjson
 
@@ -111,10 +112,12 @@ def restore_archived(tx, store: Store, query: str, now: str, scope: str | None =
 
 
 def review(store: Store, *, dry_run: bool = False, llm_command: str = "",
-           settings: config.Settings | None = None) -> DailyReport:
+           settings: config.Settings | None = None,
+           progress: Callable[[str, int, int], None] | None = None) -> DailyReport:
     """The review in one Transaction; with an LLM command the merges, related links and compressed
     summaries come from it, and a bad answer raises LLMAnswerError with nothing written. `settings`:
-    the store's, as its Memory loaded them (else read from memctl.toml)."""
+    the store's, as its Memory loaded them (else read from memctl.toml). `progress(stage, done,
+    total)` hears how far the built-in steps are (`done` counted since its last call)."""
     from memctl.topics import llm
 
     every = settings or config.load(store.config_file)
@@ -139,7 +142,7 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "",
                     merges += [(gone, keep, {"reason": why}) for gone, keep, why in found[0]]
                     related += [(one, other, {"reason": why}) for one, other, why in found[1]]
                 else:
-                    found = _similar_pairs(store, group, every.embedding)
+                    found = _similar_pairs(store, group, every.embedding, progress)
                     merges += found[0]
                     related += found[1]
             for gone, keep, detail in merges:
@@ -180,8 +183,12 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "",
                     [llm.Draft(t.id, t.messages, t.messages, t.header.get("name", ""), t.header.get("summary", ""))
                      for t in compress])
             else:
-                compressed = [(summarise(t.messages, backgrounds[t.scope], budget)[1],
-                               min(1.0, math.log1p(len(t.messages)) / math.log(50))) for t in compress]
+                compressed = []
+                for topic in compress:
+                    compressed.append((summarise(topic.messages, backgrounds[topic.scope], budget)[1],
+                                       min(1.0, math.log1p(len(topic.messages)) / math.log(50))))
+                    if progress:
+                        progress("compressing", 1, len(compress))
             for topic, (summary, importance) in zip(compress, compressed):
                 if topic.id in averages:
                     importance = (importance + averages[topic.id]) / 2
@@ -211,7 +218,8 @@ def _by_scope(live: dict[str, Topic]) -> list[dict[str, Topic]]:
     return [groups[scope] for scope in sorted(groups) if len(groups[scope]) > 1]
 
 
-def _similar_pairs(store: Store, live: dict[str, Topic], embedding: config.Embedding):
+def _similar_pairs(store: Store, live: dict[str, Topic], embedding: config.Embedding,
+                   progress: Callable[[str, int, int], None] | None = None):
     """The built-in review: (merges, related) as (id, other id, detail). Topics whose summary vectors
     have a cosine >= MERGE_SIMILARITY (or the same name) merge, the smaller into the larger; pairs at
     or over RELATED_SIMILARITY, and among the top RELATED_PERCENTILE of the pairs of `live` (one scope's
@@ -221,7 +229,8 @@ def _similar_pairs(store: Store, live: dict[str, Topic], embedding: config.Embed
     from memctl.topics.split import embedder
 
     ids = list(live)
-    vectors = embedder(store, embedding).embed([live[t].header.get("summary", "") for t in ids])
+    step = (lambda n: progress("embedding summaries", n, len(ids))) if progress else None
+    vectors = embedder(store, embedding).embed([live[t].header.get("summary", "") for t in ids], progress=step)
     similarity = vectors @ vectors.T
     pairs = similarity[np.triu_indices(len(ids), 1)]
     related_from = max(RELATED_SIMILARITY, float(np.percentile(pairs, RELATED_PERCENTILE)))

@@ -89,12 +89,13 @@ def context_tokens(system_text: str, topics: dict[str, Topic], unsplit: list[dic
 
 def split(store: Store, session: str, *, system_text: str = "", keep_recent: int | None = None,
           force: bool = False, dry_run: bool = False, choose: Chooser | None = None,
-          describe: Describer | None = None, progress: Callable[[str], None] | None = None,
+          describe: Describer | None = None, progress: Callable[[str, int, int], None] | None = None,
           scope: str | None = None, settings: config.Settings | None = None) -> SplitReport:
     """Split the session if its context is over the threshold (or `force`); `choose` (where messages
     go) and `describe` (names and summaries) are the LLM path, built-in when None. A bad LLM answer
     raises LLMAnswerError and nothing is written. `scope`: the session must be in it. `settings`:
-    the store's, as its Memory loaded them (else read from memctl.toml)."""
+    the store's, as its Memory loaded them (else read from memctl.toml). `progress(stage, done,
+    total)` hears how far the built-in steps are (`done` counted since its last call)."""
     from memctl.topics.llm import LLMAnswerError
 
     every = settings or config.load(store.config_file)
@@ -115,21 +116,22 @@ def split(store: Store, session: str, *, system_text: str = "", keep_recent: int
         older = unsplit[:len(unsplit) - keep] if keep else unsplit
         if not older:
             return report
-        if progress:
-            progress(f"splitting {len(older)} messages of session {session}")
         try:
-            chosen = (choose or builtin_chooser(store, every.embedding))(older, topics)
-            _apply(tx, store, settings, older, chosen, topics, report, describe, session_in)
+            chosen = (choose or builtin_chooser(store, every.embedding, progress))(older, topics)
+            _apply(tx, store, settings, older, chosen, topics, report, describe, session_in, progress)
         except LLMAnswerError as exc:  # the transaction rolls back what was written
             raise LLMAnswerError(f"{exc}; nothing was split") from None
     return report
 
 
-def builtin_chooser(store: Store, embedding: config.Embedding | None = None) -> Chooser:
+def builtin_chooser(store: Store, embedding: config.Embedding | None = None,
+                    progress: Callable[[str, int, int], None] | None = None) -> Chooser:
     def choose(messages: list[dict], topics: dict[str, Topic]) -> list[Choice]:
         known = [t for t in topics.values() if t.state != "archived" and t.messages]
         model = embedder(store, embedding)
-        vectors = model.embed([m.get("text", "") for m in messages] + [t.header.get("summary", "") for t in known])
+        texts = [m.get("text", "") for m in messages] + [t.header.get("summary", "") for t in known]
+        # embedding is most of a long split's time (3,180 messages: most of 52 s)
+        vectors = model.embed(texts, progress=(lambda n: progress("embedding", n, len(texts))) if progress else None)
         evidence = []
         for row, topic in enumerate(known, len(messages)):
             item = segment.TopicEvidence(key=topic.id)
@@ -143,13 +145,16 @@ def builtin_chooser(store: Store, embedding: config.Embedding | None = None) -> 
     return choose
 
 
-def builtin_describer(background: Background, budget: int) -> Describer:
+def builtin_describer(background: Background, budget: int,
+                      progress: Callable[[str, int, int], None] | None = None) -> Describer:
     """Extractive summaries (summary.py); a topic keeps the name it was given when it opened."""
     def describe(drafts: list[Draft]) -> list[tuple[str, str]]:
         described = []
         for draft in drafts:
             found, summary = summarise(draft.messages, background, budget)
             described.append((draft.name or found, summary))
+            if progress:
+                progress("summarising", 1, len(drafts))
         return described
 
     return describe
@@ -164,7 +169,8 @@ def embedder(store: Store, embedding: config.Embedding | None = None):
 
 
 def _apply(tx, store: Store, settings: config.Topics, messages: list[dict], chosen: list[Choice],
-           topics: dict[str, Topic], report: SplitReport, describe: Describer | None, scope: str) -> None:
+           topics: dict[str, Topic], report: SplitReport, describe: Describer | None, scope: str,
+           progress: Callable[[str, int, int], None] | None = None) -> None:
     """Write the choice: `chosen` gives per message an existing topic id or a new-topic key (and maybe a name).
     `topics` are those of `scope`, the session's; every topic written is marked with it."""
     now = clock.format_ts(clock.now())
@@ -190,7 +196,7 @@ def _apply(tx, store: Store, settings: config.Topics, messages: list[dict], chos
         added.setdefault(topic.id, []).append(topicfile.record(message))
         report.assignments.append(Assignment(message["id"], topic.id, action))
     describe = describe or builtin_describer(background_of(t.messages for t in topics.values()),
-                                             settings.summary_bytes)
+                                             settings.summary_bytes, progress)
     described = describe([Draft(tid, topics[tid].messages, topics[tid].messages if tid in fresh else new,
                                 topics[tid].header.get("name", ""), given.get(tid) or topics[tid].header.get("summary", ""))
                           for tid, new in added.items()])
