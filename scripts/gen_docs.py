@@ -26,7 +26,8 @@ from memctl.cli import cli
 
 REPO = Path(__file__).resolve().parent.parent
 SHELLS = {"bash": "memctl.bash", "zsh": "_memctl", "fish": "memctl.fish"}
-COGGED = [REPO / "docs" / "cli.md"]  # files whose cog blocks print the commands' help
+# files whose cog blocks print from the code
+COGGED = [REPO / "docs" / "cli.md", REPO / "docs" / "api.md", REPO / "README.md"]
 
 
 def cli_reference(command: click.Command = cli, parent: click.Context | None = None, name: str = "memctl") -> str:
@@ -40,6 +41,21 @@ def cli_reference(command: click.Command = cli, parent: click.Context | None = N
             if not sub.hidden:
                 out += cli_reference(sub, ctx, sub_name)
     return out
+
+
+def mcp_tools() -> str:
+    """Markdown of the MCP server's tools, from its one table (memctl/mcp/tools.py)."""
+    from memctl.mcp.tools import TOOLS, summary
+
+    rows = "".join(f"| `{name}` | {summary(one)} |\n" for name, one in TOOLS.items())
+    return f"| tool ({len(TOOLS)}) | what it does |\n| --- | --- |\n{rows}"
+
+
+def mcp_tool_names() -> str:
+    """The MCP server's tools as one line of names, from its table."""
+    from memctl.mcp.tools import TOOLS
+
+    return ", ".join(f"`{name}`" for name in TOOLS) + f" ({len(TOOLS)} tools).\n"
 
 
 def run_cog(*options: str) -> int:

@@ -72,3 +72,127 @@ def test_plain_text_and_json_exports_repeat_without_growing(run, store_dir, tmp_
     text.write_text("lunch with the Kestrel team on Friday\nlunch with the Kestrel team on Friday\n")
     assert len(set(run("ingest", str(text)).stdout.split())) == 2
     assert run("ingest", str(text)).stdout == b""
+
+
+# -- chat exports -------------------------------------------------------------------------------
+def chatgpt_node(node_id, parent, children, role=None, text=None, at=None, **extra):
+    message = None
+    if role is not None:
+        message = {"id": node_id, "author": {"role": role, "name": None, "metadata": {}}, "create_time": at,
+                   "update_time": None, "content": {"content_type": extra.pop("content_type", "text"),
+                                                    "parts": [text] if isinstance(text, str) else text},
+                   "status": "finished_successfully", "weight": 1.0, "metadata": extra.pop("metadata", {}),
+                   "recipient": "all"}
+    return node_id, {"id": node_id, "message": message, "parent": parent, "children": children}
+
+
+def chatgpt_export(extra_turn: bool = False) -> list[dict]:
+    """Two conversations as ChatGPT's conversations.json holds them: trees of nodes, one with an
+    edited prompt (the first wording stays in the tree, off the branch the user saw last)."""
+    trip = dict([
+        chatgpt_node("root-1", None, ["sys-1"]),
+        chatgpt_node("sys-1", "root-1", ["u-1"], "system", "", 1731916800.0,
+                     metadata={"is_visually_hidden_from_conversation": True}),
+        chatgpt_node("u-1", "sys-1", ["a-1"], "user", "Plan a two-day trip to Tainan for the first weekend of December",
+                     1731916801.2),
+        chatgpt_node("a-1", "u-1", ["u-2", "u-2b"], "assistant",
+                     "Day one: Anping Old Fort and the canal; day two: Chihkan Tower and the night market.",
+                     1731916805.9),
+        chatgpt_node("u-2", "a-1", ["a-2"], "user", "Make it cheaper please", 1731917000.0),
+        chatgpt_node("a-2", "u-2", [], "assistant", "Take the local train instead of the high-speed rail.",
+                     1731917004.0),
+        chatgpt_node("u-2b", "a-1", ["t-2b"], "user", "Can we add a beach day near Tainan instead?", 1731917100.0),
+        chatgpt_node("t-2b", "u-2b", ["a-2b"], "tool", "search results: Yuguang Island beach", 1731917101.0),
+        chatgpt_node("a-2b", "t-2b", ["img-1"], "assistant",
+                     "Yuguang Island has a quiet beach twenty minutes from the old town.", 1731917106.0),
+        # a photo sent without words: nothing to read
+        chatgpt_node("img-1", "a-2b", [], "user", [{"content_type": "image_asset_pointer", "asset_pointer": "file-x"}],
+                     1731917200.0, content_type="multimodal_text"),
+    ])
+    current = "img-1"
+    if extra_turn:
+        trip["img-1"]["children"] = ["u-3"]
+        trip.update(dict([chatgpt_node("u-3", "img-1", [], "user", "Book the Saturday train at nine", 1731920000.0)]))
+        current = "u-3"
+    return [
+        {"title": "Tainan weekend", "create_time": 1731916800.0, "update_time": 1731917106.0, "mapping": trip,
+         "moderation_results": [], "current_node": current, "conversation_id": "6740c0de-trip", "id": "6740c0de-trip"},
+        {"title": "Sourdough", "create_time": 1732000000.0, "update_time": 1732000030.0, "mapping": dict([
+            chatgpt_node("root-2", None, ["u-9"]),
+            chatgpt_node("u-9", "root-2", ["a-9"], "user", "Why did my sourdough come out flat?", 1732000000.0),
+            chatgpt_node("a-9", "u-9", [], "assistant", "The starter was probably past its peak; feed it 4 hours "
+                         "before mixing.", 1732000030.0)]),
+         "current_node": "a-9", "conversation_id": "6741aaaa-bread", "id": "6741aaaa-bread"},
+    ]
+
+
+def test_a_chatgpt_export_stores_the_branch_the_user_saw_and_again_only_what_is_new(run, store_dir, tmp_path):
+    export = tmp_path / "conversations.json"
+    export.write_bytes(orjson.dumps(chatgpt_export()))  # auto: the file's first conversation says which export
+    first = run("ingest", str(export))
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.decode().split() == ["u-1", "a-1", "u-2b", "a-2b", "u-9", "a-9"]
+    trip = session_lines(store_dir, "chatgpt-6740c0de-trip")
+    assert [(m["id"], m["role"]) for m in trip] == [("u-1", "user"), ("a-1", "assistant"), ("u-2b", "user"),
+                                                   ("a-2b", "assistant")]
+    assert trip[0]["ts"] == "2024-11-18T08:00:01.200000Z"
+    assert trip[2]["text"] == "Can we add a beach day near Tainan instead?"
+    assert len(session_lines(store_dir, "chatgpt-6741aaaa-bread")) == 2
+    assert run("ingest", str(export)).stdout == b""
+    export.write_bytes(orjson.dumps(chatgpt_export(extra_turn=True)))
+    later = run("ingest", "--format", "chatgpt", str(export))
+    assert later.stdout.decode().split() == ["u-3"]
+    found = run("search", "--mode", "bm25", "beach near Tainan")
+    assert b"chatgpt-6740c0de-trip" in found.stdout
+
+
+def claude_export() -> list[dict]:
+    account = {"uuid": "acc-7f3e"}
+    return [
+        {"uuid": "conv-41b2", "name": "Kestrel migration", "created_at": "2026-10-02T09:14:03.511204Z",
+         "updated_at": "2026-10-02T09:20:44.100000Z", "account": account, "chat_messages": [
+             {"uuid": "msg-41b2-1", "text": "Should Kestrel move from MySQL to PostgreSQL?",
+              "content": [{"type": "text", "text": "Should Kestrel move from MySQL to PostgreSQL?"}],
+              "sender": "human", "created_at": "2026-10-02T09:14:03.511204Z",
+              "updated_at": "2026-10-02T09:14:03.511204Z", "attachments": [], "files": []},
+             {"uuid": "msg-41b2-2", "text": "",
+              "content": [{"type": "text", "text": "Yes: JSONB covers the recipe metadata you keep as blobs."},
+                          {"type": "tool_use", "name": "web_search", "input": {"query": "jsonb"}}],
+              "sender": "assistant", "created_at": "2026-10-02T09:14:19.002000Z",
+              "updated_at": "2026-10-02T09:14:19.002000Z", "attachments": [], "files": []},
+             {"uuid": "msg-41b2-3", "text": "", "content": [], "sender": "human",
+              "created_at": "2026-10-02T09:15:00.000000Z", "updated_at": "2026-10-02T09:15:00.000000Z",
+              "attachments": [], "files": [{"file_name": "schema.png"}]},
+         ]},
+        {"uuid": "conv-52c3", "name": "", "created_at": "2026-10-05T18:00:00.000000Z",
+         "updated_at": "2026-10-05T18:00:00.000000Z", "account": account, "chat_messages": []},
+    ]
+
+
+def test_a_claude_export_stores_each_conversation_as_a_session_once(run, store_dir, tmp_path):
+    export = tmp_path / "conversations.json"
+    export.write_bytes(orjson.dumps(claude_export(), option=orjson.OPT_INDENT_2))
+    first = run("ingest", "--format", "claude", str(export))
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.decode().split() == ["msg-41b2-1", "msg-41b2-2"]
+    stored = session_lines(store_dir, "claude-conv-41b2")
+    assert [(m["role"], m["ts"]) for m in stored] == [("user", "2026-10-02T09:14:03.511204Z"),
+                                                     ("assistant", "2026-10-02T09:14:19.002000Z")]
+    assert stored[1]["text"] == "Yes: JSONB covers the recipe metadata you keep as blobs."
+    again = run("ingest", str(export))  # auto-detected
+    assert (again.returncode, again.stdout) == (0, b"") and b"2 already stored" in again.stderr
+
+
+def test_an_export_that_is_not_one_is_refused_with_the_line(run, store_dir, tmp_path):
+    export = tmp_path / "conversations.json"
+    broken = claude_export()
+    del broken[1]["chat_messages"]
+    export.write_bytes(orjson.dumps(broken, option=orjson.OPT_INDENT_2))
+    refused = run("ingest", "--format", "claude", str(export))
+    assert refused.returncode == 2 and not store_dir.exists()
+    line = refused.stderr.decode().strip()
+    assert line.startswith(f"memctl: error: {export}:") and "chat_messages" in line
+    notes = run("ingest", "--format", "chatgpt", "--kind", "memory", str(export))
+    assert notes.returncode == 2 and b"holds messages" in notes.stderr
+    plain = run("ingest", "--format", "chatgpt", "-", input='[{"role": "user", "content": "hello there, friend"}]')
+    assert plain.returncode == 2 and b"mapping" in plain.stderr

@@ -252,7 +252,7 @@ def test_thresholds_come_from_memctl_toml(run, aged_store):
 
 def test_review_on_a_missing_store_creates_nothing(run, tmp_path):
     nowhere = tmp_path / "nowhere"
-    assert run("review", "lifecycle", store=nowhere).returncode == 0
+    assert run("review", "lifecycle", store=nowhere).returncode == 2  # a cron line naming the wrong store fails
     assert run("review", "pending", store=nowhere).returncode == 2  # a read of no store: an error, not "none"
     assert run("review", "confirm", "x", store=nowhere).returncode == 2
     assert run("review", "reject", "x", store=nowhere).returncode == 2

@@ -148,8 +148,9 @@ DRY_RUN = Param("dry_run", "Check and report what would happen; write nothing.",
                 flags=("-n", "--dry-run"))
 SCOPE_NAMES = "user:<name>, project:<name>, lang:<name> or global"
 INGEST = (
-    Param("fmt", "How to read the input; auto goes by the file name, then by the content.", default="auto",
-          choices=("auto", "jsonl", "json", "md", "text"), key="format", flags=("-f", "--format")),
+    Param("fmt", "How to read the input; auto goes by the file name, then by the content. chatgpt, claude: "
+          "the conversations.json of a ChatGPT or Claude data export (a session a conversation).", default="auto",
+          choices=("auto", "jsonl", "json", "md", "text", "chatgpt", "claude"), key="format", flags=("-f", "--format")),
     Param("kind", "message: chat messages into sessions/ and the daily log. memory: notes into MEMORY.md. "
           "auto: memory for Markdown and pending input, else message.", default="auto",
           choices=("auto", "message", "memory")),

@@ -25,6 +25,9 @@ def ingest(memory, file, as_json, **declared):
     file, line and field, and the store is left as it was. Prints the id of
     each stored record, one a line. Records with an id already in the store
     and the same text are skipped; the same id with other text is an error.
+    A record without an id gets one from its content (and time, or its place
+    among equal messages), so the same export imported twice stores nothing
+    new.
 
     \b
     Accepted input:
@@ -33,6 +36,8 @@ def ingest(memory, file, as_json, **declared):
                      or a session object {"ID", "Messages": [...], "LastUpdate"}
       Markdown       notes in MEMORY.md form (sections are headings)
       text           one message a line; with --kind memory, one note a paragraph
+      chatgpt        ChatGPT's conversations.json (a data export): a session a conversation
+      claude         Claude's conversations.json (a data export): a session a conversation
     Notes may carry section and the schema fields summary, memory_class,
     scope, canonical_topic, supersedes, status, claims, is_core,
     enforcement_level, user_weight, importance, created_at.
@@ -53,6 +58,7 @@ def ingest(memory, file, as_json, **declared):
       memctl ingest chat.jsonl
       memctl ingest --session telegram_42 -f json history.json
       memctl ingest --scope user:alice --session alice alice.jsonl
+      memctl ingest ~/Downloads/chatgpt-export/conversations.json
       echo '{"text": "Prefers tea", "section": "About me"}' | memctl ingest --kind memory -
       memctl ingest --pending --ttl 48 notes.md
       echo '{"text": "Kestrel moves to CockroachDB"}' | memctl ingest --kind memory --supersedes mem-kestrel-db -

@@ -138,6 +138,9 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
 def _items(text: str, source: str, fmt: str, kind: str, session: str | None, scope: str | None,
            section: str | None, settings: config.Ingest, warnings: list[str]) -> list[tuple[int, dict, str | None]]:
     """(line, message or note, role) for every record of the input, each checked."""
+    if fmt in ("chatgpt", "claude") and kind != "message":
+        raise InputError(f"a {fmt} export holds messages; ingest it without --kind memory or --pending",
+                         source=source)
     if kind == "message":
         if fmt == "md":
             raise InputError("a Markdown file holds notes; use --kind memory (or no --kind)", source=source)
@@ -242,6 +245,10 @@ def _records(text: str, source: str, fmt: str, by: str) -> list[jsonl.Record]:
         return inputs.read_json(text, source)
     if fmt == "text":
         return inputs.read_text(text, by)
+    if fmt == "chatgpt":
+        return inputs.read_chatgpt(text, source)
+    if fmt == "claude":
+        return inputs.read_claude(text, source)
     raise InputError(f"unknown format '{fmt}'; use one of {', '.join(inputs.FORMATS)}", source=source)
 
 

@@ -4,12 +4,16 @@ Every record keeps the line it came from, so that any error names the file,
 the line and the field at fault (C5). Formats: JSON lines; a JSON document
 (a list of messages, an OpenAI-style list of {role, content}, one message, or
 a session object like PCAI's {"ID", "Messages": [...], "LastUpdate"}); a
-Markdown notes file in MEMORY.md form; plain text.
+Markdown notes file in MEMORY.md form; plain text; and the chat exports people
+download: ChatGPT's and Claude's conversations.json (read_chatgpt, read_claude),
+each conversation a session, each message keeping the export's own id, so that
+importing the next export again stores only what is new.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
@@ -17,7 +21,10 @@ import orjson
 from memctl.errors import InputError
 from memctl.store.jsonl import MAX_DEPTH, Record, checked_record, json_type
 
-FORMATS = ("auto", "jsonl", "json", "md", "text")
+FORMATS = ("auto", "jsonl", "json", "md", "text", "chatgpt", "claude")
+# The keys that open a conversation of each export (a key: not inside a string, where quotes are escaped).
+_EXPORT_KEYS = {"chatgpt": re.compile(r'(?<!\\)"mapping"\s*:\s*\{'),
+                "claude": re.compile(r'(?<!\\)"chat_messages"\s*:\s*\[')}
 _SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
                    ".md": "md", ".markdown": "md", ".txt": "text"}
 _SESSION_KEYS = ("messages", "Messages")
@@ -46,10 +53,10 @@ def detect_format(text: str, source: str) -> str:
     """The format of an input, from its file name or else its first characters."""
     for suffix, fmt in _SUFFIX_FORMATS.items():
         if source.lower().endswith(suffix):
-            return fmt
+            return (export_format(text.lstrip()) or fmt) if fmt == "json" else fmt
     head = text.lstrip()
     if head.startswith("["):
-        return "json"
+        return export_format(head) or "json"
     if head.startswith("{"):
         first_line = head.split("\n", 1)[0].strip()
         try:  # one object per line is JSON lines; an object spread over lines is JSON
@@ -60,6 +67,118 @@ def detect_format(text: str, source: str) -> str:
     if head.startswith("#") or head.startswith("<!-- memory"):
         return "md"
     return "text"
+
+
+def export_format(head: str) -> str | None:
+    """chatgpt or claude when a JSON list opens like that export's conversations.json."""
+    if not head.startswith("["):
+        return None
+    start = head[:4096]
+    for fmt, key in _EXPORT_KEYS.items():
+        if key.search(start):
+            return fmt
+    return None
+
+
+def read_chatgpt(text: str, source: str) -> list[Record]:
+    """Messages of ChatGPT's conversations.json: a list of conversations, each a tree of nodes
+    ("mapping": id -> {"message", "parent", "children"}) of which "current_node" ends the branch
+    the user last saw (an edited prompt leaves the old branch beside it). That branch is read,
+    root first; the user's and the assistant's text messages are kept (content.parts that are
+    text), system and tool messages and those hidden from the conversation are not."""
+    records = []
+    for conversation in _conversations(text, source, "mapping"):
+        value, line = conversation.value, conversation.line
+        mapping = value["mapping"]
+        if not isinstance(mapping, dict):
+            raise InputError("must be an object of nodes", source=source, line=line, field="mapping")
+        session = _export_session("chatgpt", value.get("conversation_id") or value.get("id"), source, line)
+        node_id = value.get("current_node")
+        if node_id is None:  # no branch marked: the last leaf written
+            leaves = [k for k, n in mapping.items() if isinstance(n, dict) and not n.get("children")]
+            node_id = leaves[-1] if leaves else None
+        branch, seen = [], set()
+        while node_id is not None and node_id not in seen:
+            seen.add(node_id)
+            node = mapping.get(node_id)
+            if not isinstance(node, dict):
+                raise InputError(f"names node {node_id!r:.60}, which the mapping lacks", source=source, line=line,
+                                 field="mapping")
+            branch.append(node)
+            node_id = node.get("parent")
+        for node in reversed(branch):
+            message = node.get("message")
+            if not isinstance(message, dict):
+                continue
+            role = (message.get("author") or {}).get("role")
+            content = message.get("content") or {}
+            metadata = message.get("metadata") or {}
+            if role not in ("user", "assistant") or metadata.get("is_visually_hidden_from_conversation"):
+                continue
+            parts = content.get("parts") if isinstance(content, dict) else None
+            text_parts = [p for p in parts or [] if isinstance(p, str) and p.strip()]
+            if not text_parts:
+                continue  # an image, a file, a tool call: nothing to read
+            record = {"id": message.get("id") or node.get("id"), "session": session, "role": role,
+                      "text": "\n".join(text_parts)}
+            if message.get("create_time") is not None:
+                record["ts"] = message["create_time"]
+            records.append(Record(line, record))
+    return records
+
+
+def read_claude(text: str, source: str) -> list[Record]:
+    """Messages of Claude's conversations.json: a list of conversations, each with its
+    "chat_messages" in order ({"uuid", "sender": "human"|"assistant", "text", "content",
+    "created_at"}); the text is "text", else the content's text blocks."""
+    records = []
+    for conversation in _conversations(text, source, "chat_messages"):
+        value, line = conversation.value, conversation.line
+        session = _export_session("claude", value.get("uuid"), source, line)
+        messages = value["chat_messages"]
+        if not isinstance(messages, list):
+            raise InputError("must be a list of messages", source=source, line=line, field="chat_messages")
+        for message in messages:
+            if not isinstance(message, dict):
+                raise InputError(f"expected message objects, got {json_type(message)}", source=source, line=line,
+                                 field="chat_messages")
+            sender = message.get("sender")
+            role = {"human": "user", "assistant": "assistant"}.get(sender)
+            if role is None:
+                continue
+            body = message.get("text")
+            if not isinstance(body, str) or not body.strip():
+                blocks = message.get("content") if isinstance(message.get("content"), list) else []
+                body = "\n".join(b["text"] for b in blocks
+                                 if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
+            if not body.strip():
+                continue  # attachments only
+            record = {"id": message.get("uuid"), "session": session, "role": role, "text": body}
+            if record["id"] is None:
+                del record["id"]
+            if message.get("created_at") is not None:
+                record["ts"] = message["created_at"]
+            records.append(Record(line, record))
+    return records
+
+
+def _conversations(text: str, source: str, key: str) -> list[Record]:
+    """The conversations of an export: a JSON list of objects, each with `key`."""
+    if not text.lstrip().startswith("["):
+        raise InputError("expected the export's list of conversations ([...])", source=source, line=1)
+    conversations = read_json(text, source)
+    for conversation in conversations:
+        if key not in conversation.value:
+            raise InputError(f"a conversation without '{key}': not this export's conversations.json",
+                             source=source, line=conversation.line, field=key)
+    return conversations
+
+
+def _export_session(export: str, conversation_id: Any, source: str, line: int) -> str:
+    """The session of an exported conversation: the export's name and the conversation's id."""
+    if not isinstance(conversation_id, str) or not conversation_id:
+        raise InputError("a conversation without its id", source=source, line=line, field="id")
+    return f"{export}-{conversation_id}"[:128]
 
 
 def read_json(text: str, source: str) -> list[Record]:

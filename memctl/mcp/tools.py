@@ -11,6 +11,7 @@ the `--json` schema of the matching command, with lists under a named key.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -378,3 +379,10 @@ def topics_show(memory: Memory, id: str, session: str | None = None, scope: str 
     """, dry_run=DRY_RUN)
 def review_daily(memory: Memory, dry_run: bool = False) -> dict[str, Any]:
     return memory.review.daily(dry_run=dry_run).as_dict()
+
+
+def summary(one: Tool) -> str:
+    """The first sentence of a tool's description: what the docs' list of tools says of it."""
+    text = " ".join(one.description.split())
+    end = re.search(r"[.?](\s|$)", text)
+    return text if end is None else text[:end.start() + 1]
