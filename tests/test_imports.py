@@ -82,7 +82,7 @@ def chatgpt_node(node_id, parent, children, role=None, text=None, at=None, **ext
                    "update_time": None, "content": {"content_type": extra.pop("content_type", "text"),
                                                     "parts": [text] if isinstance(text, str) else text},
                    "status": "finished_successfully", "weight": 1.0, "metadata": extra.pop("metadata", {}),
-                   "recipient": "all"}
+                   "recipient": "web" if node_id.startswith("c-") else "all"}  # c-: a call to a tool
     return node_id, {"id": node_id, "message": message, "parent": parent, "children": children}
 
 
@@ -101,8 +101,9 @@ def chatgpt_export(extra_turn: bool = False) -> list[dict]:
         chatgpt_node("u-2", "a-1", ["a-2"], "user", "Make it cheaper please", 1731917000.0),
         chatgpt_node("a-2", "u-2", [], "assistant", "Take the local train instead of the high-speed rail.",
                      1731917004.0),
-        chatgpt_node("u-2b", "a-1", ["t-2b"], "user", "Can we add a beach day near Tainan instead?", 1731917100.0),
-        chatgpt_node("t-2b", "u-2b", ["a-2b"], "tool", "search results: Yuguang Island beach", 1731917101.0),
+        chatgpt_node("u-2b", "a-1", ["c-2b"], "user", "Can we add a beach day near Tainan instead?", 1731917100.0),
+        chatgpt_node("c-2b", "u-2b", ["t-2b"], "assistant", 'search("beaches near Tainan")', 1731917100.5),
+        chatgpt_node("t-2b", "c-2b", ["a-2b"], "tool", "search results: Yuguang Island beach", 1731917101.0),
         chatgpt_node("a-2b", "t-2b", ["img-1"], "assistant",
                      "Yuguang Island has a quiet beach twenty minutes from the old town.", 1731917106.0),
         # a photo sent without words: nothing to read

@@ -53,10 +53,10 @@ def detect_format(text: str, source: str) -> str:
     """The format of an input, from its file name or else its first characters."""
     for suffix, fmt in _SUFFIX_FORMATS.items():
         if source.lower().endswith(suffix):
-            return (export_format(text.lstrip()) or fmt) if fmt == "json" else fmt
+            return (export_format(text) or fmt) if fmt == "json" else fmt
     head = text.lstrip()
     if head.startswith("["):
-        return export_format(head) or "json"
+        return export_format(text) or "json"
     if head.startswith("{"):
         first_line = head.split("\n", 1)[0].strip()
         try:  # one object per line is JSON lines; an object spread over lines is JSON
@@ -69,11 +69,11 @@ def detect_format(text: str, source: str) -> str:
     return "text"
 
 
-def export_format(head: str) -> str | None:
+def export_format(text: str) -> str | None:
     """chatgpt or claude when a JSON list opens like that export's conversations.json."""
-    if not head.startswith("["):
+    start = text[:8192].lstrip()
+    if not start.startswith("["):
         return None
-    start = head[:4096]
     for fmt, key in _EXPORT_KEYS.items():
         if key.search(start):
             return fmt
@@ -85,7 +85,8 @@ def read_chatgpt(text: str, source: str) -> list[Record]:
     ("mapping": id -> {"message", "parent", "children"}) of which "current_node" ends the branch
     the user last saw (an edited prompt leaves the old branch beside it). That branch is read,
     root first; the user's and the assistant's text messages are kept (content.parts that are
-    text), system and tool messages and those hidden from the conversation are not."""
+    text), system and tool messages, the assistant's calls to tools and what is hidden from
+    the conversation are not."""
     records = []
     for conversation in _conversations(text, source, "mapping"):
         value, line = conversation.value, conversation.line
@@ -113,7 +114,8 @@ def read_chatgpt(text: str, source: str) -> list[Record]:
             role = (message.get("author") or {}).get("role")
             content = message.get("content") or {}
             metadata = message.get("metadata") or {}
-            if role not in ("user", "assistant") or metadata.get("is_visually_hidden_from_conversation"):
+            if (role not in ("user", "assistant") or metadata.get("is_visually_hidden_from_conversation")
+                    or message.get("recipient", "all") != "all"):  # not to a tool (a search, code) either
                 continue
             parts = content.get("parts") if isinstance(content, dict) else None
             text_parts = [p for p in parts or [] if isinstance(p, str) and p.strip()]
