@@ -18,9 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +81,8 @@ def server_entry(store: Path) -> dict[str, Any]:
 def install(client: str, store: Path, *, name: str = "memctl", force: bool = False, dry_run: bool = False,
             home: Path | None = None) -> Setup:
     """Add (or with `force`, replace) server `name` for `store` in `client`'s config."""
+    import shutil  # imported here: `memctl --help` loads this module for the client names only
+
     if not SERVER_NAME.fullmatch(name):
         raise InputError(f"must be 1-64 letters, digits, - or _, got {name!r:.80}", source="--name")
     path = config_path(client, home)
@@ -160,6 +160,8 @@ def _merged_toml(old: str, source: str, name: str, entry: dict[str, Any], force:
     """Codex's config.toml with the [mcp_servers.<name>] table. No TOML writer is needed: the
     table is appended, or its lines replaced, and the result is parsed again to prove that
     everything else in the file reads as it did."""
+    import tomllib
+
     try:
         before = tomllib.loads(old)
     except tomllib.TOMLDecodeError as exc:
