@@ -18,13 +18,13 @@ def json_lines(rows) -> None:
     sys.stdout.flush()
 
 
+QUIET_KEY = "memctl.quiet"  # in the run's click meta when -q/--quiet was given
+
+
 def quiet() -> bool:
-    """Whether this run has --quiet (-q): see `quiet_option` in memctl/cli/__init__.py."""
+    """Whether this run has --quiet (-q): see `with_quiet` in memctl/cli/__init__.py."""
     ctx = click.get_current_context(silent=True)
     return ctx is not None and ctx.meta.get(QUIET_KEY, False)
-
-
-QUIET_KEY = "memctl.quiet"
 
 
 def say(message: str) -> None:
