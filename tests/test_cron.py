@@ -193,3 +193,28 @@ def test_quiet_silences_data_and_notes_but_not_errors(run):
     assert one_line(bad.stderr).startswith("memctl: error: <stdin>:1")
     usage = run("review", "lifecycle", "-q", "--no-such-option")
     assert usage.returncode == 2 and one_line(usage.stderr).startswith("memctl: error: ")
+
+
+def test_quiet_silences_what_else_prints_on_stderr_but_not_the_failure(run, store_dir):
+    line = '{"role": "user", "content": "Mei moved to Taipei last spring"}\n'
+    assert run("ingest", "-", input=line).returncode == 0
+    (store_dir / "memctl.toml").write_text('[topics]\nllm_command = "./not-from-a-store"\n')
+    (store_dir / "memctl.toml").chmod(0o600)
+    loud = run("review", "daily", "--dry-run")
+    assert b"is ignored: a store may not name a program" in loud.stderr  # a settings note, printed directly
+    quiet = run("-q", "review", "daily", "--dry-run")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, b"", b"")
+    with open(store_dir / "sessions" / "default.jsonl", "ab") as f:
+        f.write(b"{cut\n")
+    failed = run("-q", "health")
+    assert failed.returncode == 1
+    assert one_line(failed.stderr).startswith(
+        "memctl: health: 1 error(s), 1 warning(s); first: sessions/default.jsonl:2")
+
+
+def test_quiet_asks_no_question_it_could_not_show(run):
+    assert run("ingest", "-", input='{"role": "user", "content": "Mei moved to Taipei last spring"}\n').returncode == 0
+    refused = run("-q", "state", "reset")
+    assert refused.returncode == 2
+    assert one_line(refused.stderr) == "memctl: error: state reset: --quiet asks nothing; pass --yes to confirm"
+    assert run("-q", "state", "reset", "--yes").returncode == 0

@@ -25,7 +25,8 @@ import click  # noqa: E402
 import importlib  # noqa: E402
 
 from memctl import __version__  # noqa: E402
-from memctl.cli.output import EXIT_ERROR, EXIT_NOTHING, EXIT_OK, QUIET_KEY, alert, quiet, say  # noqa: E402
+from memctl.cli.output import (EXIT_ERROR, EXIT_NOTHING, EXIT_OK, QUIET_KEY, STDERR_KEY, alert, quiet,  # noqa: E402
+                               say)
 
 # Command -> (module, attribute). A command's module is imported only when that command
 # runs or a help lists it: importing all eleven cost every call about 8 ms
@@ -57,8 +58,9 @@ _STDOUT_KEPT = {"mcp"}
 
 def with_quiet(command: click.Command) -> click.Command:
     """Give `command` (and every subcommand of a group) -q/--quiet: one option for all of them,
-    declared here, so no command can lack it. Under it the command's stdout goes nowhere and
-    `say` is silent; errors and `alert` still reach stderr."""
+    declared here, so no command can lack it. Under it the command's stdout and stderr go
+    nowhere (whatever prints there: a note of a library, of the settings, of a model's first
+    export); errors and `alert` still reach the real stderr."""
     if getattr(command, "_memctl_quiet", False):
         return command
     command._memctl_quiet = True
@@ -68,7 +70,10 @@ def with_quiet(command: click.Command) -> click.Command:
         def run(*args, **kwargs):
             if not quiet():
                 return body(*args, **kwargs)
-            with open(os.devnull, "w") as nowhere, contextlib.redirect_stdout(nowhere):
+            ctx = click.get_current_context()
+            ctx.meta.setdefault(STDERR_KEY, sys.stderr)
+            with open(os.devnull, "w") as nowhere, contextlib.redirect_stdout(nowhere), \
+                    contextlib.redirect_stderr(nowhere):
                 return body(*args, **kwargs)
 
         command.callback = functools.update_wrapper(run, body)

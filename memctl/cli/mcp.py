@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from memctl.cli.output import EXIT_ERROR, json_lines, say
+from memctl.cli.output import EXIT_ERROR, alert, json_lines, say
 from memctl.mcp.clients import CLIENTS
 
 
@@ -38,7 +38,7 @@ def mcp(ctx):
         # The SDK takes about 2 s to import: only serving pays for it (the tool table does not import it).
         from memctl.mcp.server import serve
     except ModuleNotFoundError as exc:
-        say(f"memctl: error: memctl mcp needs the MCP SDK ({exc.name} is missing): pip install 'memctl[mcp]'")
+        alert(f"memctl: error: memctl mcp needs the MCP SDK ({exc.name} is missing): pip install 'memctl[mcp]'")
         raise SystemExit(EXIT_ERROR) from None
     if not serve(memory):
         # The client left during a call that runs on, and a thread cannot be stopped: only the

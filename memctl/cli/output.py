@@ -19,6 +19,7 @@ def json_lines(rows) -> None:
 
 
 QUIET_KEY = "memctl.quiet"  # in the run's click meta when -q/--quiet was given
+STDERR_KEY = "memctl.stderr"  # the real stderr, while a quiet command's goes nowhere
 
 
 def quiet() -> bool:
@@ -35,7 +36,9 @@ def say(message: str) -> None:
 
 def alert(message: str) -> None:
     """A line on stderr even under --quiet: an error, or why the exit status says something failed."""
-    click.echo(message, err=True)
+    ctx = click.get_current_context(silent=True)
+    stream = ctx.meta.get(STDERR_KEY) if ctx is not None else None
+    click.echo(message, file=stream, err=stream is None)
 
 
 def read_input(file: str) -> tuple[bytes, str]:

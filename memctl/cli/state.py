@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from memctl.cli.output import EXIT_ERROR, EXIT_NOTHING, columns, json_lines, read_input, say
+from memctl.cli.output import EXIT_ERROR, EXIT_NOTHING, alert, columns, json_lines, quiet, read_input, say
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -176,8 +176,9 @@ def state_reset(memory, yes, dry_run):
     """
     state_file = memory.store.state_file
     if not (yes or dry_run):
-        if not sys.stdin.isatty():
-            say("memctl: error: state reset: stdin is not a terminal; pass --yes to confirm")
+        if not sys.stdin.isatty() or quiet():  # no one to ask, or the question would not be seen
+            alert("memctl: error: state reset: " + ("--quiet asks nothing" if quiet() else "stdin is not a terminal")
+                  + "; pass --yes to confirm")
             sys.exit(EXIT_ERROR)
         click.confirm(f"Forget all turns, shares, miss counts and the topic in {state_file}?",
                       abort=True, err=True)
