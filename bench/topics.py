@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's memctl, also from a worktree
 from topic_scores import ari, pk, returns, window_diff  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

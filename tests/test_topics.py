@@ -356,9 +356,16 @@ def test_summary_keywords_are_written_as_the_messages_write_them():
 
 @pytest.mark.parametrize("text, opening", [
     ("Does it have free wifi?", "reply"),                      # points back
-    ("Can I have the postcode please?", "reply"),              # an attribute of nothing it names
+    ("Yes please, that works.", "reply"),                      # an acknowledgement and nothing new
     ("Any area is fine, just somewhere cheap.", "reply"),      # an answer
-    ("I'm going to the Royal Standard.", "reply"),
+    ("Thanks! Now something else: a regex for dates?", "switch"),   # acknowledged, then a new subject
+    ("Ok, next thing: the CI pipeline is failing.", "switch"),
+    ("Thanks. Can you help me write the release notes?", "introduces"),
+    ("Now, could you make it shorter?", "reply"),              # "now" alone announces nothing
+    ("Going back to the billing issue: it still fails.", "return"),
+    ("好的，另外我想問一下資料庫索引。", "switch"),
+    ("回到剛才那個問題，要設多少？", "return"),
+    ("那这个参数怎么设置？", "reply"),
     ("Do any of the three have parking?", "reply"),
     ("Will it rain in Fresno on Sunday?", "plain"),            # the weather's "it" points nowhere
     ("I need a train. The train should leave on Friday.", "introduces"),  # its own referent first
