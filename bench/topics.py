@@ -230,8 +230,13 @@ def main() -> None:
     parser.add_argument("--cli", action="store_true", help="split through `memctl split` in fresh stores")
     parser.add_argument("--speed", type=int, default=0, metavar="N", help="time the split of N messages instead")
     args = parser.parse_args()
-    defaults = Settings()
-    settings = replace(defaults, **{k: type(getattr(defaults, k))(float(v)) for k, v in (s.split("=", 1) for s in args.set)})
+    settings = Settings()
+    for name, value in (assignment.split("=", 1) for assignment in args.set):
+        if "." in name:  # new_thresholds.plain=1.25
+            table, key = name.split(".", 1)
+            settings = replace(settings, **{table: {**getattr(settings, table), key: float(value)}})
+        else:
+            settings = replace(settings, **{name: type(getattr(settings, name))(float(value))})
     with tempfile.TemporaryDirectory() as tmp:
         if args.speed:
             speed(args.speed, Path(tmp))
