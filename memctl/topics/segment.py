@@ -105,6 +105,10 @@ class Settings:
     return_bonus: float = 1.25
     # ... to one left on a statement: interleaved .673 / 72% (even half), against .651 / 66% at 0.
     left_bonus: float = 0.75
+    # ... in text the vectors read little of (Chinese; between the two by readable share), where the
+    # lexical similarity alone tells a returning subject less well: assistant ZH dev .646 / 54% ->
+    # .693 / 65% at 1.25 (.682 / 59% at 1.0); for all text, DialSeg711 would lose .762 -> .749.
+    left_bonus_unreadable: float = 1.25
     # ... each times this for each further exchange since: DialSeg711 / returns .793 / 72% (even half),
     # against .797 / 70% at .7 and .778 / 71% at .9.
     return_decay: float = 0.8
@@ -279,7 +283,7 @@ def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf, embed) 
             unit = np.repeat(np.arange(len(exchanges)), [end - start for start, end in exchanges])
             share = EXCHANGE_SHARE * max(float(readable.mean()), VECTOR_FLOOR)
             sim = (1 - share) * sim + share * _in_deviations(whole @ whole.T)[np.ix_(unit, unit)]
-        clusters = _followed(sim, exchanges, texts, settings)
+        clusters = _followed(sim, exchanges, texts, settings, float(readable.mean()))
     else:
         distance = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
         sim += settings.near_bonus * np.exp(-(distance - 1) / settings.near_decay)
@@ -485,7 +489,7 @@ def _rare_names(texts: list[str], reach: int) -> list[set[str]]:
 
 
 def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str],
-              settings: Settings) -> list[list[int]]:
+              settings: Settings, readable: float = 1.0) -> list[list[int]]:
     """Exchanges in order, each to the topic it is most like or to a new one.
 
     An exchange's score with a topic is its mean similarity with the topic's messages; the topic of
@@ -504,6 +508,7 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
     DialSeg711 dev ARI .703 -> .782, interleaved .420 -> .619; bench/README.md has what each piece of
     evidence adds."""
     rare = _rare_names(texts, settings.name_reach)
+    left_bonus = settings.left_bonus_unreadable + readable * (settings.left_bonus - settings.left_bonus_unreadable)
     clusters: list[list[int]] = []
     left_at: list[int] = []     # per cluster: the exchange it last had
     closed: list[bool] = []     # per cluster: its last exchange closed the subject
@@ -530,7 +535,7 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
             elif closed[c]:
                 score -= settings.closed_penalty
             else:
-                left = settings.return_bonus if question[c] else settings.left_bonus
+                left = settings.return_bonus if question[c] else left_bonus
                 score += left * settings.return_decay ** (k - left_at[c] - 2)
             score += settings.answer_bonus * _takes_up(question[c], first_word)
             if c != current and named & names[c]:
