@@ -426,6 +426,8 @@ def _opening(text: str) -> str:
         return SWITCH
     if not _WORD.search(rest) or rules.leans_back.match(rest) or rules.closing.match(rest):
         return REPLY
+    if next(iter(_FIRST_WORDS.findall(lowered[:10])), "") in rules.yes_or_no:
+        return REPLY  # a yes or a no answers, whatever follows ("Yes please, I need a table for 6")
     words = _FIRST_WORDS.findall(rest[:40])[:2]
     if words and (words[0] in rules.reply_words or " ".join(words) in rules.reply_phrases):
         return REPLY
