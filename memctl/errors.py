@@ -31,3 +31,10 @@ class InputError(MemctlError):
 
 class StoreError(MemctlError):
     """The store on disk is unreadable or in a state memctl will not touch."""
+
+
+class NotFound(MemctlError):
+    """What was asked for by id is not in the store (or not in the scope looked into): exit 1, as a
+    search that finds nothing."""
+
+    exit_code = 1

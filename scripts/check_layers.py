@@ -25,7 +25,7 @@ ORDER = [
     ["index"],
     ["search"],
     ["governance", "window", "topics", "cache"],
-    ["check"],
+    ["check", "forget", "overview"],  # forget: out of every file; overview: show, status
     ["ingest"],
     ["api", "memctl"],          # memctl/__init__.py, the package's face, is the API
     ["cli", "mcp"],

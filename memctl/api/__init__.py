@@ -24,6 +24,7 @@ from memctl.api.rooms import (CacheRoom, HealthRoom, ReviewRoom, Say, StateRoom,
 from memctl.store.store import Store
 
 if TYPE_CHECKING:
+    from memctl.forget import Forgotten
     from memctl.governance.governance import Chain
     from memctl.governance.layers import Layered
     from memctl.index.index import UpdateReport
@@ -119,6 +120,20 @@ class Memory:
         report = Index(self.store, self.runtime.settings).update(rebuild=rebuild, progress=progress)
         self._retriever = None  # reopen on the next search
         return report
+
+    def forget(self, ids: Iterable[str] = (), *, session: str | None = None, match: str | None = None,
+               scope: str | None = None, yes: bool = False, dry_run: bool = False) -> "Forgotten":
+        """Take messages, memories, pending notes or log entries out of every file of the store and
+        out of .index/, in one transaction (memctl/forget.py): by id (a topic's id: its messages),
+        by `session` or by a text `match`. A topic, a session or a match only lists what it would
+        forget unless `yes`. `scope`: only records of that scope. NotFound for an unknown id."""
+        from memctl.forget import forget
+
+        found = forget(self.store, list(ids), session=session, match=match, scope=scope, dry_run=dry_run,
+                       yes=yes, settings=self.runtime.settings)
+        if found.applied:
+            self._retriever = None  # its open index may still hold what was forgotten
+        return found
 
     # -- searching -----------------------------------------------------------------
     def search(self, query: str, *, k: int = 10, mode: str = "hybrid", kinds: Iterable[str] = (),

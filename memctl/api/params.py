@@ -190,3 +190,16 @@ CONTEXT = (
     Param("scope", "The scope the session must be in (user:<name>, project:<name>, ...): a session in "
           "another is refused. The context always stays in the session's own scope.", metavar="SCOPE"),
 )
+
+# -- forgetting (#24) ----------------------------------------------------------------------------
+FORGET = (
+    Param("session", "Forget every message of this session (its file, its daily-log entries, its topics' "
+          "copies); with --match, only matches in it.", metavar="ID"),
+    Param("match", "Forget every message, memory, pending note and log entry whose text holds this "
+          "(case folded, at least 2 characters).", metavar="TEXT"),
+    Param("scope", f"Only records of this scope ({SCOPE_NAMES}) are chosen; an id in another is unknown here.",
+          metavar="SCOPE"),
+    Param("yes", "Forget what a topic, --session or --match chose; without it they only list what they "
+          "would forget.", type=bool, default=False, flags=("-y", "--yes")),
+    DRY_RUN,
+)

@@ -37,7 +37,9 @@ _COMMANDS = {
     "topics": ("memctl.cli.topics", "topics"), "context": ("memctl.cli.context", "context"),
     "review": ("memctl.cli.review", "review"), "health": ("memctl.cli.health", "health"),
     "state": ("memctl.cli.state", "state"), "cache": ("memctl.cli.cache", "cache"),
-    "mcp": ("memctl.cli.mcp", "mcp"),
+    "mcp": ("memctl.cli.mcp", "mcp"), "forget": ("memctl.cli.forget", "forget"),
+    "show": ("memctl.cli.overview", "show"), "status": ("memctl.cli.overview", "status"),
+    "config": ("memctl.cli.overview", "config"),
 }
 
 

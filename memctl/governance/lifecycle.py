@@ -36,7 +36,7 @@ from memctl.search import scores
 from memctl.store import counters
 from memctl.store.status import status_of
 from memctl.store import memoryfile
-from memctl.store.memoryfile import Blank, Document, Entry, summary_of
+from memctl.store.memoryfile import Entry, summary_of
 from memctl.store.store import Store
 
 DELETED_DIR = "deleted"
@@ -121,7 +121,7 @@ def run(store: Store, *, dry_run: bool = False, hard: bool = False, now: datetim
                 if change.action == "delete":
                     change.file = store.relative(target)
         for entry in doomed:
-            _remove(doc, entry)
+            doc.remove(entry)
         tx.replace(store.memory_md, doc.render().encode("utf-8"))
         log = []
         for change in changes:
@@ -171,12 +171,3 @@ def _decide(entry: Entry, scorer: scores.Scorer, gov: config.Governance, now: da
     if target == status:
         return None
     return Change(entry.id, "status", status, target, health)
-
-
-def _remove(doc: Document, entry: Entry) -> None:
-    """Take an entry out of the document with the blank lines that separated it, keeping one."""
-    i = next(n for n, block in enumerate(doc.blocks) if block is entry)
-    del doc.blocks[i]
-    before_blank = i == 0 or isinstance(doc.blocks[i - 1], Blank)
-    while before_blank and i < len(doc.blocks) and isinstance(doc.blocks[i], Blank):
-        del doc.blocks[i]

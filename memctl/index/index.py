@@ -144,6 +144,18 @@ class Index:
                 return UpdateReport(units=self.manifest().get("units", 0))
             return self._update(stamps, rebuild, progress)
 
+    def scrub(self) -> UpdateReport:
+        """Bring the index up to date writing every file of it anew, so that nothing taken out of
+        the store's files stays in it: an update's patch leaves a removed unit's text in SQLite's
+        free pages and in Tantivy's segments until a merge. No text is embedded again but the
+        changed units'. An index that cannot be read (or was built with another model) is removed
+        instead; the next search builds it. What `forget` calls inside its transaction: the
+        caller holds the store's lock."""
+        if not self.dir.exists():
+            return UpdateReport()
+        with self._lock():
+            return self._update(self.stamps(), False, None, scrub=True)
+
     def refresh(self, say: Callable[[str], None] | None = None) -> UpdateReport:
         """Index first if the files changed since the last index (what a search does)."""
         if self.is_fresh():
@@ -157,17 +169,23 @@ class Index:
                 say(line)
         return report
 
-    def _update(self, stamps: dict[str, list[int]], rebuild: bool, progress) -> UpdateReport:
-        """Read what changed, work out the units' new rows and vectors, then write them."""
+    def _update(self, stamps: dict[str, list[int]], rebuild: bool, progress, scrub: bool = False) -> UpdateReport:
+        """Read what changed, work out the units' new rows and vectors, then write them; with
+        `scrub`, read every file and write every file of the index anew (see scrub)."""
         model = _Model(self.settings.embedding)
         table, reason = (None, "asked") if rebuild else self._previous(model)
+        if scrub and table is None:
+            for path in self.dir.iterdir():
+                if path.name != ".lock":
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            return UpdateReport(reason=f"removed ({reason}); the next search builds it")
         try:
-            reading = self._read(table, stamps)
+            reading = self._read(table, stamps, whole=scrub)
             change = _Change.between(reading.old, reading.units)
             report = UpdateReport(added=change.added, changed=len(change.gone) - change.removed,
                                   removed=change.removed, files_read=reading.files, rebuilt=table is None,
                                   reason=reason, skipped=reading.skipped)
-            compact = self._compacts(table, change)
+            compact = scrub or self._compacts(table, change)
             # A patch writes Tantivy while the model loads and embeds: its commit is mostly
             # waiting for a dozen fsyncs (20 units, 6,000-unit index, a shared disk: 115-145 ms
             # wall, 15 ms CPU). It only needs the units' text, and the table, written last,
@@ -179,7 +197,8 @@ class Index:
             finally:
                 if tantivy is not None:
                     tantivy.wait()
-            report.units = self._write(table, change, new_vectors, embed_digests, compact)
+            report.units = self._write(table, change, new_vectors, embed_digests, compact,
+                                       every_unit=reading.units if scrub else None)
         finally:
             if table is not None:
                 table.close()
@@ -218,14 +237,14 @@ class Index:
         return table, ""
 
     # -- reading ---------------------------------------------------------------
-    def _read(self, table: _Table | None, stamps: dict) -> _Reading:
+    def _read(self, table: _Table | None, stamps: dict, whole: bool = False) -> _Reading:
         """Only the files whose stamps changed are read, unless an id is shared
         between files: which copy counts depends on every file, so such a store
-        is read whole (`memctl health` reports the shared ids).
+        is read whole (`memctl health` reports the shared ids), as it is when asked (`whole`).
         """
         from memctl.index.units import collect
 
-        if table is not None and not table.manifest.get("shared_ids"):
+        if table is not None and not table.manifest.get("shared_ids") and not whole:
             old_stamps = table.manifest.get("stamps") or {}
             changed = {name for name in set(old_stamps) | set(stamps) if old_stamps.get(name) != stamps.get(name)}
             partial = self._read_files(table, changed)
@@ -318,15 +337,15 @@ class Index:
         return holes > 0.2 * (old_count + len(change.fresh))
 
     def _write(self, table: _Table | None, change: _Change, new_vectors, embed_digests: list[str],
-               compact: bool) -> int:
+               compact: bool, every_unit: list[Unit] | None = None) -> int:
         """Write vectors, Tantivy (a patch has written it already), then the table (whose
-        digests say what is done); the unit count."""
+        digests say what is done); the unit count. Given `every_unit`, Tantivy is written anew from them."""
         from memctl.index import vectors
 
         path = self.dir / "vectors.npy"
         kept = table.count() - len(change.gone) if table is not None else 0
         if compact:
-            self._write_compacted(table, change, new_vectors, embed_digests)
+            self._write_compacted(table, change, new_vectors, embed_digests, every_unit)
         elif change.fresh or change.gone:
             old_count = vectors.shape(path)[0]
             hole_rows = table.rows_of(change.gone)
@@ -336,8 +355,9 @@ class Index:
             vectors.clear(path, hole_rows)
         return kept + len(change.fresh)
 
-    def _write_compacted(self, table: _Table | None, change: _Change, new_vectors, embed_digests) -> None:
-        """New files for the vectors and the table, rows renumbered."""
+    def _write_compacted(self, table: _Table | None, change: _Change, new_vectors, embed_digests,
+                         every_unit: list[Unit] | None = None) -> None:
+        """New files for the vectors and the table, rows renumbered (and for Tantivy, given `every_unit`)."""
         import numpy as np
 
         from memctl.index import vectors
@@ -347,9 +367,10 @@ class Index:
         matrix = np.concatenate([vectors.open_readonly(path)[kept_rows], new_vectors]) if kept_rows else new_vectors
         partial_vectors = vectors.save_partial(path, matrix)
         del matrix
-        if table is None:
+        start_over = table is None or every_unit is not None
+        if start_over:
             shutil.rmtree(self.dir / "tantivy", ignore_errors=True)
-        self._write_tantivy(change.fresh, change.gone, start_over=table is None)
+        self._write_tantivy(every_unit if every_unit is not None else change.fresh, change.gone, start_over=start_over)
         records = _records(change, range(len(kept_rows), len(kept_rows) + len(change.fresh)), embed_digests)
         partial_table = _Table.write_new(self.dir / "units.db", records, previous=table, gone=change.gone)
         # Two files cannot be replaced at once: until the manifest is written anew, this one

@@ -258,6 +258,14 @@ class Document:
                 end = i + 1
         return end
 
+    def remove(self, entry: Entry) -> None:
+        """Take an entry out with the blank lines that separated it, keeping one."""
+        i = next(n for n, block in enumerate(self.blocks) if block is entry)
+        del self.blocks[i]
+        before_blank = i == 0 or isinstance(self.blocks[i - 1], Blank)
+        while before_blank and i < len(self.blocks) and isinstance(self.blocks[i], Blank):
+            del self.blocks[i]
+
     def render(self) -> str:
         return "".join(_raw(b) for b in self.blocks)
 

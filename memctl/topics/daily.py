@@ -275,6 +275,17 @@ def merged_into(store: Store, topic_id: str) -> str | None:
     return topic_id if seen else None
 
 
+def session_summary(messages: list[dict], background: Background) -> tuple[list[str], str]:
+    """An idle session's 3-5 keywords and summary (P8), built in: what the daily review appends to
+    auto_summaries.jsonl, and what forget writes anew when a summarised message is forgotten."""
+    texts = [m.get("text", "") for m in messages]
+    keywords = distinctive_terms(texts, background.terms, max(background.messages, 1), 5)
+    if len(keywords) < 3:
+        keywords = (keywords + distinctive_terms(texts, background.terms, max(background.messages, 1) + 1000, 5))[:5]
+    _, summary = summarise(messages, background, 400)
+    return list(dict.fromkeys(keywords))[:5], summary
+
+
 def _idle_summaries(tx, store, settings, now_moment, backgrounds) -> list[dict]:
     from memctl.topics.split import scope_of_session, session_messages
 
@@ -295,13 +306,9 @@ def _idle_summaries(tx, store, settings, now_moment, backgrounds) -> list[dict]:
         if clock.age_days(last["ts"], now_moment) * 24 < settings.idle_hours or (session, last["id"]) in done:
             continue
         background = backgrounds.get(scope_of_session(store, session, messages)) or Background()
-        texts = [m.get("text", "") for m in messages]
-        keywords = distinctive_terms(texts, background.terms, max(background.messages, 1), 5)
-        if len(keywords) < 3:
-            keywords = (keywords + distinctive_terms(texts, background.terms, max(background.messages, 1) + 1000, 5))[:5]
-        _, summary = summarise(messages, background, 400)
+        keywords, summary = session_summary(messages, background)
         lines.append({"session": session, "until": last["id"], "at": clock.format_ts(now_moment),
-                      "keywords": list(dict.fromkeys(keywords))[:5], "summary": summary})
+                      "keywords": keywords, "summary": summary})
     if lines:
         tx.append(store.path(AUTO_SUMMARIES), b"".join(orjson.dumps(line) + b"\n" for line in lines))
     return lines
