@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 from memctl.api import Memory
 from memctl.api import params
-from memctl.api.params import (ACTIVATE, CONTEXT, INGEST, MAX_QUERY_CHARS, SEARCH, TOPICS_SCOPE, json_schema,
-                                keywords)
+from memctl.api.params import (ACTIVATE, CONTEXT, FORGET, INGEST, MAX_QUERY_CHARS, SEARCH, TOPICS_SCOPE,
+                                json_schema, keywords)
 
 
 @dataclass(frozen=True)
@@ -192,6 +192,20 @@ def confirm(memory: Memory, ids: list[str], **options) -> dict[str, Any]:
     """, required=("ids",), ids=IDS, dry_run=DRY_RUN)
 def reject(memory: Memory, ids: list[str], dry_run: bool = False) -> dict[str, Any]:
     return memory.review.reject(ids, dry_run=dry_run).as_dict()
+
+
+@tool("forget", """
+    When the user asks you to forget something ("forget my phone number"): take it out of
+    every file of the store and of the index, in one step. Choose by ids (from search
+    results), by session, or by match (text it holds). A match, a session or a topic id
+    only lists what would go, each with a preview: show the user, then call again with
+    yes=true. Returns {"applied", "dry_run", "needs_yes", "forgotten": [{"id", "kind",
+    "scope", "file", "line", "preview"? (only when nothing was written)}], "files",
+    "regenerated", "repointed", "remaining": [files still holding the text], "index"}.
+    """, ids=texts("Ids of messages, memories, pending notes, log entries or topics to forget."),
+      **json_schema(FORGET))
+def forget(memory: Memory, ids: list[str] = (), **declared) -> dict[str, Any]:
+    return memory.forget(ids, **keywords(FORGET, declared)).as_dict()
 
 
 # -- the section window (W) ----------------------------------------------------------
