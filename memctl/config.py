@@ -307,14 +307,33 @@ def load(config_file: Path) -> Settings:
     """Defaults, overlaid by the user's config.toml, by the store's memctl.toml `config_file` (all
     but the program settings, which it may not name), then by the environment. Read it once per
     run (a `Memory` does, see Runtime) and pass the tables down."""
+    values, _, ignored = _layered(config_file)
+    for table, key, _ in ignored:
+        _say_ignored_once(config_file, table, key)
+    settings = Settings(**{name: TABLES[name](**table_values) for name, table_values in values.items()})
+    gov = settings.governance
+    if gov.archive_below > gov.low_priority_below:  # the one rule that ties two values together
+        raise InputError("governance.archive_below must not exceed governance.low_priority_below",
+                         source=str(config_file))
+    return settings
+
+
+def _layered(config_file: Path) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, str], str],
+                                          list[tuple[str, str, Any]]]:
+    """(values by table, where each came from, the program settings memctl.toml named and may not):
+    the one walk through the layers, for load() and origins()."""
     values = copy.deepcopy(DEFAULTS)
+    came_from = {(table, key): "default" for table, keys in DEFAULTS.items() for key in keys}
     for (table, key), value in _user_settings().items():
         values[table][key] = copy.deepcopy(value)  # the parse is shared by every load
+        came_from[table, key] = f"user config {_shown(user_config_file())}"
+    ignored = []
     for (table, key), value in _file_settings(config_file).items():
         if names_program(table, key, value):
-            _say_ignored_once(config_file, table, key)
+            ignored.append((table, key, value))
         else:
             values[table][key] = value
+            came_from[table, key] = f"store {config_file}"
     for table, table_values in values.items():
         for key in table_values:
             for name in (*[old for (t, old), new in RENAMED.items() if (t, new) == (table, key)], key):
@@ -322,12 +341,21 @@ def load(config_file: Path) -> Settings:
                 if env in os.environ:
                     _say_renamed_once(f"${env}", table, name)
                     table_values[key] = check(table, key, _from_env(os.environ[env]), f"${env}")
-    settings = Settings(**{name: TABLES[name](**table_values) for name, table_values in values.items()})
-    gov = settings.governance
-    if gov.archive_below > gov.low_priority_below:  # the one rule that ties two values together
-        raise InputError("governance.archive_below must not exceed governance.low_priority_below",
-                         source=str(config_file))
-    return settings
+                    came_from[table, key] = f"env ${env}"
+    return values, came_from, ignored
+
+
+def origins(config_file: Path) -> list[dict[str, Any]]:
+    """Every setting's effective value and where it came from (`memctl config`): {"table", "key",
+    "value", "source": default | user config <file> | store <memctl.toml> | env $VAR}, table by table;
+    then each program setting the store's memctl.toml names, with "ignored": why (PROGRAM_SETTINGS).
+    A flag overrides a setting for the one command it is given to, and so is not shown here."""
+    values, came_from, ignored = _layered(config_file)
+    rows = [{"table": table, "key": key, "value": value, "source": came_from[table, key]}
+            for table, keys in values.items() for key, value in keys.items()]
+    rows += [{"table": table, "key": key, "value": value, "source": f"store {config_file}",
+              "ignored": ignored_program_note(table, key)} for table, key, value in ignored]
+    return rows
 
 
 def defaults() -> Settings:

@@ -25,6 +25,7 @@ from memctl.store.store import Store
 
 if TYPE_CHECKING:
     from memctl.forget import Forgotten
+    from memctl.overview import Shown, Status
     from memctl.governance.governance import Chain
     from memctl.governance.layers import Layered
     from memctl.index.index import UpdateReport
@@ -134,6 +135,26 @@ class Memory:
         if found.applied:
             self._retriever = None  # its open index may still hold what was forgotten
         return found
+
+    # -- looking at the store ----------------------------------------------------------
+    def show(self, record_id: str) -> "Shown":
+        """One message, memory, pending note, log entry or topic by id: text, fields, file and line,
+        and a memory's version chain or the topics holding a message. NotFound when there is none."""
+        from memctl.overview import show
+
+        return show(self.store, record_id)
+
+    def status(self) -> "Status":
+        """The store at a glance: counts by kind and scope, sizes, the index, the model."""
+        from memctl.overview import status
+
+        return status(self.store, self.runtime.settings)
+
+    def config(self) -> list[dict[str, Any]]:
+        """Every setting's effective value and where it came from (config.origins)."""
+        from memctl.config import origins
+
+        return origins(self.store.config_file)
 
     # -- searching -----------------------------------------------------------------
     def search(self, query: str, *, k: int = 10, mode: str = "hybrid", kinds: Iterable[str] = (),

@@ -1,0 +1,243 @@
+"""What a store holds: one record by id (`memctl show`) and the whole store at a glance (`memctl status`).
+
+Both only read, under the store's shared lock; neither opens the embedding model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from memctl import clock
+from memctl import config
+from memctl.errors import NotFound
+from memctl.governance.governance import chain
+from memctl.governance.lifecycle import DELETED_DIR, load_deleted
+from memctl.store import memoryfile, topicfile
+from memctl.store.sessions import LOG_HEADING, iter_messages, iter_pending, message_scope
+from memctl.store.status import status_of
+from memctl.store.store import Store, check_name
+
+
+@dataclass
+class Shown:
+    """One record: its kind (message, memory, pending, log or topic), text, fields, where it lives,
+    and what it belongs to (a memory's version chain, the topics holding a message)."""
+
+    id: str
+    kind: str
+    text: str
+    file: str
+    line: int | None
+    scope: str | None
+    fields: dict[str, Any] = field(default_factory=dict)
+    chain: list[dict] | None = None      # memories: every version, oldest first
+    topics: list[dict] | None = None     # messages: {"id", "name", "state", "file"} of the topics holding it
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"id": self.id, "kind": self.kind, "scope": self.scope, "file": self.file, "line": self.line,
+               "text": self.text, "fields": self.fields}
+        if self.chain is not None:
+            out["chain"] = self.chain
+        if self.topics is not None:
+            out["topics"] = self.topics
+        return out
+
+
+def show(store: Store, record_id: str) -> Shown:
+    """The record with this id; InputError for an id no record could have, NotFound for none."""
+    check_name(record_id, "id", source="ID")
+    store.require()
+    with store.reading():
+        found = _message(store, record_id) or _memory(store, record_id) or _pending(store, record_id) \
+            or _log_entry(store, record_id) or _topic(store, record_id)
+    if found is None:
+        raise NotFound(f"no message, memory, pending note, log entry or topic '{record_id}'")
+    return found
+
+
+def _message(store: Store, record_id: str) -> Shown | None:
+    for path, line, message in iter_messages(store):
+        if message["id"] == record_id:
+            fields = {k: v for k, v in message.items() if k not in ("id", "text")}
+            return Shown(record_id, "message", str(message.get("text", "")), store.relative(path), line,
+                         message_scope(message), fields, topics=_topics_holding(store, record_id))
+    return None
+
+
+def _topics_holding(store: Store, message_id: str) -> list[dict]:
+    out = [{"id": t.id, "name": t.header.get("name", ""), "state": t.state,
+            "file": store.relative(topicfile.topic_path(store, t.id))}
+           for t in topicfile.load_topics(store).values() if any(m.get("id") == message_id for m in t.messages)]
+    out += [{"id": h["id"], "name": h.get("name", ""), "state": "archived",
+             "file": store.relative(topicfile.archived_path(store, h))}
+            for h in topicfile.archived_topics(store) if message_id in h.get("message_ids", [])]
+    return out
+
+
+def _memory(store: Store, record_id: str) -> Shown | None:
+    doc = memoryfile.load(store.memory_md)
+    places = [(store.memory_md, doc)] + [(p, memoryfile.load(p))
+                                        for p in store.listing(store.path(DELETED_DIR), "*.md")]
+    for path, held in places:
+        entry = held.find(record_id)
+        if entry is not None:
+            fields = {"section": entry.section, "status": "deleted" if path != store.memory_md else status_of(entry),
+                      **entry.fields}
+            versions = chain(doc, record_id, load_deleted(store))
+            return Shown(record_id, "memory", entry.text, store.relative(path), entry.line,
+                         str(entry.get("scope", "global")), fields, chain=[v.as_dict() for v in versions.links])
+    return None
+
+
+def _pending(store: Store, record_id: str) -> Shown | None:
+    for line, item in iter_pending(store):
+        if item["id"] == record_id:
+            fields = {k: v for k, v in item.items() if k not in ("id", "text")}
+            scope = (item.get("fields") or {}).get("scope", "global")
+            return Shown(record_id, "pending", str(item.get("text", "")), store.relative(store.pending_file),
+                         line, scope, fields)
+    return None
+
+
+def _log_entry(store: Store, record_id: str) -> Shown | None:
+    for path in store.daily_logs():
+        lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+        for number, line in enumerate(lines, 1):
+            match = LOG_HEADING.match(line) if line.startswith("### ") else None
+            if match and match.group(4) == record_id:
+                body = []
+                for rest in lines[number:]:
+                    if rest.startswith("### "):
+                        break
+                    body.append(rest)
+                text = memoryfile.unescape_body("\n".join(body).strip("\n"))
+                return Shown(record_id, "log", text, store.relative(path), number, None,
+                             {"time": f"{path.stem}T{match.group(1)}", "speaker": match.group(2),
+                              "session": match.group(3)})
+    return None
+
+
+def _topic(store: Store, record_id: str) -> Shown | None:
+    from memctl.topics.daily import merged_into
+
+    path = topicfile.topic_path(store, record_id)
+    topic = topicfile.load_topic(path, source=store.relative(path))
+    if topic is None and merged_into(store, record_id):
+        path = topicfile.topic_path(store, merged_into(store, record_id))
+        topic = topicfile.load_topic(path, source=store.relative(path))
+    if topic is not None:
+        fields = {k: v for k, v in topic.header.items() if k not in ("type", "id", "summary")}
+        fields["message_ids"] = [m["id"] for m in topic.messages]
+        return Shown(topic.id, "topic", str(topic.header.get("summary", "")), store.relative(path), 1,
+                     topic.scope, fields)
+    for header in topicfile.archived_topics(store):
+        if header["id"] == record_id:
+            fields = {k: v for k, v in header.items() if k not in ("type", "id", "summary")}
+            return Shown(record_id, "topic", str(header.get("summary", "")),
+                         store.relative(topicfile.archived_path(store, header)), 1,
+                         topicfile.archived_scope(store, header), fields)
+    return None
+
+
+# -- status ------------------------------------------------------------------------------------------
+@dataclass
+class Status:
+    """The store at a glance; `as_dict()` is `memctl status --json` (docs/cli.md documents each key)."""
+
+    data: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.data
+
+
+def status(store: Store, settings: config.Settings, server: dict | None = None) -> Status:
+    """Counts by kind and scope, sizes on disk, the index (last update, units, model, fresh) and the
+    tool cache; `server` is the resident server's state when there is one."""
+    store.require()
+    with store.reading():
+        messages, sessions = Counter(), set()
+        for path, _, message in iter_messages(store):
+            messages[message_scope(message)] += 1
+            sessions.add(path.stem)
+        doc = memoryfile.load(store.memory_md)
+        memories = {"current": 0, "superseded": 0, "archived": 0, "deleted": len(load_deleted(store))}
+        memory_scopes: Counter = Counter()
+        for entry in doc.entries:
+            state = status_of(entry)
+            memories["superseded" if state == "deprecated" else "archived" if state == "archived" else "current"] += 1
+            memory_scopes[str(entry.get("scope", "global"))] += 1
+        now = clock.now()
+        pending = Counter("expired" if _expired(item, now) else "waiting" for _, item in iter_pending(store))
+        topics: Counter = Counter()
+        topic_scopes: Counter = Counter()
+        for topic in topicfile.load_topics(store).values():
+            topics[topic.state] += 1
+            topic_scopes[topic.scope or "none"] += 1
+        for header in topicfile.archived_topics(store):
+            topics["archived"] += 1
+            topic_scopes[topicfile.archived_scope(store, header) or "none"] += 1
+    scopes = sorted(set(messages) | set(memory_scopes) | set(topic_scopes))
+    data = {
+        "store": str(store.root),
+        "counts": {"messages": sum(messages.values()), "sessions": len(sessions), "memories": memories,
+                   "pending": {"waiting": pending["waiting"], "expired": pending["expired"]},
+                   "topics": {state: topics[state] for state in topicfile.STATES},
+                   "cache_entries": _cache_entries(store, settings)},
+        "scopes": {scope: {"messages": messages[scope], "memories": memory_scopes[scope],
+                           "topics": topic_scopes[scope]} for scope in scopes},
+        "sizes": _sizes(store),
+        "index": _index(store, settings),
+        "model": settings.embedding.model or "all-MiniLM-L6-v2 (bundled)",
+    }
+    if server is not None:
+        data["server"] = server
+    return Status(data)
+
+
+def _expired(item: dict, now) -> bool:
+    try:
+        return isinstance(item.get("expires_at"), str) and clock.parse_ts(item["expires_at"]) <= now
+    except ValueError:
+        return False
+
+
+def _cache_entries(store: Store, settings: config.Settings) -> int | None:
+    """Entries of the files cache; None on another backend (`memctl cache stats` asks it)."""
+    if settings.cache.backend != "files":
+        return None
+    return sum(len(store.listing(scope / "entries", "*.json"))
+               for scope in store.listing(store.path("cache"), "*") if scope.is_dir())
+
+
+def _sizes(store: Store) -> dict[str, int]:
+    """Bytes on disk: everything, and the derived .index/ within it."""
+    def size(root: Path) -> int:
+        total = 0
+        for folder, _, files in os.walk(root):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(folder, name)).st_size
+                except FileNotFoundError:
+                    continue
+        return total
+
+    return {"total_bytes": size(store.root), "index_bytes": size(store.index_dir) if store.index_dir.exists() else 0}
+
+
+def _index(store: Store, settings: config.Settings) -> dict[str, Any]:
+    """The index's manifest as status shows it (reading it costs no model)."""
+    try:
+        manifest = orjson.loads((store.index_dir / "manifest.json").read_bytes())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return {"built": False, "updated_at": None, "units": 0, "model": None, "fresh": False}
+    from memctl.index.index import Index
+
+    model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
+    return {"built": True, "updated_at": manifest.get("updated_at"), "units": manifest.get("units", 0),
+            "model": model.get("name") or None, "fresh": Index(store, settings).is_fresh()}
