@@ -13,6 +13,7 @@ from memctl import Memory
 from memctl.api import params
 from memctl.api.rooms import TopicsRoom
 from memctl.cli.context import activate, context
+from memctl.cli.forget import forget
 from memctl.cli.ingest import ingest
 from memctl.cli.search import search
 from memctl.cli.topics import list_topics, show_topic
@@ -25,6 +26,7 @@ OPERATIONS = [
     (TopicsRoom.activate, activate, "topics_activate", params.ACTIVATE),
     (TopicsRoom.list, list_topics, "topics_list", params.TOPICS_SCOPE),
     (TopicsRoom.show, show_topic, "topics_show", params.TOPICS_SCOPE),
+    (Memory.forget, forget, "forget", params.FORGET),
 ]
 
 
