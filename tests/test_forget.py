@@ -105,12 +105,15 @@ def test_a_dry_run_and_a_match_without_yes_write_nothing(run, store_dir, full_st
 
     dry = run("forget", full_store, "-n")
     listed = run("forget", "--match", "LOCKER CODE")
+    quiet = run("forget", "--match", "LOCKER CODE", "-q")
 
     assert dry.returncode == 0 and listed.returncode == 0
     assert snapshot(store_dir) == before
     assert "would forget" in listed.stdout.decode() and PHRASE in listed.stdout.decode()
     assert "--yes" in listed.stderr.decode()
     assert "dry run" in dry.stderr.decode()
+    # under --quiet (cron) the one line saying nothing was forgotten still shows
+    assert quiet.stdout == b"" and "--yes" in quiet.stderr.decode()
 
 
 def test_a_match_with_yes_forgets_messages_memories_and_pending_notes(run, store_dir):

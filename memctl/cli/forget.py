@@ -7,7 +7,7 @@ import sys
 import click
 
 from memctl.api.params import FORGET, click_options
-from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, say
+from memctl.cli.output import EXIT_NOTHING, EXIT_OK, alert, columns, json_lines, say
 
 
 @click.command()
@@ -67,11 +67,11 @@ def forget(memory, ids, session, match, scope, yes, dry_run, as_json):
         if found.repointed:
             parts.append(f"{len(found.repointed)} chain link(s) relinked")
         say(f"memctl: forgot {len(found.records)}: {', '.join(parts)}; index: {found.index}")
-        if found.remaining:
-            say(f"memctl: warning: a forgotten text is still in {', '.join(found.remaining)}: not memctl's to "
+        if found.remaining:  # said under --quiet too: the text is not gone from there
+            alert(f"memctl: warning: a forgotten text is still in {', '.join(found.remaining)}: not memctl's to "
                 "rewrite; edit it by hand, or forget it there with --match")
-    elif found.needs_yes:
-        say(f"memctl: {len(found.records)} would be forgotten; nothing was written: run again with --yes "
+    elif found.needs_yes:  # said under --quiet too: a cron line must not believe it forgot
+        alert(f"memctl: {len(found.records)} would be forgotten; nothing was written: run again with --yes "
             "to forget them")
     else:
         say(f"memctl: dry run: {len(found.records)} would be forgotten, nothing written")
