@@ -193,11 +193,18 @@ def status(store: Store, settings: config.Settings, server: dict | None = None) 
                            "topics": topic_scopes[scope]} for scope in scopes},
         "sizes": _sizes(store),
         "index": _index(store, settings),
-        "model": settings.embedding.model or "all-MiniLM-L6-v2 (bundled)",
+        "model": _model_name(settings),
     }
     if server is not None:
         data["server"] = server
     return Status(data)
+
+
+def _model_name(settings: config.Settings) -> str:
+    """The [embedding] model a search and the next update use: the setting, or the default's name."""
+    from memctl.index.embedders import BUNDLED
+
+    return settings.embedding.model or BUNDLED
 
 
 def _expired(item: dict, now) -> bool:
