@@ -88,7 +88,7 @@ def _memory(store: Store, record_id: str) -> Shown | None:
         entry = held.find(record_id)
         if entry is not None:
             fields = {"section": entry.section, "status": "deleted" if path != store.memory_md else status_of(entry),
-                      **entry.fields}
+                      **{k: v for k, v in entry.fields.items() if k != "id"}}
             versions = chain(doc, record_id, load_deleted(store))
             return Shown(record_id, "memory", entry.text, store.relative(path), entry.line,
                          str(entry.get("scope", "global")), fields, chain=[v.as_dict() for v in versions.links])
