@@ -148,6 +148,8 @@ def test_forgetting_a_middle_version_keeps_its_chain_linked(run, store_dir):
     assert json.loads(done.stdout)["repointed"] == [{"id": last, "supersedes": [first]}]
     text = (store_dir / "MEMORY.md").read_text()
     assert SECRET not in text and middle not in text
+    chain = json.loads(run("show", last, "--json").stdout)["chain"]
+    assert [(link["id"], link["status"]) for link in chain] == [(first, "deprecated"), (last, "active")]
     assert run("health").returncode == 0
     assert run("forget", first, "--json").returncode == 0
     assert "supersedes" not in (store_dir / "MEMORY.md").read_text()  # nothing left to point at
@@ -207,3 +209,23 @@ def test_the_api_and_the_mcp_tool(store_dir):
     assert files_holding(store_dir, SECRET) == []
     with pytest.raises(NotFound):
         memory.forget([done["forgotten"][0]["id"]], dry_run=True)
+
+
+def test_a_soft_deleted_memory_and_the_lifecycle_log_copy_of_its_summary(run, store_dir):
+    run("ingest", "-", input=chat("s1", ["a message to keep in the store"]))
+    (store_dir / "deleted").mkdir(mode=0o700)
+    (store_dir / "deleted" / "2026-11.md").write_text(
+        "# Deleted memories, 2026-11 (memctl review lifecycle)\n\n<!-- memory\nid: mem-gone\n"
+        f"summary: {SECRET} summary\nmemory_class: episodic\nscope: global\ncreated_at: 2026-09-01T00:00:00Z\n"
+        f"deleted_at: 2026-11-01T00:00:00Z\n-->\nThe {SECRET} text itself\n")
+    (store_dir / "governance.log.jsonl").write_text(json.dumps(
+        {"ts": "2026-11-01T00:00:00Z", "action": "lifecycle", "change": "delete", "id": "mem-gone",
+         "summary": f"{SECRET} summary"}) + "\n")
+
+    done = run("forget", "mem-gone")
+
+    assert done.returncode == 0, done.stderr
+    assert files_holding(store_dir, SECRET) == []
+    log = [json.loads(line) for line in (store_dir / "governance.log.jsonl").read_text().splitlines()]
+    assert log[0]["id"] == "mem-gone" and "summary" not in log[0]
+    assert run("show", "mem-gone").returncode == 1
