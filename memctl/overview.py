@@ -156,9 +156,9 @@ class Status:
         return self.data
 
 
-def status(store: Store, settings: config.Settings, server: dict | None = None) -> Status:
+def status(store: Store, settings: config.Settings) -> Status:
     """Counts by kind and scope, sizes on disk, the index (last update, units, model, fresh) and the
-    tool cache; `server` is the resident server's state when there is one."""
+    tool cache."""
     store.require()
     with store.reading():
         messages, sessions = Counter(), set()
@@ -195,8 +195,6 @@ def status(store: Store, settings: config.Settings, server: dict | None = None) 
         "index": _index(store, settings),
         "model": _model_name(settings),
     }
-    if server is not None:
-        data["server"] = server
     return Status(data)
 
 

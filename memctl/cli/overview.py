@@ -65,7 +65,7 @@ def show(memory, record_id, as_json):
               '"sessions", "memories": {"current", "superseded", "archived", "deleted"}, "pending": {"waiting", '
               '"expired"}, "topics": {"active", "dormant", "archived"}, "cache_entries" (null on redis)}, '
               '"scopes": {scope: {"messages", "memories", "topics"}}, "sizes": {"total_bytes", "index_bytes"}, '
-              '"index": {"built", "updated_at", "units", "model", "fresh"}, "model", "server"? (when running)}.')
+              '"index": {"built", "updated_at", "units", "model", "fresh"}, "model"}.')
 @click.pass_obj
 def status(memory, as_json):
     """The store at a glance: what it holds, by kind and scope, and its index.
@@ -111,8 +111,6 @@ def status(memory, as_json):
     else:
         click.echo("index     not built yet (the first search builds it)")
     click.echo(f"model     {data['model']}")
-    if "server" in data:
-        click.echo(f"server    {_value(data['server'])}")
     sys.exit(EXIT_OK)
 
 
