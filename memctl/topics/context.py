@@ -333,6 +333,10 @@ def _sections_with(parts, sections, kept) -> list[dict]:
 # The routing prompt lists at most this many topics, the built-in search's best first: at the ~1 KB a
 # summary ([topics] summary_bytes) that is about 15k tokens, one call of a cheap model.
 ROUTE_CANDIDATES = 50
+# An explicit query names its subject: a topic holding fewer than this share of the query's content
+# terms is not about it, however high one shared rare word scores ("zebra migration in kenya" found a
+# topic on a database migration at 0.66; bench/README 'Topic names and summaries (issue 22)').
+QUERY_COVERED = 0.5
 
 
 def activate(store: Store, retriever, query: str, *, include_archived: bool = False,
@@ -363,8 +367,10 @@ def activate(store: Store, retriever, query: str, *, include_archived: bool = Fa
         threshold, _ = activation.thresholds(active_count, settings)
         ranked = sorted(found.values(), key=lambda e: -e.strength)
         method = "builtin"
+        wanted = _query_terms(query)
         candidates = [{"topic_id": e.topic_id, "name": e.name, "score": round(e.relevance_score, 4)}
-                      for e in ranked if e.relevance_score >= settings.amnesia_threshold]
+                      for e in ranked if e.relevance_score >= settings.amnesia_threshold
+                      and _covers(wanted, searchable[e.topic_id])]
         if llm_command and searchable:
             listed = {e.topic_id: searchable[e.topic_id] for e in ranked[:ROUTE_CANDIDATES]}
             try:
@@ -390,3 +396,28 @@ def activate(store: Store, retriever, query: str, *, include_archived: bool = Fa
         log.append(tx, store, events)
     return {"activated": [{"topic_id": t, "name": topics[t].header.get("name", "")} for t in chosen],
             "candidates": candidates, "method": method, "fallback": fallback, "no_match_reason": no_match_reason}
+
+
+def _query_terms(query: str) -> set[str]:
+    """The query's content terms: its words, and of Chinese (read as character pairs) the pairs without
+    a particle or pronoun (我们, 说的, 是什 are across or outside the words that say what it is about)."""
+    from memctl.text.words import CJK_FUNCTION_CHARS
+    from memctl.topics.segment import terms_of
+
+    return {t for t in terms_of(query) if not CJK_FUNCTION_CHARS.intersection(t)}
+
+
+def _covers(wanted: set[str], topic: Topic) -> bool:
+    """Whether the topic (its name, summary and messages) holds QUERY_COVERED of the `wanted` terms."""
+    from memctl.topics.segment import terms_of
+
+    if not wanted:
+        return True
+    held: set[str] = set()
+    for text in _texts(topic):
+        held |= wanted.intersection(terms_of(text))
+    return len(held) >= QUERY_COVERED * len(wanted)
+
+
+def _texts(topic: Topic) -> list[str]:
+    return [topic.header.get("name", ""), topic.header.get("summary", "")] + [m.get("text", "") for m in topic.messages]

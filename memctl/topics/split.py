@@ -13,7 +13,7 @@ messages go to them or to new topics of that scope, never to another's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from memctl import clock, config
 from memctl.errors import InputError
@@ -145,14 +145,18 @@ def builtin_chooser(store: Store, embedding: config.Embedding | None = None,
     return choose
 
 
-def builtin_describer(background: Background, budget: int,
+def builtin_describer(background: Background, budget: int, taken: Iterable[str] = (),
                       progress: Callable[[str, int, int], None] | None = None) -> Describer:
-    """Extractive summaries (summary.py); a topic keeps the name it was given when it opened."""
+    """Extractive summaries (summary.py); a topic keeps the name it was given when it opened, and a new
+    one is named unlike the `taken` names (the scope's other topics') and the ones named before it."""
+    names = set(taken)
+
     def describe(drafts: list[Draft]) -> list[tuple[str, str]]:
         described = []
         for draft in drafts:
-            found, summary = summarise(draft.messages, background, budget)
+            found, summary = summarise(draft.messages, background, budget, names - {draft.name})
             described.append((draft.name or found, summary))
+            names.add(draft.name or found)
             if progress:
                 progress("summarising", 1, len(drafts))
         return described
@@ -196,7 +200,8 @@ def _apply(tx, store: Store, settings: config.Topics, messages: list[dict], chos
         added.setdefault(topic.id, []).append(topicfile.record(message))
         report.assignments.append(Assignment(message["id"], topic.id, action))
     describe = describe or builtin_describer(background_of(t.messages for t in topics.values()),
-                                             settings.summary_bytes, progress)
+                                             settings.summary_bytes, (t.header.get("name", "") for t in topics.values()),
+                                             progress)
     described = describe([Draft(tid, topics[tid].messages, topics[tid].messages if tid in fresh else new,
                                 topics[tid].header.get("name", ""), given.get(tid) or topics[tid].header.get("summary", ""))
                           for tid, new in added.items()])

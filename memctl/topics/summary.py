@@ -1,36 +1,86 @@
 """Built-in topic names and summaries (T10): extractive, within the summary budget.
 
-The name is the topic's most distinctive phrases: word sequences (and, in
-ideographic text, character sequences) that many of the topic's messages use
-and few other topics do - tf-idf with the topics as the documents - the
-longest form of a phrase kept when its parts mostly occur inside it ("Acorn
-Guest House", not "acorn · guest · house"; 创业板, not 创业 · 业板). The
-summary is a line of keywords, then the messages nearest the topic's centre
-(by the same TF-IDF terms the split uses), in conversation order, each cut
-to fit.
+The name is the topic's most distinctive phrases: word sequences that many
+of the topic's messages use and few other topics do - tf-idf with the topics
+as the documents - the longest form of a phrase kept when its parts mostly
+occur inside it ("Acorn Guest House", not "acorn · guest · house"). Chinese
+is cut into words by jieba (its dictionary reads simplified characters, so
+traditional text is mapped to simplified one character for one by zhconv and
+the name keeps the characters written): 營業時間, not the character windows
+上十點到 or 子郵件寄. jieba is imported, and its dictionary loaded (about half
+a second), only when a topic with Chinese text is named. A name already
+given to another topic of the scope gives way to the topic's next phrases, so
+no two topics share one.
+
+The summary is sentences: one that says who talked about what and when, then
+the topic's sentences that carry most - near its centre (by the same TF-IDF
+terms the split uses), and more so when they record a decision, a date, a
+name or a number (rules/summary.toml) - each whole, attributed to its speaker
+with the day it was said, in conversation order, within the budget.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
+from importlib import resources
 from typing import Iterable
 
-from memctl.text.cjk import IDEOGRAPHIC_RUN
-from memctl.text.words import CJK_FUNCTION_CHARS, NAME_STOPWORDS, fold_plural
+from memctl.text.cjk import CJK_CHAR, HAN, IDEOGRAPHIC_RUN, KANA
+from memctl.text.words import CJK_FUNCTION_CHARS, CJK_NAME_STOPWORDS, NAME_STOPWORDS, fold_plural
 from memctl.topics.segment import terms_of
 
 NAME_PHRASES = 2      # phrases in a name: the second only if it scores at least SECOND_SHARE of the first
 SECOND_SHARE = 0.5
-MAX_WORDS = 3         # words in a phrase (alphabetic scripts)
-MAX_CHARS = 4         # characters in a phrase (ideographic scripts)
+NAME_TRIES = 8        # phrases tried in a name before a taken name gets a number
+MAX_WORDS = 3         # words in a phrase
+MAX_CHARS = 4         # characters in a phrase of a run with kana (Japanese: character windows)
+MAX_CJK_CHARS = 8     # characters in a Chinese phrase of up to MAX_WORDS words
 INSIDE_SHARE = 0.75   # a phrase found inside a longer one at least this often gives way to it
-_CLAUSE = re.compile(r"[^\w\s'’-]+|" + IDEOGRAPHIC_RUN.pattern)   # punctuation and CJK end a word sequence
-_WORD = re.compile(r"([^\W_]+)(?:['’]([^\W_]+))?")
+OPENING_PHRASES = 3   # phrases the summary's first sentence names
+# punctuation and CJK end a word sequence; a point inside a number ("version 2.4") does not
+_CLAUSE = re.compile(r"[^\w\s'’.-]+|\.(?!\d)|" + IDEOGRAPHIC_RUN.pattern)
+_WORD = re.compile(r"([^\W_]+(?:\.\d+)*)(?:['’]([^\W_]+))?")
 _HIRAGANA = re.compile("[\u3040-\u309f]")
+_KANA = re.compile(f"[{KANA}]")
+_HAN_WORD = re.compile(f"[{HAN}]+")
+
+
+@functools.cache
+def _chinese_segmenter():
+    """jieba and zhconv, imported on first use: a command that names no Chinese topic never loads them."""
+    import logging
+
+    import jieba
+    import zhconv
+
+    jieba.setLogLevel(logging.WARNING)   # it logs its dictionary load to stderr, where only memctl speaks
+    return jieba, zhconv
+
+
+def chinese_words(run: str) -> list[tuple[str, str]]:
+    """The words of a run of Chinese characters: (simplified form, as written)."""
+    jieba, zhconv = _chinese_segmenter()
+    simple = zhconv.convert(run, "zh-hans")
+    if len(simple) != len(run):   # zhconv's table maps one for one; should a phrase not, read it as written
+        simple = run
+    words, at = [], 0
+    for word in jieba.lcut(simple):
+        words.append((word, run[at:at + len(word)]))
+        at += len(word)
+    return words
+
+
+def _names_a_subject(word: str) -> bool:
+    """A Chinese word (simplified) a name may hold: two characters or more, no particle or pronoun at
+    either end (jieba's guesses at unknown words sometimes take one in: 启的, 我想问), not a stopword."""
+    return (len(word) > 1 and _HAN_WORD.fullmatch(word) is not None and word not in CJK_NAME_STOPWORDS
+            and word[0] not in CJK_FUNCTION_CHARS and word[-1] not in CJK_FUNCTION_CHARS)
 
 
 @dataclass
@@ -61,17 +111,24 @@ def background_of(topics: Iterable[list[dict]]) -> Background:
 # A split reads every topic's messages for the background, then the touched topics' again for names.
 @lru_cache(maxsize=16384)
 def phrases_of(text: str) -> dict[str, str]:
-    """Candidate phrases of a text: key (lower case) -> the form written. Runs of up to MAX_WORDS content
-    words within a clause; in ideographic text, runs of 2 to MAX_CHARS characters without a Chinese
-    function character (的, 了, 您, …) and neither starting nor ending with hiragana (Japanese particles)."""
+    """Candidate phrases of a text: key (lower case; Chinese simplified, a space between words) -> the form
+    written. Runs of up to MAX_WORDS content words within a clause; in Chinese, of up to MAX_WORDS words
+    that name a subject (`_names_a_subject`), written together."""
     found: dict[str, str] = {}
     for run in IDEOGRAPHIC_RUN.findall(text):
-        for size in range(2, MAX_CHARS + 1):
-            for start in range(len(run) - size + 1):
-                piece = run[start:start + size]
-                if not (CJK_FUNCTION_CHARS.intersection(piece) or _HIRAGANA.match(piece[0])
-                        or _HIRAGANA.match(piece[-1])):
-                    found.setdefault(piece, piece)
+        if _KANA.search(run):
+            _character_windows(run, found)
+            continue
+        words = chinese_words(run)
+        for start in range(len(words)):
+            for end in range(start + 1, min(start + MAX_WORDS, len(words)) + 1):
+                if not _names_a_subject(words[end - 1][0]):
+                    break
+                written = "".join(w for _, w in words[start:end])
+                if len(written) > MAX_CJK_CHARS:
+                    break
+                if all(_names_a_subject(simple) for simple, _ in words[start:end]):
+                    found.setdefault(" ".join(simple for simple, _ in words[start:end]), written)
     for clause in _CLAUSE.split(text):
         # "health's" is health; "they're", "don't" are no content words
         pairs = _WORD.findall(clause)
@@ -88,8 +145,19 @@ def phrases_of(text: str) -> dict[str, str]:
     return found
 
 
-def topic_name(messages: list[dict], background: Background) -> str:
-    """The topic's NAME_PHRASES most distinctive phrases, " · " between them."""
+def _character_windows(run: str, found: dict[str, str]) -> None:
+    """Japanese (a run with kana), which jieba does not read: runs of 2 to MAX_CHARS characters without a
+    Chinese function character and neither starting nor ending with hiragana (particles)."""
+    for size in range(2, MAX_CHARS + 1):
+        for start in range(len(run) - size + 1):
+            piece = run[start:start + size]
+            if not (CJK_FUNCTION_CHARS.intersection(piece) or _HIRAGANA.match(piece[0])
+                    or _HIRAGANA.match(piece[-1])):
+                found.setdefault(piece, piece)
+
+
+def ranked_phrases(messages: list[dict], background: Background) -> list[tuple[str, str, float]]:
+    """The topic's candidate phrases, most distinctive first: (key, the form written most, score)."""
     counts: Counter = Counter()
     forms: dict[str, Counter] = {}
     for m in messages:
@@ -112,32 +180,68 @@ def topic_name(messages: list[dict], background: Background) -> str:
         spread = max(background.phrases.get(key, 0), 1)
         return kept[key] * math.log((topics + 1) / spread) * math.sqrt(_words(key))
 
-    chosen: list[str] = []
-    for key in sorted(kept, key=lambda k: (-score(k), k)):
-        if len(chosen) == NAME_PHRASES or (chosen and score(key) < SECOND_SHARE * score(chosen[0])):
-            break
-        if not any(_overlap(key, c) for c in chosen):
-            chosen.append(key)
-    return " · ".join(forms[k].most_common(1)[0][0] for k in chosen)
+    scored = sorted(((score(k), k) for k in kept), key=lambda item: (-item[0], item[1]))
+    ranked = [(k, forms[k].most_common(1)[0][0], value) for value, k in scored]
+    # A date says when, not what: "下個月一號 · 大安分館", "明天早上七點 · 電子郵件" name the day first.
+    dated = _cues().date
+    undated = [item for item in ranked if not dated.search(item[1])]
+    return undated + [item for item in ranked if dated.search(item[1])] if undated else ranked
+
+
+def topic_name(messages: list[dict], background: Background, taken: Iterable[str] = ()) -> str:
+    """The topic's NAME_PHRASES most distinctive phrases, " · " between them, sharing no word; never one
+    of the names `taken` (other topics'): then the best phrase with another second one, or the next
+    phrases, and only when NAME_TRIES of them are all taken, the name with a number."""
+    ranked = ranked_phrases(messages, background)
+    if not ranked:
+        return ""
+    forms = {key: form for key, form, _ in ranked}
+    taken_folded = {name.casefold() for name in taken}
+    first_choice = None
+    for lead, _, lead_score in ranked[:NAME_TRIES]:
+        others = [(key, value) for key, _, value in ranked if not _overlap(key, lead)]
+        usual = [lead] + [key for key, value in others[:1] if value >= SECOND_SHARE * lead_score]
+        tries = [usual, [lead]] + [[lead, key] for key, _ in others[:NAME_TRIES]]
+        for keys in tries:
+            name = " · ".join(forms[k] for k in keys[:NAME_PHRASES])
+            first_choice = first_choice or name
+            if name.casefold() not in taken_folded:
+                return name
+    number = 2
+    while f"{first_choice} ({number})".casefold() in taken_folded:
+        number += 1
+    return f"{first_choice} ({number})"
 
 
 def _overlap(one: str, other: str) -> bool:
-    """One phrase inside the other, or (ideographic) two windows of one longer run sharing a character pair."""
+    """Two phrases sharing a word ("CI pipeline", "pipeline cache"), Chinese ones one in the other, Japanese
+    windows a character pair."""
+    if set(one.split()) & set(other.split()):
+        return True
     if _inside(one, other) or _inside(other, one):
         return True
-    return bool(IDEOGRAPHIC_RUN.fullmatch(one) and IDEOGRAPHIC_RUN.fullmatch(other)
+    if _HAN_WORD.match(one) and _HAN_WORD.match(other):   # 产品设计 holds the word 设计
+        one, other = one.replace(" ", ""), other.replace(" ", "")
+        return one in other or other in one
+    return bool(_KANA.search(one + other) and IDEOGRAPHIC_RUN.fullmatch(one) and IDEOGRAPHIC_RUN.fullmatch(other)
                 and {one[i:i + 2] for i in range(len(one) - 1)} & {other[i:i + 2] for i in range(len(other) - 1)})
 
 
-def _words(key: str) -> int:
-    """Length of a phrase in words; an ideographic one in character pairs."""
-    return max(1, len(key) - 1) if IDEOGRAPHIC_RUN.fullmatch(key) else key.count(" ") + 1
+def _words(key: str) -> float:
+    """Length of a phrase in words; Chinese in characters over two, what a word averages (单元测试 says
+    more than 遇到, though jieba cuts both as one word); a Japanese window in character pairs."""
+    if _KANA.search(key):
+        return max(1, len(key) - 1)
+    if _HAN_WORD.match(key):
+        return max(1.0, len(key.replace(" ", "")) / 2)
+    return key.count(" ") + 1
 
 
 def _inside(short: str, long: str) -> bool:
-    if " " in long or " " in short or not IDEOGRAPHIC_RUN.fullmatch(long):
-        return f" {short} " in f" {long} "
-    return short in long
+    """`short` is words of `long` (a Japanese window: characters of it)."""
+    if _KANA.search(long) and " " not in long:
+        return short in long
+    return f" {short} " in f" {long} "
 
 
 def distinctive_terms(texts: list[str], background: Counter, documents: int, limit: int) -> list[str]:
@@ -156,36 +260,180 @@ def distinctive_terms(texts: list[str], background: Counter, documents: int, lim
     return [written[t].most_common(1)[0][0] if t in written else t for t in chosen]
 
 
-def summarise(messages: list[dict], background: Background, budget: int) -> tuple[str, str]:
-    """(name, summary) of a topic's messages; the summary within `budget` UTF-8 bytes."""
+# A sentence's weight is its closeness to the topic's centre times 1 + these for what it records (none
+# tuned: read on hand-written assistant chats, bench/README 'Topic names and summaries (issue 22)').
+DECISION_BONUS = 1.0
+DATE_BONUS = 0.5
+NAME_BONUS = 0.25
+QUESTION_SHARE = 0.5     # a question asks; the answer records
+SAME_TERMS = 0.7         # a sentence sharing this much of its terms with a chosen one repeats it
+LONGEST_SENTENCE = 300   # bytes; a longer sentence is cut at a clause mark
+MIN_WORDS, MIN_CJK = 4, 6  # shorter sentences ("Thanks!", "好的") record nothing
+_FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[^\sa-z])|(?<=[。！？；])|\n+")
+_LIST_MARK = re.compile(r"^\s*(?:[-*•>#]+|\d+[.)])\s+")
+_CODE_CHARS = re.compile(r"[{}\[\]();=<>$|\\`]")
+_CLAUSE_MARK = re.compile(r"[,;:，；：、]")
+_NAME_OR_NUMBER = re.compile(r"(?<=\s)[A-Z][\w-]+|\d")
+RULES = resources.files("memctl.topics") / "rules" / "summary.toml"
+
+
+@dataclass
+class _Cues:
+    decision: re.Pattern
+    date: re.Pattern
+
+
+@functools.cache
+def _cues() -> _Cues:
+    with RULES.open("rb") as file:
+        table = tomllib.load(file)
+    joined = {name: "|".join(alternative for language in table.values() if name in language
+                             for alternative in language[name]["pattern"]) for name in ("decision", "date")}
+    return _Cues(**{name: re.compile(pattern, re.IGNORECASE) for name, pattern in joined.items()})
+
+
+@dataclass
+class _Sentence:
+    message: int
+    position: int
+    text: str
+    terms: Counter
+    weight: float = 0.0
+
+
+def summarise(messages: list[dict], background: Background, budget: int,
+              taken: Iterable[str] = ()) -> tuple[str, str]:
+    """(name, summary) of a topic's messages; the summary within `budget` UTF-8 bytes, sentences only.
+    `taken`: names of other topics, which the name is not (topic_name)."""
     texts = [m.get("text", "") for m in messages]
-    keywords = distinctive_terms(texts, background.terms, background.messages, 12)
-    name = topic_name(messages, background) or (" ".join(texts[0].split())[:40] if texts else "topic")
-    documents = background.messages
-    bags = [terms_of(t) for t in texts]
+    ranked = ranked_phrases(messages, background)
+    name = topic_name(messages, background, taken) or (" ".join(texts[0].split())[:40] if texts else "topic")
+    opening = _cut(_opening(messages, ranked), budget)
+    sentences = _sentences(texts, strict=True) or _sentences(texts, strict=False)
+    _weigh(sentences, background)
+    used = len(opening.encode())
+    chosen: list[_Sentence] = []
+    for sentence in sorted(sentences, key=lambda s: -s.weight):
+        line = f"{_speaker(messages[sentence.message])} ({_day(messages[sentence.message])}): {sentence.text}"
+        cost = len(line.encode()) + 1
+        if used + cost > budget or any(_repeats(sentence.terms, other.terms) for other in chosen):
+            continue
+        chosen.append(sentence)
+        used += cost
+    return name, "\n".join([opening] + _lines(messages, sorted(chosen, key=lambda s: (s.message, s.position))))
+
+
+def _opening(messages: list[dict], ranked: list[tuple[str, str, float]]) -> str:
+    """Who talked about what and when: "User and Assistant talked about release notes, version 2.4 and
+    contributors (2026-03-02 to 2026-03-03, 6 messages)." - in Chinese when the topic is mostly Chinese."""
+    speakers = list(dict.fromkeys(_speaker(m) for m in messages if m.get("role") != "system"))
+    phrases: list[tuple[str, str]] = []
+    for key, form, _ in ranked:
+        if len(phrases) < OPENING_PHRASES and not any(_overlap(key, other) for other, _ in phrases):
+            phrases.append((key, form))
+    forms = [form for _, form in phrases]
+    days = sorted({_day(m) for m in messages} - {""})
+    text = _FENCE.sub(" ", " ".join(m.get("text", "") for m in messages))
+    han = _HAN_WORD.findall(text)
+    if sum(map(len, han)) > len(re.findall(r"[^\W\d_]+", IDEOGRAPHIC_RUN.sub(" ", text))):   # more characters than words
+        _, zhconv = _chinese_segmenter()
+        han_text = "".join(han)   # in the characters the topic is mostly written in
+        changed = sum(a != b for a, b in zip(han_text, zhconv.convert(han_text, "zh-hans")))
+        words = ("至", "讨论了", "交谈", "对话", "条消息") if changed < 0.1 * len(han_text) \
+            else ("至", "討論了", "交談", "對話", "則訊息")
+        when = words[0].join(dict.fromkeys([days[0], days[-1]])) + "，" if days else ""
+        about = f"{words[1]}{'、'.join(forms)}" if forms else words[2]
+        return f"{'和'.join(speakers[:3]) or words[3]}{about}（{when}{len(messages)} {words[4]}）。"
+    when = " to ".join(dict.fromkeys([days[0], days[-1]])) + ", " if days else ""
+    about = f" talked about {_listed(forms)}" if forms else " talked"
+    count = f"{len(messages)} message" + ("s" if len(messages) != 1 else "")
+    return f"{_listed(speakers[:3]) or 'Someone'}{about} ({when}{count})."
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else ""
+
+
+def _sentences(texts: list[str], strict: bool) -> list[_Sentence]:
+    """The sentences of the messages, code blocks left out; `strict`: only those that can record
+    something (MIN_WORDS words or MIN_CJK Chinese characters, not code, not a colon opening a list)."""
+    found = []
+    for index, text in enumerate(texts):
+        for position, piece in enumerate(_SENTENCE_END.split(_FENCE.sub("\n", text))):
+            sentence = " ".join(_LIST_MARK.sub("", piece).split())
+            if not sentence:
+                continue
+            if strict and (len(CJK_CHAR.findall(sentence)) < MIN_CJK and len(_WORD.findall(sentence)) < MIN_WORDS
+                           or len(_CODE_CHARS.findall(sentence)) > 0.06 * len(sentence)
+                           or sentence.endswith((":", "：")) or sentence.startswith(("import ", "from ", "$ "))):
+                continue
+            found.append(_Sentence(index, position, _cut(sentence, LONGEST_SENTENCE), terms_of(sentence)))
+    return found
+
+
+def _weigh(sentences: list[_Sentence], background: Background) -> None:
+    """Each sentence's weight: closeness to the topic's centre (its terms, each by its tf-idf over the
+    background's messages, a term counted at most 3 times in a sentence), per square root of the
+    sentence's length, times 1 + the bonuses for a decision, a date, a name or number it records."""
+    cues = _cues()
     centre: Counter = Counter()
-    for bag in bags:
-        centre.update(bag)
+    for sentence in sentences:
+        centre.update(sentence.terms)
+    documents = background.messages
     weight = {t: math.log((documents + 1) / (1 + background.terms.get(t, 0))) for t in centre}
+    for sentence in sentences:
+        bag = sentence.terms
+        closeness = (sum(min(c, 3) * centre[t] * weight[t] ** 2 for t, c in bag.items()) / math.sqrt(sum(bag.values()))
+                     if bag else 0.0)
+        bonus = (1 + DECISION_BONUS * bool(cues.decision.search(sentence.text))
+                 + DATE_BONUS * bool(cues.date.search(sentence.text))
+                 + NAME_BONUS * bool(_NAME_OR_NUMBER.search(sentence.text)))
+        question = QUESTION_SHARE if sentence.text.endswith(("?", "？")) else 1.0
+        sentence.weight = closeness * bonus * question
 
-    def closeness(bag: Counter) -> float:
-        if not bag:
-            return 0.0
-        return sum(min(c, 3) * centre[t] * weight[t] ** 2 for t, c in bag.items()) / math.sqrt(sum(bag.values()))
 
-    lines = [f"Keywords: {', '.join(keywords)}"] if keywords else []
-    used = len("\n".join(lines).encode())
-    chosen = []
-    for index in sorted(range(len(texts)), key=lambda i: -closeness(bags[i])):
-        speaker = messages[index].get("speaker") or messages[index].get("role") or ""
-        line = f"{speaker}: {' '.join(texts[index].split())}" if speaker else " ".join(texts[index].split())
-        room = budget - used - 1
-        if room < 40:
-            break
-        if len(line.encode()) > room:
-            line = line.encode()[:room - 3].decode("utf-8", errors="ignore") + "…"
-        chosen.append((index, line))
-        used += len(line.encode()) + 1
-    lines += [line for _, line in sorted(chosen)]
-    return name, "\n".join(lines)
+def _repeats(terms: Counter, other: Counter) -> bool:
+    if not terms:
+        return False
+    return len(terms.keys() & other.keys()) >= SAME_TERMS * len(terms.keys())
 
+
+def _lines(messages: list[dict], chosen: list[_Sentence]) -> list[str]:
+    """One line a message: its speaker, the day when it differs from the line before, its chosen sentences."""
+    lines, day, previous = [], "", -1
+    for sentence in chosen:
+        message = messages[sentence.message]
+        if lines and sentence.message == previous:
+            lines[-1] += ("" if CJK_CHAR.match(lines[-1][-1:]) else " ") + sentence.text
+            continue
+        said = _day(message)
+        lines.append(f"{_speaker(message)}{f' ({said})' if said and said != day else ''}: {sentence.text}")
+        day, previous = said or day, sentence.message
+    return lines
+
+
+def _speaker(message: dict) -> str:
+    """Who said it: the speaker's name, or the role capitalised ("User", "Assistant")."""
+    speaker = str(message.get("speaker") or message.get("role") or "").strip()
+    return speaker[:1].upper() + speaker[1:] if speaker.islower() and speaker in ("user", "assistant", "system") \
+        else speaker or "Someone"
+
+
+def _day(message: dict) -> str:
+    """The day a message was written (its ts, ISO), or ""."""
+    ts = str(message.get("ts") or "")
+    return ts[:10] if re.match(r"\d{4}-\d{2}-\d{2}", ts) else ""
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text` within `limit` UTF-8 bytes: whole, else up to its last clause mark (or word) that fits, and "…"."""
+    if len(text.encode()) <= limit:
+        return text
+    head = text.encode()[:max(0, limit - 3)].decode("utf-8", errors="ignore")
+    marks = [m.start() for m in _CLAUSE_MARK.finditer(head)]
+    if marks and marks[-1] > len(head) // 2:
+        head = head[:marks[-1]]
+    elif " " in head[len(head) // 2:]:
+        head = head[:head.rindex(" ")]
+    return head.rstrip() + "…"
