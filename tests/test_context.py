@@ -240,6 +240,33 @@ def test_topics_activate_by_id_and_by_query(run, store_dir):
     assert run("topics", "activate", "quantum chromodynamics lecture").returncode == 1
 
 
+def test_topics_activate_needs_the_querys_subject_not_one_shared_word(run, store_dir):
+    from memctl.api import Memory
+    from memctl.mcp.tools import topics_activate
+
+    migration = ["We plan the database migration from MySQL to PostgreSQL for Friday.",
+                 "The database migration needs a dump of the MySQL tables first."]
+    hours = ["大安分館的營業時間改成早上十點。", "營業時間的公告週五前貼出。"]
+    run("ingest", "-", input=session_lines(migration + hours + WEATHER))
+    messages = [json.loads(line) for line in session_lines(migration + hours + WEATHER).splitlines()]
+    write_topic(store_dir, "t-migration", "database migration · MySQL", messages[0:2], "dormant")
+    write_topic(store_dir, "t-hours", "營業時間", messages[2:4], "dormant")
+    write_topic(store_dir, "t-weather", "redwood · rain", messages[4:8], "active")
+    # "migration" alone is in a topic; the query is about zebras in Kenya, which no topic is
+    unrelated = run("topics", "activate", "zebra migration in kenya", "--json")
+    assert unrelated.returncode == 1 and json.loads(unrelated.stdout)["activated"] == []
+    assert "no topic matches" in unrelated.stderr.decode()
+    assert run("topics", "activate", "斑马在肯尼亚迁徙").returncode == 1
+    memory = Memory(store_dir)
+    assert memory.topics.activate("zebra migration in kenya").activated == []
+    assert topics_activate(memory, "zebra migration in kenya")["activated"] == []
+    assert all(t["state"] == "dormant" for t in map(lambda r: r[0], topic_files(store_dir).values())
+               if t["id"] != "t-weather")
+    # the subject itself, in words or in Chinese, still activates its topic
+    assert run("topics", "activate", "the MySQL database migration").stdout.decode().startswith("t-migration")
+    assert run("topics", "activate", "上次說的營業時間").stdout.decode().startswith("t-hours")
+
+
 # -- the LLM path (§6.1) ---------------------------------------------------------
 
 EVALUATIONS = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -338,20 +339,107 @@ def test_a_builtin_name_is_the_topics_most_distinctive_phrase():
     assert "Acorn Guest House" in names[0].split(" · ") and "Acorn" not in names[0].replace("Acorn Guest House", "")
     assert names[1].split(" · ")[0] == "taxi"
     assert names[2].startswith("创业板") and "业板" not in names[2].replace("创业板", "")
-    assert names[3].startswith("港股通")
+    assert names[3].startswith("港股")   # jieba's word (港股 · 通): no window across words such as 股通怎
 
 
-def test_summary_keywords_are_written_as_the_messages_write_them():
+# The store of issue 22: its character windows named topics 上十點到, 上七點前, 中用量方, 五前貼出.
+HOURS = ["台北大安分館的營業時間要改成早上十點到晚上八點，從下個月一號開始。",
+         "好的，大安分館的營業時間從下個月一號起改為早上十點到晚上八點。需要我更新官網上的營業時間嗎？",
+         "要，官網和 Google 地圖上的營業時間都要更新。王經理說週末也一樣。"]
+EMAIL = ["另外，我想問一下電子郵件的事。明天早上七點前要把月報用電子郵件寄給王經理。",
+         "明天早上七點前把月報寄給王經理。要我先幫你擬一封電子郵件的草稿嗎？",
+         "好，電子郵件裡要附上三月的營收報表，還有新會員的人數。"]
+WAITLIST = ["對了，LINE 官方帳號的候補名單功能還是有問題，客人加入候補名單後沒有收到通知。",
+            "候補名單的通知是用 LINE Messaging API 發送的，可能是推播額度用完了。",
+            "確認了，訊息額度已經用完。我們決定升級到中用量方案，每月八百元。",
+            "升級到中用量方案後，候補名單的通知就會恢復。"]
+
+
+def test_chinese_names_are_whole_words_as_written():
+    from memctl.topics.summary import background_of, chinese_words, topic_name
+
+    groups = [[{"text": t} for t in texts] for texts in (HOURS, EMAIL, WAITLIST)]
+    background = background_of(groups)
+    names = [topic_name(group, background) for group in groups]
+    assert names[0].split(" · ")[0] in ("營業時間", "大安分館") and names[1].split(" · ")[0] == "電子郵件"
+    assert names[2].startswith("候補名單")
+    for name, texts in zip(names, (HOURS, EMAIL, WAITLIST)):
+        words = {written for text in texts for _, written in chinese_words(text)}
+        for phrase in name.split(" · "):
+            # each phrase is words of the text, whole: it starts and ends where jieba's words do
+            assert any(phrase in text for text in texts)
+            assert any(phrase.startswith(w) for w in words) and any(phrase.endswith(w) for w in words), phrase
+        assert not set(name.split(" · ")) & {"上十點到", "上七點前", "中用量方", "家分館", "天早上七", "子郵件寄"}
+
+
+def test_names_in_one_scope_are_distinct():
+    from memctl.topics.llm import Draft
+    from memctl.topics.split import builtin_describer
+    from memctl.topics.summary import background_of
+
+    # One subject cut into three topics (issue 22's store: "io machine restarted · times overnight
+    # because" three times): the same best phrase, so each name must differ in the rest.
+    restart = [{"text": "The io machine restarted three times overnight because the kernel panicked."},
+               {"text": "The io machine restarted again; the kernel log shows an out of memory kill."},
+               {"text": "If the io machine restarted once more, add swap to the io machine."}]
+    groups = [restart] * 3 + [[{"text": t} for t in texts] for texts in (HOTEL, TAXI, WEATHER)]
+    describe = builtin_describer(background_of(groups), 1000)
+    names = [name for name, _ in describe([Draft(f"t{i}", g, g, "", "") for i, g in enumerate(groups[:3])])]
+    assert len(set(names)) == 3, names
+    assert all(n.startswith("io machine restarted") for n in names), names   # the subject, told apart by the rest
+    taken = builtin_describer(background_of(groups), 1000, names)
+    assert taken([Draft("t3", restart, restart, "", "")])[0][0] not in names
+    # a topic that has a name keeps it, and it is taken from the others
+    kept = builtin_describer(background_of(groups), 1000)([Draft("t0", restart, restart, "restarts", ""),
+                                                            Draft("t1", restart, restart, "", "")])
+    assert kept[0][0] == "restarts" and kept[1][0] != "restarts"
+
+
+def test_split_names_a_new_topic_unlike_the_scopes_others(run, store_dir):
+    run("ingest", "-", input=session_lines(HOTEL, session="s1"))
+    run("split", "--session", "s1", "--force", "--keep-recent", "0")
+    run("ingest", "-", input=session_lines(HOTEL[:2], session="s2", prefix="n"))
+    run("split", "--session", "s2", "--force", "--keep-recent", "0")
+    names = [records[0]["name"] for records in topic_files(store_dir).values()]
+    assert len(names) == 2 and len(set(names)) == 2, names
+
+
+def test_a_summary_is_sentences_that_keep_the_decision_its_date_and_who():
     from memctl.topics.summary import background_of, summarise
 
-    queue = ["Jonas asked whether we can move the queue from RabbitMQ to Redis Streams.",
-             "Redis Streams would work, and you already run Redis for caching.",
-             "We decided: Redis Streams, with a separate stream for failed events."]
-    groups = [[{"text": t} for t in texts] for texts in (queue, HOTEL, TAXI)]
-    _, summary = summarise(groups[0], background_of(groups), 1000)
-    keywords = summary.splitlines()[0].removeprefix("Keywords: ").split(", ")
-    assert keywords[0] == "Redis" and "Streams" in keywords  # not the folded "redi", "stream"
-    assert "from" not in keywords
+    queue = [{"speaker": "Jonas", "ts": "2026-03-02T09:00:00Z",
+              "text": "Can we move the queue from RabbitMQ to Redis Streams? RabbitMQ keeps dropping messages."},
+             {"speaker": "assistant", "ts": "2026-03-02T09:01:00Z",
+              "text": "Redis Streams would work, and you already run Redis for caching. ```python\nr.xadd('events', {})\n```"}]
+    queue += [{"speaker": "assistant", "ts": "2026-03-02T09:02:00Z",
+               "text": f"Consumer groups in Redis Streams let worker {n} read the queue without losing events."}
+              for n in range(12)]
+    queue.append({"speaker": "Jonas", "ts": "2026-03-04T16:00:00Z",
+                  "text": "We decided: Redis Streams, with a separate stream for failed events. Mia moves the queue by 14 March."})
+    groups = [queue, [{"text": t} for t in HOTEL], [{"text": t} for t in TAXI]]
+    name, summary = summarise(queue, background_of(groups), 600)
+    assert len(summary.encode()) <= 600 and "Keywords" not in summary
+    lines = summary.splitlines()
+    assert lines[0].startswith("Jonas and Assistant talked about ") and "(2026-03-02 to 2026-03-04, 15 messages)" in lines[0]
+    assert ("Jonas (2026-03-04): We decided: Redis Streams, with a separate stream for failed events. "
+            "Mia moves the queue by 14 March.") in lines
+    assert "xadd" not in summary   # code is no sentence
+    assert all(line.endswith((".", "?", "!")) for line in lines), lines   # whole sentences, none cut
+    assert len(lines) < 1 + len(queue)   # chosen, not every message copied
+    chinese = [{"text": t, "speaker": s} for t, s in zip(WAITLIST, ("user", "assistant") * 2)]
+    _, summary = summarise(chinese, background_of([chinese, [{"text": t} for t in HOURS]]), 1000)
+    assert summary.splitlines()[0].startswith("User和Assistant討論了候補名單")   # written as the topic is
+    assert "User: 確認了，訊息額度已經用完。我們決定升級到中用量方案，每月八百元。" in summary.splitlines()
+
+
+def test_naming_english_topics_does_not_load_the_chinese_segmenter():
+    code = ("import sys\nfrom memctl.topics.summary import background_of, summarise\n"
+            "g = [[{'text': 'Book the Acorn Guest House for Friday.'}, {'text': 'Booked the Acorn Guest House.'}]]\n"
+            "summarise(g[0], background_of(g), 1000)\nprint('jieba' in sys.modules)\n"
+            "g = [[{'text': '候補名單的通知'}, {'text': '候補名單功能'}]]\n"
+            "summarise(g[0], background_of(g), 1000)\nprint('jieba' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "True"] and done.stderr == ""   # and jieba's load is not logged
 
 
 @pytest.mark.parametrize("text, opening", [

@@ -31,7 +31,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Iterable
 
-from memctl.text.cjk import CJK_CHAR, HAN, IDEOGRAPHIC_RUN, KANA
+from memctl.text.cjk import CJK, CJK_CHAR, HAN, IDEOGRAPHIC_RUN, KANA
 from memctl.text.words import CJK_FUNCTION_CHARS, CJK_NAME_STOPWORDS, NAME_STOPWORDS, fold_plural
 from memctl.topics.segment import terms_of
 
@@ -164,10 +164,7 @@ def ranked_phrases(messages: list[dict], background: Background) -> list[tuple[s
         for key, form in phrases_of(m.get("text", "")).items():
             counts[key] += 1
             forms.setdefault(key, Counter())[form] += 1
-    # A phrase in one message only is as likely chance as a subject: taken only when nothing repeats.
     candidates = {k: c for k, c in counts.items() if not k.replace(" ", "").isdigit()}
-    if any(c > 1 for c in candidates.values()):
-        candidates = {k: c for k, c in candidates.items() if c > 1}
     longer = sorted(candidates, key=len, reverse=True)
     kept = {k: c for k, c in candidates.items()
             if not any(len(o) > len(k) and _inside(k, o) and candidates[o] >= INSIDE_SHARE * c for o in longer)}
@@ -180,12 +177,11 @@ def ranked_phrases(messages: list[dict], background: Background) -> list[tuple[s
         spread = max(background.phrases.get(key, 0), 1)
         return kept[key] * math.log((topics + 1) / spread) * math.sqrt(_words(key))
 
-    scored = sorted(((score(k), k) for k in kept), key=lambda item: (-item[0], item[1]))
-    ranked = [(k, forms[k].most_common(1)[0][0], value) for value, k in scored]
-    # A date says when, not what: "下個月一號 · 大安分館", "明天早上七點 · 電子郵件" name the day first.
+    # A phrase in one message only is as likely chance as a subject, and a date says when, not what
+    # ("下個月一號 · 大安分館", "明天早上七點 · 電子郵件" named the day first): both come after the others.
     dated = _cues().date
-    undated = [item for item in ranked if not dated.search(item[1])]
-    return undated + [item for item in ranked if dated.search(item[1])] if undated else ranked
+    scored = sorted(kept, key=lambda k: (kept[k] == 1, bool(dated.search(k.replace(" ", ""))), -score(k), k))
+    return [(k, forms[k].most_common(1)[0][0], score(k)) for k in scored]
 
 
 def topic_name(messages: list[dict], background: Background, taken: Iterable[str] = ()) -> str:
@@ -273,6 +269,7 @@ _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[^\sa-z])|(?<=[。！？；])|\n+")
 _LIST_MARK = re.compile(r"^\s*(?:[-*•>#]+|\d+[.)])\s+")
 _CODE_CHARS = re.compile(r"[{}\[\]();=<>$|\\`]")
+_WRITTEN_CLOSE = re.compile(f"[{CJK}\u3000-\u303f\uff00-\uffef]")   # no space after these: 。，）
 _CLAUSE_MARK = re.compile(r"[,;:，；：、]")
 _NAME_OR_NUMBER = re.compile(r"(?<=\s)[A-Z][\w-]+|\d")
 RULES = resources.files("memctl.topics") / "rules" / "summary.toml"
@@ -405,7 +402,7 @@ def _lines(messages: list[dict], chosen: list[_Sentence]) -> list[str]:
     for sentence in chosen:
         message = messages[sentence.message]
         if lines and sentence.message == previous:
-            lines[-1] += ("" if CJK_CHAR.match(lines[-1][-1:]) else " ") + sentence.text
+            lines[-1] += ("" if _WRITTEN_CLOSE.match(lines[-1][-1:]) else " ") + sentence.text
             continue
         said = _day(message)
         lines.append(f"{_speaker(message)}{f' ({said})' if said and said != day else ''}: {sentence.text}")
