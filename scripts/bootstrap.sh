@@ -21,3 +21,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# jieba (Chinese topic names) builds its dictionary cache on first use: build it now, not in the first split
+.venv/bin/python -c "import logging, jieba; jieba.setLogLevel(logging.WARNING); jieba.initialize()"

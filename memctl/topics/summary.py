@@ -165,9 +165,12 @@ def ranked_phrases(messages: list[dict], background: Background) -> list[tuple[s
             counts[key] += 1
             forms.setdefault(key, Counter())[form] += 1
     candidates = {k: c for k, c in counts.items() if not k.replace(" ", "").isdigit()}
-    longer = sorted(candidates, key=len, reverse=True)
-    kept = {k: c for k, c in candidates.items()
-            if not any(len(o) > len(k) and _inside(k, o) and candidates[o] >= INSIDE_SHARE * c for o in longer)}
+    inside_of: Counter = Counter()   # per phrase, the most messages a longer phrase holding it is in
+    for longer, c in candidates.items():
+        for part in _parts(longer):
+            if part in candidates:
+                inside_of[part] = max(inside_of[part], c)
+    kept = {k: c for k, c in candidates.items() if inside_of[k] < INSIDE_SHARE * c}
     topics = max(background.topics, 1)
 
     # tf-idf with the topics as documents, times the square root of the phrase's length: a phrase
@@ -180,15 +183,19 @@ def ranked_phrases(messages: list[dict], background: Background) -> list[tuple[s
     # A phrase in one message only is as likely chance as a subject, and a date says when, not what
     # ("下個月一號 · 大安分館", "明天早上七點 · 電子郵件" named the day first): both come after the others.
     dated = _cues().date
-    scored = sorted(kept, key=lambda k: (kept[k] == 1, bool(dated.search(k.replace(" ", ""))), -score(k), k))
-    return [(k, forms[k].most_common(1)[0][0], score(k)) for k in scored]
+    scores = {k: score(k) for k in kept}
+    scored = sorted(kept, key=lambda k: (kept[k] == 1, bool(dated.search(k.replace(" ", ""))), -scores[k], k))
+    return [(k, forms[k].most_common(1)[0][0], scores[k]) for k in scored]
 
 
 def topic_name(messages: list[dict], background: Background, taken: Iterable[str] = ()) -> str:
     """The topic's NAME_PHRASES most distinctive phrases, " · " between them, sharing no word; never one
     of the names `taken` (other topics'): then the best phrase with another second one, or the next
     phrases, and only when NAME_TRIES of them are all taken, the name with a number."""
-    ranked = ranked_phrases(messages, background)
+    return _name_of(ranked_phrases(messages, background), taken)
+
+
+def _name_of(ranked: list[tuple[str, str, float]], taken: Iterable[str]) -> str:
     if not ranked:
         return ""
     forms = {key: form for key, form, _ in ranked}
@@ -207,6 +214,16 @@ def topic_name(messages: list[dict], background: Background, taken: Iterable[str
     while f"{first_choice} ({number})".casefold() in taken_folded:
         number += 1
     return f"{first_choice} ({number})"
+
+
+def _parts(phrase: str) -> list[str]:
+    """The shorter phrases `phrase` holds (`_inside` it): its runs of fewer words; a Japanese window's
+    shorter windows."""
+    if _KANA.search(phrase) and " " not in phrase:
+        return [phrase[i:j] for i in range(len(phrase)) for j in range(i + 2, len(phrase) + 1) if j - i < len(phrase)]
+    words = phrase.split()
+    return [" ".join(words[i:j]) for i in range(len(words)) for j in range(i + 1, len(words) + 1)
+            if j - i < len(words)]
 
 
 def _overlap(one: str, other: str) -> bool:
@@ -305,20 +322,21 @@ def summarise(messages: list[dict], background: Background, budget: int,
     `taken`: names of other topics, which the name is not (topic_name)."""
     texts = [m.get("text", "") for m in messages]
     ranked = ranked_phrases(messages, background)
-    name = topic_name(messages, background, taken) or (" ".join(texts[0].split())[:40] if texts else "topic")
+    name = _name_of(ranked, taken) or (" ".join(texts[0].split())[:40] if texts else "topic")
     opening = _cut(_opening(messages, ranked), budget)
     sentences = _sentences(texts, strict=True) or _sentences(texts, strict=False)
     _weigh(sentences, background)
-    used = len(opening.encode())
     chosen: list[_Sentence] = []
+    summary = opening
     for sentence in sorted(sentences, key=lambda s: -s.weight):
-        line = f"{_speaker(messages[sentence.message])} ({_day(messages[sentence.message])}): {sentence.text}"
-        cost = len(line.encode()) + 1
-        if used + cost > budget or any(_repeats(sentence.terms, other.terms) for other in chosen):
+        if budget - len(summary.encode()) < len(sentence.text.encode()) + 4 \
+                or any(_repeats(sentence.terms, other.terms) for other in chosen):
             continue
-        chosen.append(sentence)
-        used += cost
-    return name, "\n".join([opening] + _lines(messages, sorted(chosen, key=lambda s: (s.message, s.position))))
+        trial = sorted(chosen + [sentence], key=lambda s: (s.message, s.position))
+        written = "\n".join([opening] + _lines(messages, trial))   # a speaker and day are written once a run
+        if len(written.encode()) <= budget:
+            chosen, summary = trial, written
+    return name, summary
 
 
 def _opening(messages: list[dict], ranked: list[tuple[str, str, float]]) -> str:
