@@ -96,6 +96,10 @@ def _report_dropped(dropped: list[dict]) -> None:
 def activate(memory, query, include_archived, llm_command, session, scope, as_json):
     """Activate a topic by id, or the dormant topics whose summaries match QUERY.
 
+    A built-in match holds at least half of QUERY's words (in its name,
+    summary or messages): a query about something no topic covers
+    activates nothing and exits 1.
+
     With an LLM command the design 001 §6.3 routing prompt picks among the
     topics the built-in search ranks highest; if its answer is not valid,
     the built-in ranking is used and stderr says why.

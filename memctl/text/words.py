@@ -30,6 +30,7 @@ got great here hey hi just let lot lots many more most much now off oh ok okay o
 same so some something still than thank thanks there too under up very well wow yeah yes yet
 although anyway actually because basically maybe perhaps please probably since sure though unless until
 whether while like need needs want wants think know see feel make help thing things way bit kind
+around having those often kinda wanna
 """.split())
 
 

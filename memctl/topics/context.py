@@ -342,7 +342,8 @@ QUERY_COVERED = 0.5
 def activate(store: Store, retriever, query: str, *, include_archived: bool = False,
              llm_command: str = "", scope: str | None = None, settings: config.Topics | None = None) -> dict[str, Any]:
     """Explicit activation (T7): a topic id, or the topics whose summaries and messages match `query`.
-    Ranked like the index window of design §4.7: with few topics active more of the matches are taken.
+    Ranked like the index window of design §4.7: with few topics active more of the matches are taken;
+    a built-in match holds at least QUERY_COVERED of the query's content terms.
     With an LLM command the §6.3 routing prompt ranks the ROUTE_CANDIDATES topics the built-in search
     ranks highest; a bad answer leaves the built-in ranking (`fallback` says why).
     The search runs outside the store lock (the index refreshes under it); the change, inside.
