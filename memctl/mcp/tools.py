@@ -355,8 +355,8 @@ def topics_list(memory: Memory, archived: bool = False, since: str | None = None
 
 @tool("topics_activate", """
     Bring a topic back into the context: by its id, or the dormant topics whose subject
-    matches the query (with [topics] llm_command set, an LLM routes: design 001 §6.3);
-    a topic holding under half of the query's words is no match, so an unrelated query
+    matches the query (with [topics] llm_command set, an LLM routes: design 001 §6.3).
+    A topic holding under half of the query's words is no match: an unrelated query
     activates nothing. Call it when the user refers to something discussed long ago that the context does
     not hold. Returns {"activated": [{"topic_id", "name"}], "candidates": [{"topic_id",
     "name", "score", "relevance"?, "reason"?}], "method": "id"|"builtin"|"llm",
