@@ -12,11 +12,13 @@ a second), only when a topic with Chinese text is named. A name already
 given to another topic of the scope gives way to the topic's next phrases, so
 no two topics share one.
 
-The summary is sentences: one that says who talked about what and when, then
-the topic's sentences that carry most - near its centre (by the same TF-IDF
+The summary is the topic's sentences that carry most - near its centre (by the same TF-IDF
 terms the split uses), and more so when they record a decision, a date, a
 name or a number (rules/summary.toml) - each whole, attributed to its speaker
-with the day it was said, in conversation order, within the budget.
+with the day it was said, in conversation order, within the budget. No
+sentence of its own opens it ("X and Y talked about …"): the header has the
+name, the dates and the count, and words every summary shares made the daily
+review's summary vectors of unrelated topics close enough to relate them.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ MAX_WORDS = 3         # words in a phrase
 MAX_CHARS = 4         # characters in a phrase of a run with kana (Japanese: character windows)
 MAX_CJK_CHARS = 8     # characters in a Chinese phrase of up to MAX_WORDS words
 INSIDE_SHARE = 0.75   # a phrase found inside a longer one at least this often gives way to it
-OPENING_PHRASES = 3   # phrases the summary's first sentence names
 # punctuation and CJK end a word sequence; a point inside a number ("version 2.4") does not
 _CLAUSE = re.compile(r"[^\w\s'’.-]+|\.(?!\d)|" + IDEOGRAPHIC_RUN.pattern)
 _WORD = re.compile(r"([^\W_]+(?:\.\d+)*)(?:['’]([^\W_]+))?")
@@ -323,51 +324,19 @@ def summarise(messages: list[dict], background: Background, budget: int,
     texts = [m.get("text", "") for m in messages]
     ranked = ranked_phrases(messages, background)
     name = _name_of(ranked, taken) or (" ".join(texts[0].split())[:40] if texts else "topic")
-    opening = _cut(_opening(messages, ranked), budget)
     sentences = _sentences(texts, strict=True) or _sentences(texts, strict=False)
     _weigh(sentences, background)
     chosen: list[_Sentence] = []
-    summary = opening
+    summary = ""
     for sentence in sorted(sentences, key=lambda s: -s.weight):
         if budget - len(summary.encode()) < len(sentence.text.encode()) + 4 \
                 or any(_repeats(sentence.terms, other.terms) for other in chosen):
             continue
         trial = sorted(chosen + [sentence], key=lambda s: (s.message, s.position))
-        written = "\n".join([opening] + _lines(messages, trial))   # a speaker and day are written once a run
+        written = "\n".join(_lines(messages, trial))   # a speaker and day are written once a run
         if len(written.encode()) <= budget:
             chosen, summary = trial, written
     return name, summary
-
-
-def _opening(messages: list[dict], ranked: list[tuple[str, str, float]]) -> str:
-    """Who talked about what and when: "User and Assistant talked about release notes, version 2.4 and
-    contributors (2026-03-02 to 2026-03-03, 6 messages)." - in Chinese when the topic is mostly Chinese."""
-    speakers = list(dict.fromkeys(_speaker(m) for m in messages if m.get("role") != "system"))
-    phrases: list[tuple[str, str]] = []
-    for key, form, _ in ranked:
-        if len(phrases) < OPENING_PHRASES and not any(_overlap(key, other) for other, _ in phrases):
-            phrases.append((key, form))
-    forms = [form for _, form in phrases]
-    days = sorted({_day(m) for m in messages} - {""})
-    text = _FENCE.sub(" ", " ".join(m.get("text", "") for m in messages))
-    han = _HAN_WORD.findall(text)
-    if sum(map(len, han)) > len(re.findall(r"[^\W\d_]+", IDEOGRAPHIC_RUN.sub(" ", text))):   # more characters than words
-        _, zhconv = _chinese_segmenter()
-        han_text = "".join(han)   # in the characters the topic is mostly written in
-        changed = sum(a != b for a, b in zip(han_text, zhconv.convert(han_text, "zh-hans")))
-        words = ("至", "讨论了", "交谈", "对话", "条消息") if changed < 0.1 * len(han_text) \
-            else ("至", "討論了", "交談", "對話", "則訊息")
-        when = words[0].join(dict.fromkeys([days[0], days[-1]])) + "，" if days else ""
-        about = f"{words[1]}{'、'.join(forms)}" if forms else words[2]
-        return f"{'和'.join(speakers[:3]) or words[3]}{about}（{when}{len(messages)} {words[4]}）。"
-    when = " to ".join(dict.fromkeys([days[0], days[-1]])) + ", " if days else ""
-    about = f" talked about {_listed(forms)}" if forms else " talked"
-    count = f"{len(messages)} message" + ("s" if len(messages) != 1 else "")
-    return f"{_listed(speakers[:3]) or 'Someone'}{about} ({when}{count})."
-
-
-def _listed(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else ""
 
 
 def _sentences(texts: list[str], strict: bool) -> list[_Sentence]:
