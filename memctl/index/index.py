@@ -457,8 +457,9 @@ class _Model:
         if backend.directory is None:
             # A packaged model with its own engine (embedders.py) is named by its package's
             # version: opening one reads no weights yet.
-            self._embedder = open_embedder(settings)
-            self.identity = {"name": name, "sha256": self._embedder.key, "precision": "package"}
+            named = open_embedder(self._for_few(settings))
+            self.identity = {"name": name or backend.name, "sha256": named.key,
+                             "precision": getattr(named, "precision", "package")}
         else:
             try:
                 self.directory = backend.directory(name)
@@ -479,11 +480,12 @@ class _Model:
             from memctl.index.embedders import open_embedder
             from memctl.index.embedding import FEW_TEXTS
 
-            settings = self.settings
-            if texts <= FEW_TEXTS:
-                settings = dataclasses.replace(settings, threads=settings.query_threads)
-            self._embedder = open_embedder(settings)
+            self._embedder = open_embedder(self._for_few(self.settings) if texts <= FEW_TEXTS else self.settings)
         return self._embedder
+
+    @staticmethod
+    def _for_few(settings: config.Embedding) -> config.Embedding:
+        return dataclasses.replace(settings, threads=settings.query_threads)
 
 
 @dataclass

