@@ -45,6 +45,12 @@ def test_by_script_puts_each_text_in_its_models_part_and_calibrates_by_the_query
     assert not english[:, split:].any() and not chinese[:, :split].any()
     assert (other.texts, cjk.texts) == (2, 2) and len(opened) == 1
 
+    # a message is embedded after the turn before it: its own (last) line decides
+    replies = model.embed(["who serviced the boiler on Monday morning?\n鍋爐在星期一保養了",
+                           "鍋爐在星期一保養了嗎？\nyes, on Monday"])
+    assert replies[0, split:].any() and not replies[0, :split].any()
+    assert replies[1, :split].any() and not replies[1, split:].any()
+
     query = model.embed_queries(["鍋爐 保養"])
     assert (model.cosine_floor, model.cosine_ceiling) == (0.1, 0.7)
     assert not (english @ query.T).any()  # another route's texts meet it at exactly 0

