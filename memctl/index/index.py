@@ -35,6 +35,7 @@ import orjson
 from memctl.store import locking
 from memctl import clock
 from memctl import config
+from memctl.errors import MemctlError
 from memctl.store.store import Store, atomic_write
 
 if TYPE_CHECKING:
@@ -446,20 +447,25 @@ class _Model:
     """The configured embedding model: named cheaply, loaded only when something is embedded."""
 
     def __init__(self, settings: config.Embedding):
-        from memctl.index.embedders import BUNDLED, backend_for, open_embedder
-        from memctl.index.embedding import model_dir, model_identity
+        from memctl.index.embedders import backend_for, open_embedder
+        from memctl.index.embedding import model_identity
 
         self.settings = settings
         self._embedder = None
         name = settings.model
-        if backend_for(name).name != BUNDLED:
-            # A packaged model (embedders.py) is named by its package's version: opening one
-            # reads no weights yet.
-            self._embedder = open_embedder(settings)
-            self.identity = {"name": name, "sha256": self._embedder.key, "precision": "package"}
+        backend = backend_for(name)
+        if backend.directory is None:
+            # A packaged model with its own engine (embedders.py) is named by its package's
+            # version: opening one reads no weights yet.
+            named = open_embedder(self._for_few(settings))
+            self.identity = {"name": name or backend.name, "sha256": named.key,
+                             "precision": getattr(named, "precision", "package")}
         else:
-            self.directory = model_dir("" if name == BUNDLED else name)
-            self.identity = model_identity(self.directory, settings.precision, name)
+            try:
+                self.directory = backend.directory(name)
+            except ImportError:
+                raise MemctlError(f"[embedding] model '{name}' needs {backend.install}") from None
+            self.identity = model_identity(self.directory, settings.precision, name or backend.name)
 
     def same_vectors(self, identity: dict) -> bool:
         """Vectors made under `identity` are this model's: the same exported graph at the same precision."""
@@ -474,11 +480,12 @@ class _Model:
             from memctl.index.embedders import open_embedder
             from memctl.index.embedding import FEW_TEXTS
 
-            settings = self.settings
-            if texts <= FEW_TEXTS:
-                settings = dataclasses.replace(settings, threads=settings.query_threads)
-            self._embedder = open_embedder(settings)
+            self._embedder = open_embedder(self._for_few(self.settings) if texts <= FEW_TEXTS else self.settings)
         return self._embedder
+
+    @staticmethod
+    def _for_few(settings: config.Embedding) -> config.Embedding:
+        return dataclasses.replace(settings, threads=settings.query_threads)
 
 
 @dataclass
