@@ -2,6 +2,8 @@
 
     python bench/retrieval.py locomo [--data ../shared/bench] [-- extra search flags]
     python bench/retrieval.py madial [--data ../shared/bench] [-- extra search flags]
+    python bench/retrieval.py lme [--data ../shared/bench] [-- extra search flags]
+    python bench/retrieval.py all   (the three, one after the other)
 
 Every table comes first with memctl's default settings (no environment
 overrides, no flags, the real clock), then once relevance-only, labelled so:
@@ -47,8 +49,9 @@ DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "bench"
 KS = (5, 10, 25, 50)
 VARIANTS = (  # (label, extra search flags, environment)
     ("default settings", [], {}),
+    ("minimum off (the plain baseline: default settings, --min-score 0)", ["--min-score", "0"], {}),
     ("relevance-only (--min-score 0, no recency, no decay)", ["--min-score", "0"],
-     {"MEMCTL_RETRIEVAL_RECENCY_WEIGHT": "0", "MEMCTL_RETRIEVAL_TIME_DECAY_HALF_LIFE_DAYS": "1e12"}),
+     {"MEMCTL_RETRIEVAL_RECENCY_WEIGHT": "0", "MEMCTL_RETRIEVAL_TIME_DECAY_DAYS": "1e12"}),
 )
 NEGATIVES_PER_KIND = 40
 
@@ -162,16 +165,61 @@ def run_madial(data: Path, extra: list[str]) -> None:
         report(f"MADial-Bench zh, {label}", hits[label], {0: "all"})
 
 
-def report(name: str, hits: dict[int, list[list[float]]], labels: dict[int, str]) -> None:
+def run_lme(data: Path, extra: list[str]) -> None:
+    """LongMemEval S (Wu et al. 2024), as issue 21 measures it: each question its own store of
+    the user's turns of its ~50 sessions (a message a turn, stamped with its session's date, a
+    second a turn), the question as the query; a question counts when all its evidence turns
+    (`has_answer`) are in the top k ("all@k"); "frac@10" is the share of its evidence there."""
+    questions = json.loads((data / "lme_dev.json").read_text())
+    hits = {label: defaultdict(list) for label, _, _ in VARIANTS}
+    for question in questions:
+        messages, evidence = lme_messages(question)
+        with tempfile.TemporaryDirectory() as tmp:
+            store = Path(tmp) / "store"
+            memctl(store, "ingest", "--keep-noise", "-f", "jsonl", "-",
+                   stdin=b"".join(orjson.dumps(m) + b"\n" for m in messages))
+            memctl(store, "index")
+            for label, flags, env in VARIANTS:
+                ranked = batch_search(store, [{"id": 0, "query": question["question"]}], [*flags, *extra],
+                                      env).get(0, [])
+                found = [len(evidence & set(ranked[:k])) / len(evidence) for k in KS]
+                hits[label][question["question_type"]].append([float(f == 1.0) for f in found] + [found[1]])
+    for label, _, _ in VARIANTS:
+        report(f"LongMemEval S dev, user turns, {label}: all evidence in the top k", hits[label],
+               {t: t for t in sorted(hits[label])}, [f"all@{k}" for k in KS] + ["frac@10"])
+
+
+def lme_messages(question: dict) -> tuple[list[dict], set[str]]:
+    """The user's turns of a LongMemEval question's sessions, and the ids of its evidence turns."""
+    messages, evidence = [], set()
+    for session_id, date, turns in zip(question["haystack_session_ids"], question["haystack_dates"],
+                                       question["haystack_sessions"]):
+        start = datetime.strptime(re.sub(r" \(\w+\)", "", date), "%Y/%m/%d %H:%M")
+        for offset, turn in enumerate(turns):
+            if turn["role"] != "user":
+                continue
+            message_id = f"{session_id}-{offset}"
+            if turn.get("has_answer"):
+                evidence.add(message_id)
+            messages.append({"id": message_id, "session": session_id, "speaker": "user", "role": "user",
+                             "text": turn["content"], "ts": (start + timedelta(seconds=offset)).isoformat()})
+    return messages, evidence
+
+
+def report(name: str, hits: dict, labels: dict, columns: list[str] | None = None) -> None:
+    columns = columns or [f"@{k}" for k in KS]
     rows = [(labels[c], hits[c]) for c in sorted(hits)]
     if len(rows) > 1:
         rows.insert(0, ("all", [h for c in sorted(hits) for h in hits[c]]))
     print(f"\n{name}: recall@k\n")
-    print("| questions | n | " + " | ".join(f"@{k}" for k in KS) + " |")
-    print("| --- | --- | " + " | ".join("---" for _ in KS) + " |")
+    print("| questions | n | " + " | ".join(columns) + " |")
+    print("| --- | --- | " + " | ".join("---" for _ in columns) + " |")
     for label, values in rows:
-        means = [sum(v[i] for v in values) / len(values) for i in range(len(KS))]
+        means = [sum(v[i] for v in values) / len(values) for i in range(len(columns))]
         print(f"| {label} | {len(values)} | " + " | ".join(f"{m:.3f}" for m in means) + " |")
+
+
+RUNS = {"locomo": run_locomo, "lme": run_lme, "madial": run_madial}
 
 
 def main() -> None:
@@ -179,10 +227,11 @@ def main() -> None:
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", choices=["locomo", "madial"])
+    parser.add_argument("dataset", choices=[*RUNS, "all"])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     args = parser.parse_args(argv)
-    (run_locomo if args.dataset == "locomo" else run_madial)(args.data, extra)
+    for name in RUNS if args.dataset == "all" else [args.dataset]:
+        RUNS[name](args.data, extra)
 
 
 if __name__ == "__main__":
