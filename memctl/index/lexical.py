@@ -137,6 +137,18 @@ def search(index: tantivy.Index, text: str, filters: Filters, limit: int, ideal_
     return Hits({searcher.doc(address)["id"][0]: score for score, address in hits}, ideal)
 
 
+def rare_terms(index: tantivy.Index, text: str, most: int) -> set[str]:
+    """The analysed content words of `text` (no stopwords) that at most `most` units hold."""
+    searcher = index.searcher()
+    words = {t for t in _QUERY_ANALYZER.analyze(text) if t not in _STEMMED_STOPWORDS and not t.isdigit()}
+    return {word for word in words if 0 < searcher.doc_freq("body", word) <= most}
+
+
+def content_terms(text: str) -> set[str]:
+    """The analysed content words of `text`, as the index holds them."""
+    return {t for t in _QUERY_ANALYZER.analyze(text) if t not in _STEMMED_STOPWORDS}
+
+
 def _query_terms(text: str) -> tuple[list[str], list[str]]:
     """The query's analysed words (stopwords dropped unless nothing else is left) and CJK pairs."""
     tokens = _QUERY_ANALYZER.analyze(text)

@@ -10,8 +10,10 @@ Stages, each configurable in memctl.toml [retrieval] and shown by --explain:
     relevance     calibrated, 0..1: w_vec·cal(cosine) + w_bm25·coverage, where cal()
                   maps the model's cosines onto one scale (embedders.py) and coverage is
                   the share of the query's BM25 weight a result matched (lexical.Hits)
-    minimum       nothing when no result reaches min_best_relevance (0.35); else drop
-                  results below hard_min_score (0.2) or half the best one's relevance
+    minimum       nothing when the store does not know the subject: no candidate's own
+                  calibrated cosine reaches subject_min_cosine (0.5) and none matches
+                  subject_min_coverage (0.4) of the query's BM25 weight; else every
+                  result stays (hard_min_score, 0 by default, is a floor on relevance)
     noise         drop refusals, greetings, memory questions (P6)
     fusion        orders: weighted w_vec·cal(cosine) + w_bm25·BM25/max(BM25) (0.7 / 0.3)
                   or rrf Σ w/(k + rank), scaled to [0, 1]
@@ -98,7 +100,7 @@ class Query:
     k: int = 10
     mode: str = "hybrid"
     filters: Filters = field(default_factory=Filters)
-    min_score: float | None = None  # None: [retrieval] hard_min_score
+    min_score: float | None = None  # None: the subject test and [retrieval] hard_min_score
     rank: str = "pipeline"          # pipeline: the P3 stages; mera: G4 retrieval_score
 
     def __post_init__(self):
@@ -181,6 +183,8 @@ class Searcher:
         results = self._score(results, query)
         if query.rank == "mera":
             self._rank_mera(results)
+        if cfg.newer_first:
+            self._newer_first(results, query)
         if query_vectors is not None:
             results = self._mmr(results)
         else:
@@ -336,12 +340,14 @@ class Searcher:
         """
         cfg = self.retrieval
         now = clock.now()
-        minimum = cfg.hard_min_score if query.min_score is None else query.min_score
-        best = max((r.explain["relevance"] for r in results), default=0.0)
-        if best < (cfg.min_best_relevance if query.min_score is None else minimum):
-            return []  # not one result is about the query: the store does not hold what it asks
         if query.min_score is None:
-            minimum = max(minimum, cfg.min_share_of_best * best)
+            minimum = cfg.hard_min_score
+            if not self._knows_subject(results):
+                return []
+        else:  # --min-score: the caller's floor on each result's relevance replaces the subject test
+            minimum = query.min_score
+            if max((r.explain["relevance"] for r in results), default=0.0) < minimum:
+                return []
         kept = []
         for result in results:
             stages = result.explain
@@ -375,6 +381,72 @@ class Searcher:
             kept.append(result)
         kept.sort(key=lambda r: (-r.score, r.id))
         return kept
+
+    def _newer_first(self, results: list[Result], query: Query) -> None:
+        """A later statement on the subject of a top result ranks right above it.
+
+        "Harbor uses MySQL 8", then in a later session "we switched from MySQL to
+        PostgreSQL": the second rarely names what the question names ("which database does
+        Harbor use"), but it names what the first answered: a word of the top result that
+        the query does not hold and few units of the store hold (at most newer_rare_share of
+        them, and at least 2). A candidate later than a top result (in a later session:
+        a reply in the same conversation is not an update) that holds such a word
+        moves right above it; the one with the best score, if several. --explain says which
+        word and which result. Chat messages only: memories have their supersedes chains.
+        """
+        from memctl.index import lexical
+
+        top = results[:query.k]
+        if not top:
+            return
+        most = max(2, int(self.tantivy.searcher().num_docs * self.retrieval.newer_rare_share))
+        asked = lexical.content_terms(query.text)
+        words_of: dict[int, set[str]] = {}
+        moved: set[int] = set()
+        for older in list(top):
+            if id(older) in moved:
+                continue
+            if older.kind != "message" or not older.ts:
+                continue
+            rare = lexical.rare_terms(self.tantivy, older.text, most) - asked
+            if not rare:
+                continue
+            at = results.index(older)
+            for newer in results[at + 1:]:
+                if id(newer) in moved or not _later(newer, older):
+                    continue
+                if id(newer) not in words_of:
+                    words_of[id(newer)] = lexical.content_terms(newer.text)
+                shared = sorted(rare & words_of[id(newer)])
+                if shared:
+                    results.remove(newer)
+                    results.insert(at, newer)
+                    moved.add(id(newer))
+                    newer.explain["newer_first"] = (f"moved above {older.record_id or older.id}: later "
+                                                    f"({newer.ts} > {older.ts}) and names '{shared[0]}' as it does")
+                    older.explain["newer_first"] = f"below {newer.record_id or newer.id}, a later statement"
+                    break
+
+    def _knows_subject(self, results: list[Result]) -> bool:
+        """Whether some candidate is about the query: its own meaning or its words match it well.
+
+        The minimum judges the query, not each result against the best: on LongMemEval an
+        evidence turn ranked in the top 10 may hold half the best one's relevance, and a cut
+        there cost .159 of all@10. What tells a store that knows the subject from one that
+        does not is the strongest evidence of either kind: the best own calibrated cosine
+        (the cosine clause counts in proportion to the vector weight, which shrinks for text
+        the model cannot read) and the best BM25 coverage. Each alone is scale-free: the
+        cosine calibrated per model (0 unrelated, 1 paraphrase), the coverage a share of the
+        query's own weight. Both thresholds: bench/README.md, "The minimum".
+        """
+        cfg = self.retrieval
+        for result in results:
+            stages = result.explain
+            trust = stages["vector_weight"] / cfg.vector_weight if cfg.vector_weight > 0 else 0.0
+            meaning = stages.get("relevance_cosine", 0.0) * min(1.0, trust)
+            if meaning >= cfg.subject_min_cosine or stages["bm25_coverage"] >= cfg.subject_min_coverage:
+                return True
+        return False
 
     def _rank_mera(self, results: list[Result]) -> None:
         """Order by G4 retrieval_score, relevance being the fused search score (0..1)."""
@@ -488,6 +560,20 @@ def _query_lines(text: str, split: bool) -> list[str]:
     one vector of a whole dialogue blurs the turn a memory belongs to."""
     lines = [line.strip() for line in text.splitlines() if line.strip()] if split else []
     return lines or [text]
+
+
+def _later(newer: Result, older: Result) -> bool:
+    """Whether chat message `newer` was said after `older` in a later session. Memories have their
+    supersedes chains for this (only chain tails are searched); a message later than a memory is
+    as often the talk it was written from."""
+    if not newer.kind == older.kind == "message" or newer.session == older.session:
+        return False
+    try:
+        if clock.parse_ts(newer.ts) <= clock.parse_ts(older.ts):
+            return False
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 def _best_chunk_per_record(results: list[Result]) -> list[Result]:
