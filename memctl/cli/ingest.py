@@ -16,7 +16,7 @@ from memctl.text.clip import clip
 @click_options(INGEST)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a line for each record: "
               '{"id", "kind", "status", "line", "file"?, "reason"?, "supersedes"?, "conflicts"?, '
-              '"similar"?}.')
+              '"similar"?, "duplicate_of"?}.')
 @click.pass_obj
 def ingest(memory, file, as_json, **declared):
     """Store messages or notes from a file or stdin.
@@ -44,8 +44,11 @@ def ingest(memory, file, as_json, **declared):
 
     Version chains (G6): a note that supersedes others (--supersedes or its
     own supersedes field) marks them deprecated in the same write. A note
-    whose canonical_topic already has a current memory is refused (exit 2,
-    nothing written) unless --add or --supersedes says which you mean.
+    whose canonical_topic already has a current memory, or that nearly
+    repeats one (governance.near_duplicate_similarity of its words), is
+    refused as a conflict naming that memory (exit 2, nothing written) unless
+    --add or --supersedes says which you mean. A note with the text of a
+    current memory of its scope is not written again (exit 0, said on stderr).
 
     Scopes: a session is in one scope, a person's or a project's (--scope),
     kept on each of its messages. Topics, context and scoped searches of one
@@ -88,6 +91,10 @@ def ingest(memory, file, as_json, **declared):
     else:
         for outcome in result.stored:
             click.echo(outcome.id)
+    for outcome in result.outcomes:
+        if outcome.governance is not None and outcome.governance.duplicate_of:
+            say(f"memctl: {source}:{outcome.line}: current memory '{outcome.governance.duplicate_of}' says "
+                "the same; nothing stored")
     duplicates = sum(o.status == "duplicate" for o in result.outcomes)
     if duplicates:
         say(f"memctl: {duplicates} already stored, skipped")

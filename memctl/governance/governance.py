@@ -26,6 +26,7 @@ from memctl.search.scores import governance_settings, parse_time
 from memctl.store.status import active_tails, chain_tails, is_current, status_of, supersedes_of
 from memctl.store.store import Store
 from memctl.text import cjk
+from memctl.text.clip import clip
 from memctl.text.words import STOPWORDS
 
 LOG_FILE = "governance.log.jsonl"
@@ -283,6 +284,11 @@ class NoteReport:
     conflicts: list[str] = field(default_factory=list)   # current ids with the same canonical_topic
     similar: list[tuple[str, float]] = field(default_factory=list)
     topic: str | None = None
+    duplicate_of: str | None = None  # a current memory saying the same: the note is not written
+
+    def subject(self) -> str:
+        """What the conflict is about: the shared canonical_topic, or the near-duplicate's subject."""
+        return f"canonical_topic '{self.topic}'" if self.topic else "its subject (a near-duplicate)"
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -292,13 +298,15 @@ class NoteReport:
             out["conflicts"] = self.conflicts
         if self.similar:
             out["similar"] = [{"id": i, "score": round(s, 3)} for i, s in self.similar]
+        if self.duplicate_of:
+            out["duplicate_of"] = self.duplicate_of
         return out
 
     def warning(self, memory_id: str) -> str | None:
         if not self.conflicts:
             return None
         ids = ", ".join(f"'{i}'" for i in self.conflicts)
-        return (f"'{memory_id}': canonical_topic '{self.topic}' already has current memory {ids}; "
+        return (f"'{memory_id}': {self.subject()} already has current memory {ids}; "
                 f"it was added anyway (--add); to replace instead: --supersedes {self.conflicts[0]}")
 
 
@@ -318,6 +326,7 @@ def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, al
     gov = gov or governance_settings()
     stamp = clock.format_ts(now or clock.now())
     by_id = {e.id: e for e in doc.entries}
+    stored_before = set(by_id)
     replaced_by = {old: e.id for e in doc.entries for old in supersedes_of(e)}
     # Every note of the input can be named by any other, in any order (an
     # exported MEMORY.md may list a new version before the one it replaces).
@@ -348,8 +357,14 @@ def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, al
                             "from": status_of(target), "to": "deprecated"})
                 set_status(target, "deprecated", stamp)
             replaced_by[old] = note_id
+        current = is_current(fields)
+        if current and not olds:
+            report.duplicate_of = _same_statement(doc.entries, note["text"], _scope(fields), note_id)
+            if report.duplicate_of:
+                reports[note_id] = report
+                continue  # nothing new to write: the store says this already
         topic = fields.get("canonical_topic")
-        if isinstance(topic, str) and topic and is_current(fields):
+        if isinstance(topic, str) and topic and current:
             report.topic = topic
             tails = set(active_tails(doc))
             report.conflicts = [e.id for e in doc.entries if e.get("canonical_topic") == topic
@@ -362,6 +377,18 @@ def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, al
         report.similar = similar(doc.entries, f"{fields.get('summary', '')}\n{note['text']}",
                                  k=int(gov.conflict_top_k), min_score=gov.conflict_min_similarity,
                                  exclude=[note_id, *olds])
+        # Against what the store held before this input, in the note's scope: the notes of one
+        # input are the writer's own set of statements (a list of facts of one form, say).
+        near = [i for i, score in report.similar if score >= gov.near_duplicate_similarity
+                and i in stored_before and _scope(by_id[i].fields) == _scope(fields)]
+        if near and current and not report.conflicts:
+            report.conflicts = near
+            if not allow_conflict and not hold:
+                ids = ", ".join(f"'{i}'" for i in near)
+                summary = _summary(by_id[near[0]])
+                raise InputError(f"says something else on the subject of current memory {ids} (\"{summary}\"); "
+                                 f"add this one anyway with --add, or replace it with --supersedes {near[0]}",
+                                 source=source, line=line, field="text")
         if report.conflicts and not hold:
             log.append({"ts": stamp, "action": "add-conflict", "id": note_id, "topic": topic,
                         "conflicts": report.conflicts})
@@ -371,6 +398,29 @@ def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, al
             doc.add(entry)
         reports[note_id] = report
     return reports, log
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def _scope(fields: dict) -> str:
+    return fields.get("scope") or "global"
+
+
+def _same_statement(entries: Iterable[Entry], text: str, scope: str, note_id: str) -> str | None:
+    """The id of a current memory of the same scope whose text is the note's (case and spacing aside)."""
+    wanted = _normal(text)
+    for entry in entries:
+        if (entry.id != note_id and is_current(entry) and _scope(entry.fields) == scope
+                and _normal(entry.text) == wanted):
+            return entry.id
+    return None
+
+
+def _summary(entry: Entry) -> str:
+    summary = entry.get("summary")
+    return clip(summary if isinstance(summary, str) else entry.text, 80)
 
 
 def log_records(records: list[dict]) -> bytes:

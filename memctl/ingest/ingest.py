@@ -234,8 +234,12 @@ def _store_items(store: Store, tx, kept: list[tuple[int, dict]], item_kind: str,
     else:
         files, reports = _write_notes(store, tx, memory, fresh, source=source, allow_conflict=allow_conflict, gov=gov)
     for line, item in fresh:
+        report = reports.get(item["id"])
+        if report is not None and report.duplicate_of:  # the same text as a current memory: not written
+            result.outcomes.append(Outcome(item["id"], item_kind, "duplicate", line, governance=report))
+            continue
         result.outcomes.append(Outcome(item["id"], item_kind, "stored", line, files[item["id"]],
-                                       governance=reports.get(item["id"])))
+                                       governance=report))
 
 
 def _records(text: str, source: str, fmt: str, by: str) -> list[jsonl.Record]:
