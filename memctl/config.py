@@ -128,11 +128,11 @@ class Retrieval(Table):
     # BM25 coverage judges a longer query as this many words of its mean weight
     coverage_query_words: int = limited(8, WHOLE)
     # The minimum asks whether the store knows the query's subject at all (search.py): some
-    # candidate matches its meaning (own calibrated cosine) or its words (BM25 coverage) this
-    # well. Chosen on the dev sets together (bench/README.md): unrelated queries returning
-    # anything 3.1% -> 1.5%, LongMemEval all@10 .767 -> .800, LoCoMo recall@10 .741 -> .743.
+    # candidate matches its meaning (own calibrated cosine), its words (BM25 coverage) or both
+    # together (relevance) this well. Chosen on the dev sets together (bench/README.md).
     subject_min_cosine: float = limited(0.5, SHARE)
     subject_min_coverage: float = limited(0.4, SHARE)
+    min_best_relevance: float = limited(0.38, SHARE)
     # Once the store knows the subject, no result is cut for being weaker than the best (a cut
     # at half the best and 0.2 cost LongMemEval .159 of all@10); a floor stays possible.
     hard_min_score: float = limited(0.0, SHARE)

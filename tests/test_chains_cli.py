@@ -194,3 +194,64 @@ def test_an_exported_chain_ingests_in_any_order(run, store_dir, tmp_path):
     assert result.returncode == 0, result.stderr           # v1 comes after v2 and is no conflict: v2 replaces it
     assert entries(store_dir)["v1"].get("status") == "deprecated"
     assert run("health").returncode == 0
+
+
+# -- the newer fact wins on write (issue 21) ----------------------------------------------------
+
+STAGING = "The staging database password rotates every 30 days"
+
+
+def test_a_note_nearly_repeating_a_current_memory_is_a_conflict_naming_it(run, store_dir):
+    assert run("ingest", "--kind", "memory", "-", input=note(STAGING, id="rotate-30"), env=NOW).returncode == 0
+    before = snapshot(store_dir)
+    contradicting = note("The staging database password rotates every 90 days", id="rotate-90")
+    refused = run("ingest", "--kind", "memory", "-", input=contradicting, env=NOW)
+    assert refused.returncode == 2 and refused.stdout == b""
+    message = refused.stderr.decode()
+    assert message.count("\n") == 1 and message.startswith("memctl: error: <stdin>:1: field 'text': ")
+    assert "current memory 'rotate-30'" in message and "--add" in message and "--supersedes rotate-30" in message
+    assert snapshot(store_dir) == before
+    # Another scope's memory is no conflict: scopes are walls.
+    other = run("ingest", "--kind", "memory", "--scope", "project:other", "-", input=contradicting, env=NOW)
+    assert other.returncode == 0, other.stderr
+    replaced = run("ingest", "--kind", "memory", "--supersedes", "rotate-30", "-",
+                   input=note("The staging database password rotates every 90 days", id="rotate-90b"), env=NOW)
+    assert replaced.returncode == 0, replaced.stderr
+    assert entries(store_dir)["rotate-30"].get("status") == "deprecated"
+
+
+def test_add_writes_a_near_duplicate_and_says_which_memory_it_contradicts(run, store_dir):
+    assert run("ingest", "--kind", "memory", "-", input=note(STAGING, id="rotate-30"), env=NOW).returncode == 0
+    added = run("ingest", "--kind", "memory", "--add", "--json", "-", env=NOW,
+                input=note("The staging database password rotates every 90 days", id="rotate-90"))
+    assert added.returncode == 0, added.stderr
+    assert orjson.loads(added.stdout)["conflicts"] == ["rotate-30"]
+    assert (b"memctl: warning: 'rotate-90': its subject (a near-duplicate) already has current memory "
+            b"'rotate-30'") in added.stderr
+
+
+def test_an_exact_duplicate_is_not_written_again(run, store_dir):
+    seed(run)
+    before = snapshot(store_dir)
+    again = run("ingest", "--kind", "memory", "--json", "--section", "Elsewhere", "--scope", "project:kestrel", "-",
+                env=NOW,
+                input=note("Kestrel (the bakery inventory service) uses PostgreSQL for JSONB recipe\n"
+                           "metadata, with one schema per tenant bakery (14 tenants)."))
+    assert again.returncode == 0, again.stderr
+    row = orjson.loads(again.stdout)
+    assert row["status"] == "duplicate" and row["duplicate_of"] == "mem-kestrel-db"
+    assert b"current memory 'mem-kestrel-db' says the same; nothing stored" in again.stderr
+    assert snapshot(store_dir) == before
+
+
+def test_a_superseded_memory_is_never_returned_as_current(run, store_dir):
+    seed(run)
+    assert run("ingest", "--kind", "memory", "--supersedes", "mem-kestrel-db", "-", env=NOW,
+               input=note("Kestrel moved from PostgreSQL to CockroachDB for multi-region tenants",
+                          id="mem-kestrel-db-2")).returncode == 0
+    for flags in ([], ["--min-score", "0"], ["--mode", "bm25", "--min-score", "0"], ["-k", "50"]):
+        found = run("search", "--json", *flags, "which database does Kestrel use PostgreSQL")
+        assert found.returncode == 0, (flags, found.stderr)
+        rows = [orjson.loads(line) for line in found.stdout.splitlines()]
+        assert "mem-kestrel-db-2" in [r["id"] for r in rows], flags
+        assert "mem-kestrel-db" not in [r["id"] for r in rows], flags

@@ -441,3 +441,55 @@ def test_an_unrelated_query_returns_nothing(run, old_chat, query):
     result = run("search", query)
     assert result.returncode == 1, result.stdout
     assert result.stdout == b""
+
+
+# -- the minimum asks whether the store knows the subject; the newer fact wins (issue 21) ------------
+
+def test_an_unrelated_query_returns_nothing_with_the_fake_embedder(demo, run):
+    # The demo store knows Kestrel, its database and Mei's cat; not lattice physics.
+    result = run("search", "--json", "quantum chromodynamics on a lattice", store=demo.root)
+    assert result.returncode == 1 and result.stdout == b""
+    known = run("search", "--json", "--explain", "which database does Kestrel use", store=demo.root)
+    assert known.returncode == 0
+    rows = [orjson.loads(line) for line in known.stdout.splitlines()]
+    # Once the store knows the subject no result is cut for being weaker than the best one.
+    best = max(row["explain"]["relevance"] for row in rows)
+    assert min(row["explain"]["relevance"] for row in rows) < best / 2
+
+
+HARBOR_CHAT = [
+    ("h1", "2026-03-02", "2026-03-02T10:00:00Z", "Harbor uses MySQL 8 for its primary database."),
+    ("h2", "2026-03-02", "2026-03-02T10:01:00Z", "Good to know, Harbor deploys on Fridays then."),
+    ("h3", "2026-05-11", "2026-05-11T09:00:00Z", "The offsite is in Lisbon this year, flights are booked."),
+    ("h4", "2026-06-20", "2026-06-20T14:00:00Z", "Quick update: we switched from MySQL to PostgreSQL 16 last week."),
+    ("h5", "2026-06-20", "2026-06-20T14:02:00Z", "The kitchen coffee machine is broken again."),
+]
+
+
+def chat(store: Store, turns) -> None:
+    ingest(store, b"".join(orjson.dumps({"id": i, "session": s, "role": "user", "ts": ts, "text": text}) + b"\n"
+                           for i, s, ts, text in turns), source="chat.jsonl")
+
+
+def test_a_later_chat_statement_ranks_above_the_one_it_updates(tmp_path, run, monkeypatch):
+    store = Store(tmp_path / "harbor")
+    chat(store, HARBOR_CHAT)
+    found = ids(find(store, "which database does Harbor use"))
+    assert found.index("h4") == found.index("h1") - 1
+    result = run("search", "--explain", "which database does Harbor use", store=store.root)
+    assert result.returncode == 0
+    assert ("newer first: moved above h1: later (2026-06-20T14:00:00Z > 2026-03-02T10:00:00Z) and names 'mysql'"
+            in result.stdout.decode())
+    # Without the stage the question's own words put the older statement first.
+    monkeypatch.setenv("MEMCTL_RETRIEVAL_NEWER_FIRST", "false")
+    off = ids(find(store, "which database does Harbor use"))
+    assert off.index("h1") < off.index("h4")
+
+
+def test_a_reply_in_the_same_session_is_not_an_update(tmp_path):
+    store = Store(tmp_path / "harbor")
+    chat(store, [("a", "s1", "2026-03-02T10:00:00Z", "Harbor uses MySQL 8 for its primary database."),
+                 ("b", "s1", "2026-03-02T10:05:00Z", "MySQL 8 was a good pick for Harbor's scale."),
+                 ("c", "s2", "2026-04-02T10:05:00Z", "Nothing about databases here, just lunch plans.")])
+    results = find(store, "which database does Harbor use")
+    assert all("newer_first" not in r.explain for r in results)

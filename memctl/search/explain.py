@@ -55,6 +55,8 @@ def explain_lines(explain: dict[str, Any]) -> list[str]:
         mera = explain["mera"]
         parts = "  ".join(f"{k} {v}" for k, v in mera.items() if k != "score")
         lines.append(f"mera {mera.get('score')} from {parts}")
+    if "newer_first" in explain:
+        lines.append(f"newer first: {explain['newer_first']}")
     if "mmr" in explain:
         lines.append(f"mmr: {explain['mmr']}")
     return lines

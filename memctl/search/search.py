@@ -11,9 +11,10 @@ Stages, each configurable in memctl.toml [retrieval] and shown by --explain:
                   maps the model's cosines onto one scale (embedders.py) and coverage is
                   the share of the query's BM25 weight a result matched (lexical.Hits)
     minimum       nothing when the store does not know the subject: no candidate's own
-                  calibrated cosine reaches subject_min_cosine (0.5) and none matches
-                  subject_min_coverage (0.4) of the query's BM25 weight; else every
-                  result stays (hard_min_score, 0 by default, is a floor on relevance)
+                  calibrated cosine reaches subject_min_cosine (0.5), none matches
+                  subject_min_coverage (0.4) of the query's BM25 weight and none has
+                  min_best_relevance (0.38); else every result stays (hard_min_score,
+                  0 by default, is a floor on relevance)
     noise         drop refusals, greetings, memory questions (P6)
     fusion        orders: weighted w_vec·cal(cosine) + w_bm25·BM25/max(BM25) (0.7 / 0.3)
                   or rrf Σ w/(k + rank), scaled to [0, 1]
@@ -435,16 +436,18 @@ class Searcher:
         there cost .159 of all@10. What tells a store that knows the subject from one that
         does not is the strongest evidence of either kind: the best own calibrated cosine
         (the cosine clause counts in proportion to the vector weight, which shrinks for text
-        the model cannot read) and the best BM25 coverage. Each alone is scale-free: the
-        cosine calibrated per model (0 unrelated, 1 paraphrase), the coverage a share of the
-        query's own weight. Both thresholds: bench/README.md, "The minimum".
+        the model cannot read), the best BM25 coverage, or, where both are middling, the
+        best relevance (their weighted sum, the old test). Each is scale-free: the cosine
+        calibrated per model (0 unrelated, 1 paraphrase), the coverage a share of the
+        query's own weight. The thresholds: bench/README.md, "The minimum".
         """
         cfg = self.retrieval
         for result in results:
             stages = result.explain
             trust = stages["vector_weight"] / cfg.vector_weight if cfg.vector_weight > 0 else 0.0
             meaning = stages.get("relevance_cosine", 0.0) * min(1.0, trust)
-            if meaning >= cfg.subject_min_cosine or stages["bm25_coverage"] >= cfg.subject_min_coverage:
+            if (meaning >= cfg.subject_min_cosine or stages["bm25_coverage"] >= cfg.subject_min_coverage
+                    or stages["relevance"] >= cfg.min_best_relevance):
                 return True
         return False
 
