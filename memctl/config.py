@@ -140,6 +140,7 @@ class Retrieval(Table):
     # top result ranks above it; rare: held by at most this share of the store's units.
     newer_first: bool = True
     newer_rare_share: float = limited(0.01, SHARE)
+    newer_pull_share: float = limited(0.8, SHARE)  # from below the first page: this share of its relevance
     filter_noise: bool = True
     mmr_threshold: float = 0.85
     memory_snippet_tokens: int = 1500

@@ -134,9 +134,10 @@ SEARCH_RANKING = (
     Param("mode", "hybrid: meaning and words; bm25: words only (fastest); vector: meaning only.",
           default="hybrid", choices=("hybrid", "bm25", "vector")),
     Param("min_score", "Drop results whose calibrated relevance (0-1, judged before age counts) is below "
-          "this; 0 keeps every candidate.", type=float, minimum=0, metavar="X",
-          default_note="retrieval.hard_min_score, 0.2, and nothing at all when no result reaches "
-          "retrieval.min_best_relevance, 0.35"),
+          "this, in place of the test of whether the store knows the subject; 0 keeps every candidate.",
+          type=float, minimum=0, metavar="X",
+          default_note="nothing at all when the store does not know the subject (retrieval.subject_min_cosine, "
+          "subject_min_coverage, min_best_relevance), else every result"),
     Param("rank", "pipeline: the default ranking stages; mera: the G4 retrieval score (0.4 relevance, "
           "0.25 recency, 0.2 access, 0.15 user weight).", default="pipeline", choices=("pipeline", "mera")),
 )
