@@ -24,7 +24,8 @@ def write_many(root: str, writer: int) -> None:
         if n % 5 == 4:  # every fifth write rewrites MEMORY.md, the contended read-modify-write
             payload = orjson.dumps({"id": f"note-{writer}-{n}", "text": f"note {n} from writer {writer}",
                                     "section": f"Writer {writer % 3}"})
-            ingest(store, payload, source="<stdin>", kind="memory")
+            # notes of one template are near-duplicates of each other: written as --add would
+            ingest(store, payload, source="<stdin>", kind="memory", allow_conflict=True)
         else:
             payload = orjson.dumps({"id": f"msg-{writer}-{n}", "session": f"s{writer % 3}", "role": "user",
                                     "text": f"message {n} from writer {writer}", "ts": "2026-11-20T10:00:00Z"})
