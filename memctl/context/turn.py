@@ -51,7 +51,6 @@ from memctl.text.tokens import count_tokens
 
 FOUND_HITS = 40      # the session's messages the search ranks for the message
 LAST_EXCHANGE = 4    # recent messages before the new one that rank with the search's best hits
-HEADING_COST = 12    # a section's heading and the blank line before it, generously
 # Where a message shown by several parts goes: the first of these that holds it.
 PLACE_ORDER = ("recent", "found", "topic", "unsplit")
 
@@ -155,7 +154,7 @@ def _memories_and_found(store: Store, retriever, session: str, message: str, sco
     with store.reading():
         doc = memoryfile.load(store.memory_md)
     core, scoped = core_and_scope(store, doc, workspace, gov)
-    scopes = (workspace,) if workspace else ()
+    scopes = (workspace or "global",)  # a global session sees global memories only: no filter would be every scope
     queries = [Query(text=message, k=FOUND_HITS, filters=Filters(kinds=("message",), sessions=(session,)),
                      min_score=0.0)]
     if gov.layer_query_max:
@@ -296,13 +295,14 @@ def _fit(parts: list[Part], sections: list[dict], budget: int) -> dict[int, str]
     when its text does not fit) while the rendered context stays within budget."""
     must = [p for p in parts if p.priority == math.inf]
     chosen = {id(p): "full" for p in must}
-    used = sum(p.tokens + 1 for p in must) + HEADING_COST * len({p.group for p in must})
+    heading_of = {p.group: _heading_tokens(sections[p.section]) for p in parts}
+    used = sum(p.tokens + 1 for p in must) + sum(heading_of[g] for g in {p.group for p in must})
     if used > budget:
         raise InputError(f"the system prompt and the new message alone take {used} tokens, over the budget "
                          f"of {budget}", source="--budget")
     opened = {p.group for p in must}
     for part in sorted((p for p in parts if p.priority != math.inf), key=lambda p: -p.priority):
-        heading = HEADING_COST + 20 if part.group not in opened else 0
+        heading = heading_of[part.group] if part.group not in opened else 0
         for content, tokens in (("full", part.tokens), ("summary", part.short_tokens if part.short else None)):
             if tokens is not None and used + tokens + 1 + heading <= budget:
                 chosen[id(part)] = content
@@ -318,6 +318,15 @@ def _fit(parts: list[Part], sections: list[dict], budget: int) -> dict[int, str]
         else:
             del chosen[id(lowest)]
     return chosen
+
+
+def _heading_tokens(section: dict) -> int:
+    """What opening a section costs: its heading line and the blank line before it (a little over)."""
+    if section["kind"] == "system":
+        return 2
+    if section["kind"] == "topic":
+        return count_tokens(f"# Topic: {section['name']} (score 0.00, {section['file']})") + 3
+    return count_tokens(HEADINGS[section["kind"]]) + 3
 
 
 def _sections_with(parts: list[Part], sections: list[dict], chosen: dict[int, str]) -> list[dict]:
