@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -106,7 +107,7 @@ def baselines(memory, messages: list[dict], question: str, budget: int, hits: li
     while they fit. by-score (issue 21): the new message, then one list in one order by score - the
     search's results, then the recent messages it did not find, newest first - packed while they fit."""
     from memctl.text.tokens import count_tokens
-    from memctl.topics.context import render_message
+    from memctl.context.turn import render_message
 
     by_id = {m["id"]: m for m in messages}
     new = {"id": "new", "role": "user", "text": question}
@@ -135,7 +136,8 @@ def build_store(root: Path, sessions: list[list[dict]], context_limit: int, spli
 
     if (root / ".bench-built").exists():
         return Memory(root)
-    root.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(root, ignore_errors=True)  # a build cut short: start it over
+    root.mkdir(parents=True)
     (root / "memctl.toml").write_text(f"[topics]\ncontext_limit = {context_limit}\n")
     memory = Memory(root)
     for number, turns in enumerate(sessions, 1):
@@ -209,6 +211,8 @@ def run_locomo(args, tmp: Path) -> None:
         last = datetime.fromisoformat(sessions[-1][-1]["ts"].rstrip("Z"))
         os.environ["MEMCTL_NOW"] = (last + timedelta(days=1)).isoformat() + "Z"
         started = time.perf_counter()
+        if args.skip_unbuilt and not (tmp / "locomo" / conversation["sample_id"] / ".bench-built").exists():
+            continue
         memory = build_store(tmp / "locomo" / conversation["sample_id"], sessions, args.context_limit)
         topics = memory.topics.list()
         print(f"{conversation['sample_id']}: {sum(map(len, sessions))} messages, {len(topics)} topics, "
@@ -233,6 +237,8 @@ def run_lme(args, tmp: Path) -> None:
                     for turns in lme_sessions(question)]
         os.environ["MEMCTL_NOW"] = lme_now(question)
         started = time.perf_counter()
+        if args.skip_unbuilt and not (tmp / f"lme-{args.lme_turns}" / question["question_id"] / ".bench-built").exists():
+            continue
         memory = build_store(tmp / f"lme-{args.lme_turns}" / question["question_id"], sessions, args.context_limit,
                              args.lme_split_every)
         messages = [m for turns in sessions for m in turns]
@@ -249,7 +255,8 @@ def run_lme(args, tmp: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", nargs="?", default="locomo", choices=("locomo", "lme", "both"))
+    parser.add_argument("mode", nargs="?", default="locomo", choices=("locomo", "lme", "both", "latency"),
+                        help="the data set(s) to measure recall on; latency: only the cold timings")
     parser.add_argument("--limit", type=int, default=60, help="locomo: questions per conversation; "
                         "lme: questions (0: all)")
     parser.add_argument("--context-limit", type=int, default=4000, help="[topics] context_limit for the splits")
@@ -258,6 +265,8 @@ def main() -> None:
     parser.add_argument("--lme-split-every", type=int, default=5, metavar="N",
                         help="lme: split after every N-th session (an agent's loop calling split now and then)")
     parser.add_argument("--build-only", action="store_true", help="build the stores (with --stores), measure nothing")
+    parser.add_argument("--skip-unbuilt", action="store_true", help="with --stores: measure only the stores "
+                        "built already (while another run builds the rest)")
     parser.add_argument("--stores", metavar="DIR", help="keep the built stores here and reuse them")
     parser.add_argument("--latency", type=int, default=15, help="cold `memctl context` runs to time")
     parser.add_argument("--latency-messages", type=int, default=6000, help="messages in the store they run on")

@@ -13,9 +13,9 @@ The sections, in the order they are printed (each only of the session's scope):
     unsplit  the messages in no topic, older than the recent ones
     recent   the last [topics] keep_recent messages, the new message last
 
-No text appears twice: a memory is in one section; a message is shown once, in the
-first of recent, found, topic, unsplit that holds it, with the highest priority any
-of them gives it. The budget (tokens, cl100k) is never exceeded. What does not fit
+No text appears twice: a memory is in one section; a message is shown once, with the
+highest priority any part gives it, in the first section of: recent for the new message
+and the last exchange, found, recent, topic, unsplit. The budget (tokens, cl100k) is never exceeded. What does not fit
 is dropped whole, lowest priority first, and named in `dropped`; a memory whose text
 does not fit is given as its summary first (G1):
 
@@ -28,7 +28,7 @@ does not fit is given as its summary first (G1):
     0.88 ... 0.85      the last LAST_EXCHANGE messages before the new one
     0.8 s (hit/best)   a topic's referenced message (s: the topic's score)
     0.45 ... 0.30      the older recent messages, newest highest
-    s / 2              a topic's summary
+    s / 4              a topic's summary
     0.25 ... 0.15      the unsplit messages, newest highest
 
 Why this order (bench/README.md, "memctl context", issue 21): the topic context lost to the
@@ -49,10 +49,15 @@ from memctl.errors import InputError
 from memctl.store.store import Store
 from memctl.text.tokens import count_tokens
 
-FOUND_HITS = 40      # the session's messages the search ranks for the message
-LAST_EXCHANGE = 4    # recent messages before the new one that rank with the search's best hits
-# Where a message shown by several parts goes: the first of these that holds it.
-PLACE_ORDER = ("recent", "found", "topic", "unsplit")
+FOUND_HITS = 60      # the session's messages the search ranks for the message
+REPLY_LAG = 25       # a found message's reply ranks with the hit this many places below it
+TOPIC_WEIGHT = 0.8   # a topic referenced message: this times the topic's score times its share of the best hit
+LAST_EXCHANGE = 2    # recent messages before the new one (the last exchange) that rank with the best hits
+# Where a message shown by several parts goes: the first of these that holds it. "last" is the new
+# message and the LAST_EXCHANGE before it (shown among the recent ones); an older recent message the
+# search found is shown where the search ranks it, so that a newer statement it found comes before
+# an older one however recent either is.
+PLACE_ORDER = ("last", "found", "recent", "topic", "unsplit")
 
 
 @dataclass
@@ -233,8 +238,13 @@ def _assemble(context: Context, turn, system_text: str, memories: list[dict], fo
     recent_index = None
     if found:
         sections.append({"kind": "found", "messages": []})
+        following = {m["id"]: n for m, n in zip(turn.messages, turn.messages[1:])}
         for rank, (message, _score) in enumerate(found):
-            claim("found", message, 0.9 - 0.5 * rank / FOUND_HITS, len(sections) - 1, rank)
+            priority = 0.9 - 0.5 * rank / FOUND_HITS
+            claim("found", message, priority, len(sections) - 1, rank)
+            reply = following.get(message["id"])
+            if reply is not None and rank + REPLY_LAG < FOUND_HITS:  # shown right after its hit
+                claim("found", reply, 0.9 - 0.5 * (rank + REPLY_LAG) / FOUND_HITS, len(sections) - 1, rank + 0.5)
     for evaluation in turn.shown:
         topic = turn.topics[evaluation.topic_id]
         by_id = {m["id"]: m for m in topic.messages}
@@ -246,10 +256,10 @@ def _assemble(context: Context, turn, system_text: str, memories: list[dict], fo
         for order, mid in enumerate(evaluation.referenced_message_ids):
             if mid in by_id:
                 share = evaluation.message_scores.get(mid, best) / best
-                claim("topic", by_id[mid], 0.8 * evaluation.relevance_score * share, index, order,
+                claim("topic", by_id[mid], TOPIC_WEIGHT * evaluation.relevance_score * share, index, order,
                       evaluation.topic_id)
         if evaluation.summary:
-            parts.append(Part("summary", f"Summary: {evaluation.summary}", evaluation.relevance_score / 2, index,
+            parts.append(Part("summary", f"Summary: {evaluation.summary}", evaluation.relevance_score / 4, index,
                               topic_id=evaluation.topic_id))
     if turn.unsplit:
         sections.append({"kind": "unsplit", "messages": []})
@@ -264,9 +274,9 @@ def _assemble(context: Context, turn, system_text: str, memories: list[dict], fo
             priority = 0.88 - 0.03 * (age - 1) / LAST_EXCHANGE
         else:
             priority = 0.45 - 0.15 * (age - LAST_EXCHANGE) / len(recent)
-        claim("recent", m, priority, recent_index, len(recent) - age)
+        claim("last" if age <= LAST_EXCHANGE else "recent", m, priority, recent_index, len(recent) - age)
     for held in claims.values():
-        parts.append(Part(held["kind"], render_message(held["message"]), held["priority"], held["section"],
+        parts.append(Part("recent" if held["kind"] == "last" else held["kind"], render_message(held["message"]), held["priority"], held["section"],
                           held["message"], held["topic_id"], order=held["order"]))
 
     for part in parts:
@@ -282,7 +292,9 @@ def _assemble(context: Context, turn, system_text: str, memories: list[dict], fo
             s["summary"] = ""
         if s["kind"] == "found":
             score = {m["id"]: sc for m, sc in found}
-            s["messages"] = [{**message_view(m), "score": round(score[m["id"]], 4)} for m in s["messages"]]
+            # A hit's reply, shown after it, has no score of its own: null.
+            s["messages"] = [{**message_view(m), "score": round(score[m["id"]], 4) if m["id"] in score else None}
+                             for m in s["messages"]]
         else:
             s["messages"] = [message_view(m) for m in s["messages"]]
         if s["kind"] == "system":
