@@ -135,46 +135,43 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
     settings = settings or config.load(store.config_file)
     turn = topic_round(store, retriever, session, message, record=record, llm_command=llm_command, say=say,
                        scope=scope, settings=settings.topics)
-    memories, found = _memories_and_found(store, retriever, session, message, turn.scope, record, settings)
+    memories, found = _memories_and_found(store, retriever, turn, message, record, settings)
     context = Context(budget, activated=turn.activated, made_dormant=turn.made_dormant, ambiguous=turn.ambiguous)
     _assemble(context, turn, system_text, memories, found, budget)
     return context
 
 
-def _memories_and_found(store: Store, retriever, session: str, message: str, scope: str, record: bool,
+def _memories_and_found(store: Store, retriever, turn, message: str, record: bool,
                         settings: config.Settings) -> tuple[list[dict], list[tuple[dict, float]]]:
-    """(the memory sections: core, scope, found; the session's messages the search found, with their
-    scores, best first). One batch of two searches, through the same retriever as `memctl search`."""
+    """(the memory sections: core, scope, found; the session's messages the topics' search found, with
+    their scores, best first). The memories through the same retriever as `memctl search`."""
     from memctl.governance.layers import core_and_scope
     from memctl.index.filters import Filters
     from memctl.search.search import Query
     from memctl.store import memoryfile
     from memctl.store.status import active_tails
     from memctl.store.topicfile import archived_message_ids
-    from memctl.topics.split import session_messages
     from memctl.window.state import plan
 
     gov = settings.governance
-    workspace = scope if scope != "global" else None
+    workspace = turn.scope if turn.scope != "global" else None
     with store.reading():
         doc = memoryfile.load(store.memory_md)
+        archived = archived_message_ids(store)
     core, scoped = core_and_scope(store, doc, workspace, gov)
-    scopes = (workspace or "global",)  # a global session sees global memories only: no filter would be every scope
-    queries = [Query(text=message, k=FOUND_HITS, filters=Filters(kinds=("message",), sessions=(session,)),
-                     min_score=0.0)]
+    memory_hits = []
     if gov.layer_query_max:
-        queries.append(Query(text=message, k=gov.layer_query_max + len(core) + len(scoped),
-                             filters=Filters(kinds=("memory", "log"), scopes=scopes)))
-    answers = retriever.search(queries, count_access=record)
-    found_messages, memory_hits = answers[0], answers[1] if len(answers) > 1 else []
-
+        # A global session sees global memories only: no scope filter would be every scope.
+        filters = Filters(kinds=("memory", "log"), scopes=(workspace or "global",))
+        (memory_hits,) = retriever.search([Query(text=message, k=gov.layer_query_max + len(core) + len(scoped),
+                                                 filters=filters)], count_access=record)
     score = {r.record_id: r.score for r in memory_hits}
     sections = [_memory_section("core", e, "core", score.get(e.id)) for e in core]
     sections += [_memory_section("memory", e, "scope", score.get(e.id)) for e in scoped]
     taken = {e.id for e in core + scoped}
     tails = set(active_tails(doc))
-    window = plan(store, message, settings=settings.state)
-    focus = set(window.names) if window.dominant else set()
+    window = plan(store, message, settings=settings.state) if memory_hits else None
+    focus = set(window.names) if window and window.dominant else set()
     # The window's plan focuses, it does not filter: a dominant section's hits come first.
     ranked = sorted(memory_hits, key=lambda r: r.section not in focus) if focus else memory_hits
     for result in ranked:
@@ -190,11 +187,10 @@ def _memories_and_found(store: Store, retriever, session: str, message: str, sco
                              "source": result.source, "score": round(result.score, 4), "summary": None,
                              "found_by": "search", "text": result.text})
         taken.add(result.record_id)
-    # Archived topics are shown only on request (T12): their messages are not found either.
-    with store.reading():
-        archived = archived_message_ids(store)
-    by_id = {m["id"]: m for m in session_messages(store, session) if m["id"] not in archived}
-    found = [(by_id[r.record_id], r.score) for r in found_messages if r.record_id in by_id]
+    # The session's own messages among the scope's the search ranked; archived topics are shown only
+    # on request (T12), so their messages are not found either.
+    by_id = {m["id"]: m for m in turn.messages if m["id"] not in archived}
+    found = [(by_id[r.record_id], r.score) for r in turn.message_hits if r.record_id in by_id][:FOUND_HITS]
     return sections, found
 
 
@@ -323,12 +319,18 @@ def _fit(parts: list[Part], sections: list[dict], budget: int) -> dict[int, str]
                 break
     # The estimate above errs high; the exact count of the rendered text decides: the lowest part
     # kept gives way, a memory first to its summary.
-    while count_tokens(_render(_sections_with(parts, sections, chosen))) > budget:
-        lowest = min((p for p in parts if id(p) in chosen and p.priority != math.inf), key=lambda p: p.priority)
-        if chosen[id(lowest)] == "full" and lowest.short:
-            chosen[id(lowest)] = "summary"
-        else:
-            del chosen[id(lowest)]
+    # Counting the whole text is the cost here, so each round gives way by as many tokens as it is over.
+    while (over := count_tokens(_render(_sections_with(parts, sections, chosen))) - budget) > 0:
+        kept = sorted((p for p in parts if id(p) in chosen and p.priority != math.inf), key=lambda p: p.priority)
+        for lowest in kept:
+            if chosen[id(lowest)] == "full" and lowest.short:
+                chosen[id(lowest)] = "summary"
+                over -= lowest.tokens - lowest.short_tokens
+            else:
+                was = chosen.pop(id(lowest))
+                over -= (lowest.short_tokens if was == "summary" else lowest.tokens) + 1
+            if over <= 0:
+                break
     return chosen
 
 

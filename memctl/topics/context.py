@@ -51,6 +51,7 @@ class TopicRound:
     ambiguous: list[dict] = field(default_factory=list)
     evaluations: dict[str, evaluate.Evaluation] = field(default_factory=dict)
     messages: list[dict] = field(default_factory=list)  # the session's, before the new one
+    message_hits: list = field(default_factory=list)    # the scope's messages the search ranks, best first
 
 
 def topic_round(store: Store, retriever, session: str, message: str, *, record: bool = True,
@@ -86,7 +87,9 @@ def topic_round(store: Store, retriever, session: str, message: str, *, record: 
         dormant = {tid: topics[tid] for tid, s in states.items() if s == "dormant"}
         recalled, turn.ambiguous = _deep_search(store, retriever, message, dormant, cue, settings, scope)
     active = {tid: topics[tid] for tid, s in states.items() if s == "active"}
-    evaluations = evaluate.builtin(store, retriever, message, active, scope)
+    searched = evaluate.search(retriever, message, scope, len(active))
+    turn.message_hits = searched[0]
+    evaluations = evaluate.builtin(store, retriever, message, active, scope, searched)
     if llm_command and active:
         evaluations = evaluate.with_llm(store, llm_command, settings.llm_timeout, settings.llm_parallel,
                                         unsplit + recent, active, evaluations)
