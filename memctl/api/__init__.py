@@ -245,8 +245,8 @@ class Memory:
         """The context for the next turn (T5, G1; docs/context.md): the system prompt, the core
         memories, the scope's memories and those the search finds for `message`, the session's
         messages it finds, the relevant topics, the unsplit and recent messages, within `budget`
-        tokens ([topics] context_budget). Records the topics' round (activation, T6, T11) and the
-        search's access counts unless `record` is False (a preview: nothing is written). Only the
+        tokens ([topics] context_budget). Records the topics' round (activation, T6, T11) unless
+        `record` is False (a preview: nothing is written). Only the
         session's scope is read; `scope`, if given, is the scope the session must be in (else InputError)."""
         from memctl.context.turn import build
 

@@ -21,7 +21,7 @@ scope_options = click_options(TOPICS_SCOPE)
 @click.option("--system", "system_file", metavar="FILE", help="The system prompt, first in the context.")
 @click_options(CONTEXT)
 @click.option("--no-record", is_flag=True, help="A preview: build the same context and write nothing (no "
-              "activation change, no log line, no access count).")
+              "activation change, no log line).")
 @click.option("--llm", "llm_command", metavar="CMD", help="Evaluate topics with this command (design 001 §6.1 "
               "prompt on stdin). [default: [topics] llm_command, else built-in]")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"budget", "tokens", "sections": [{"kind": '
@@ -51,8 +51,8 @@ def context(memory, session, message, system_file, budget, no_record, llm_comman
     stderr and under "dropped".
 
     A plain call records the turn: the topics' scores and activation
-    (topics/activation.json, topic headers, the tuning log) and the search's access
-    counts. --no-record builds the same context and writes nothing.
+    (topics/activation.json, topic headers, the tuning log). --no-record
+    builds the same context and writes nothing.
 
     An amnesia cue ("did you forget", "你忘了") searches dormant topics: a
     clear match is activated, unclear ones are listed under "ambiguous" so

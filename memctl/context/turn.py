@@ -126,29 +126,44 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
           record: bool = True, llm_command: str = "", say=None, scope: str | None = None,
           settings: config.Settings | None = None) -> Context:
     """The context of the session's next turn. `record`: the topics' round is recorded (activation,
-    the log) and the search counts its accesses; off, nothing is written. `scope`: the session must
+    the log); off, nothing is written. `scope`: the session must
     be in it. `settings`: the store's, as its Memory loaded them."""
+    from memctl.governance.layers import core_and_scope
+    from memctl.index.filters import Filters
+    from memctl.search.search import Query
+    from memctl.store import memoryfile
     from memctl.topics.context import topic_round
 
     if budget < 1:
         raise InputError("must be a whole number >= 1", source="--budget")
     settings = settings or config.load(store.config_file)
+    with store.reading():
+        doc = memoryfile.load(store.memory_md)
+    gov = settings.governance
+
+    def memory_query(session_scope: str) -> tuple:
+        """The memories and daily-log entries of the scope (a global session: global only; no
+        filter would be every scope), asked in the topics' search batch."""
+        if not gov.layer_query_max:
+            return ()
+        workspace = session_scope if session_scope != "global" else None
+        core, scoped = core_and_scope(store, doc, workspace, gov)
+        return (Query(text=message, k=gov.layer_query_max + len(core) + len(scoped),
+                      filters=Filters(kinds=("memory", "log"), scopes=(workspace or "global",))),)
+
     turn = topic_round(store, retriever, session, message, record=record, llm_command=llm_command, say=say,
-                       scope=scope, settings=settings.topics)
-    memories, found = _memories_and_found(store, retriever, turn, message, record, settings)
+                       scope=scope, settings=settings.topics, more=memory_query)
+    memories, found = _memories_and_found(store, doc, turn, message, settings)
     context = Context(budget, activated=turn.activated, made_dormant=turn.made_dormant, ambiguous=turn.ambiguous)
     _assemble(context, turn, system_text, memories, found, budget)
     return context
 
 
-def _memories_and_found(store: Store, retriever, turn, message: str, record: bool,
+def _memories_and_found(store: Store, doc, turn, message: str,
                         settings: config.Settings) -> tuple[list[dict], list[tuple[dict, float]]]:
     """(the memory sections: core, scope, found; the session's messages the topics' search found, with
-    their scores, best first). The memories through the same retriever as `memctl search`."""
+    their scores, best first). The search is `memctl search`'s, in the topics' batch."""
     from memctl.governance.layers import core_and_scope
-    from memctl.index.filters import Filters
-    from memctl.search.search import Query
-    from memctl.store import memoryfile
     from memctl.store.status import active_tails
     from memctl.store.topicfile import archived_message_ids
     from memctl.window.state import plan
@@ -156,15 +171,9 @@ def _memories_and_found(store: Store, retriever, turn, message: str, record: boo
     gov = settings.governance
     workspace = turn.scope if turn.scope != "global" else None
     with store.reading():
-        doc = memoryfile.load(store.memory_md)
         archived = archived_message_ids(store)
     core, scoped = core_and_scope(store, doc, workspace, gov)
-    memory_hits = []
-    if gov.layer_query_max:
-        # A global session sees global memories only: no scope filter would be every scope.
-        filters = Filters(kinds=("memory", "log"), scopes=(workspace or "global",))
-        (memory_hits,) = retriever.search([Query(text=message, k=gov.layer_query_max + len(core) + len(scoped),
-                                                 filters=filters)], count_access=record)
+    memory_hits = turn.more_hits[0] if turn.more_hits else []
     score = {r.record_id: r.score for r in memory_hits}
     sections = [_memory_section("core", e, "core", score.get(e.id)) for e in core]
     sections += [_memory_section("memory", e, "scope", score.get(e.id)) for e in scoped]

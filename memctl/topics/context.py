@@ -52,13 +52,15 @@ class TopicRound:
     evaluations: dict[str, evaluate.Evaluation] = field(default_factory=dict)
     messages: list[dict] = field(default_factory=list)  # the session's, before the new one
     message_hits: list = field(default_factory=list)    # the scope's messages the search ranks, best first
+    more_hits: list = field(default_factory=list)       # the answers to the caller's `more` queries
 
 
 def topic_round(store: Store, retriever, session: str, message: str, *, record: bool = True,
                 llm_command: str = "", say=None, scope: str | None = None,
-                settings: config.Topics | None = None) -> TopicRound:
+                settings: config.Topics | None = None, more=None) -> TopicRound:
     """`scope`: the session must be in it (split.scope_of_session). `settings`: [topics] as the
-    store's Memory loaded them (else read from memctl.toml)."""
+    store's Memory loaded them (else read from memctl.toml). `more`: given the session's scope, more
+    queries to run in the same search batch (their answers: `more_hits`)."""
     from memctl.topics.split import scope_of_session, session_messages
 
     settings = settings or config.load(store.config_file).topics
@@ -87,9 +89,9 @@ def topic_round(store: Store, retriever, session: str, message: str, *, record: 
         dormant = {tid: topics[tid] for tid, s in states.items() if s == "dormant"}
         recalled, turn.ambiguous = _deep_search(store, retriever, message, dormant, cue, settings, scope)
     active = {tid: topics[tid] for tid, s in states.items() if s == "active"}
-    searched = evaluate.search(retriever, message, scope, len(active))
-    turn.message_hits = searched[0]
-    evaluations = evaluate.builtin(store, retriever, message, active, scope, searched)
+    turn.message_hits, summaries, turn.more_hits = evaluate.search(retriever, message, scope, len(active),
+                                                                   more(scope) if more else ())
+    evaluations = evaluate.builtin(store, retriever, message, active, scope, (turn.message_hits, summaries))
     if llm_command and active:
         evaluations = evaluate.with_llm(store, llm_command, settings.llm_timeout, settings.llm_parallel,
                                         unsplit + recent, active, evaluations)

@@ -66,19 +66,21 @@ def calibrated(raw: float) -> float:
     return 0.3 + (raw - RAW_WEAK) * 0.4 / (RAW_CLEAR - RAW_WEAK)
 
 
-def search(retriever, text: str, scope: str | None = None, topics: int = 10) -> tuple[list, list]:
-    """(the scope's messages, its topic summaries) the search ranks for `text`: what the built-in
-    evaluation scores topics by, and `memctl context` takes its found messages from (one search a
-    turn, not two). `scope` keeps other scopes' messages from taking the search's places."""
+def search(retriever, text: str, scope: str | None = None, topics: int = 10,
+           more: tuple = ()) -> tuple[list, list, list]:
+    """(the scope's messages, its topic summaries, the answers to `more` queries) the search ranks
+    for `text`, in one batch: what the built-in evaluation scores topics by, and `memctl context`
+    takes its found messages and memories from (one index refresh a turn, not two). `scope` keeps
+    other scopes' messages from taking the search's places."""
     from memctl.index.filters import Filters
     from memctl.search.search import Query
 
     scopes = (scope,) if scope else ()
-    messages, summaries = retriever.search(
+    messages, summaries, *answers = retriever.search(
         [Query(text=text, k=MESSAGE_HITS, filters=Filters(kinds=("message",), scopes=scopes), min_score=0.0),
-         Query(text=text, k=max(10, topics), filters=Filters(kinds=("topic",), scopes=scopes), min_score=0.0)],
-        count_access=False)
-    return messages, summaries
+         Query(text=text, k=max(10, topics), filters=Filters(kinds=("topic",), scopes=scopes), min_score=0.0),
+         *more], count_access=False)
+    return messages, summaries, answers
 
 
 def raw_scores(retriever, text: str, topics: dict[str, Topic], scope: str | None = None,
@@ -86,7 +88,7 @@ def raw_scores(retriever, text: str, topics: dict[str, Topic], scope: str | None
     """(raw score per topic, hit score per message id per topic) from one message and one topic search
     (`searched`, else run here). Only the topics' own messages count."""
     owner = {m["id"]: tid for tid, t in topics.items() for m in t.messages}
-    messages, summaries = searched or search(retriever, text, scope, len(topics))
+    messages, summaries = searched or search(retriever, text, scope, len(topics))[:2]
     hits: dict[str, dict[str, float]] = {tid: {} for tid in topics}
     for result in messages:
         tid = owner.get(result.record_id)
