@@ -1,22 +1,31 @@
-"""Topic context vs plain retrieval at the same token budget (issue 12), on ../shared/bench/locomo_dev.json.
+"""`memctl context` against plain retrieval at the same token budget (issues 12, 21).
 
-For each conversation: its sessions go into one memctl session, a LoCoMo
-session at a time, and after each `split` runs as an agent's loop would
-(context_limit set low enough that splitting happens; the split decides by
-itself whether the context is over 70%). Then each question is the new
-message of `context --no-record --budget B`; evidence recall is the share of
-the question's evidence turns present anywhere in the assembled context.
-The baseline at the same budget, counted with the same tokenizer and the same
-message rendering: the last 20 messages, then `search` results (hybrid, k=50)
-packed in rank order while they fit. Both run in-process through
-`memctl.Memory` (the same code the command line calls; a process per
-question would take hours here); `--latency N` times N cold `memctl context`
-processes (each a fresh Python, bytecode written as an install has it) on a
-store of `--latency-messages` messages: the dev conversations' turns,
-repeated under new ids until there are that many, in one session, split
-into topics and indexed.
+    python bench/context.py [locomo | lme | both | latency] [--limit N] [--stores DIR] [--skip-unbuilt]
+                            [--latency 15] [--latency-messages 6000] [--compare CHECKOUT]
 
-    python bench/context.py [--limit 60] [--context-limit 4000] [--latency 15] [--latency-messages 6000]
+locomo (../shared/bench/locomo_dev.json): each conversation goes into one
+memctl session, a LoCoMo session at a time, and after each `split` runs as an
+agent's loop would (context_limit set low enough that splitting happens; the
+split decides by itself whether the context is over 70%). lme
+(lme_dev.json, LongMemEval S): each question's ~50 sessions in date order as
+one conversation (the user turns, `--lme-turns all` for the replies too),
+`split` after every `--lme-split-every` (5) sessions, the clock at the
+question's date. Then each question is the new message of `context
+--no-record --budget B`; evidence recall is the share of the question's
+evidence turns anywhere in the context. Two baselines at the same budget,
+counted with the same tokenizer and message rendering (baselines()): the
+search's results and the recent messages in one order by score (issue 21),
+and the last 20 messages first (issue 12). lme also reports recall per
+question type and, for knowledge-update questions, the share where the
+newest evidence is shown with any outdated one after it.
+
+Everything runs in-process through `memctl.Memory` (the code the command
+calls; a process per question would take hours here). `--stores DIR` keeps
+the built stores to measure again (building is the slow part: embedding).
+`--latency N` times N cold `memctl context` processes (bytecode written, as
+an install has it) on a store of `--latency-messages` LoCoMo turns repeated
+under new ids, split and indexed; `--compare CHECKOUT` times that checkout's
+too, interleaved, for a ratio taken in one run.
 """
 
 from __future__ import annotations
