@@ -26,6 +26,7 @@ ORDER = [
     ["search"],
     ["governance", "window", "topics", "cache"],
     ["check", "forget", "overview"],  # forget: out of every file; overview: show, status
+    ["context"],                # the per-turn context: governance layers, search, topics and window together
     ["ingest"],
     ["api", "memctl"],          # memctl/__init__.py, the package's face, is the API
     ["cli", "mcp"],

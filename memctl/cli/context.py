@@ -20,34 +20,51 @@ scope_options = click_options(TOPICS_SCOPE)
 @click.option("--message", metavar="TEXT", help="The new message. [default: stdin]")
 @click.option("--system", "system_file", metavar="FILE", help="The system prompt, first in the context.")
 @click_options(CONTEXT)
-@click.option("--no-record", is_flag=True, help="Evaluate without changing activation state or the log "
-              "(previews, benchmarks).")
+@click.option("--no-record", is_flag=True, help="A preview: build the same context and write nothing (no "
+              "activation change, no log line).")
 @click.option("--llm", "llm_command", metavar="CMD", help="Evaluate topics with this command (design 001 §6.1 "
               "prompt on stdin). [default: [topics] llm_command, else built-in]")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"budget", "tokens", "sections": [{"kind": '
-              '"system" | "topic" | "unsplit" | "recent", "topic_id"?, "name"?, "score"?, "summary"?, "messages": '
-              '[{"id", "role", "speaker", "text", "ts"}]}], "activated", "made_dormant", "ambiguous", "dropped"}.')
+              '"system" | "core" | "memory" | "found" | "topic" | "unsplit" | "recent", "messages": [{"id", "role", '
+              '"speaker", "text", "ts", "score"?}], core and memory: "id", "section", "scope", "source", "score", '
+              '"summary", "content": "full" | "summary", "found_by", "text"; topic: "topic_id", "name", "score", '
+              '"summary", "file"}], "activated", "made_dormant", "ambiguous", "dropped": [{"kind", "tokens", '
+              '"message_id"? | "memory_id"? | "topic_id"?}]}.')
 @click.pass_obj
 def context(memory, session, message, system_file, budget, no_record, llm_command, scope, as_json):
-    """The main context for an agent's next turn, ready to pipe into a model.
+    """Everything the agent's next turn needs, in one call a turn, within --budget tokens.
 
-    In design 001 §5's order: the system prompt; the topics relevant to the
-    new message (score >= 0.3, best first: referenced messages verbatim, then
-    a summary); the unsplit messages; the last 20 messages. Never over
-    --budget tokens: whole parts are dropped, least relevant first, and each
-    is named on stderr. An amnesia cue ("did you forget", "你忘了") searches
-    dormant topics: a clear match is activated, unclear ones are listed under
-    "ambiguous" so the agent can ask which was meant.
+    \b
+    In this order (docs/context.md):
+      the system prompt (--system)
+      core memories: is_core or user_weight >= 9, always (at most 10)
+      memories: the session's scope's own (at most 5), then those the search
+        finds for the message in MEMORY.md and the daily logs (current
+        versions only; the window's dominant section first)
+      earlier messages the search finds in the session, best first
+      the topics relevant to the message (score >= 0.3, best first)
+      the unsplit messages, then the last 20 messages (the new one last)
 
-    Only the session's scope is read: its topics (no other scope's, not even
-    global ones) and its own messages. An agent serving one person passes
-    --scope too, so that a wrong session id is refused, not shown.
+    No text twice. Never over --budget tokens (cl100k): when it is tight a
+    memory is given as its summary, then whole parts go, lowest priority
+    first (core memories and the search's best hits last), each named on
+    stderr and under "dropped".
+
+    A plain call records the turn: the topics' scores and activation
+    (topics/activation.json, topic headers, the tuning log). --no-record
+    builds the same context and writes nothing.
+
+    An amnesia cue ("did you forget", "你忘了") searches dormant topics: a
+    clear match is activated, unclear ones are listed under "ambiguous" so
+    the agent can ask which was meant. Only the session's scope is read: its
+    memories (and global ones), topics and its own messages. An agent serving
+    one person passes --scope too, so that a wrong session id is refused.
 
     \b
     Examples:
       memctl context --session s1 --message "what did we pick for the cache?"
       echo "did you forget the Kyoto plan?" | memctl context --session s1 --json
-      memctl context --session s1 --system prompt.md --budget 4000 --no-record -
+      memctl context --session s1 --system prompt.md --budget 4000 --no-record
       memctl context --session bob --scope user:bob --message "where did I bank?"
 
     Exit status: 0 the context was printed, 2 error.
@@ -78,7 +95,7 @@ def _report_dropped(dropped: list[dict]) -> None:
         return
     by_kind: dict[str, list[str]] = {}
     for part in dropped:
-        label = part.get("message_id") or f"summary of {part['topic_id']}"
+        label = part.get("message_id") or part.get("memory_id") or f"summary of {part['topic_id']}"
         by_kind.setdefault(part["kind"], []).append(f"{label} ({part['tokens']})")
     for kind, labels in by_kind.items():
         say(f"memctl: over budget: dropped {len(labels)} {kind} part(s): {', '.join(labels)}")

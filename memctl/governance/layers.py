@@ -81,17 +81,8 @@ def layered_search(store: Store, query: str, *, workspace: str | None, budget: i
 
     gov = gov or governance_settings(store)
     doc = memoryfile.load(store.memory_md)
-    tails = set(active_tails(doc))
-    visible = [e for e in doc.entries if e.id in tails and _in_scope(e, workspace)]
-    scorer = Scorer(store, gov=gov)
-    # is_core is the hard switch, user_weight the ranking (G1): flagged entries first.
-    core = sorted((e for e in visible if is_core(e, gov)),
-                  key=lambda e: (e.get("is_core") is not True, -scorer.health(e).user_weight,
-                                 -scorer.health(e).recency_decay, e.id))
-    core = core[:gov.layer_core_max]
+    core, scoped = core_and_scope(store, doc, workspace, gov)
     core_ids = {e.id for e in core}
-    scoped = [e for e in visible if workspace and e.get("scope") == workspace and e.id not in core_ids]
-    scoped = sorted(scoped, key=lambda e: (-scorer.health(e).total, e.id))[:gov.layer_scope_max]
 
     result = Layered(budget=budget, workspace=workspace,
                      trigger=trigger(query, "\n".join(e.text for e in core + scoped), _turns(store) + 1))
@@ -112,6 +103,24 @@ def layered_search(store: Store, query: str, *, workspace: str | None, budget: i
                 _place(result, "L2", item, count_tokens)
     _count_turn(store)  # only once the search succeeded: a failed one (exit 2) leaves the store as it was
     return result
+
+
+def core_and_scope(store: Store, doc: memoryfile.Document, workspace: str | None,
+                   gov: Governance) -> tuple[list[memoryfile.Entry], list[memoryfile.Entry]]:
+    """The L0 core memories and the L1 memories of `workspace` (current chain tails of global and
+    the workspace only), each layer best first and at most its [governance] limit."""
+    tails = set(active_tails(doc))
+    visible = [e for e in doc.entries if e.id in tails and _in_scope(e, workspace)]
+    scorer = Scorer(store, gov=gov)
+    # is_core is the hard switch, user_weight the ranking (G1): flagged entries first.
+    core = sorted((e for e in visible if is_core(e, gov)),
+                  key=lambda e: (e.get("is_core") is not True, -scorer.health(e).user_weight,
+                                 -scorer.health(e).recency_decay, e.id))
+    core = core[:gov.layer_core_max]
+    core_ids = {e.id for e in core}
+    scoped = [e for e in visible if workspace and e.get("scope") == workspace and e.id not in core_ids]
+    scoped = sorted(scoped, key=lambda e: (-scorer.health(e).total, e.id))[:gov.layer_scope_max]
+    return core, scoped
 
 
 def _in_scope(entry: memoryfile.Entry, workspace: str | None) -> bool:

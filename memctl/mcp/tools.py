@@ -310,21 +310,25 @@ def cache_stats(memory: Memory, scope: str | None = None) -> dict[str, Any]:
 
 # -- topics: the context for the next turn (T4-T7, docs/context.md) -----------------
 @tool("context", """
-    The context to send the model for the next turn, within a token budget: the system
-    prompt, the topics relevant to the new message (best first: their messages verbatim
-    and a summary), the messages in no topic yet, and the last 20 messages. Call it once
-    per turn with the user's new message. If the user says you forgot something ("did you
-    forget", "we talked about this before", "你忘了"), dormant topics are searched: a clear
-    match is in the context and under "activated"; unclear ones come under "ambiguous" -
-    ask the user which was meant. Returns {"budget", "tokens", "text": the context as one
-    text, "sections": [{"kind": "system"|"topic"|"unsplit"|"recent", "topic_id"?, "name"?,
-    "score"?, "summary"?, "messages": [{"id", "role", "speaker", "text", "ts"}]}],
-    "activated", "made_dormant", "ambiguous", "dropped": [parts left out for the budget]}.
+    Everything the model needs for the next turn, within a token budget - call it once per
+    turn with the user's new message. In order: the system prompt; the core memories (rules
+    that always apply); the memories of the session's scope and those relevant to the message
+    (current versions only); the earlier messages the search finds, best first; the relevant
+    topics; the unsplit and the last 20 messages. No text twice; a tight budget gives memories
+    as summaries, then drops whole parts (listed under "dropped"). A call records the topics'
+    activation; no_record builds the same and writes nothing. If the user says you forgot
+    something ("did you forget", "你忘了"), dormant topics are searched: a clear match is in the
+    context and under "activated"; unclear ones under "ambiguous" - ask which was meant.
+    Returns {"budget", "tokens", "text": the context as one text, "sections": [{"kind":
+    "system"|"core"|"memory"|"found"|"topic"|"unsplit"|"recent", "messages": [{"id", "role",
+    "speaker", "text", "ts"}], core and memory: "id", "section", "score", "summary", "content",
+    "text"; topic: "topic_id", "name", "score", "summary"}], "activated", "made_dormant",
+    "ambiguous", "dropped": [parts left out for the budget]}.
     """, required=("session", "message"),
       session=text("The conversation's session id.", minLength=1),
       message=searched("The user's new message.", minLength=1),
       system=text("The system prompt, first in the context."),
-      no_record=flag("Evaluate without changing which topics are active (a preview)."),
+      no_record=flag("A preview: build the same context and write nothing."),
       **json_schema(CONTEXT))
 def context(memory: Memory, session: str, message: str, system: str = "", budget: int | None = None,
             no_record: bool = False, scope: str | None = None) -> dict[str, Any]:

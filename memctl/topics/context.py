@@ -1,6 +1,6 @@
-"""`memctl context` (T5, with T4, T6, T7, T11): the main context for an agent's next turn.
+"""The topics' part of a turn (T4, T6, T7, T11): which topics `memctl context` shows, and activation.
 
-One call a turn:
+One call a turn (memctl/context/turn.py assembles the context from this and the rest):
 
 1. The session's messages, the topics, the new message.
 2. An amnesia cue in the new message ("did you forget", "你忘了", …) searches the
@@ -10,24 +10,8 @@ One call a turn:
 4. Unless `record` is off: the scores go into the sliding averages, the
    graded activation decides (activation.py), headers of topics whose state
    changed are rewritten, and the round and its events are logged (log.py).
-5. The context, in design 001 §5's order: the system prompt, the topics with a
-   score of 0.3 or more by score descending (their referenced messages verbatim,
-   then the evaluation's summary), the unsplit messages, the last keep_recent
-   messages (the new message last). No message appears twice.
-
-The budget (tokens, cl100k) is never exceeded. What does not fit is dropped
-whole - a message, or a topic's summary - lowest priority first, and every
-dropped part is listed in `dropped`:
-
-    priority  part
-    inf       the system prompt, the new message (if they alone pass the budget: an error)
-    s·(…)     a topic's referenced message: topic score s times the message's share of its best hit
-    0.6…0.41  the recent messages, newest highest
-    s/2       a topic's summary
-    0.3…0.2   the unsplit messages older than the recent ones, newest highest
-
-so a clearly relevant topic's messages (s ≥ 0.7) outrank the older recent
-messages, and a weak topic's do not.
+5. The topics to show: those with a score of 0.3 or more, by score descending;
+   the unsplit messages and the last keep_recent messages (the new message last).
 
 Everything is of the session's scope (topicfile.in_scope): its topics are the only
 ones evaluated, activated or shown, the activation count is kept per scope, and
@@ -36,7 +20,6 @@ an explicit activation given a scope sees only that scope's topics.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +27,6 @@ from memctl import clock
 from memctl import config
 from memctl.errors import InputError
 from memctl.store.store import Store
-from memctl.text.tokens import count_tokens
 from memctl.store import topicfile
 from memctl.topics import activation, evaluate, log
 from memctl.store.topicfile import Topic
@@ -54,63 +36,33 @@ AMBIGUOUS_WITHIN = 0.1   # a runner-up this close to the best amnesia match make
 
 
 @dataclass
-class Part:
-    kind: str                 # system | topic | summary | unsplit | recent
-    text: str
-    priority: float
-    section: int              # index of the section it belongs to
-    message: dict | None = None
-    topic_id: str | None = None
-    order: int = 0            # place within its section (conversation order)
-    tokens: int = 0
+class TopicRound:
+    """A turn's topics: the session's scope, its messages split into unsplit and recent (the new
+    message last), the topics shown (best first) and what the round changed or could not decide."""
 
-    def as_dropped(self) -> dict:
-        out = {"kind": self.kind, "tokens": self.tokens}
-        if self.topic_id:
-            out["topic_id"] = self.topic_id
-        if self.message:
-            out["message_id"] = self.message["id"]
-        return out
-
-
-@dataclass
-class Context:
-    budget: int
-    tokens: int = 0
-    sections: list[dict] = field(default_factory=list)
+    scope: str
+    topics: dict[str, Topic]
+    shown: list[evaluate.Evaluation]
+    unsplit: list[dict]
+    recent: list[dict]
+    new_message: dict
     activated: list[dict] = field(default_factory=list)
     made_dormant: list[dict] = field(default_factory=list)
     ambiguous: list[dict] = field(default_factory=list)
-    dropped: list[dict] = field(default_factory=list)
     evaluations: dict[str, evaluate.Evaluation] = field(default_factory=dict)
-    text: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"budget": self.budget, "tokens": self.tokens, "sections": self.sections,
-                "activated": self.activated, "made_dormant": self.made_dormant,
-                "ambiguous": self.ambiguous, "dropped": self.dropped}
+    messages: list[dict] = field(default_factory=list)  # the session's, before the new one
+    message_hits: list = field(default_factory=list)    # the scope's messages the search ranks, best first
+    more_hits: list = field(default_factory=list)       # the answers to the caller's `more` queries
 
 
-def message_view(message: dict) -> dict:
-    return {"id": message["id"], "role": message.get("role"), "speaker": message.get("speaker"),
-            "text": message.get("text", ""), "ts": message.get("ts")}
-
-
-def render_message(message: dict) -> str:
-    who = message.get("speaker") or message.get("role") or ""
-    stamp = f"[{message['ts']}] " if message.get("ts") else ""
-    return f"{stamp}{who} ({message['id']}): {message.get('text', '')}"
-
-
-def build(store: Store, retriever, session: str, message: str, *, system_text: str = "", budget: int,
-          record: bool = True, llm_command: str = "", say=None, scope: str | None = None,
-          settings: config.Topics | None = None) -> Context:
+def topic_round(store: Store, retriever, session: str, message: str, *, record: bool = True,
+                llm_command: str = "", say=None, scope: str | None = None,
+                settings: config.Topics | None = None, more=None) -> TopicRound:
     """`scope`: the session must be in it (split.scope_of_session). `settings`: [topics] as the
-    store's Memory loaded them (else read from memctl.toml)."""
+    store's Memory loaded them (else read from memctl.toml). `more`: given the session's scope, more
+    queries to run in the same search batch (their answers: `more_hits`)."""
     from memctl.topics.split import scope_of_session, session_messages
 
-    if budget < 1:
-        raise InputError("must be a whole number >= 1", source="--budget")
     settings = settings or config.load(store.config_file).topics
     messages = session_messages(store, session)
     scope = scope_of_session(store, session, messages, scope)
@@ -129,15 +81,17 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
     recent_ids = {m["id"] for m in recent}
     unsplit = [m for m in messages if m["id"] not in placed and m["id"] not in recent_ids]
 
-    context = Context(budget)
+    turn = TopicRound(scope, topics, [], unsplit, recent, new, messages=messages)
     states = {tid: t.state for tid, t in topics.items() if t.state in ("active", "dormant")}
     cue = activation.amnesia_cue(message)
     recalled: dict[str, evaluate.Evaluation] = {}
     if cue:
         dormant = {tid: topics[tid] for tid, s in states.items() if s == "dormant"}
-        recalled, context.ambiguous = _deep_search(store, retriever, message, dormant, cue, settings, scope)
+        recalled, turn.ambiguous = _deep_search(store, retriever, message, dormant, cue, settings, scope)
     active = {tid: topics[tid] for tid, s in states.items() if s == "active"}
-    evaluations = evaluate.builtin(store, retriever, message, active, scope)
+    turn.message_hits, summaries, turn.more_hits = evaluate.search(retriever, message, scope, len(active),
+                                                                   more(scope) if more else ())
+    evaluations = evaluate.builtin(store, retriever, message, active, scope, (turn.message_hits, summaries))
     if llm_command and active:
         evaluations = evaluate.with_llm(store, llm_command, settings.llm_timeout, settings.llm_parallel,
                                         unsplit + recent, active, evaluations)
@@ -145,17 +99,16 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
             if e.fallback and say:
                 say(f"memctl: topic {e.topic_id}: the LLM answer was not used ({e.fallback}); built-in score kept")
     evaluations.update(recalled)
-    context.evaluations = evaluations
+    turn.evaluations = evaluations
     if record:
-        _record_round(store, session, scope, states, evaluations, set(recalled), cue, settings, context)
+        _record_round(store, session, scope, states, evaluations, set(recalled), cue, settings, turn)
     else:
-        context.activated = [{"topic_id": t, "name": topics[t].header.get("name", ""), "reason": "amnesia cue",
-                              "score": round(recalled[t].relevance_score, 4)} for t in recalled]
-    shown = [e for e in evaluations.values() if e.relevance_score >= evaluate.REFERENCE_FROM
-             and (e.topic_id in active or e.topic_id in recalled)]
-    shown.sort(key=lambda e: (-e.relevance_score, -e.strength))
-    _assemble(context, topics, system_text, shown, unsplit, recent, recent_ids, budget)
-    return context
+        turn.activated = [{"topic_id": t, "name": topics[t].header.get("name", ""), "reason": "amnesia cue",
+                           "score": round(recalled[t].relevance_score, 4)} for t in recalled]
+    turn.shown = [e for e in evaluations.values() if e.relevance_score >= evaluate.REFERENCE_FROM
+                  and (e.topic_id in active or e.topic_id in recalled)]
+    turn.shown.sort(key=lambda e: (-e.relevance_score, -e.strength))
+    return turn
 
 
 def _deep_search(store, retriever, message, dormant, cue, settings, scope):
@@ -181,7 +134,7 @@ def _deep_search(store, retriever, message, dormant, cue, settings, scope):
     return {best.topic_id: best}, []
 
 
-def _record_round(store, session, scope, states, evaluations, recalled, cue, settings, context) -> None:
+def _record_round(store, session, scope, states, evaluations, recalled, cue, settings, turn) -> None:
     """`states`: the scope's topics before the round; the graded activation ranks them alone."""
     now = clock.format_ts(clock.now())
     with store.transaction() as tx:
@@ -203,131 +156,13 @@ def _record_round(store, session, scope, states, evaluations, recalled, cue, set
             topicfile.write_topic(tx, store, topic, [], fresh=False)
             entry = {"topic_id": tid, "name": topic.header.get("name", ""), "reason": reason}
             if state == "active":
-                context.activated.append({**entry, "score": round(scores.get(tid, 0.0), 4)})
+                turn.activated.append({**entry, "score": round(scores.get(tid, 0.0), 4)})
             else:
-                context.made_dormant.append({**entry, "average": averages.get(tid)})
+                turn.made_dormant.append({**entry, "average": averages.get(tid)})
             events.append({"at": now, "event": "activated" if state == "active" else "dormant", "topic": tid,
                            "reason": reason})
         activation.save_part(tx, store, part)
         log.append(tx, store, events)
-
-
-def _assemble(context: Context, topics: dict[str, Topic], system_text, shown, unsplit, recent, recent_ids,
-              budget) -> None:
-    sections: list[dict] = []
-    parts: list[Part] = []
-    system_text = system_text.rstrip()  # a file's last newline; the blank line between sections is ours
-    if system_text:
-        sections.append({"kind": "system", "messages": [], "text": system_text})
-        parts.append(Part("system", system_text, math.inf, 0))
-    for evaluation in shown:
-        topic = topics[evaluation.topic_id]
-        by_id = {m["id"]: m for m in topic.messages}
-        index = len(sections)
-        sections.append({"kind": "topic", "topic_id": evaluation.topic_id, "name": evaluation.name,
-                         "score": round(evaluation.relevance_score, 4), "summary": evaluation.summary,
-                         "file": evaluation.file, "messages": []})
-        best = max(evaluation.message_scores.values(), default=1.0) or 1.0
-        for order, mid in enumerate(evaluation.referenced_message_ids):
-            if mid in by_id and mid not in recent_ids:
-                share = evaluation.message_scores.get(mid, best) / best
-                parts.append(Part("topic", render_message(by_id[mid]), evaluation.relevance_score * share, index,
-                                  by_id[mid], evaluation.topic_id, order))
-        if evaluation.summary:
-            parts.append(Part("summary", f"Summary: {evaluation.summary}", evaluation.relevance_score / 2, index,
-                              topic_id=evaluation.topic_id))
-    if unsplit:
-        index = len(sections)
-        sections.append({"kind": "unsplit", "messages": []})
-        for age, m in enumerate(reversed(unsplit)):
-            parts.append(Part("unsplit", render_message(m), 0.3 - 0.1 * age / len(unsplit), index, m,
-                              order=len(unsplit) - age))
-    index = len(sections)
-    sections.append({"kind": "recent", "messages": []})
-    for age, m in enumerate(reversed(recent)):
-        priority = math.inf if age == 0 else 0.6 - 0.19 * age / len(recent)
-        parts.append(Part("recent", render_message(m), priority, index, m, order=len(recent) - age))
-
-    for part in parts:
-        part.tokens = count_tokens(part.text)
-    kept = _fit(parts, sections, budget)
-    context.dropped = [p.as_dropped() for p in parts if id(p) not in kept]
-    parts.sort(key=lambda p: (p.section, p.order))
-    for part in parts:
-        if id(part) in kept and part.message is not None:
-            sections[part.section]["messages"].append(message_view(part.message))
-    for part in parts:
-        if part.kind == "summary" and id(part) not in kept:
-            sections[part.section]["summary"] = None
-    live = [i for i, s in enumerate(sections) if s["kind"] == "system" or s["messages"] or s.get("summary")]
-    context.text = _render([sections[i] for i in live])
-    context.tokens = count_tokens(context.text)
-    for s in sections:
-        s.pop("text", None)
-        if s["kind"] != "topic":
-            continue
-        if s.get("summary") is None:
-            s["summary"] = ""
-    context.sections = [sections[i] for i in live]
-    if system_text:
-        context.sections[0]["text"] = system_text
-
-
-HEADINGS = {"unsplit": "# Unsplit messages", "recent": "# Recent messages"}
-
-
-def _render(sections: list[dict]) -> str:
-    blocks = []
-    for s in sections:
-        if s["kind"] == "system":
-            blocks.append(s["text"])
-        elif s["kind"] == "topic":
-            lines = [f"# Topic: {s['name']} (score {s['score']:.2f}, {s['file']})"]
-            lines += [render_message(m) for m in s["messages"]]
-            if s.get("summary"):
-                lines.append(f"Summary: {s['summary']}")
-            blocks.append("\n".join(lines))
-        else:
-            blocks.append("\n".join([HEADINGS[s["kind"]]] + [render_message(m) for m in s["messages"]]))
-    return "\n\n".join(blocks) + "\n"
-
-
-def _fit(parts: list[Part], sections: list[dict], budget: int) -> set[int]:
-    """Ids of the parts kept: by priority, each taken whole while the rendered context stays within budget."""
-    must = [p for p in parts if p.priority == math.inf]
-    kept = {id(p) for p in must}
-    heading_cost = 12  # a section's heading and the blank line before it, generously
-    used = sum(p.tokens + 1 for p in must) + heading_cost * len({p.section for p in must})
-    if used > budget:
-        raise InputError(f"the system prompt and the new message alone take {used} tokens, over the budget "
-                         f"of {budget}", source="--budget")
-    opened = {p.section for p in must}
-    for part in sorted((p for p in parts if p.priority != math.inf), key=lambda p: -p.priority):
-        cost = part.tokens + 1 + (heading_cost + 20 if part.section not in opened else 0)
-        if used + cost <= budget:
-            kept.add(id(part))
-            used += cost
-            opened.add(part.section)
-    # The estimate above errs high; the exact count of the rendered text decides.
-    while True:
-        text = _render(_sections_with(parts, sections, kept))
-        if count_tokens(text) <= budget:
-            return kept
-        lowest = min((p for p in parts if id(p) in kept and p.priority != math.inf), key=lambda p: p.priority)
-        kept.discard(id(lowest))
-
-
-def _sections_with(parts, sections, kept) -> list[dict]:
-    out = []
-    for index, s in enumerate(sections):
-        chosen = sorted((p for p in parts if p.section == index and id(p) in kept and p.message), key=lambda p: p.order)
-        copy = {**s, "messages": [p.message for p in chosen]}
-        if s["kind"] == "topic":
-            copy["summary"] = s["summary"] if any(p.kind == "summary" and p.section == index and id(p) in kept
-                                                  for p in parts) else None
-        if s["kind"] == "system" or copy["messages"] or copy.get("summary"):
-            out.append(copy)
-    return out
 
 
 # The routing prompt lists at most this many topics, the built-in search's best first: at the ~1 KB a

@@ -66,20 +66,29 @@ def calibrated(raw: float) -> float:
     return 0.3 + (raw - RAW_WEAK) * 0.4 / (RAW_CLEAR - RAW_WEAK)
 
 
-def raw_scores(retriever, text: str, topics: dict[str, Topic],
-               scope: str | None = None) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """(raw score per topic, hit score per message id per topic) from one message and one topic search.
-    Only the topics' own messages count; `scope` (theirs) keeps other scopes' messages from taking
-    the search's places."""
+def search(retriever, text: str, scope: str | None = None, topics: int = 10,
+           more: tuple = ()) -> tuple[list, list, list]:
+    """(the scope's messages, its topic summaries, the answers to `more` queries) the search ranks
+    for `text`, in one batch: what the built-in evaluation scores topics by, and `memctl context`
+    takes its found messages and memories from (one index refresh a turn, not two). `scope` keeps
+    other scopes' messages from taking the search's places."""
     from memctl.index.filters import Filters
     from memctl.search.search import Query
 
-    owner = {m["id"]: tid for tid, t in topics.items() for m in t.messages}
     scopes = (scope,) if scope else ()
-    messages, summaries = retriever.search(
+    messages, summaries, *answers = retriever.search(
         [Query(text=text, k=MESSAGE_HITS, filters=Filters(kinds=("message",), scopes=scopes), min_score=0.0),
-         Query(text=text, k=max(10, len(topics)), filters=Filters(kinds=("topic",), scopes=scopes), min_score=0.0)],
-        count_access=False)
+         Query(text=text, k=max(10, topics), filters=Filters(kinds=("topic",), scopes=scopes), min_score=0.0),
+         *more], count_access=False)
+    return messages, summaries, answers
+
+
+def raw_scores(retriever, text: str, topics: dict[str, Topic], scope: str | None = None,
+               searched: tuple[list, list] | None = None) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """(raw score per topic, hit score per message id per topic) from one message and one topic search
+    (`searched`, else run here). Only the topics' own messages count."""
+    owner = {m["id"]: tid for tid, t in topics.items() for m in t.messages}
+    messages, summaries = searched or search(retriever, text, scope, len(topics))[:2]
     hits: dict[str, dict[str, float]] = {tid: {} for tid in topics}
     for result in messages:
         tid = owner.get(result.record_id)
@@ -94,11 +103,12 @@ def raw_scores(retriever, text: str, topics: dict[str, Topic],
 
 
 def builtin(store: Store, retriever, text: str, topics: dict[str, Topic],
-            scope: str | None = None) -> dict[str, Evaluation]:
-    """The built-in evaluation of `topics` (all of `scope`, when given) against `text`."""
+            scope: str | None = None, searched: tuple[list, list] | None = None) -> dict[str, Evaluation]:
+    """The built-in evaluation of `topics` (all of `scope`, when given) against `text`; `searched`:
+    search()'s answer for them, if run already."""
     if not topics:
         return {}
-    raw, hits = raw_scores(retriever, text, topics, scope)
+    raw, hits = raw_scores(retriever, text, topics, scope, searched)
     results = {}
     for tid, topic in topics.items():
         strength = calibrated(raw[tid])

@@ -1,0 +1,395 @@
+"""`memctl context` (T5, G1, issue 21): everything an agent's next turn needs, under one token budget.
+
+The sections, in the order they are printed (each only of the session's scope):
+
+    system   the system prompt
+    core     L0: memories with is_core or user_weight >= 9, always, at most [governance] layer_core_max
+    memory   L1: the scope's own memories (not global ones), at most layer_scope_max; then the
+             memories and daily-log entries the search finds for the message (current chain tails
+             only, the search's own minimum, at most layer_query_max), the sections of the window's
+             plan first when a section dominates the window (`state plan`)
+    found    the session's messages the search ranks highest for the message, best first
+    topic    the topics scoring 0.3 or more, best first: referenced messages, then the summary
+    unsplit  the messages in no topic, older than the recent ones
+    recent   the last [topics] keep_recent messages, the new message last
+
+No text appears twice: a memory is in one section; a message is shown once, with the
+highest priority any part gives it, in the first section of: recent for the new message
+and the last exchange, found, recent, topic, unsplit. The budget (tokens, cl100k) is never exceeded. What does not fit
+is dropped whole, lowest priority first, and named in `dropped`; a memory whose text
+does not fit is given as its summary first (G1):
+
+    priority           part
+    always             the system prompt, the new message (if they alone pass the budget: an error)
+    0.99               a core memory (L0)
+    0.95               a memory of the scope (L1)
+    0.93 - 0.01 rank   a memory or log entry the search found
+    0.90 ... 0.40      a found message, by its rank among FOUND_HITS
+    0.88 ... 0.85      the last LAST_EXCHANGE messages before the new one
+    0.8 s (hit/best)   a topic's referenced message (s: the topic's score)
+    0.45 ... 0.30      the older recent messages, newest highest
+    s / 4              a topic's summary
+    0.25 ... 0.15      the unsplit messages, newest highest
+
+Why this order (bench/README.md, "memctl context", issue 21): the topic context lost to the
+last 20 messages plus the search's results packed by score on held-out LoCoMo (-.03 to -.06),
+because the older recent messages and the topics' neighbours took the places of the search's
+best hits; so the search's best hits come first, the last exchange stays for the
+conversation's thread, and topics, the older recent messages and the unsplit ones fill.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from memctl import config
+from memctl.errors import InputError
+from memctl.store.store import Store
+from memctl.text.tokens import count_tokens
+
+FOUND_HITS = 60      # the session's messages the search ranks for the message
+REPLY_LAG = 25       # a found message's reply ranks with the hit this many places below it
+TOPIC_WEIGHT = 0.8   # a topic referenced message: this times the topic's score times its share of the best hit
+LAST_EXCHANGE = 2    # recent messages before the new one (the last exchange) that rank with the best hits
+# Where a message shown by several parts goes: the first of these that holds it. "last" is the new
+# message and the LAST_EXCHANGE before it (shown among the recent ones); an older recent message the
+# search found is shown where the search ranks it, so that a newer statement it found comes before
+# an older one however recent either is.
+PLACE_ORDER = ("last", "found", "recent", "topic", "unsplit")
+
+
+@dataclass
+class Part:
+    kind: str                 # system | core | memory | found | topic | summary | unsplit | recent
+    text: str
+    priority: float
+    section: int              # index of the section it belongs to
+    message: dict | None = None
+    topic_id: str | None = None
+    memory_id: str | None = None
+    order: float = 0          # place within its section
+    short: str | None = None  # a memory's summary: what is given when the text does not fit
+    tokens: int = 0
+    short_tokens: int = 0
+
+    @property
+    def group(self):
+        """Parts printed under one heading: the memories of a kind share theirs."""
+        return self.kind if self.kind in ("core", "memory") else self.section
+
+    def as_dropped(self) -> dict:
+        out = {"kind": self.kind, "tokens": self.tokens}
+        for key, value in (("topic_id", self.topic_id), ("memory_id", self.memory_id)):
+            if value:
+                out[key] = value
+        if self.message:
+            out["message_id"] = self.message["id"]
+        return out
+
+
+@dataclass
+class Context:
+    budget: int
+    tokens: int = 0
+    sections: list[dict] = field(default_factory=list)
+    activated: list[dict] = field(default_factory=list)
+    made_dormant: list[dict] = field(default_factory=list)
+    ambiguous: list[dict] = field(default_factory=list)
+    dropped: list[dict] = field(default_factory=list)
+    text: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"budget": self.budget, "tokens": self.tokens, "sections": self.sections,
+                "activated": self.activated, "made_dormant": self.made_dormant,
+                "ambiguous": self.ambiguous, "dropped": self.dropped}
+
+
+def message_view(message: dict) -> dict:
+    return {"id": message["id"], "role": message.get("role"), "speaker": message.get("speaker"),
+            "text": message.get("text", ""), "ts": message.get("ts")}
+
+
+def render_message(message: dict) -> str:
+    who = message.get("speaker") or message.get("role") or ""
+    stamp = f"[{message['ts']}] " if message.get("ts") else ""
+    return f"{stamp}{who} ({message['id']}): {message.get('text', '')}"
+
+
+def render_memory(section: dict, text: str) -> str:
+    where = section.get("section") or section.get("source") or ""
+    return f"- ({where}, {section['id']}) {text}" + (" [summary]" if section.get("content") == "summary" else "")
+
+
+def build(store: Store, retriever, session: str, message: str, *, system_text: str = "", budget: int,
+          record: bool = True, llm_command: str = "", say=None, scope: str | None = None,
+          settings: config.Settings | None = None) -> Context:
+    """The context of the session's next turn. `record`: the topics' round is recorded (activation,
+    the log); off, nothing is written. `scope`: the session must
+    be in it. `settings`: the store's, as its Memory loaded them."""
+    from memctl.governance.layers import core_and_scope
+    from memctl.index.filters import Filters
+    from memctl.search.search import Query
+    from memctl.store import memoryfile
+    from memctl.topics.context import topic_round
+
+    if budget < 1:
+        raise InputError("must be a whole number >= 1", source="--budget")
+    settings = settings or config.load(store.config_file)
+    with store.reading():
+        doc = memoryfile.load(store.memory_md)
+    gov = settings.governance
+
+    def memory_query(session_scope: str) -> tuple:
+        """The memories and daily-log entries of the scope (a global session: global only; no
+        filter would be every scope), asked in the topics' search batch."""
+        if not gov.layer_query_max:
+            return ()
+        workspace = session_scope if session_scope != "global" else None
+        core, scoped = core_and_scope(store, doc, workspace, gov)
+        return (Query(text=message, k=gov.layer_query_max + len(core) + len(scoped),
+                      filters=Filters(kinds=("memory", "log"), scopes=(workspace or "global",))),)
+
+    turn = topic_round(store, retriever, session, message, record=record, llm_command=llm_command, say=say,
+                       scope=scope, settings=settings.topics, more=memory_query)
+    memories, found = _memories_and_found(store, doc, turn, message, settings)
+    context = Context(budget, activated=turn.activated, made_dormant=turn.made_dormant, ambiguous=turn.ambiguous)
+    _assemble(context, turn, system_text, memories, found, budget)
+    return context
+
+
+def _memories_and_found(store: Store, doc, turn, message: str,
+                        settings: config.Settings) -> tuple[list[dict], list[tuple[dict, float]]]:
+    """(the memory sections: core, scope, found; the session's messages the topics' search found, with
+    their scores, best first). The search is `memctl search`'s, in the topics' batch."""
+    from memctl.governance.layers import core_and_scope
+    from memctl.store.status import active_tails
+    from memctl.store.topicfile import archived_message_ids
+    from memctl.window.state import plan
+
+    gov = settings.governance
+    workspace = turn.scope if turn.scope != "global" else None
+    with store.reading():
+        archived = archived_message_ids(store)
+    core, scoped = core_and_scope(store, doc, workspace, gov)
+    memory_hits = turn.more_hits[0] if turn.more_hits else []
+    score = {r.record_id: r.score for r in memory_hits}
+    sections = [_memory_section("core", e, "core", score.get(e.id)) for e in core]
+    sections += [_memory_section("memory", e, "scope", score.get(e.id)) for e in scoped]
+    taken = {e.id for e in core + scoped}
+    tails = set(active_tails(doc))
+    window = plan(store, message, settings=settings.state) if memory_hits else None
+    focus = set(window.names) if window and window.dominant else set()
+    # The window's plan focuses, it does not filter: a dominant section's hits come first.
+    ranked = sorted(memory_hits, key=lambda r: r.section not in focus) if focus else memory_hits
+    for result in ranked:
+        if len(sections) - len(core) - len(scoped) >= gov.layer_query_max or result.record_id in taken:
+            continue
+        if result.kind == "memory":
+            entry = doc.find(result.record_id)
+            if entry is None or entry.id not in tails:
+                continue  # superseded or gone since the index was written: never shown
+            sections.append(_memory_section("memory", entry, "search", result.score))
+        else:
+            sections.append({"kind": "memory", "id": result.record_id, "section": None, "scope": result.scope,
+                             "source": result.source, "score": round(result.score, 4), "summary": None,
+                             "found_by": "search", "text": result.text})
+        taken.add(result.record_id)
+    # The session's own messages among the scope's the search ranked; archived topics are shown only
+    # on request (T12), so their messages are not found either.
+    by_id = {m["id"]: m for m in turn.messages if m["id"] not in archived}
+    found = [(by_id[r.record_id], r.score) for r in turn.message_hits if r.record_id in by_id][:FOUND_HITS]
+    return sections, found
+
+
+def _memory_section(kind: str, entry, found_by: str, score: float | None) -> dict:
+    return {"kind": kind, "id": entry.id, "section": entry.section, "scope": entry.get("scope", "global"),
+            "source": "MEMORY.md", "score": None if score is None else round(score, 4),
+            "summary": entry.get("summary") or None, "found_by": found_by, "text": entry.text}
+
+
+def _assemble(context: Context, turn, system_text: str, memories: list[dict], found: list[tuple[dict, float]],
+              budget: int) -> None:
+    sections: list[dict] = []
+    parts: list[Part] = []
+    system_text = system_text.rstrip()  # a file's last newline; the blank line between sections is ours
+    if system_text:
+        sections.append({"kind": "system", "messages": [], "text": system_text})
+        parts.append(Part("system", system_text, math.inf, 0))
+    rank_in = {"core": 0, "scope": 0, "search": 0}
+    for memory in memories:
+        rank = rank_in[memory["found_by"]]
+        rank_in[memory["found_by"]] += 1
+        priority = {"core": 0.99, "scope": 0.95, "search": 0.93}[memory["found_by"]] - 0.01 * rank
+        sections.append({**memory, "messages": []})
+        parts.append(Part(memory["kind"], memory["text"], priority, len(sections) - 1, memory_id=memory["id"],
+                          short=memory["summary"] if memory["summary"] and memory["summary"] != memory["text"] else None))
+
+    # Messages: each claimed by the parts that would show it; placed in the first of PLACE_ORDER.
+    claims: dict[str, dict] = {}
+
+    def claim(kind: str, message: dict, priority: float, section: int, order: float, topic_id=None) -> None:
+        held = claims.get(message["id"])
+        if held is None:
+            claims[message["id"]] = {"kind": kind, "message": message, "priority": priority, "section": section,
+                                     "order": order, "topic_id": topic_id}
+            return
+        held["priority"] = max(held["priority"], priority)
+        if PLACE_ORDER.index(kind) < PLACE_ORDER.index(held["kind"]):
+            held.update(kind=kind, section=section, order=order, topic_id=topic_id)
+
+    recent = turn.recent
+    recent_index = None
+    if found:
+        sections.append({"kind": "found", "messages": []})
+        following = {m["id"]: n for m, n in zip(turn.messages, turn.messages[1:])}
+        for rank, (message, _score) in enumerate(found):
+            priority = 0.9 - 0.5 * rank / FOUND_HITS
+            claim("found", message, priority, len(sections) - 1, rank)
+            reply = following.get(message["id"])
+            if reply is not None and rank + REPLY_LAG < FOUND_HITS:  # shown right after its hit
+                claim("found", reply, 0.9 - 0.5 * (rank + REPLY_LAG) / FOUND_HITS, len(sections) - 1, rank + 0.5)
+    for evaluation in turn.shown:
+        topic = turn.topics[evaluation.topic_id]
+        by_id = {m["id"]: m for m in topic.messages}
+        sections.append({"kind": "topic", "topic_id": evaluation.topic_id, "name": evaluation.name,
+                         "score": round(evaluation.relevance_score, 4), "summary": evaluation.summary,
+                         "file": evaluation.file, "messages": []})
+        index = len(sections) - 1
+        best = max(evaluation.message_scores.values(), default=1.0) or 1.0
+        for order, mid in enumerate(evaluation.referenced_message_ids):
+            if mid in by_id:
+                share = evaluation.message_scores.get(mid, best) / best
+                claim("topic", by_id[mid], TOPIC_WEIGHT * evaluation.relevance_score * share, index, order,
+                      evaluation.topic_id)
+        if evaluation.summary:
+            parts.append(Part("summary", f"Summary: {evaluation.summary}", evaluation.relevance_score / 4, index,
+                              topic_id=evaluation.topic_id))
+    if turn.unsplit:
+        sections.append({"kind": "unsplit", "messages": []})
+        for age, m in enumerate(reversed(turn.unsplit)):
+            claim("unsplit", m, 0.25 - 0.1 * age / len(turn.unsplit), len(sections) - 1, len(turn.unsplit) - age)
+    sections.append({"kind": "recent", "messages": []})
+    recent_index = len(sections) - 1
+    for age, m in enumerate(reversed(recent)):
+        if age == 0:
+            priority = math.inf
+        elif age <= LAST_EXCHANGE:
+            priority = 0.88 - 0.03 * (age - 1) / LAST_EXCHANGE
+        else:
+            priority = 0.45 - 0.15 * (age - LAST_EXCHANGE) / len(recent)
+        claim("last" if age <= LAST_EXCHANGE else "recent", m, priority, recent_index, len(recent) - age)
+    for held in claims.values():
+        parts.append(Part("recent" if held["kind"] == "last" else held["kind"], render_message(held["message"]), held["priority"], held["section"],
+                          held["message"], held["topic_id"], order=held["order"]))
+
+    for part in parts:
+        part.tokens = count_tokens(part.text)
+        part.short_tokens = count_tokens(part.short) if part.short else 0
+    chosen = _fit(parts, sections, budget)
+    context.dropped = [p.as_dropped() for p in parts if id(p) not in chosen]
+    kept = _sections_with(parts, sections, chosen)
+    context.text = _render(kept)
+    context.tokens = count_tokens(context.text)
+    for s in kept:
+        if s["kind"] == "topic" and s.get("summary") is None:
+            s["summary"] = ""
+        if s["kind"] == "found":
+            score = {m["id"]: sc for m, sc in found}
+            # A hit's reply, shown after it, has no score of its own: null.
+            s["messages"] = [{**message_view(m), "score": round(score[m["id"]], 4) if m["id"] in score else None}
+                             for m in s["messages"]]
+        else:
+            s["messages"] = [message_view(m) for m in s["messages"]]
+        if s["kind"] == "system":
+            s["text"] = system_text
+    context.sections = kept
+
+
+def _fit(parts: list[Part], sections: list[dict], budget: int) -> dict[int, str]:
+    """The parts kept, id -> "full" or "summary": by priority, each taken whole (a memory as its summary
+    when its text does not fit) while the rendered context stays within budget."""
+    must = [p for p in parts if p.priority == math.inf]
+    chosen = {id(p): "full" for p in must}
+    heading_of = {p.group: _heading_tokens(sections[p.section]) for p in parts}
+    used = sum(p.tokens + 1 for p in must) + sum(heading_of[g] for g in {p.group for p in must})
+    if used > budget:
+        raise InputError(f"the system prompt and the new message alone take {used} tokens, over the budget "
+                         f"of {budget}", source="--budget")
+    opened = {p.group for p in must}
+    for part in sorted((p for p in parts if p.priority != math.inf), key=lambda p: -p.priority):
+        heading = heading_of[part.group] if part.group not in opened else 0
+        for content, tokens in (("full", part.tokens), ("summary", part.short_tokens if part.short else None)):
+            if tokens is not None and used + tokens + 1 + heading <= budget:
+                chosen[id(part)] = content
+                used += tokens + 1 + heading
+                opened.add(part.group)
+                break
+    # The estimate above errs high; the exact count of the rendered text decides: the lowest part
+    # kept gives way, a memory first to its summary.
+    # Counting the whole text is the cost here, so each round gives way by as many tokens as it is over.
+    while (over := count_tokens(_render(_sections_with(parts, sections, chosen))) - budget) > 0:
+        kept = sorted((p for p in parts if id(p) in chosen and p.priority != math.inf), key=lambda p: p.priority)
+        for lowest in kept:
+            if chosen[id(lowest)] == "full" and lowest.short:
+                chosen[id(lowest)] = "summary"
+                over -= lowest.tokens - lowest.short_tokens
+            else:
+                was = chosen.pop(id(lowest))
+                over -= (lowest.short_tokens if was == "summary" else lowest.tokens) + 1
+            if over <= 0:
+                break
+    return chosen
+
+
+def _heading_tokens(section: dict) -> int:
+    """What opening a section costs: its heading line and the blank line before it (a little over)."""
+    if section["kind"] == "system":
+        return 2
+    if section["kind"] == "topic":
+        return count_tokens(f"# Topic: {section['name']} (score 0.00, {section['file']})") + 3
+    return count_tokens(HEADINGS[section["kind"]]) + 3
+
+
+def _sections_with(parts: list[Part], sections: list[dict], chosen: dict[int, str]) -> list[dict]:
+    out = []
+    for index, s in enumerate(sections):
+        mine = [p for p in parts if p.section == index and id(p) in chosen]
+        copy = {**s, "messages": [p.message for p in sorted(mine, key=lambda p: p.order) if p.message]}
+        if s["kind"] == "topic":
+            copy["summary"] = s["summary"] if any(p.kind == "summary" for p in mine) else None
+        if s["kind"] in ("core", "memory"):
+            if not mine:
+                continue
+            copy["content"] = chosen[id(mine[0])]
+            copy["text"] = s["text"] if copy["content"] == "full" else s["summary"]
+        if s["kind"] in ("system", "core", "memory") or copy["messages"] or copy.get("summary"):
+            out.append(copy)
+    return out
+
+
+HEADINGS = {"core": "# Core memories (always apply)", "memory": "# Memories", "found": "# Earlier messages found",
+            "unsplit": "# Unsplit messages", "recent": "# Recent messages"}
+
+
+def _render(sections: list[dict]) -> str:
+    blocks: list[list[str]] = []
+    previous = None
+    for s in sections:
+        if s["kind"] == "system":
+            blocks.append([s["text"]])
+        elif s["kind"] in ("core", "memory"):
+            if previous != s["kind"]:
+                blocks.append([HEADINGS[s["kind"]]])
+            blocks[-1].append(render_memory(s, s["text"]))
+        elif s["kind"] == "topic":
+            lines = [f"# Topic: {s['name']} (score {s['score']:.2f}, {s['file']})"]
+            lines += [render_message(m) for m in s["messages"]]
+            if s.get("summary"):
+                lines.append(f"Summary: {s['summary']}")
+            blocks.append(lines)
+        else:
+            blocks.append([HEADINGS[s["kind"]]] + [render_message(m) for m in s["messages"]])
+        previous = s["kind"]
+    return "\n\n".join("\n".join(lines) for lines in blocks) + "\n"
