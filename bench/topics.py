@@ -132,11 +132,12 @@ class CachedModel:
 
 def split_in_process(conversation: dict, model: CachedModel, settings) -> list:
     from memctl.topics import segment
+    from memctl.topics.split import readable_by
 
     messages = [{"id": str(n), "role": m["role"], "speaker": m.get("speaker") or m["role"], "text": m["text"]}
                 for n, m in enumerate(conversation["messages"])]
     vectors = model.embed([m["text"] for m in messages])
-    return segment.partition(messages, vectors, [], settings, embed=model.embed)
+    return segment.partition(messages, vectors, [], settings, embed=model.embed, reads=readable_by(model.model))
 
 
 def texttiling(vectors: np.ndarray, window: int = 2) -> list[int]:

@@ -83,3 +83,23 @@ def test_exchanges_follow_how_they_begin():
     assert segment._followed(np.zeros((8, 8)), exchanges, texts, segment.Settings()) == [[0, 1, 2, 3, 6, 7], [4, 5]]
     openings = [segment._opening(texts[start]) for start, _ in exchanges]
     assert openings == [segment.INTRODUCES, segment.REPLY, segment.GREETING, segment.REPLY]
+
+
+def test_the_vectors_weigh_by_what_the_model_reads():
+    """Chinese read by a model that knows every piece of it (USE in minilm-usem3; here the fake
+    embedder) counts as read; where the model misses pieces (MiniLM), only the text outside CJK runs."""
+    from memctl import config
+    from memctl.index.embedders import open_embedder
+    from memctl.topics.split import readable_by
+
+    reads_all = readable_by(open_embedder(config.Embedding(model="fake")))
+    assert reads_all("回到剛才那個問題") == 1.0
+
+    class MissesChinese:
+        def unknown_share(self, text: str) -> float:
+            return 0.5 if re.search("[\u4e00-\u9fff]", text) else 0.0
+
+    reads_some = readable_by(MissesChinese())
+    assert reads_some("回到剛才那個問題") == 0.0
+    assert reads_some("我用 PostgreSQL 存菜谱") == segment.readable_share("我用 PostgreSQL 存菜谱")
+    assert reads_some("Going back to the billing issue") == 1.0

@@ -131,13 +131,17 @@ class Settings:
     # Single messages, merged (Chinese; one speaker): blocks of neighbours, then rejoined.
     near_bonus: float = 6.0        # added to the similarity of neighbours (in standard deviations), decaying
     near_decay: float = 1.0        # ... by e per this many messages apart
-    # Neighbouring blocks merge while their mean similarity is above this: for text the vectors read
-    # little of (Chinese) merge_threshold, for text they read merge_threshold_readable, between them by
-    # the readable share. ZYS / KdConv / TIAGE dev ARI: one .8 for both .530 / .421 / .418; .6 and
-    # 1.0 .532 / .428 / .440. With the rules as they ended (ZYS, KdConv, assistant ZH ARI / returns):
-    # .7 .544, .419, .687 / 63%; .6 .549, .429, .687 / 63%; .5 .559, .430, .677 / 62%.
-    merge_threshold: float = 0.5
-    merge_threshold_readable: float = 1.0
+    # ... in CJK text (between the two by the share outside CJK runs): with Chinese read by USE
+    # (minilm-usem3), neighbours a few messages apart stay alike longer. With merge_threshold, ZYS /
+    # KdConv ARI / Pk: decay 1, merge .5 .572 / .412 / .464; decay 2, merge 1.0 .569 / .472 / .428;
+    # decay 1.75 .580 / .459 / .450; 2.5 .518 / .456 / .414 (read by MiniLM alone: .560 / .430 / .482
+    # -> .553 / .469 / .437).
+    near_decay_unreadable: float = 2.0
+    # Neighbouring blocks merge while their mean similarity is above this. ZYS / KdConv / TIAGE dev ARI
+    # (MiniLM): .8 .530 / .421 / .418; 1.0 for English, .5 for Chinese .559 / .430 / .440. With
+    # near_decay_unreadable 2 (minilm-usem3), ZYS / KdConv at .9 .552 / .483 (Pk .410), .95 .559 /
+    # .472 (.428), 1.0 .569 / .472 (.428): one for all text.
+    merge_threshold: float = 1.0
     rejoin_threshold: float = 1.2  # a later block rejoins an earlier one of this split above this
     return_threshold: float = 0.55  # a new block goes back to a topic of an earlier split above this cosine
     chunk: int = 400               # messages clustered at once (the similarity matrix is chunk x chunk)
@@ -177,7 +181,8 @@ def terms_of(text: str) -> Counter:
 
 
 def readable_share(text: str) -> float:
-    """Share of the text outside CJK runs: the part MiniLM's vectors say something about."""
+    """Share of the text outside CJK runs: the part MiniLM's vectors say something about (the
+    split's default for what the vectors read; split.readable_by asks the model)."""
     cjk = sum(len(run) for run in IDEOGRAPHIC_RUN.findall(text))
     letters = len(_WORD_CHARS.findall(text))
     return 1.0 - cjk / letters if letters else 0.0
@@ -192,12 +197,14 @@ def many_parties(messages: list[dict]) -> bool:
 
 
 def partition(messages: list[dict], vectors: np.ndarray | None, topics: list[TopicEvidence] | None = None,
-              settings: Settings | None = None, embed: Callable[[list[str]], np.ndarray] | None = None) -> list[str]:
+              settings: Settings | None = None, embed: Callable[[list[str]], np.ndarray] | None = None,
+              reads: Callable[[str], float] | None = None) -> list[str]:
     """A topic key for each message: an existing topic's key, or "new-N" for the Nth new topic.
 
     `vectors` are L2-normalised sentence vectors, one row a message (or None).
     `topics` are the topics that exist; the ones this call opens are added to it.
     `embed` gives the same model's vectors of other texts: whole exchanges are read with it.
+    `reads` gives the share of a text the vectors read (readable_share: MiniLM's, by default).
     """
     settings = settings or Settings()
     topics = topics if topics is not None else []
@@ -212,13 +219,12 @@ def partition(messages: list[dict], vectors: np.ndarray | None, topics: list[Top
     for start in range(0, len(messages), settings.chunk):
         part = slice(start, start + settings.chunk)
         keys += _by_blocks(messages[part], None if vectors is None else vectors[part],
-                           bags[part], weighted[part], topics, settings, idf, embed)
+                           bags[part], weighted[part], topics, settings, idf, embed, reads or readable_share)
     return keys
 
 
-def _similarities(messages, vectors, weighted) -> np.ndarray:
-    n = len(messages)
-    readable = np.array([readable_share(m.get("text", "")) for m in messages])
+def _similarities(readable: np.ndarray, vectors, weighted) -> np.ndarray:
+    n = len(readable)
     vocabulary: dict[str, int] = {}
     for bag in weighted:
         for t in bag:
@@ -272,27 +278,36 @@ def _add(bags: list[dict]) -> dict:
     return total
 
 
-def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf, embed) -> list[str]:
+def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf, embed, reads) -> list[str]:
     """Clusters of this conversation (exchanges followed in order, or merged single messages), then
     each cluster matched to the topics that exist."""
     n = len(messages)
     texts = [m.get("text", "") for m in messages]
-    sim = _in_deviations(_similarities(messages, vectors, weighted).astype(np.float64))
-    readable = np.array([readable_share(text) for text in texts])
-    exchanges = _exchanges([m.get("role") for m in messages], vectors, readable, sim, texts)
+    # What the vectors read weighs each message's vectors against word overlap; the path, its
+    # thresholds and the whole-exchange vectors' share were tuned where only the text outside CJK
+    # runs was read (MiniLM) and stay on it. With minilm-usem3 (USE reads Chinese), the model's share
+    # for everything: ZYS dev ARI .561 -> .345 (its calls went to exchanges); for the message mix and
+    # the whole exchanges: ZYS .572, assistant ZH .660 / 63% -> .701 / 68%, ZH announced .842 -> .803;
+    # for the message mix only: assistant ZH .715 / 69%, announced .799 (bench/README.md).
+    readable = np.array([reads(text) for text in texts])
+    outside_cjk = np.array([readable_share(text) for text in texts])
+    sim = _in_deviations(_similarities(readable, vectors, weighted).astype(np.float64))
+    exchanges = _exchanges([m.get("role") for m in messages], vectors, outside_cjk, sim, texts)
     if exchanges:
         if embed is not None and len(exchanges) > 2:
             whole = embed(["\n".join(texts[start:end]) for start, end in exchanges])
             unit = np.repeat(np.arange(len(exchanges)), [end - start for start, end in exchanges])
-            share = EXCHANGE_SHARE * max(float(readable.mean()), VECTOR_FLOOR)
+            share = EXCHANGE_SHARE * max(float(outside_cjk.mean()), VECTOR_FLOOR)
             sim = (1 - share) * sim + share * _in_deviations(whole @ whole.T)[np.ix_(unit, unit)]
-        clusters = _followed(sim, exchanges, texts, settings, float(readable.mean()))
+        clusters = _followed(sim, exchanges, texts, settings, float(outside_cjk.mean()))
     else:
         distance = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
-        sim += settings.near_bonus * np.exp(-(distance - 1) / settings.near_decay)
+        outside = float(outside_cjk.mean())
+        decay = settings.near_decay_unreadable + outside * (settings.near_decay - settings.near_decay_unreadable)
+        sim += settings.near_bonus * np.exp(-(distance - 1) / decay)
         openings = [_opening(text) for text in texts]
         announced = {i for i, opening in enumerate(openings) if opening in (SWITCH, RETURN)}
-        blocks = _merged_blocks(sim, settings, [(i, i + 1) for i in range(n)], announced, float(readable.mean()))
+        blocks = _merged_blocks(sim, settings, [(i, i + 1) for i in range(n)], announced)
         clusters = _rejoined(sim, blocks, settings, {i for i in announced if openings[i] == RETURN})
     existing = list(topics)
     keys = [""] * n
@@ -565,12 +580,11 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
 
 
 def _merged_blocks(sim: np.ndarray, settings: Settings, blocks: list[tuple[int, int]],
-                   announced: set[int], readable: float) -> list[tuple[int, int]]:
+                   announced: set[int]) -> list[tuple[int, int]]:
     """Neighbouring blocks (at first single messages) merge, most similar first (mean similarity of their
     messages), while above merge_threshold, never into a message that announces a switch or a return
     (`announced`); only the two scores beside a merge change, so this is O(n) merges of O(block) work."""
     n = len(blocks)
-    threshold = settings.merge_threshold + readable * (settings.merge_threshold_readable - settings.merge_threshold)
 
     def link(a, b):
         return -math.inf if b[0] in announced else sim[a[0]:a[1], b[0]:b[1]].mean()
@@ -578,7 +592,7 @@ def _merged_blocks(sim: np.ndarray, settings: Settings, blocks: list[tuple[int, 
     scores = [link(blocks[k], blocks[k + 1]) for k in range(n - 1)]
     while scores:
         k = int(np.argmax(scores))
-        if scores[k] < threshold:
+        if scores[k] < settings.merge_threshold:
             break
         blocks[k] = (blocks[k][0], blocks[k + 1][1])
         del blocks[k + 1], scores[k]

