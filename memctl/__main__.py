@@ -1,3 +1,19 @@
-from .cli import main
+"""`memctl` and `python -m memctl`: hand the call to the store's resident server when one runs
+(memctl/server/client.py, standard library only), else run the command line in this process."""
 
-main()
+import sys
+
+
+def main() -> None:
+    from memctl.server.client import forward
+
+    code = forward(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    from memctl.cli import main as run_here
+
+    run_here()
+
+
+if __name__ == "__main__":
+    main()

@@ -272,6 +272,18 @@ class Mcp(Table):
 
 
 @dataclass(frozen=True)
+class Server(Table):
+    """The resident memctl (memctl server, memctl/server/): one process per store keeps the model,
+    the vectors and the Tantivy reader open for the command line's calls."""
+
+    NAME = "server"
+    enabled: bool = True  # a call that opened the index starts one; false (or MEMCTL_SERVER=off): all in-process
+    # A server's memory (the model, the vectors: ~300 MB at 50k messages) is held this long after its last
+    # call; an agent's turns come seconds to minutes apart.
+    idle_minutes: float = limited(30.0, POSITIVE)
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every table: `settings.retrieval.candidates`. Made by load(); Settings() is the defaults."""
 
@@ -283,9 +295,11 @@ class Settings:
     topics: Topics = field(default_factory=Topics)
     cache: Cache = field(default_factory=Cache)
     mcp: Mcp = field(default_factory=Mcp)
+    server: Server = field(default_factory=Server)
 
 
-TABLES: dict[str, type] = {t.NAME: t for t in (Embedding, Retrieval, Ingest, State, Governance, Topics, Cache, Mcp)}
+TABLES: dict[str, type] = {t.NAME: t for t in (Embedding, Retrieval, Ingest, State, Governance, Topics, Cache, Mcp,
+                                               Server)}
 
 
 def _defaults_of(table: type) -> dict[str, Any]:
@@ -466,6 +480,13 @@ def _file_settings(config_file: Path) -> dict[tuple[str, str], Any]:
 
 
 _said_renamed: set[tuple[str, str, str]] = set()
+
+
+def say_notes_again() -> None:
+    """Let the once-a-process notes (an ignored program setting, a renamed one) be said again: a
+    resident server's next call is a new process to the person who made it."""
+    _said_ignored.clear()
+    _said_renamed.clear()
 
 
 def _say_renamed_once(source: str, table: str, key: str) -> None:

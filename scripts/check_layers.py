@@ -29,6 +29,7 @@ ORDER = [
     ["context"],                # the per-turn context: governance layers, search, topics and window together
     ["ingest"],
     ["api", "memctl"],          # memctl/__init__.py, the package's face, is the API
+    ["server"],                 # the resident server: runs the command line it is handed
     ["cli", "mcp"],
     ["__main__"],
 ]

@@ -31,6 +31,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 # ... and reads no settings of the developer's own (~/.config/memctl/config.toml).
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="memctl-test-config-")
+# No memctl process of a test starts a resident server (tests/test_server.py turns it on, in a
+# runtime directory of its own), nor finds the developer's.
+os.environ["MEMCTL_SERVER"] = "off"
+os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="memctl-test-run-")
 
 
 def memctl_command() -> list[str]:
@@ -108,7 +112,7 @@ def run_process(store_dir: Path):
     def _run(*args: str, input: str | bytes | None = None, env: dict | None = None,
              store: Path | None = None) -> subprocess.CompletedProcess:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
-        full_env.update(env or {})
+        full_env.update({"MEMCTL_SERVER": "off", **(env or {})})
         data = input.encode() if isinstance(input, str) else input
         return subprocess.run(
             [*memctl_command(), "--store", str(store or store_dir), *args],

@@ -256,6 +256,15 @@ class Memory:
                      budget=given_or(budget, settings.topics.context_budget), record=record,
                      llm_command=command, say=self.say, scope=scope, settings=settings)
 
+    def adopt(self, previous: "Memory") -> None:
+        """Search with `previous`'s open index, vectors and model: a resident server makes each call's
+        Memory anew (its settings and clock are the caller's) and hands it the last one's. Only for
+        the same store path; a search still checks the files first, and reopens the index when it
+        or the settings changed."""
+        if previous._retriever is not None and previous.store.root == self.store.root:
+            self._retriever = previous._retriever
+            self._retriever.runtime, self._retriever.say = self.runtime, self.say
+
     # -- inside ----------------------------------------------------------------------
     def _say(self, message: str) -> None:
         if self.say is not None:

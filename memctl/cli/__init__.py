@@ -39,7 +39,7 @@ _COMMANDS = {
     "state": ("memctl.cli.state", "state"), "cache": ("memctl.cli.cache", "cache"),
     "mcp": ("memctl.cli.mcp", "mcp"), "forget": ("memctl.cli.forget", "forget"),
     "show": ("memctl.cli.overview", "show"), "status": ("memctl.cli.overview", "status"),
-    "config": ("memctl.cli.overview", "config"),
+    "config": ("memctl.cli.overview", "config"), "server": ("memctl.cli.server", "server"),
 }
 
 
@@ -159,7 +159,9 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
     """
     from memctl.api import Memory
 
-    ctx.obj = Memory(store_path, say=say)
+    # A caller may pass the maker of the command's Memory as obj: main() keeps it, a resident
+    # server gives it the open index of its last call (memctl/server/serve.py).
+    ctx.obj = (ctx.obj or Memory)(store_path, say=say)
     if store_path is None and not os.environ.get("MEMCTL_STORE") and not ctx.obj.store.exists():
         ctx.call_on_close(lambda: _name_unasked_store(ctx.obj.store.root))
 
@@ -182,14 +184,40 @@ def main() -> None:
     # after 100,000 new objects instead of 700. Set here, for a memctl process, not for every
     # program that imports this module.
     gc.set_threshold(100_000)
+    made = []
+
+    def memory(path, *, say):
+        from memctl.api import Memory
+
+        made.append(Memory(path, say=say))
+        return made[-1]
+
     try:
-        cli(prog_name="memctl")
+        cli(prog_name="memctl", obj=memory)
     except KeyboardInterrupt:
         sys.exit(130)
     except SystemExit as done:
+        _start_server(made)
         if done.code is None or isinstance(done.code, int):
             _exit_at_once(done.code or 0)
         raise
+
+
+def _start_server(made: list) -> None:
+    """After a call that opened the index (and so, for a hybrid search, the model), start the
+    store's resident server for the calls to come (README "The resident server"), unless
+    MEMCTL_SERVER=off or [server] enabled = false. Nothing here may fail the call."""
+    if not made or "memctl.index.index" not in sys.modules or "memctl.server.serve" in sys.modules:
+        return  # (a server, leaving, starts no other)
+    from memctl.errors import MemctlError
+    from memctl.server.client import start
+
+    memory = made[0]
+    try:
+        if memory.store.exists() and memory.runtime.settings.server.enabled:
+            start(str(memory.store.root))
+    except (MemctlError, OSError):
+        pass
 
 
 def _exit_at_once(code: int) -> None:

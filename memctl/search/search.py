@@ -40,6 +40,7 @@ at 0.5 and above the model is not even loaded.
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
 import dataclasses
 from dataclasses import dataclass, field
@@ -128,6 +129,7 @@ class Searcher:
         self.settings = settings or config.load(store.config_file)
         self.retrieval = self.settings.retrieval
         index_dir = store.index_dir
+        self.manifest = _manifest_stamp(index_dir)  # every update rewrites the manifest (a new file)
         self.tantivy = lexical.open_index(index_dir / "tantivy")
         self.db = sqlite3.connect(f"file:{index_dir / 'units.db'}?mode=ro", uri=True)
         self._index_dir = index_dir
@@ -558,7 +560,8 @@ class Retriever:
         return answers
 
     def _open(self, index, changed: bool) -> Searcher:
-        if changed or self._searcher is None or self._searcher.settings != index.settings:
+        if (changed or self._searcher is None or self._searcher.settings != index.settings
+                or self._searcher.manifest != _manifest_stamp(index.dir)):  # another process updated it
             self._searcher = Searcher(self.store, index.settings, self.runtime)
         return self._searcher
 
@@ -567,6 +570,14 @@ def search_store(store: Store, queries: list[Query], *, say=None, count_access: 
                  runtime: Runtime | None = None) -> list[list[Result]]:
     """One search of a store by a fresh Retriever (a command's single run)."""
     return Retriever(store, say=say, runtime=runtime).search(queries, count_access=count_access)
+
+
+def _manifest_stamp(index_dir) -> tuple[int, int] | None:
+    try:
+        info = os.stat(index_dir / "manifest.json")
+    except OSError:
+        return None
+    return info.st_ino, info.st_mtime_ns
 
 
 def _query_lines(text: str, split: bool) -> list[str]:

@@ -16,6 +16,7 @@ never executed.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import stat
@@ -107,9 +108,21 @@ class Store:
         """The files of a store folder matching `pattern`, sorted; none if the folder is not
         there. A link among them (or the folder one) is refused as path() refuses it."""
         self.confine(folder)
-        if not folder.is_dir():
+        # One scandir, each entry's kind from the directory itself: Path.glob and a confine()
+        # (abspath, relative_to, an lstat a part) per file cost a warm search 3 ms of its ~20 in
+        # a 130-file store (2026-11-24). As glob, a pattern not starting with "." skips hidden names.
+        found = []
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if fnmatch.fnmatchcase(entry.name, pattern) and (
+                            pattern.startswith(".") or not entry.name.startswith(".")):
+                        if entry.is_symlink():
+                            self.confine(folder / entry.name)  # refused, the link named
+                        found.append(entry.name)
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return [self.confine(path) for path in sorted(folder.glob(pattern))]
+        return [folder / name for name in sorted(found)]
 
     @property
     def memory_md(self) -> Path:

@@ -1,0 +1,273 @@
+"""The command line's side of the resident server: find the store's server, hand it the call, wait
+for its exit status; and start one in the background.
+
+Every `memctl` call runs this first, so it imports only what Python has already loaded or
+builds in: `_socket` rather than `socket` (whose enums cost 2-5 ms of a ~25 ms call,
+python -X importtime, 2026-11-24), `_blake2` rather than `hashlib` (which loads OpenSSL, ~10 ms),
+marshal rather than json. Nothing here may make a call fail: whatever goes wrong before the
+server has started the call, the caller runs it in-process (`forward` returns None).
+
+The call itself: the client passes its stdin, stdout and stderr (the descriptors, SCM_RIGHTS)
+with its argv, working directory, whole environment and umask; the server runs the command
+on them, so what is printed, in what order, and what a terminal or a pipe sees are those of an
+in-process run. The server then answers with the exit status.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+
+import _socket
+
+SERVER_ENV = "MEMCTL_SERVER"   # off (0, no, false): every call in-process, no server started
+OFF = ("off", "0", "no", "false")
+# Not sent: `mcp` serves its own stdin and stdout for hours; `server` manages the servers.
+IN_PROCESS = frozenset({"mcp", "server"})
+HELLO_SECONDS = 3.0     # a server that has not taken a call in this long is wedged: killed, replaced
+SILENCE_SECONDS = 15.0  # ... or that sends no heartbeat (one a second) this long during a call
+QUEUE_SECONDS = 2.0     # the server runs one call at a time; waiting longer, a call runs in-process
+
+# Frames from the server: one byte, the exit status four more.
+QUEUED, OUTDATED, FALLBACK, BUSY, STARTED, BEAT, EXIT = (bytes([c]) for c in b"QOFBS.X")
+
+
+def stamp() -> tuple:
+    """What a server must share with its client: the same memctl, from the same place, on the same Python."""
+    import memctl
+
+    return (memctl.__version__, os.path.dirname(memctl.__file__), sys.executable)
+
+
+def runtime_dir(create: bool = False) -> str | None:
+    """$XDG_RUNTIME_DIR/memctl, else $TMPDIR/memctl-UID: a directory only this user may enter (else None)."""
+    base = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(base):
+        path = os.path.join(base, "memctl")
+    else:
+        path = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"memctl-{os.getuid()}")
+    try:
+        if create:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        info = os.lstat(path)
+    except OSError:
+        return None
+    # A directory, ours, closed to others: else someone else could put a socket where ours goes.
+    if info.st_mode & 0o170000 != 0o040000 or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        return None
+    return path
+
+
+def place(store_root: str, create: bool = False) -> str | None:
+    """The path, without its suffix (.sock, .lock, .log), of the server files of the store at
+    `store_root`, named by a hash of its real path."""
+    from _blake2 import blake2b
+
+    directory = runtime_dir(create)
+    if directory is None:
+        return None
+    key = blake2b(os.path.realpath(store_root).encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
+    return os.path.join(directory, key)
+
+
+def store_of(argv: list[str]) -> tuple[str, str] | None:
+    """(command, store directory) of a call to send; None for one that runs in-process: no
+    command (the help), --help or --version, an option this parse does not know, `mcp`, `server`."""
+    store = None
+    at = 0
+    while at < len(argv):
+        arg = argv[at]
+        if arg == "--store" and at + 1 < len(argv):
+            store, at = argv[at + 1], at + 2
+        elif arg.startswith("--store="):
+            store, at = arg[len("--store="):], at + 1
+        elif arg.startswith("-"):
+            return None
+        else:
+            break
+    else:
+        return None
+    command = argv[at]
+    if command in IN_PROCESS or "--help" in argv or "-h" in argv:
+        return None
+    # As Store.locate: the flag, else $MEMCTL_STORE, else ./.memory.
+    return command, store or os.environ.get("MEMCTL_STORE") or ".memory"
+
+
+def forward(argv: list[str]) -> int | None:
+    """Run the call in the store's server: its exit status, or None to run it in-process."""
+    if os.environ.get(SERVER_ENV, "").lower() in OFF:
+        return None
+    routed = store_of(argv)
+    if routed is None or not os.path.isdir(routed[1]):
+        return None
+    where = place(routed[1])
+    if where is None:
+        return None
+    try:
+        connection, pid = _connect(where + ".sock")
+    except OSError:
+        return None  # no server (or a dead one's socket: the in-process run starts another)
+    try:
+        return _call(connection, pid, argv)
+    finally:
+        connection.close()
+
+
+def _connect(path: str):
+    connection = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        connection.settimeout(HELLO_SECONDS)
+        connection.connect(path)
+        pid, uid = _peer(connection)
+        if uid != os.getuid():
+            raise PermissionError(f"{path}: the server is not this user's")
+    except BaseException:
+        connection.close()
+        raise
+    return connection, pid
+
+
+def _peer(connection) -> tuple[int, int]:
+    """The pid and uid of the process at the other end (SO_PEERCRED: a struct of three ints)."""
+    creds = connection.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    return int.from_bytes(creds[0:4], sys.byteorder), int.from_bytes(creds[4:8], sys.byteorder)
+
+
+def send(connection, request: dict, fds: tuple[int, ...] = ()) -> None:
+    """A request: its length (4 bytes), then its marshal bytes; the descriptors ride on the first byte."""
+    payload = marshal.dumps(request)
+    header = len(payload).to_bytes(4, "big")
+    if fds:
+        rights = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in fds)
+        connection.sendmsg([header[:1]], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+        header = header[1:]
+    connection.sendall(header + payload)
+
+
+def _call(connection, pid: int, argv: list[str]) -> int | None:
+    streams = (sys.stdin, sys.stdout, sys.stderr)
+    if any(stream is None for stream in streams):
+        return None  # a closed descriptor 0, 1 or 2: in-process, as Python itself copes
+    umask = os.umask(0o077)
+    os.umask(umask)
+    try:
+        request = {"op": "call", "stamp": stamp(), "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
+                   "umask": umask, "encodings": [(s.encoding, s.errors) for s in streams]}
+        send(connection, request, (0, 1, 2))
+        first = _frame(connection, HELLO_SECONDS)
+    except TimeoutError:
+        return _replace(pid)  # silent: wedged
+    except OSError:
+        return None  # it died
+    if first != QUEUED:
+        return None  # OUTDATED (it is leaving), FALLBACK (it will not serve this call), or it died
+    try:
+        verdict = _frame(connection, QUEUE_SECONDS + HELLO_SECONDS)
+    except TimeoutError:
+        return _replace(pid)
+    except OSError:
+        return None
+    if verdict != STARTED:
+        return None  # BUSY with another call: in-process, which waits on the store lock as any writer
+    try:
+        while True:
+            frame = _frame(connection, SILENCE_SECONDS)
+            if frame == EXIT:
+                return int.from_bytes(_exactly(connection, 4, SILENCE_SECONDS), "big", signed=True)
+            if frame != BEAT:
+                break
+    except KeyboardInterrupt:
+        raise  # the connection closes: the server interrupts the call, as Ctrl-C would in-process
+    except TimeoutError:
+        _replace(pid)
+    except OSError:
+        pass
+    # The call ran, wrote who knows what, and its server is gone: running it again could do it twice.
+    print(f"memctl: error: the memctl server (pid {pid}) stopped during the call; its outcome is unknown, "
+          f"run it again (MEMCTL_SERVER=off runs it in this process)", file=sys.stderr)
+    return 2
+
+
+def _frame(connection, seconds: float) -> bytes:
+    return _exactly(connection, 1, seconds)
+
+
+def _exactly(connection, size: int, seconds: float) -> bytes:
+    connection.settimeout(seconds)
+    data = b""
+    while len(data) < size:
+        chunk = connection.recv(size - len(data))
+        if not chunk:
+            raise ConnectionResetError("the server closed the connection")
+        data += chunk
+    return data
+
+
+def _replace(pid: int) -> None:
+    """A server that stopped answering is killed (it is this user's: SO_PEERCRED said so); the call
+    runs in-process, which starts another. None: run in-process."""
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    return None
+
+
+def start(store_root: str) -> None:
+    """Start the server of the store at `store_root` in the background, unless one runs (or starts):
+    `memctl --store ROOT server run`, in its own session, its output in the runtime dir's .log."""
+    if os.environ.get(SERVER_ENV, "").lower() in OFF:
+        return
+    where = place(store_root, create=True)
+    if where is None or held(where + ".lock"):
+        return
+    log = os.open(where + ".log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    quiet = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.posix_spawn(sys.executable, [sys.executable, "-m", "memctl", "--store", os.path.realpath(store_root),
+                                        "server", "run"], os.environ,
+                       file_actions=[(os.POSIX_SPAWN_DUP2, quiet, 0), (os.POSIX_SPAWN_DUP2, log, 1),
+                                     (os.POSIX_SPAWN_DUP2, log, 2)], setsid=True)
+    finally:
+        os.close(log)
+        os.close(quiet)
+
+
+def held(lock_path: str) -> bool:
+    """Whether a server holds the lock file of its store (it does, as long as it lives)."""
+    import fcntl
+
+    try:
+        descriptor = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)
+    return False
+
+
+def ask(store_root: str, op: str) -> dict | None:
+    """A request that is not a call (status, stop) to the store's server: its answer, or None when none runs."""
+    where = place(store_root)
+    if where is None:
+        return None
+    try:
+        connection, _ = _connect(where + ".sock")
+    except OSError:
+        return None
+    try:
+        send(connection, {"op": op})
+        size = int.from_bytes(_exactly(connection, 4, HELLO_SECONDS), "big")
+        return marshal.loads(_exactly(connection, size, HELLO_SECONDS))
+    except (OSError, ValueError, EOFError):
+        return None
+    finally:
+        connection.close()

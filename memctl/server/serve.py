@@ -1,0 +1,443 @@
+"""The resident server of one store: takes the command line's calls on a Unix socket and runs each
+in this process, where the model, the vectors and the Tantivy reader stay open.
+
+A call runs on the main thread, one at a time: it takes over the process's descriptors 0, 1
+and 2 (the client's own, passed over the socket), its working directory, environment, umask
+and sys.std* streams, then runs the click command line on the client's argv, exactly as
+`memctl` does in a process of its own. Those are the process's, so calls cannot overlap; a
+call that waits more than client.QUEUE_SECONDS for its turn is told BUSY and runs in its own
+process instead. A thread per connection reads the request, sends a heartbeat each second
+while the call runs, and turns a client that goes away (Ctrl-C) into KeyboardInterrupt in the
+call, as Ctrl-C does in-process.
+
+The server leaves when idle for [server] idle_minutes, on `memctl server stop`, when its store
+is gone, or when a client of another memctl (version, place, Python) or a changed source file
+shows it is outdated; the client then runs its call in-process and starts a new server.
+"""
+
+from __future__ import annotations
+
+import _thread
+import fcntl
+import io
+import marshal
+import os
+import queue
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable
+
+from memctl.server import client
+
+HEARTBEAT_SECONDS = 1.0
+KEPT_MEMORIES = 4  # open Memory objects kept: one a (store path as given, working directory)
+
+
+class _Call:
+    """One call, handed from its connection's thread to the main thread."""
+
+    def __init__(self, request: dict, fds: list[int]):
+        self.request = request
+        self.fds = fds
+        self.lock = threading.Lock()
+        self.taken = False                 # by the main thread, or by the connection that gave up waiting
+        self.verdict = b""                 # STARTED, FALLBACK (run it in-process); sent to the client
+        self.decided = threading.Event()
+        self.done = threading.Event()
+        self.code = 0
+        self.connection: socket.socket | None = None
+
+
+class Server:
+    """The server of the store at `root`; `command` is the click group the calls run
+    (memctl.cli.cli, passed in: this package lies below the command line)."""
+
+    def __init__(self, root: str, command, *, idle_minutes: float, make_memory: Callable[..., Any]):
+        self.root = os.path.realpath(root)
+        self.command = command
+        self.idle_seconds = idle_minutes * 60
+        self.make_memory = make_memory
+        self.where = client.place(self.root, create=True)
+        self.stamp = client.stamp()
+        self.sources = _sources_stamp()
+        self.calls: queue.Queue[_Call | None] = queue.Queue()
+        self.memories: OrderedDict[tuple, Any] = OrderedDict()
+        self.started = time.time()
+        self.last_call = time.monotonic()
+        self.served = 0
+        self.leaving = ""
+        self._running: _Call | None = None
+        self._log = os.fdopen(os.dup(2), "w", buffering=1)  # stays the log while a call borrows 2
+
+    # -- life ------------------------------------------------------------------------
+    def run(self) -> str:
+        """Serve until idle, stopped or outdated; why it stopped (or why it never started)."""
+        if self.where is None:
+            return "no private runtime directory ($XDG_RUNTIME_DIR or /tmp/memctl-UID)"
+        lock = self._lock()
+        if lock is None:
+            return "another server serves this store"
+        listener = self._listen()
+        self.say(f"serving {self.root} (pid {os.getpid()}, idle limit {self.idle_seconds / 60:g} min)")
+        threading.Thread(target=self._accept, args=(listener,), daemon=True, name="accept").start()
+        try:
+            while not self.leaving:
+                try:
+                    call = self.calls.get(timeout=HEARTBEAT_SECONDS)
+                except queue.Empty:
+                    call = None
+                except KeyboardInterrupt:
+                    self.leaving = self.leaving or "interrupted"
+                    break
+                try:
+                    if call is not None:
+                        self._take(call)
+                    self._check_idle()
+                except KeyboardInterrupt:
+                    # A client's Ctrl-C that arrived just after its call ended; a real one while idle stops us.
+                    if call is None:
+                        self.leaving = "interrupted"
+        finally:
+            self._unlisten(listener)
+            os.close(lock)
+        self.say(f"leaving: {self.leaving}")
+        return self.leaving
+
+    def say(self, message: str) -> None:
+        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} memctl server: {message}", file=self._log)
+
+    def _lock(self) -> int | None:
+        """The store's server lock, held while serving; another server that holds it is left to serve
+        (one that is leaving lets go within seconds)."""
+        descriptor = os.open(self.where + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        for _ in range(50):
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                time.sleep(0.1)
+                continue
+            os.ftruncate(descriptor, 0)
+            os.write(descriptor, f"{os.getpid()}\n".encode())
+            return descriptor
+        os.close(descriptor)
+        return None
+
+    def _listen(self) -> socket.socket:
+        """The socket, 0600, made under a temporary name and renamed into place: a client never
+        finds it half made, and a dead server's socket file is simply replaced."""
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        temporary = f"{self.where}.{os.getpid()}.sock"
+        mask = os.umask(0o177)
+        try:
+            listener.bind(temporary)
+        finally:
+            os.umask(mask)
+        listener.listen(64)
+        os.replace(temporary, self.where + ".sock")
+        self._socket_inode = os.stat(self.where + ".sock").st_ino
+        return listener
+
+    def _unlisten(self, listener: socket.socket) -> None:
+        try:
+            if os.stat(self.where + ".sock").st_ino == self._socket_inode:
+                os.unlink(self.where + ".sock")
+        except OSError:
+            pass
+        listener.close()
+
+    def _check_idle(self) -> None:
+        if time.monotonic() - self.last_call > self.idle_seconds:
+            self.leaving = f"idle for {self.idle_seconds / 60:g} min"
+        elif not os.path.isdir(self.root):
+            self.leaving = "the store is gone"
+
+    # -- connections (a thread each) ---------------------------------------------------
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return  # closed: leaving
+            threading.Thread(target=self._serve_connection, args=(connection,), daemon=True).start()
+
+    def _serve_connection(self, connection: socket.socket) -> None:
+        fds: list[int] = []
+        try:
+            with connection:
+                connection.settimeout(client.HELLO_SECONDS)
+                pid, uid = client._peer(connection)
+                if uid != os.getuid():
+                    self.say(f"refused a connection of uid {uid} (pid {pid})")
+                    return
+                request, fds = _receive(connection)
+                op = request.get("op")
+                if op == "call":
+                    self._converse(connection, _Call(request, fds))
+                    fds = []  # the call closed them
+                elif op == "status":
+                    _answer(connection, self.status())
+                elif op == "stop":
+                    self._leave("stopped (memctl server stop)")
+                    _answer(connection, self.status())
+        except (OSError, ValueError, EOFError) as exc:
+            self.say(f"a connection failed: {exc!r}")
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _converse(self, connection: socket.socket, call: _Call) -> None:
+        if tuple(call.request.get("stamp", ())) != self.stamp or _sources_stamp() != self.sources:
+            self._leave(f"outdated: a client of {call.request.get('stamp')} (or a changed source file)")
+            _close_all(call.fds)
+            connection.sendall(client.OUTDATED)
+            return
+        connection.sendall(client.QUEUED)
+        call.connection = connection
+        self.calls.put(call)
+        if not call.decided.wait(client.QUEUE_SECONDS):
+            with call.lock:
+                if not call.taken:
+                    call.taken = True
+                    _close_all(call.fds)
+                    connection.sendall(client.BUSY)
+                    return
+        call.decided.wait()
+        if call.verdict != client.STARTED:
+            return
+        # Every frame of a call is sent under its lock: the main thread sends its verdict and, the
+        # moment it ends, its exit status; this thread beats meanwhile, and learns from the
+        # socket's end that the client left.
+        connection.settimeout(HEARTBEAT_SECONDS)
+        while not call.done.is_set():
+            try:
+                gone = connection.recv(1) == b""
+            except TimeoutError:
+                gone = False
+            except OSError:
+                gone = True
+            with call.lock:
+                if call.done.is_set():
+                    return
+                if not gone:
+                    try:
+                        connection.sendall(client.BEAT)
+                    except OSError:
+                        gone = True
+            if gone:
+                self._interrupt(call)
+                return
+
+    def _interrupt(self, call: _Call) -> None:
+        """The client left (Ctrl-C, killed): stop its call as Ctrl-C stops an in-process one."""
+        with call.lock:
+            if self._running is call and not call.done.is_set():
+                _thread.interrupt_main()
+        call.done.wait()
+
+    def _leave(self, why: str) -> None:
+        """Leave at once: the socket goes now, so that no new client finds this server."""
+        if not self.leaving:
+            self.leaving = why
+            try:
+                if os.stat(self.where + ".sock").st_ino == self._socket_inode:
+                    os.unlink(self.where + ".sock")
+            except OSError:
+                pass
+        self.calls.put(None)
+
+    def status(self) -> dict:
+        return {"pid": os.getpid(), "store": self.root, "version": self.stamp[0], "python": self.stamp[2],
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
+                "calls": self.served, "running": self._running is not None, "idle_seconds": round(time.monotonic() - self.last_call, 1),
+                "idle_limit_minutes": self.idle_seconds / 60, "rss_mb": _rss_mb(), "leaving": self.leaving}
+
+    # -- running a call (the main thread) ------------------------------------------------
+    def _take(self, call: _Call) -> None:
+        with call.lock:
+            if call.taken:  # BUSY: its client runs it in-process
+                return
+            call.taken = True
+            self._running = call
+        try:
+            call.code = self._run(call)
+        finally:
+            with call.lock:
+                self._running = None
+                call.done.set()
+                if call.verdict == client.STARTED:
+                    _send(call.connection, client.EXIT + call.code.to_bytes(4, "big", signed=True))
+            self._decide(call, client.FALLBACK)  # if it never started
+            self.served += call.verdict == client.STARTED
+            self.last_call = time.monotonic()
+
+    def _decide(self, call: _Call, verdict: bytes) -> None:
+        with call.lock:
+            if not call.verdict:
+                call.verdict = verdict
+                _send(call.connection, verdict)
+        call.decided.set()
+
+    def _run(self, call: _Call) -> int:
+        request = call.request
+        saved_fds = [os.dup(n) for n in (0, 1, 2)]
+        saved_streams = (sys.stdin, sys.stdout, sys.stderr)
+        saved_env = dict(os.environ)
+        saved_umask = os.umask(request["umask"])
+        for stream in saved_streams:
+            _flush(stream)
+        try:
+            for n, fd in enumerate(call.fds):
+                os.dup2(fd, n)
+            _close_all(call.fds)
+            os.chdir(request["cwd"])
+            _set_environment(request["env"])
+            sys.stdin, sys.stdout, sys.stderr = _streams(request["encodings"])
+            if not self._serves():
+                return 0  # FALLBACK: the client runs it
+            self._decide(call, client.STARTED)
+            return self._run_command(request["argv"])
+        except OSError:  # the working directory is gone, say: the client runs it, and says so
+            return 0
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                _flush(stream)
+            sys.stdin, sys.stdout, sys.stderr = saved_streams
+            for n, fd in enumerate(saved_fds):
+                os.dup2(fd, n)
+                os.close(fd)
+            os.umask(saved_umask)
+            _set_environment(saved_env)
+            os.chdir("/")
+
+    def _serves(self) -> bool:
+        """Whether the client's settings still want a server ([server] enabled; read as its call would)."""
+        from memctl.config import load
+        from memctl.errors import MemctlError
+        from memctl.store.store import Store
+
+        try:
+            return load(Store(self.root).config_file).server.enabled
+        except MemctlError:
+            return True  # the call itself reports a broken settings file
+
+    def _run_command(self, argv: list[str]) -> int:
+        from memctl.config import say_notes_again
+
+        say_notes_again()  # a call is a process to its user: the once-a-process notes are said again
+        try:
+            self.command.main(args=argv, prog_name="memctl", obj=self._memory)
+        except SystemExit as done:
+            if done.code is None or isinstance(done.code, int):
+                return done.code or 0
+            print(done.code, file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+        except BaseException:
+            traceback.print_exc()
+            return 1
+        return 0
+
+    def _memory(self, path, *, say):
+        """The Memory a call's command gets: made anew, as in a process of its own (settings, clock),
+        with the open index and vectors of the last call on the same store path from the same
+        working directory (memctl.Memory.adopt)."""
+        memory = self.make_memory(path, say=say)
+        key = (str(memory.store.root), os.getcwd())
+        previous = self.memories.pop(key, None)
+        if previous is not None:
+            memory.adopt(previous)
+        self.memories[key] = memory
+        while len(self.memories) > KEPT_MEMORIES:
+            self.memories.popitem(last=False)
+        return memory
+
+
+def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
+    """A request and the descriptors that came with it (client.send)."""
+    fds: list[int] = []
+    first, ancillary, _, _ = connection.recvmsg(1, socket.CMSG_LEN(3 * 4))
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += [int.from_bytes(data[i:i + 4], sys.byteorder, signed=True) for i in range(0, len(data) - 3, 4)]
+    try:
+        if not first:
+            raise EOFError("no request")
+        header = first + client._exactly(connection, 3, client.HELLO_SECONDS)
+        request = marshal.loads(client._exactly(connection, int.from_bytes(header, "big"), client.HELLO_SECONDS))
+        if not isinstance(request, dict) or (request.get("op") == "call" and len(fds) != 3):
+            raise ValueError("not a request")
+    except BaseException:
+        _close_all(fds)
+        raise
+    return request, fds
+
+
+def _send(connection: socket.socket, frame: bytes) -> None:
+    try:
+        connection.sendall(frame)
+    except OSError:
+        pass  # the client left: its connection's thread interrupts the call
+
+
+def _answer(connection: socket.socket, answer: dict) -> None:
+    payload = marshal.dumps(answer)
+    connection.sendall(len(payload).to_bytes(4, "big") + payload)
+
+
+def _streams(encodings: list) -> tuple:
+    """sys.stdin, stdout and stderr on descriptors 0, 1, 2, made as Python makes them at start:
+    stdout line-buffered on a terminal, stderr always; no newline translation."""
+    (in_encoding, in_errors), (out_encoding, out_errors), (err_encoding, err_errors) = encodings
+    stdin = io.TextIOWrapper(io.open(0, "rb", closefd=False), in_encoding, in_errors, newline="\n")
+    stdout = io.TextIOWrapper(io.open(1, "wb", closefd=False), out_encoding, out_errors, newline="\n",
+                              line_buffering=os.isatty(1))
+    stderr = io.TextIOWrapper(io.open(2, "wb", closefd=False), err_encoding, err_errors, newline="\n",
+                              line_buffering=True)
+    return stdin, stdout, stderr
+
+
+def _set_environment(values: dict) -> None:
+    changed_zone = values.get("TZ") != os.environ.get("TZ")
+    os.environ.clear()
+    os.environ.update(values)
+    if changed_zone:
+        time.tzset()
+
+
+def _flush(stream) -> None:
+    try:
+        stream.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
+
+
+def _sources_stamp() -> int:
+    """The newest modification time of memctl's source files: one edited (or a package installed over
+    this one with the same version) makes the server outdated."""
+    package = Path(__file__).resolve().parents[1]
+    return max(entry.stat().st_mtime_ns for entry in package.rglob("*.py"))
+
+
+def _rss_mb() -> float:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return 0.0

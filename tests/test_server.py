@@ -1,0 +1,308 @@
+"""The resident server (memctl/server/): real processes, real sockets, the bundled model.
+
+Every test has its own runtime directory (XDG_RUNTIME_DIR), and the `servers` fixture kills
+whatever server a test left running there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import memctl_command
+
+from memctl import __version__
+from memctl.cli import cli
+
+NOW = "2026-11-20T10:00:00Z"
+MESSAGES = "\n".join(json.dumps(m) for m in [
+    {"id": "m1", "session": "s1", "role": "user", "text": "We moved the Kestrel database to PostgreSQL 16"},
+    {"id": "m2", "session": "s1", "role": "assistant", "text": "Noted: Kestrel runs on PostgreSQL 16 now"},
+    {"id": "m3", "session": "s1", "role": "user", "text": "Book the Kyoto trip for the second week of April"},
+    {"id": "m4", "session": "s1", "role": "user", "text": "My sister Alice lives in Taipei and paints lakes"},
+])
+NOTES = "## Decisions\n- Kestrel uses PostgreSQL 16 for its main database\n\n## People\n- Alice lives in Taipei\n"
+
+
+@pytest.fixture
+def servers():
+    """The environment of a test's memctl processes: server on, a runtime directory of its own
+    (short: a socket's path has a limit of ~100 bytes); every server left is killed after."""
+    runtime = tempfile.mkdtemp(prefix="mr-", dir="/tmp")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
+    env.update({"XDG_RUNTIME_DIR": runtime, "MEMCTL_NOW": NOW})
+    yield env
+    for lock in Path(runtime, "memctl").glob("*.lock"):
+        try:
+            os.kill(int(lock.read_text()), signal.SIGKILL)
+        except (ValueError, OSError):
+            pass
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
+def memctl(env: dict, store: Path, *args: str, input: bytes | None = None, server: bool = True,
+           cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**env, "MEMCTL_SERVER": "on" if server else "off"}
+    return subprocess.run([*memctl_command(), "--store", str(store), *args], input=input or b"",
+                          capture_output=True, env=env, timeout=120, cwd=cwd)
+
+
+def status(env: dict, store: Path) -> dict | None:
+    done = memctl(env, store, "server", "status", "--json")
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def start(env: dict, store: Path) -> dict:
+    done = memctl(env, store, "server", "start")
+    assert done.returncode == 0, done.stderr
+    return status(env, store)
+
+
+def make_store(env: dict, store: Path) -> None:
+    for args, data in ((["ingest", "-f", "jsonl", "-"], MESSAGES), (["ingest", "--kind", "memory", "-"], NOTES),
+                       (["index"], "")):
+        done = memctl(env, store, *args, input=data.encode(), server=False)
+        assert done.returncode == 0, done.stderr
+
+
+# One call of each command with arguments that make it do its work; a command missing here (a new
+# one) is still compared, called bare. Commands that write run on a fresh copy of the same store.
+CALLS = {
+    "ingest": [["ingest", "-f", "jsonl", "-"], ["ingest", "--kind", "memory", "--pending", "-"]],
+    "index": [["index", "--json"], ["index", "--rebuild"]],
+    "search": [["search", "Kestrel database"], ["search", "--json", "--explain", "-k", "2", "where does Alice live"],
+               ["search", "--mode", "bm25", "zzz-nothing-matches"], ["search", "--layered", "Kyoto"],
+               ["search", "-k", "0", "bad k"]],
+    "split": [["split", "--session", "s1", "--force", "--dry-run"]],
+    "topics": [["topics", "list"], ["topics", "activate", "Kyoto trip"]],
+    "context": [["context", "--session", "s1", "--message", "what database does Kestrel use?"]],
+    "review": [["review", "pending", "--json"], ["review", "lifecycle", "--dry-run"]],
+    "health": [["health"], ["health", "check"]],
+    "state": [["state", "plan", "what did we decide about the database?"], ["state", "show"]],
+    "cache": [["cache", "stats"], ["cache", "run", "--scope", "job", "--tool", "echo", "--", "echo", "hi"]],
+    "bogus": [["no-such-command"]],
+}
+STDIN = b'{"text": "Kestrel backups run nightly at 02:00"}\n'
+
+
+def every_call() -> list[list[str]]:
+    import click
+
+    names = cli.list_commands(click.Context(cli))
+    calls = [call for name in names if name not in ("mcp", "server") for call in CALLS.get(name, [[name]])]
+    return calls + CALLS["bogus"]
+
+
+@pytest.mark.parametrize("argv", every_call(), ids=" ".join)
+def test_a_call_prints_and_exits_as_in_process(servers, tmp_path, argv):
+    """Byte for byte the same stdout and stderr, and the same exit status, with the server and without;
+    and the server did run it."""
+    pristine = tmp_path / "pristine"
+    make_store(servers, pristine)
+    store = tmp_path / "store"
+    outcomes = []
+    for server in (False, True):
+        shutil.rmtree(store, ignore_errors=True)
+        shutil.copytree(pristine, store)
+        if server:
+            before = start(servers, store)["calls"]
+        done = memctl(servers, store, *argv, input=STDIN, server=server, cwd=tmp_path)
+        outcomes.append((done.returncode, done.stdout.decode(), done.stderr.decode()))
+    assert outcomes[0] == outcomes[1]
+    assert status(servers, store)["calls"] == before + 1
+
+
+def test_the_first_call_starts_a_server_and_later_calls_use_it(servers, tmp_path):
+    store = tmp_path / "store"
+    make_store(servers, store)
+    assert status(servers, store) is None  # a store's making ran in-process, and started none
+    first = memctl(servers, store, "search", "Kestrel database")
+    assert first.returncode == 0 and b"PostgreSQL" in first.stdout
+    deadline = time.monotonic() + 60
+    while status(servers, store) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    running = status(servers, store)
+    assert running is not None and running["store"] == os.path.realpath(store)
+    again = memctl(servers, store, "search", "Kestrel database")
+    assert (again.returncode, again.stdout) == (0, first.stdout)
+    assert status(servers, store)["calls"] == running["calls"] + 1
+    runtime = Path(servers["XDG_RUNTIME_DIR"], "memctl")
+    assert oct(runtime.stat().st_mode & 0o777) == "0o700"
+    assert [oct(p.stat().st_mode & 0o777) for p in runtime.glob("*.sock")] == ["0o600"]
+
+
+def test_off_runs_everything_in_process(servers, tmp_path):
+    store = tmp_path / "store"
+    make_store(servers, store)
+    memctl(servers, store, "search", "Kestrel", server=False)
+    (store / "memctl.toml").write_text("[server]\nenabled = false\n")
+    memctl(servers, store, "search", "Kestrel")
+    time.sleep(1)
+    assert status(servers, store) is None
+    refused = memctl(servers, store, "server", "start")
+    assert refused.returncode == 2 and refused.stderr.count(b"\n") == 1
+
+
+def test_a_setting_turned_off_sends_calls_back_in_process(servers, tmp_path):
+    store = tmp_path / "store"
+    make_store(servers, store)
+    running = start(servers, store)
+    (store / "memctl.toml").write_text("[server]\nenabled = false\n")
+    done = memctl(servers, store, "search", "Kestrel")
+    assert done.returncode == 0 and b"PostgreSQL" in done.stdout
+    assert status(servers, store)["calls"] == running["calls"]
+
+
+def test_a_hand_edit_is_seen_on_the_next_call(servers, tmp_path):
+    store = tmp_path / "store"
+    make_store(servers, store)
+    start(servers, store)
+    assert memctl(servers, store, "search", "--mode", "bm25", "Zanzibar").returncode == 1
+    with open(store / "MEMORY.md", "a") as memory:
+        memory.write("- The offsite is in Zanzibar this year\n")
+    found = memctl(servers, store, "search", "--mode", "bm25", "Zanzibar")
+    assert found.returncode == 0 and b"Zanzibar" in found.stdout
+    # a write by another process (in-process here) is seen too: the server reopens the index it updated
+    memctl(servers, store, "ingest", "-f", "jsonl", "-", server=False,
+           input=b'{"id": "m9", "session": "s2", "text": "the Zanzibar hotel is booked"}')
+    assert memctl(servers, store, "index", server=False).returncode == 0
+    found = memctl(servers, store, "search", "--mode", "bm25", "--json", "Zanzibar hotel")
+    assert b"m9" in found.stdout
+    assert status(servers, store)["calls"] == 3
+
+
+def test_two_stores_two_servers(servers, tmp_path):
+    first, second = tmp_path / "one", tmp_path / "two"
+    make_store(servers, first)
+    make_store(servers, second)
+    (second / "MEMORY.md").write_text("## Notes\n- only the second store knows about Zanzibar\n")
+    a, b = start(servers, first), start(servers, second)
+    assert a["pid"] != b["pid"] and {a["store"], b["store"]} == {str(first.resolve()), str(second.resolve())}
+    assert memctl(servers, first, "search", "--mode", "bm25", "Zanzibar").returncode == 1
+    assert memctl(servers, second, "search", "--mode", "bm25", "Zanzibar").returncode == 0
+    assert memctl(servers, first, "server", "stop").returncode == 0
+    assert status(servers, first) is None and status(servers, second)["pid"] == b["pid"]
+
+
+def test_a_server_of_another_version_is_replaced(servers, tmp_path):
+    store = tmp_path / "store"
+    make_store(servers, store)
+    # A server of "memctl 0.0.1": the same code under another version, as after an upgrade.
+    old = subprocess.Popen([sys.executable, "-c", "import sys, memctl; memctl.__version__ = '0.0.1'; "
+                            "from memctl.cli import main; sys.argv[1:] = ['--store', sys.argv[1], 'server', 'run']; "
+                            "main()", str(store)], env=servers, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while (status(servers, store) or {}).get("version") != "0.0.1" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        done = memctl(servers, store, "search", "Kestrel database")
+        assert done.returncode == 0 and b"PostgreSQL" in done.stdout, done.stderr
+        assert old.wait(timeout=30) == 0  # it left
+        deadline = time.monotonic() + 60
+        while status(servers, store) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status(servers, store)["version"] == __version__  # and the call started today's
+    finally:
+        old.kill()
+        old.wait()
+
+
+def test_a_server_killed_mid_call_fails_the_call_in_one_line(servers, tmp_path):
+    store = tmp_path / "store"
+    make_store(servers, store)
+    running = start(servers, store)
+    # `cache run` runs a command that takes its time: the server is killed while it runs.
+    call = subprocess.Popen([*memctl_command(), "--store", str(store), "cache", "run", "--scope", "job", "--tool",
+                             "sleepy", "--", "sleep", "5"], env={**servers, "MEMCTL_SERVER": "on"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not status(servers, store)["running"] and time.monotonic() < deadline and call.poll() is None:
+        time.sleep(0.1)
+    os.kill(running["pid"], signal.SIGKILL)
+    out, err = call.communicate(timeout=60)
+    assert call.returncode == 2
+    assert err.decode().count("\n") == 1 and "server" in err.decode()
+    # the next call runs in-process, and starts a new server
+    done = memctl(servers, store, "search", "Kestrel database")
+    assert done.returncode == 0 and b"PostgreSQL" in done.stdout
+
+
+def test_a_wedged_server_is_replaced(servers, tmp_path):
+    store = tmp_path / "store"
+    make_store(servers, store)
+    running = start(servers, store)
+    os.kill(running["pid"], signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        done = memctl(servers, store, "search", "Kestrel database")
+        assert done.returncode == 0 and b"PostgreSQL" in done.stdout, done.stderr
+        assert time.monotonic() - began < 60
+        with pytest.raises(ProcessLookupError):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                os.kill(running["pid"], 0)  # gone (killed: it was this user's and answered nothing)
+                time.sleep(0.1)
+    finally:
+        try:
+            os.kill(running["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_concurrent_clients_each_get_their_own_answer(servers, tmp_path):
+    store = tmp_path / "store"
+    make_store(servers, store)
+    start(servers, store)
+    queries = ["Kestrel database", "Kyoto trip", "Alice Taipei", "zzzz-nothing"] * 3
+    expected = {q: memctl(servers, store, "search", "--mode", "bm25", q, server=False) for q in set(queries)}
+    got: dict[int, subprocess.CompletedProcess] = {}
+
+    def one(n: int, query: str) -> None:
+        got[n] = memctl(servers, store, "search", "--mode", "bm25", query)
+
+    threads = [threading.Thread(target=one, args=(n, q)) for n, q in enumerate(queries)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for n, query in enumerate(queries):
+        want = expected[query]
+        assert (got[n].returncode, got[n].stdout, got[n].stderr) == (want.returncode, want.stdout, want.stderr)
+    assert status(servers, store)["calls"] >= 1
+
+
+def test_stdin_is_read_only_when_the_command_reads_it(servers, tmp_path):
+    """A call whose stdin never closes (an agent's shell tool) does not hang: stdin is the client's
+    own descriptor, read by the command if and when it reads it."""
+    store = tmp_path / "store"
+    make_store(servers, store)
+    start(servers, store)
+    reader, writer = os.pipe()
+    try:
+        done = subprocess.run([*memctl_command(), "--store", str(store), "search", "Kestrel"], stdin=reader,
+                              capture_output=True, env={**servers, "MEMCTL_SERVER": "on"}, timeout=60)
+    finally:
+        os.close(reader)
+        os.close(writer)
+    assert done.returncode == 0 and b"PostgreSQL" in done.stdout
+
+
+def test_the_client_imports_neither_click_nor_the_api(servers, tmp_path):
+    store = tmp_path / "store"
+    make_store(servers, store)
+    start(servers, store)
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "memctl", "--store", str(store), "search",
+                           "Kestrel"], capture_output=True, env={**servers, "MEMCTL_SERVER": "on"}, timeout=60)
+    assert done.returncode == 0 and b"PostgreSQL" in done.stdout
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.decode().splitlines()}
+    assert "memctl.server.client" in imported
+    assert not imported & {"click", "memctl.api", "memctl.cli", "numpy", "socket"}
