@@ -65,6 +65,8 @@ class Server:
         self.where = client.place(self.root, create=True)
         self.stamp = client.stamp()
         self.sources = _sources_stamp()
+        self._sources_seen = time.monotonic()
+        self._sources_differ = False
         self.calls: queue.Queue[_Call | None] = queue.Queue()
         self.memories: OrderedDict[tuple, Any] = OrderedDict()
         self.started = time.time()
@@ -82,6 +84,7 @@ class Server:
         lock = self._lock()
         if lock is None:
             return "another server serves this store"
+        self._warm()
         listener = self._listen()
         self.say(f"serving {self.root} (pid {os.getpid()}, idle limit {self.idle_seconds / 60:g} min)")
         threading.Thread(target=self._accept, args=(listener,), daemon=True, name="accept").start()
@@ -107,6 +110,19 @@ class Server:
             os.close(lock)
         self.say(f"leaving: {self.leaving}")
         return self.leaving
+
+    def _warm(self) -> None:
+        """Load numpy and the store's model before the first call. numpy now, because a call runs
+        in its client's environment, where the OPENBLAS_NUM_THREADS=1 the command line sets is
+        missing: imported in a call, numpy started an OpenBLAS thread that spun ~19 ms of CPU a
+        warm search (2 cores, 6k store, 2026-11-24). The model now, so that the first call finds it."""
+        import numpy  # noqa: F401
+
+        try:
+            model = self.make_memory(self.root, say=None).runtime.embedder
+            self.say(f"model open: {type(model).__name__}")
+        except Exception as exc:  # the calls will say what is wrong, each as in-process
+            self.say(f"could not open the model: {exc}")
 
     def say(self, message: str) -> None:
         print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} memctl server: {message}", file=self._log)
@@ -191,7 +207,7 @@ class Server:
                 os.close(fd)
 
     def _converse(self, connection: socket.socket, call: _Call) -> None:
-        if tuple(call.request.get("stamp", ())) != self.stamp or _sources_stamp() != self.sources:
+        if tuple(call.request.get("stamp", ())) != self.stamp or self._sources_changed():
             self._leave(f"outdated: a client of {call.request.get('stamp')} (or a changed source file)")
             _close_all(call.fds)
             connection.sendall(client.OUTDATED)
@@ -238,6 +254,14 @@ class Server:
             if self._running is call and not call.done.is_set():
                 _thread.interrupt_main()
         call.done.wait()
+
+    def _sources_changed(self) -> bool:
+        """Whether a source file changed since the start: looked at once a second at most (the
+        look costs ~1 ms, a warm call ~20)."""
+        if time.monotonic() - self._sources_seen > 1:
+            self._sources_seen = time.monotonic()
+            self._sources_differ = _sources_stamp() != self.sources
+        return self._sources_differ
 
     def _leave(self, why: str) -> None:
         """Leave at once: the socket goes now, so that no new client finds this server."""
