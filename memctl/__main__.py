@@ -7,7 +7,10 @@ import sys
 def main() -> None:
     from memctl.server.client import forward
 
-    code = forward(sys.argv[1:])
+    try:
+        code = forward(sys.argv[1:])
+    except KeyboardInterrupt:  # a second Ctrl-C while the server's command stops
+        sys.exit(130)
     if code is not None:
         sys.exit(code)
     from memctl.cli import main as run_here

@@ -306,3 +306,25 @@ def test_the_client_imports_neither_click_nor_the_api(servers, tmp_path):
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.decode().splitlines()}
     assert "memctl.server.client" in imported
     assert not imported & {"click", "memctl.api", "memctl.cli", "numpy", "socket"}
+
+
+def test_ctrl_c_stops_the_command_in_the_server_as_in_process(servers, tmp_path):
+    store = tmp_path / "store"
+    make_store(servers, store)
+    start(servers, store)
+    outcomes = []
+    for server in (False, True):
+        call = subprocess.Popen([*memctl_command(), "--store", str(store), "cache", "run", "--scope", "job",
+                                 "--tool", f"slow{server}", "--", "sleep", "30"],
+                                env={**servers, "MEMCTL_SERVER": "on" if server else "off"},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while server and not status(servers, store)["running"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2 if not server else 0.5)  # in-process: past its imports, into the command
+        call.send_signal(signal.SIGINT)
+        out, err = call.communicate(timeout=30)
+        outcomes.append((call.returncode, out, err))
+    assert outcomes[0] == outcomes[1]
+    after = status(servers, store)
+    assert after is not None and not after["running"]  # the server lives on, idle

@@ -172,14 +172,13 @@ def _call(connection, pid: int, argv: list[str]) -> int | None:
     if verdict != STARTED:
         return None  # BUSY with another call: in-process, which waits on the store lock as any writer
     try:
-        while True:
-            frame = _frame(connection, SILENCE_SECONDS)
-            if frame == EXIT:
-                return int.from_bytes(_exactly(connection, 4, SILENCE_SECONDS), "big", signed=True)
-            if frame != BEAT:
-                break
-    except KeyboardInterrupt:
-        raise  # the connection closes: the server interrupts the call, as Ctrl-C would in-process
+        try:
+            return _exit_status(connection)
+        except KeyboardInterrupt:
+            # Ctrl-C: the server hears the connection's end and interrupts the command, which
+            # says so and exits as it would in-process; its exit status is still ours.
+            connection.shutdown(_socket.SHUT_WR)
+            return _exit_status(connection)
     except TimeoutError:
         _replace(pid)
     except OSError:
@@ -188,6 +187,15 @@ def _call(connection, pid: int, argv: list[str]) -> int | None:
     print(f"memctl: error: the memctl server (pid {pid}) stopped during the call; its outcome is unknown, "
           f"run it again (MEMCTL_SERVER=off runs it in this process)", file=sys.stderr)
     return 2
+
+
+def _exit_status(connection) -> int:
+    while True:
+        frame = _frame(connection, SILENCE_SECONDS)
+        if frame == EXIT:
+            return int.from_bytes(_exactly(connection, 4, SILENCE_SECONDS), "big", signed=True)
+        if frame != BEAT:
+            raise ConnectionResetError(f"unexpected frame {frame!r}")
 
 
 def _frame(connection, seconds: float) -> bytes:

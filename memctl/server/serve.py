@@ -17,12 +17,12 @@ shows it is outdated; the client then runs its call in-process and starts a new 
 
 from __future__ import annotations
 
-import _thread
 import fcntl
 import io
 import marshal
 import os
 import queue
+import signal
 import socket
 import sys
 import threading
@@ -74,6 +74,8 @@ class Server:
         self.served = 0
         self.leaving = ""
         self._running: _Call | None = None
+        self._in_command = False
+        self._serves_for: dict[tuple, bool] = {}
         self._log = os.fdopen(os.dup(2), "w", buffering=1)  # stays the log while a call borrows 2
 
     # -- life ------------------------------------------------------------------------
@@ -84,7 +86,9 @@ class Server:
         lock = self._lock()
         if lock is None:
             return "another server serves this store"
+        os.chdir("/")  # a call runs in its client's directory; between calls none is held
         self._warm()
+        signal.signal(signal.SIGINT, self._on_interrupt)
         listener = self._listen()
         self.say(f"serving {self.root} (pid {os.getpid()}, idle limit {self.idle_seconds / 60:g} min)")
         threading.Thread(target=self._accept, args=(listener,), daemon=True, name="accept").start()
@@ -102,9 +106,7 @@ class Server:
                         self._take(call)
                     self._check_idle()
                 except KeyboardInterrupt:
-                    # A client's Ctrl-C that arrived just after its call ended; a real one while idle stops us.
-                    if call is None:
-                        self.leaving = "interrupted"
+                    self.leaving = "interrupted"
         finally:
             self._unlisten(listener)
             os.close(lock)
@@ -229,31 +231,41 @@ class Server:
         # moment it ends, its exit status; this thread beats meanwhile, and learns from the
         # socket's end that the client left.
         connection.settimeout(HEARTBEAT_SECONDS)
+        interrupted = False
         while not call.done.is_set():
-            try:
-                gone = connection.recv(1) == b""
-            except TimeoutError:
+            if interrupted:
+                call.done.wait(HEARTBEAT_SECONDS)
                 gone = False
-            except OSError:
-                gone = True
+            else:
+                try:
+                    gone = connection.recv(1) == b""
+                except TimeoutError:
+                    gone = False
+                except OSError:
+                    gone = True
             with call.lock:
                 if call.done.is_set():
                     return
-                if not gone:
-                    try:
-                        connection.sendall(client.BEAT)
-                    except OSError:
-                        gone = True
-            if gone:
-                self._interrupt(call)
-                return
+                try:
+                    connection.sendall(client.BEAT)  # a client that only stopped writing still reads
+                except OSError:
+                    gone = True
+                if gone and not interrupted:
+                    interrupted = True
+                    self._interrupt()
 
-    def _interrupt(self, call: _Call) -> None:
-        """The client left (Ctrl-C, killed): stop its call as Ctrl-C stops an in-process one."""
-        with call.lock:
-            if self._running is call and not call.done.is_set():
-                _thread.interrupt_main()
-        call.done.wait()
+    def _on_interrupt(self, signum, frame) -> None:
+        """SIGINT (or a client gone, see _interrupt): stops the command running, or, idle, the
+        server; one that comes as a call ends, after its command, is dropped (the call's clean-up,
+        which gives the process its own descriptors back, must not be cut short)."""
+        if self._in_command or self._running is None:
+            raise KeyboardInterrupt
+
+    def _interrupt(self) -> None:
+        """The client left (Ctrl-C, killed): stop its call as Ctrl-C stops an in-process one. A
+        real SIGINT, to the main thread: it also ends the system call the command waits in
+        (_thread.interrupt_main only raises once the call returns)."""
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
     def _sources_changed(self) -> bool:
         """Whether a source file changed since the start: looked at once a second at most (the
@@ -292,9 +304,9 @@ class Server:
         finally:
             with call.lock:
                 self._running = None
-                call.done.set()
                 if call.verdict == client.STARTED:
                     _send(call.connection, client.EXIT + call.code.to_bytes(4, "big", signed=True))
+                call.done.set()  # after the send: its connection's thread closes the connection then
             self._decide(call, client.FALLBACK)  # if it never started
             self.served += call.verdict == client.STARTED
             self.last_call = time.monotonic()
@@ -339,20 +351,26 @@ class Server:
             os.chdir("/")
 
     def _serves(self) -> bool:
-        """Whether the client's settings still want a server ([server] enabled; read as its call would)."""
-        from memctl.config import load
+        """Whether the client's settings still want a server ([server] enabled; read as its call
+        would), read again only when a settings file or variable changed (a load costs ~1.5 ms)."""
+        from memctl.config import load, user_config_file
         from memctl.errors import MemctlError
         from memctl.store.store import Store
 
-        try:
-            return load(Store(self.root).config_file).server.enabled
-        except MemctlError:
-            return True  # the call itself reports a broken settings file
+        config_file = Store(self.root).config_file
+        key = (os.environ.get("MEMCTL_SERVER_ENABLED"), _stamp_of(config_file), _stamp_of(user_config_file()))
+        if key not in self._serves_for:
+            try:
+                self._serves_for = {key: load(config_file).server.enabled}
+            except MemctlError:
+                return True  # the call itself reports a broken settings file
+        return self._serves_for[key]
 
     def _run_command(self, argv: list[str]) -> int:
         from memctl.config import say_notes_again
 
         say_notes_again()  # a call is a process to its user: the once-a-process notes are said again
+        self._in_command = True
         try:
             self.command.main(args=argv, prog_name="memctl", obj=self._memory)
         except SystemExit as done:
@@ -365,6 +383,8 @@ class Server:
         except BaseException:
             traceback.print_exc()
             return 1
+        finally:
+            self._in_command = False
         return 0
 
     def _memory(self, path, *, say):
@@ -455,6 +475,14 @@ def _sources_stamp() -> int:
     this one with the same version) makes the server outdated."""
     package = Path(__file__).resolve().parents[1]
     return max(entry.stat().st_mtime_ns for entry in package.rglob("*.py"))
+
+
+def _stamp_of(path: Path) -> tuple | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_ino, info.st_mtime_ns, info.st_size
 
 
 def _rss_mb() -> float:
