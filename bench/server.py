@@ -122,7 +122,7 @@ def main() -> None:
         subprocess.run([*memctl, "--store", store50k, "index"], env=env, capture_output=True)
         subprocess.run([*memctl, "--store", store50k, "search", question], env=env, capture_output=True)
         updates = []
-        for round_ in range(max(5, args.runs // 3)):
+        for _ in range(max(5, args.runs // 3)):
             stamp = f"{time.time_ns()}"
             lines = b"\n".join(orjson.dumps({"id": f"bench-{stamp}-{n}", "session": f"bench-{stamp}",
                                              "text": f"a brand new message {stamp}-{n} about sourdough starters"})
