@@ -14,7 +14,7 @@ DIR are stores built by bench/latency.py (`--store`; the 6k one from all 5,882 L
      of the 50k store, wall time of the process;
   4. warm hybrid search through the server: the round trip of a call handed to it from this
      process (memctl.server.client.forward: connect, run the command line, exit status),
-     without a process's start, over the LoCoMo questions.
+     without a process's start, over the LoCoMo questions; and the server's CPU a call.
 
 The package (and REV's) is compiled first, as an install has it (bench/installed.py); the
 command is the console script's body (`from memctl.__main__ import main`). Servers run in a
@@ -46,6 +46,13 @@ def timed(argv: list[str], env: dict, stdin: bytes = b"") -> float:
     start = time.perf_counter()
     subprocess.run(argv, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     return (time.perf_counter() - start) * 1000
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (Linux /proc): on a shared machine
+    the wall time of a warm call mostly measures waiting for a core."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_for(condition, seconds: float = 120) -> None:
@@ -88,12 +95,14 @@ def main() -> None:
 
     try:
         # 2. first call with no server, against the cold call before the server
-        first, cold = [], []
+        first, cold, off = [], [], []
         for _ in range(args.runs):
             cold.append(timed([python, "-c", BEFORE_SCRIPT, *search6k], env_before))
+            off.append(timed([*memctl, *search6k], {**env, "MEMCTL_SERVER": "off"}))
             first.append(timed([*memctl, *search6k], env))
             wait_for(lambda: ask(store6k, "status") is not None)
             stop(store6k)
+            time.sleep(0.5)  # the stopped server's memory freed before the next sample
         # 1. fresh process with the server warm, against python -c pass
         subprocess.run([*memctl, "--store", store6k, "server", "start"], env=env, check=True)
         timed([*memctl, *search6k], env)  # loads the model
@@ -106,6 +115,8 @@ def main() -> None:
         saved = os.dup(1)
         quiet = os.open(os.devnull, os.O_WRONLY)
         os.dup2(quiet, 1)
+        pid = ask(store6k, "status")["pid"]
+        cpu_before = process_cpu(pid)
         try:
             round_trips = []
             for text in questions:
@@ -117,11 +128,14 @@ def main() -> None:
         finally:
             os.dup2(saved, 1)
             os.close(quiet)
+        server_cpu = (process_cpu(pid) - cpu_before) * 1000 / len(questions)
         # 3. index 20 new messages into the 50k store through its warm server
         subprocess.run([*memctl, "--store", store50k, "server", "start"], env=env, check=True)
         subprocess.run([*memctl, "--store", store50k, "index"], env=env, capture_output=True)
         subprocess.run([*memctl, "--store", store50k, "search", question], env=env, capture_output=True)
         updates = []
+        pid50k = ask(store50k, "status")["pid"]
+        cpu_before_updates = process_cpu(pid50k)
         for _ in range(max(5, args.runs // 3)):
             stamp = f"{time.time_ns()}"
             lines = b"\n".join(orjson.dumps({"id": f"bench-{stamp}-{n}", "session": f"bench-{stamp}",
@@ -130,7 +144,8 @@ def main() -> None:
             subprocess.run([*memctl, "--store", store50k, "ingest", "-f", "jsonl", "-"], input=lines, env=env,
                            check=True, capture_output=True)
             updates.append(timed([*memctl, "--store", store50k, "index"], env))
-        served = ask(store50k, "status")
+        # the ingests ran in the server too: its CPU for both, an update's share measured apart below
+        update_cpu = (process_cpu(pid50k) - cpu_before_updates) * 1000 / len(updates)
     finally:
         stop(store6k)
         stop(store50k)
@@ -144,11 +159,15 @@ def main() -> None:
           f"{p50(bare):.0f} ms | {p50(warm_process) / p50(bare):.2f}× |")
     print(f"| first call, no server ÷ cold call at {args.before} | {p50(first):.0f} ms | {p50(cold):.0f} ms | "
           f"{p50(first) / p50(cold):.2f}× |")
-    print(f"| `memctl index`, 20 new into {served and served['store'] and 'the 50k store'}, server warm "
-          f"(p50, slowest) | {p50(updates):.0f} ms, {max(updates):.0f} ms | | |")
+    print(f"| ... the same call with MEMCTL_SERVER=off ÷ cold call at {args.before} | {p50(off):.0f} ms | "
+          f"{p50(cold):.0f} ms | {p50(off) / p50(cold):.2f}× |")
+    print(f"| `memctl ingest` + `memctl index`, 20 new into the 50k store, server warm: the index call's wall "
+          f"(p50, slowest); the server's CPU for both calls | {p50(updates):.0f} ms, {max(updates):.0f} ms | "
+          f"CPU {update_cpu:.0f} ms | |")
     round_trips.sort()
     print(f"| warm hybrid search through the server, p50 / p90 ({len(round_trips)} questions) | "
-          f"{p50(round_trips):.1f} / {round_trips[int(len(round_trips) * 0.9) - 1]:.1f} ms | | |")
+          f"{p50(round_trips):.1f} / {round_trips[int(len(round_trips) * 0.9) - 1]:.1f} ms | "
+          f"server CPU {server_cpu:.1f} ms a call | |")
 
 
 if __name__ == "__main__":

@@ -105,7 +105,7 @@ class Index:
     def stamps(self) -> dict[str, list[int]]:
         out = {}
         for path in self.store.source_files():
-            stat = path.stat()
+            stat = os.stat(path)
             out[self.store.relative(path)] = [stat.st_size, stat.st_mtime_ns, stat.st_ino]
         return out
 

@@ -175,6 +175,11 @@ class Store:
 
     def relative(self, path: Path) -> str:
         """A path as users see it in output: relative to the store root."""
+        # A string's prefix first: pathlib's relative_to cost a 50k store's freshness check (a
+        # stamp for each of ~800 files, every search) 15 ms (2026-11-24).
+        text, root = str(path), str(self.root)
+        if os.sep == "/" and text.startswith(root + "/") and root not in ("", "."):
+            return text[len(root) + 1:]
         try:
             return path.relative_to(self.root).as_posix()
         except ValueError:
