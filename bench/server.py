@@ -14,7 +14,9 @@ DIR are stores built by bench/latency.py (`--store`; the 6k one from all 5,882 L
      of the 50k store, wall time of the process;
   4. warm hybrid search through the server: the round trip of a call handed to it from this
      process (memctl.server.client.forward: connect, run the command line, exit status),
-     without a process's start, over the LoCoMo questions; and the server's CPU a call.
+     without a process's start, over the LoCoMo questions; and the server's CPU a call;
+  5. with --mcp, the same questions through `memctl mcp` of REV and of this checkout
+     (bench/mcp_latency.py): what the search path itself gained.
 
 The package (and REV's) is compiled first, as an install has it (bench/installed.py); the
 command is the console script's body (`from memctl.__main__ import main`). Servers run in a
@@ -67,6 +69,8 @@ def main() -> None:
     parser.add_argument("--store50k", type=Path, required=True)
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--before", default="1a3f5c4")
+    parser.add_argument("--mcp", action="store_true", help="also warm search through memctl mcp, before and "
+                        "after (bench/mcp_latency.py's client; needs the mcp extra)")
     args = parser.parse_args()
     compile_package()
     work = Path(tempfile.mkdtemp(prefix="mb-", dir="/tmp"))
@@ -133,9 +137,8 @@ def main() -> None:
         subprocess.run([*memctl, "--store", store50k, "server", "start"], env=env, check=True)
         subprocess.run([*memctl, "--store", store50k, "index"], env=env, capture_output=True)
         subprocess.run([*memctl, "--store", store50k, "search", question], env=env, capture_output=True)
-        updates = []
+        updates, update_cpu = [], []
         pid50k = ask(store50k, "status")["pid"]
-        cpu_before_updates = process_cpu(pid50k)
         for _ in range(max(5, args.runs // 3)):
             stamp = f"{time.time_ns()}"
             lines = b"\n".join(orjson.dumps({"id": f"bench-{stamp}-{n}", "session": f"bench-{stamp}",
@@ -143,9 +146,19 @@ def main() -> None:
                                for n in range(20))
             subprocess.run([*memctl, "--store", store50k, "ingest", "-f", "jsonl", "-"], input=lines, env=env,
                            check=True, capture_output=True)
+            cpu = process_cpu(pid50k)
             updates.append(timed([*memctl, "--store", store50k, "index"], env))
-        # the ingests ran in the server too: its CPU for both, an update's share measured apart below
-        update_cpu = (process_cpu(pid50k) - cpu_before_updates) * 1000 / len(updates)
+            update_cpu.append((process_cpu(pid50k) - cpu) * 1000)
+        # 5. warm hybrid search through `memctl mcp`, before and after, on the same 6k store
+        mcp_rows = []
+        if args.mcp:
+            import anyio
+            import mcp_latency
+
+            for name, code in ((args.before, before), ("this", REPO)):
+                mcp_latency.REPO = code
+                (_, _, times, cpu_ms), = anyio.run(mcp_latency.measure, store6k, questions, ("hybrid",))
+                mcp_rows.append((name, statistics.median(times), cpu_ms))
     finally:
         stop(store6k)
         stop(store50k)
@@ -161,13 +174,15 @@ def main() -> None:
           f"{p50(first) / p50(cold):.2f}× |")
     print(f"| ... the same call with MEMCTL_SERVER=off ÷ cold call at {args.before} | {p50(off):.0f} ms | "
           f"{p50(cold):.0f} ms | {p50(off) / p50(cold):.2f}× |")
-    print(f"| `memctl ingest` + `memctl index`, 20 new into the 50k store, server warm: the index call's wall "
-          f"(p50, slowest); the server's CPU for both calls | {p50(updates):.0f} ms, {max(updates):.0f} ms | "
-          f"CPU {update_cpu:.0f} ms | |")
+    print(f"| `memctl index`, 20 new into the 50k store, server warm: wall p50, slowest; the server's CPU p50 "
+          f"| {p50(updates):.0f} ms, {max(updates):.0f} ms | CPU {p50(update_cpu):.0f} ms | |")
     round_trips.sort()
     print(f"| warm hybrid search through the server, p50 / p90 ({len(round_trips)} questions) | "
           f"{p50(round_trips):.1f} / {round_trips[int(len(round_trips) * 0.9) - 1]:.1f} ms | "
           f"server CPU {server_cpu:.1f} ms a call | |")
+    for name, median, cpu_ms in mcp_rows:
+        print(f"| warm hybrid search through `memctl mcp` at {name}, p50 | {median:.1f} ms | "
+              f"server CPU {cpu_ms:.1f} ms a call | |")
 
 
 if __name__ == "__main__":

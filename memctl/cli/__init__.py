@@ -207,8 +207,9 @@ def _start_server(made: list) -> None:
     """After a call that opened the index (and so, for a hybrid search, the model), start the
     store's resident server for the calls to come (README "The resident server"), unless
     MEMCTL_SERVER=off or [server] enabled = false. Nothing here may fail the call."""
-    if not made or "memctl.index.index" not in sys.modules or "memctl.server.serve" in sys.modules:
-        return  # (a server, leaving, starts no other)
+    if not made or "memctl.index.index" not in sys.modules or {"memctl.server.serve", "memctl.mcp.server"} & set(
+            sys.modules):
+        return  # a server (resident, leaving; or MCP, which keeps its store open itself) starts none
     from memctl.errors import MemctlError
     from memctl.server.client import start
 

@@ -340,8 +340,8 @@ class Server:
         except OSError:  # the working directory is gone, say: the client runs it, and says so
             return 0
         finally:
-            for stream in (sys.stdout, sys.stderr):
-                _flush(stream)
+            for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+                _flush(stream)  # sys.__stderr__ too: a note written there went to descriptor 2, the client's
             sys.stdin, sys.stdout, sys.stderr = saved_streams
             for n, fd in enumerate(saved_fds):
                 os.dup2(fd, n)
