@@ -78,10 +78,10 @@ def make_store(env: dict, store: Path) -> None:
 # one) is still compared, called bare. Commands that write run on a fresh copy of the same store.
 CALLS = {
     "ingest": [["ingest", "-f", "jsonl", "-"], ["ingest", "--kind", "memory", "--pending", "-"]],
-    "index": [["index", "--json"], ["index", "--rebuild"]],
+    "index": [["index", "--json"], ["index", "--rebuild"], ["-q", "index", "--rebuild"]],
     "search": [["search", "Kestrel database"], ["search", "--json", "--explain", "-k", "2", "where does Alice live"],
                ["search", "--mode", "bm25", "zzz-nothing-matches"], ["search", "--layered", "Kyoto"],
-               ["search", "-k", "0", "bad k"]],
+               ["search", "-k", "0", "bad k"], ["search", "-q", "Kestrel"]],
     "split": [["split", "--session", "s1", "--force", "--dry-run"]],
     "topics": [["topics", "list"], ["topics", "activate", "Kyoto trip"]],
     "context": [["context", "--session", "s1", "--message", "what database does Kestrel use?"]],

@@ -82,6 +82,8 @@ def store_of(argv: list[str]) -> tuple[str, str] | None:
             store, at = argv[at + 1], at + 2
         elif arg.startswith("--store="):
             store, at = arg[len("--store="):], at + 1
+        elif arg in ("-q", "--quiet"):
+            at += 1
         elif arg.startswith("-"):
             return None
         else:
