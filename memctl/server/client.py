@@ -25,8 +25,10 @@ SERVER_ENV = "MEMCTL_SERVER"   # off (0, no, false): every call in-process, no s
 OFF = ("off", "0", "no", "false")
 # Not sent: `mcp` serves its own stdin and stdout for hours; `server` manages the servers.
 IN_PROCESS = frozenset({"mcp", "server"})
-HELLO_SECONDS = 3.0     # a server that has not taken a call in this long is wedged: killed, replaced
-SILENCE_SECONDS = 15.0  # ... or that sends no heartbeat (one a second) this long during a call
+# Generous: at load 29 on 2 cores a warm search's whole round trip took 173 ms at p90 (bench/server.py); one taken for
+# wedged is killed, failing any call it was running for another client.
+HELLO_SECONDS = 5.0     # a server that has not taken a call in this long is wedged: killed, replaced
+SILENCE_SECONDS = 20.0  # ... or that sends no heartbeat (one a second) this long during a call
 QUEUE_SECONDS = 2.0     # the server runs one call at a time; waiting longer, a call runs in-process
 
 # Frames from the server: one byte, the exit status four more.
