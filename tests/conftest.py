@@ -37,6 +37,30 @@ os.environ["MEMCTL_SERVER"] = "off"
 os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="memctl-test-run-")
 
 
+def kill_servers_under(folder: Path) -> None:
+    """Kill every resident server (`memctl --store STORE server run`) whose store lies under `folder`:
+    a test's memctl process that ran with the server on (a test that builds its own environment)
+    starts one as it ends, possibly after the test's own clean-up."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "server" in argv and "run" in argv and "--store" in argv[:-1]:
+            store = argv[argv.index("--store") + 1]
+            if store.startswith(str(folder)):
+                try:
+                    os.kill(int(cmdline.parent.name), signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_server_left(tmp_path_factory):
+    yield
+    kill_servers_under(tmp_path_factory.getbasetemp())
+
+
 def memctl_command() -> list[str]:
     """`python -m memctl` of this checkout (see PYTHONPATH above)."""
     return [sys.executable, "-m", "memctl"]

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import memctl_command
+from conftest import kill_servers_under, memctl_command
 
 from memctl import __version__
 from memctl.cli import cli
@@ -34,7 +34,7 @@ NOTES = "## Decisions\n- Kestrel uses PostgreSQL 16 for its main database\n\n## 
 
 
 @pytest.fixture
-def servers():
+def servers(tmp_path):
     """The environment of a test's memctl processes: server on, a runtime directory of its own
     (short: a socket's path has a limit of ~100 bytes); every server left is killed after."""
     runtime = tempfile.mkdtemp(prefix="mr-", dir="/tmp")
@@ -46,6 +46,7 @@ def servers():
             os.kill(int(lock.read_text()), signal.SIGKILL)
         except (ValueError, OSError):
             pass
+    kill_servers_under(tmp_path)
     shutil.rmtree(runtime, ignore_errors=True)
 
 

@@ -76,10 +76,10 @@ def stop(memory):
         say(f"memctl: no server runs for {_root(memory)}")
         sys.exit(EXIT_NOTHING)
     where = place(_root(memory))
-    for _ in range(100):  # it lets go of its lock as it leaves
+    for _ in range(300):  # it lets go of its lock as it leaves (after a call it is running)
         if where is None or not held(where + ".lock"):
             break
-        time.sleep(0.05)
+        time.sleep(0.1)
     say(f"memctl: stopped the server of {found['store']} (pid {found['pid']})")
     sys.exit(EXIT_OK)
 
@@ -99,10 +99,10 @@ def start(memory):
         say("memctl: error: the server is turned off ([server] enabled = false or MEMCTL_SERVER=off)")
         sys.exit(EXIT_ERROR)
     start_server(_root(memory))
-    for _ in range(200):
+    for _ in range(600):  # it listens once the model is open: seconds, more on a busy machine
         if ask(_root(memory), "status") is not None:
             sys.exit(EXIT_OK)
-        time.sleep(0.05)
+        time.sleep(0.1)
     say(f"memctl: error: the server did not start; see {place(_root(memory))}.log")
     sys.exit(EXIT_ERROR)
 
