@@ -443,6 +443,34 @@ def test_an_unrelated_query_returns_nothing(run, old_chat, query):
     assert result.stdout == b""
 
 
+def test_a_turn_next_to_a_strong_hit_ranks_above_a_lone_one(tmp_path, monkeypatch):
+    # "b" and "z" say the same words; "b" is the turn right before the one that holds the
+    # query's words, "z" stands alone later (the recency stage favours it). The neighbours
+    # stage moves "b" 0.4 of the way to its neighbour's fused score; relevance stays each turn's own. BM25
+    # alone: the fake embedder reads each turn with a different turn before it.
+    store = Store(tmp_path / "s")
+    chat = [("a", "Mei", "The espresso machine on floor 3 is broken again."),
+            ("b", "Bo", "I finally booked the trip."),
+            ("c", "Mei", "Kyoto in April: the cherry blossom trip, ryokan booked near the Kamo river."),
+            ("d", "Bo", "Lunch is at noon on Friday, bring the slides."),
+            ("e", "Mei", "The printer needs toner."),
+            ("z", "Bo", "I finally booked the trip.")]
+    ingest_chat(store, chat)
+    query = "the Kyoto cherry blossom trip"
+    ranked = find(store, query, mode="bm25", min_score=0)
+    found = {r.record_id: r for r in ranked}
+    assert ids(ranked).index("b") < ids(ranked).index("z")
+    b = found["b"].explain
+    assert b["neighbours_bonus"] == pytest.approx(0.4 * (found["c"].explain["fused"] - b["fused"]), abs=2e-4)
+    assert found["c"].explain["neighbours_bonus"] == 0  # a turn rises towards a stronger neighbour, never past it
+    assert any(line.startswith("neighbours +") for line in explain_lines(b))  # --explain shows it
+    monkeypatch.setenv("MEMCTL_RETRIEVAL_NEIGHBOUR_WEIGHT", "0")
+    off = find(store, query, mode="bm25", min_score=0)
+    assert ids(off).index("z") < ids(off).index("b")
+    assert all("neighbours" not in r.explain for r in off)
+    assert {r.record_id: r.explain["relevance"] for r in off}["b"] == b["relevance"]  # the minimum's view
+
+
 # -- the minimum asks whether the store knows the subject; the newer fact wins (issue 21) ------------
 
 def test_an_unrelated_query_returns_nothing_with_the_fake_embedder(demo, run):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 # The P3 stages after fusion, in order: (name, how it acts on the score).
-STAGES = (("recency", "+"), ("importance", "×"), ("length", "×"), ("time_decay", "×"))
+STAGES = (("neighbours", "+"), ("recency", "+"), ("importance", "×"), ("length", "×"), ("time_decay", "×"))
 
 
 def explain_lines(explain: dict[str, Any]) -> list[str]:
@@ -38,10 +38,12 @@ def explain_lines(explain: dict[str, Any]) -> list[str]:
     before = explain.get("fused")
     for name, acts in STAGES:
         after = explain.get(name)
-        if after is None or before is None:
+        if before is None:
             break
+        if after is None:  # a stage that did not run (neighbours: chat turns only)
+            continue
         if acts == "+":
-            own = f"+{explain.get('recency_bonus', after - before):.4f}"
+            own = f"+{explain.get(name + '_bonus', after - before):.4f}"
         elif f"{name}_factor" in explain:
             own = f"×{explain[name + '_factor']:.3f}"
         else:

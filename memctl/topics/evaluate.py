@@ -77,7 +77,10 @@ def search(retriever, text: str, scope: str | None = None, topics: int = 10,
 
     scopes = (scope,) if scope else ()
     messages, summaries, *answers = retriever.search(
-        [Query(text=text, k=MESSAGE_HITS, filters=Filters(kinds=("message",), scopes=scopes), min_score=0.0),
+        # A topic is a run of turns and its raw score already adds its second hit: the search's
+        # neighbours stage would count the run twice (RAW_WEAK/RAW_CLEAR were set without it).
+        [Query(text=text, k=MESSAGE_HITS, filters=Filters(kinds=("message",), scopes=scopes), min_score=0.0,
+               neighbours=False),
          Query(text=text, k=max(10, topics), filters=Filters(kinds=("topic",), scopes=scopes), min_score=0.0),
          *more], count_access=False)
     return messages, summaries, answers
