@@ -141,8 +141,8 @@ class Retrieval(Table):
     newer_first: bool = True
     newer_rare_share: float = limited(0.01, SHARE)
     newer_pull_share: float = limited(0.8, SHARE)  # from below the first page: this share of its relevance
-    # A chat turn gains this share of the better fused score of the turns right before and
-    # after it (search.py _neighbours; ordering only, the minimum reads each turn's own)
+    # A chat turn moves this share of the way up to the better fused score of the turns right
+    # before and after it (search.py _neighbours; ordering only, the minimum reads each turn's own)
     neighbour_weight: float = limited(0.4, SHARE)
     filter_noise: bool = True
     mmr_threshold: float = 0.85
