@@ -175,7 +175,7 @@ def measure(memory, messages, question: str, evidence: set[str], newest: str | N
     """Evidence recall of the context and both baselines at every budget, into rows[budget][name][kind]."""
     hits = [r.record_id for r in memory.search(question, k=50, kinds=["message"], min_score=0.0)]
     for budget in BUDGETS:
-        built = memory.context("s", question, budget=budget, record=False)
+        built = memory.context("s", question, budget=budget, no_record=True)
         shown = {"context": shown_order(built), **baselines(memory, messages, question, budget, hits)}
         for name, order in shown.items():
             cell = rows[budget].setdefault(name, {}).setdefault(kind, {"recall": [], "newest": []})

@@ -351,7 +351,7 @@ def test_no_call_of_one_scope_returns_another_scopes_text(tmp_path_factory, call
             assert all(memory.topics.show(t).scope == OWNERS[owner] for t in report.topics)
         elif name == "context":
             cue = "Did you forget? " if call[5] else ""
-            built = memory.context(session, f"{cue}{SUBJECTS[call[3]][0]}", record=call[4])
+            built = memory.context(session, f"{cue}{SUBJECTS[call[3]][0]}", no_record=not call[4])
             conversations.only_own(owner, built.text + json.dumps(built.as_dict()), "context")
             assert all(memory.topics.show(s["topic_id"]).scope == OWNERS[owner]
                        for s in built.sections if s["kind"] == "topic")

@@ -118,7 +118,7 @@ def test_a_preview_writes_nothing_and_a_plain_call_records(run, harbor):
 def test_mcp_tool_memory_context_and_the_cli_return_the_same(run, harbor):
     cli, _ = context_json(run, "--message", QUESTION, "--budget", "700", "--no-record")
     memory = Memory(harbor)
-    api = memory.context("s1", QUESTION, budget=700, record=False)
+    api = memory.context("s1", QUESTION, budget=700, no_record=True)
     assert api.as_dict() == cli
     tool = tools.context(memory, "s1", QUESTION, budget=700, no_record=True)
     assert {k: v for k, v in tool.items() if k != "text"} == cli

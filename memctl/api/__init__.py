@@ -241,19 +241,19 @@ class Memory:
 
     # -- the per-turn call -----------------------------------------------------------
     def context(self, session: str, message: str, *, system_text: str = "", budget: int | None = None,
-                record: bool = True, llm_command: str | None = None, scope: str | None = None) -> "Context":
+                no_record: bool = False, llm_command: str | None = None, scope: str | None = None) -> "Context":
         """The context for the next turn (T5, G1; docs/context.md): the system prompt, the core
         memories, the scope's memories and those the search finds for `message`, the session's
         messages it finds, the relevant topics, the unsplit and recent messages, within `budget`
         tokens ([topics] context_budget). Records the topics' round (activation, T6, T11) unless
-        `record` is False (a preview: nothing is written). Only the
+        `no_record` (a preview: nothing is written). Only the
         session's scope is read; `scope`, if given, is the scope the session must be in (else InputError)."""
         from memctl.context.turn import build
 
         settings = self.runtime.settings
         command = given_or(llm_command, settings.topics.llm_command)
         return build(self.store, self._retriever_open(), session, message, system_text=system_text,
-                     budget=given_or(budget, settings.topics.context_budget), record=record,
+                     budget=given_or(budget, settings.topics.context_budget), record=not no_record,
                      llm_command=command, say=self.say, scope=scope, settings=settings)
 
     def adopt(self, previous: "Memory") -> None:

@@ -190,6 +190,8 @@ CONTEXT = (
           default_note="[topics] context_budget, 8000"),
     Param("scope", "The scope the session must be in (user:<name>, project:<name>, ...): a session in "
           "another is refused. The context always stays in the session's own scope.", metavar="SCOPE"),
+    Param("no_record", "A preview: build the same context and write nothing (no activation change, no log "
+          "line).", type=bool, default=False),
 )
 
 # -- forgetting (#24) ----------------------------------------------------------------------------

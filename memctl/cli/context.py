@@ -20,8 +20,6 @@ scope_options = click_options(TOPICS_SCOPE)
 @click.option("--message", metavar="TEXT", help="The new message. [default: stdin]")
 @click.option("--system", "system_file", metavar="FILE", help="The system prompt, first in the context.")
 @click_options(CONTEXT)
-@click.option("--no-record", is_flag=True, help="A preview: build the same context and write nothing (no "
-              "activation change, no log line).")
 @click.option("--llm", "llm_command", metavar="CMD", help="Evaluate topics with this command (design 001 §6.1 "
               "prompt on stdin). [default: [topics] llm_command, else built-in]")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"budget", "tokens", "sections": [{"kind": '
@@ -72,7 +70,7 @@ def context(memory, session, message, system_file, budget, no_record, llm_comman
     if message is None:
         message = read_input("-")[0].decode("utf-8", errors="replace")
     system_text = read_input(system_file)[0].decode("utf-8", errors="replace") if system_file else ""
-    built = memory.context(session, message, system_text=system_text, budget=budget, record=not no_record,
+    built = memory.context(session, message, system_text=system_text, budget=budget, no_record=no_record,
                            llm_command=llm_command, scope=scope)
     _report_dropped(built.dropped)
     for item in built.activated:

@@ -328,11 +328,10 @@ def cache_stats(memory: Memory, scope: str | None = None) -> dict[str, Any]:
       session=text("The conversation's session id.", minLength=1),
       message=searched("The user's new message.", minLength=1),
       system=text("The system prompt, first in the context."),
-      no_record=flag("A preview: build the same context and write nothing."),
       **json_schema(CONTEXT))
 def context(memory: Memory, session: str, message: str, system: str = "", budget: int | None = None,
             no_record: bool = False, scope: str | None = None) -> dict[str, Any]:
-    built = memory.context(session, message, system_text=system, budget=budget, record=not no_record, scope=scope)
+    built = memory.context(session, message, system_text=system, budget=budget, no_record=no_record, scope=scope)
     return {**built.as_dict(), "text": built.text}
 
 
