@@ -50,7 +50,11 @@ from memctl.store.store import Store
 from memctl.text.tokens import count_tokens
 
 FOUND_HITS = 60      # the session's messages the search ranks for the message
-REPLY_LAG = 25       # a found message's reply ranks with the hit this many places below it
+# A found message's reply ranks with the hit this many places below it. 10 (was 25), measured over
+# cached turns of LoCoMo dev (160 q) with LongMemEval dev: context - by-score at 1k/2k/4k
+# +.006/+.022/+.060 with 25, +.013/+.022/+.060 with 10, +.004/+.029/+.054 with 8 (bench/README.md).
+# The turn before a hit at the same lag gained nothing (1k -.002, 2k -.001).
+REPLY_LAG = 10
 TOPIC_WEIGHT = 0.8   # a topic referenced message: this times the topic's score times its share of the best hit
 LAST_EXCHANGE = 2    # recent messages before the new one (the last exchange) that rank with the best hits
 # Where a message shown by several parts goes: the first of these that holds it. "last" is the new

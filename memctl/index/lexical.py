@@ -122,7 +122,11 @@ def search(index: tantivy.Index, text: str, filters: Filters, limit: int, ideal_
     clauses += [(tantivy.Occur.Should,
                  each_field(lambda name, p=pair: tantivy.Query.phrase_query(index.schema, name, list(p))))
                 for pair in pairs]
-    clauses = [(tantivy.Occur.Must, tantivy.Query.boolean_query(clauses))] + filters.tantivy_clauses(index.schema)
+    # A filter admits, it does not score: Tantivy's term-set query scores each match 1.0, which
+    # raised every match's BM25 (and its coverage, score / ideal) by 1.0 a filter, so a filter
+    # that admits everything (a scope all records are in) reordered the results.
+    clauses = [(tantivy.Occur.Must, tantivy.Query.boolean_query(clauses))] + [
+        (occur, tantivy.Query.const_score_query(query, 0.0)) for occur, query in filters.tantivy_clauses(index.schema)]
     searcher = index.searcher()
     hits = searcher.search(tantivy.Query.boolean_query(clauses), limit=limit, count=False).hits
     documents = searcher.num_docs
