@@ -39,7 +39,7 @@ def context(memory, session, message, system_file, budget, no_record, llm_comman
       memories: the session's scope's own (at most 5), then those the search
         finds for the message in MEMORY.md and the daily logs (current
         versions only; the window's dominant section first)
-      earlier messages the search finds in the session, best first
+      earlier messages the search finds in the session, newest first
       the topics relevant to the message (score >= 0.3, best first)
       the unsplit messages, then the last 20 messages (the new one last)
 

@@ -8,7 +8,7 @@ The sections, in the order they are printed (each only of the session's scope):
              memories and daily-log entries the search finds for the message (current chain tails
              only, the search's own minimum, at most layer_query_max), the sections of the window's
              plan first when a section dominates the window (`state plan`)
-    found    the session's messages the search ranks highest for the message, best first
+    found    the session's messages the search ranks highest for the message, newest first
     topic    the topics scoring 0.3 or more, best first: referenced messages, then the summary
     unsplit  the messages in no topic, older than the recent ones
     recent   the last [topics] keep_recent messages, the new message last
@@ -248,12 +248,18 @@ def _assemble(context: Context, turn, system_text: str, memories: list[dict], fo
     if found:
         sections.append({"kind": "found", "messages": []})
         following = {m["id"]: n for m, n in zip(turn.messages, turn.messages[1:])}
+        position = {m["id"]: n for n, m in enumerate(turn.messages)}
         for rank, (message, _score) in enumerate(found):
+            # Kept by rank, shown newest first: where a later statement corrects an earlier one the
+            # agent reads the correction first (LongMemEval knowledge-update: newest shown before the
+            # outdated one 0 of 1 by rank; bench/README.md).
+            newest_first = -position.get(message["id"], rank)
             priority = 0.9 - 0.5 * rank / FOUND_HITS
-            claim("found", message, priority, len(sections) - 1, rank)
+            claim("found", message, priority, len(sections) - 1, newest_first)
             reply = following.get(message["id"])
             if reply is not None and rank + REPLY_LAG < FOUND_HITS:  # shown right after its hit
-                claim("found", reply, 0.9 - 0.5 * (rank + REPLY_LAG) / FOUND_HITS, len(sections) - 1, rank + 0.5)
+                claim("found", reply, 0.9 - 0.5 * (rank + REPLY_LAG) / FOUND_HITS, len(sections) - 1,
+                      newest_first + 0.5)
     for evaluation in turn.shown:
         topic = turn.topics[evaluation.topic_id]
         by_id = {m["id"]: m for m in topic.messages}

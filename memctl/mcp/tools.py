@@ -313,7 +313,7 @@ def cache_stats(memory: Memory, scope: str | None = None) -> dict[str, Any]:
     Everything the model needs for the next turn, within a token budget - call it once per
     turn with the user's new message. In order: the system prompt; the core memories (rules
     that always apply); the memories of the session's scope and those relevant to the message
-    (current versions only); the earlier messages the search finds, best first; the relevant
+    (current versions only); the earlier messages the search finds, newest first; the relevant
     topics; the unsplit and the last 20 messages. No text twice; a tight budget gives memories
     as summaries, then drops whole parts (listed under "dropped"). A call records the topics'
     activation; no_record builds the same and writes nothing. If the user says you forgot
