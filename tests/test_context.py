@@ -126,7 +126,11 @@ def test_context_puts_the_relevant_topic_first_and_no_message_twice(run, store_d
     assert kinds[0] == "found" and kinds[-1] == "recent"
     topics = [s for s in result["sections"] if s["kind"] == "topic"]
     assert topics[0]["topic_id"] == ids["hotel"] and topics[0]["score"] >= 0.7
-    assert shown_ids(result, "found")[0] == "m7"  # the message holding ACG-42, verbatim, the search's best
+    found = [m for s in result["sections"] if s["kind"] == "found" for m in s["messages"]]
+    hits = [m for m in found if m["score"] is not None]  # a hit's reply, shown after it, has no score
+    assert max(hits, key=lambda m: m["score"])["id"] == "m7"  # the message holding ACG-42, verbatim
+    order = [int(m["id"][1:]) for m in found]
+    assert order[0] == max(order) and order.index(7) < order.index(6)  # newest first (a reply after its hit)
     assert result["sections"][-1]["messages"][-1]["text"].startswith("What was the reference")
     every = shown_ids(result)
     assert len(every) == len(set(every))
