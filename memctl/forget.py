@@ -502,7 +502,8 @@ def residue(store: Store, texts: list[str]) -> list[str]:
         folders[:] = sorted(d for d in folders if not (here == store.root and d in _NOT_SEARCHED))
         for name in sorted(files):
             path = here / name
-            if here == store.root and name in _NOT_SEARCHED or path.is_symlink():
+            # a link or a FIFO (a handed-over store may hold one) is not read: a FIFO would block
+            if here == store.root and name in _NOT_SEARCHED or path.is_symlink() or not path.is_file():
                 continue
             try:
                 content = path.read_bytes().decode("utf-8", errors="replace").casefold()

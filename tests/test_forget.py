@@ -229,3 +229,15 @@ def test_a_soft_deleted_memory_and_the_lifecycle_log_copy_of_its_summary(run, st
     log = [json.loads(line) for line in (store_dir / "governance.log.jsonl").read_text().splitlines()]
     assert log[0]["id"] == "mem-gone" and "summary" not in log[0]
     assert run("show", "mem-gone").returncode == 1
+
+
+def test_a_fifo_in_the_store_does_not_hang_the_look_for_what_is_left(run, store_dir):
+    """After forgetting, the store's other files are read for the text; a named pipe a handed-over
+    store holds is not a file to read (reading it would wait for a writer for ever)."""
+    import os
+
+    assert run("ingest", "-", input=chat("s1", [PHRASE, "noted"])).returncode == 0
+    os.mkfifo(store_dir / "sessions" / "pipe.txt")
+    done = run("forget", "--match", SECRET, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert files_holding(store_dir, SECRET) == []
