@@ -144,39 +144,45 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
     with store.reading():
         doc = memoryfile.load(store.memory_md)
     gov = settings.governance
+    layers = {}  # the session's scope -> its core and scope memories, chosen once (they read access counts)
+
+    def core_and_scope_of(session_scope: str) -> tuple[list, list]:
+        if session_scope not in layers:
+            workspace = session_scope if session_scope != "global" else None
+            layers[session_scope] = core_and_scope(store, doc, workspace, gov)
+        return layers[session_scope]
 
     def memory_query(session_scope: str) -> tuple:
         """The memories and daily-log entries of the scope (a global session: global only; no
         filter would be every scope), asked in the topics' search batch."""
         if not gov.layer_query_max:
             return ()
+        core, scoped = core_and_scope_of(session_scope)
         workspace = session_scope if session_scope != "global" else None
-        core, scoped = core_and_scope(store, doc, workspace, gov)
         return (Query(text=message, k=gov.layer_query_max + len(core) + len(scoped),
                       filters=Filters(kinds=("memory", "log"), scopes=(workspace or "global",))),)
 
     turn = topic_round(store, retriever, session, message, record=record, llm_command=llm_command, say=say,
                        scope=scope, settings=settings.topics, more=memory_query)
-    memories, found = _memories_and_found(store, doc, turn, message, settings)
+    memories, found = _memories_and_found(store, doc, turn, message, settings, core_and_scope_of(turn.scope))
     context = Context(budget, activated=turn.activated, made_dormant=turn.made_dormant, ambiguous=turn.ambiguous)
     _assemble(context, turn, system_text, memories, found, budget)
     return context
 
 
-def _memories_and_found(store: Store, doc, turn, message: str,
-                        settings: config.Settings) -> tuple[list[dict], list[tuple[dict, float]]]:
+def _memories_and_found(store: Store, doc, turn, message: str, settings: config.Settings,
+                        layers: tuple[list, list]) -> tuple[list[dict], list[tuple[dict, float]]]:
     """(the memory sections: core, scope, found; the session's messages the topics' search found, with
-    their scores, best first). The search is `memctl search`'s, in the topics' batch."""
-    from memctl.governance.layers import core_and_scope
+    their scores, best first). The search is `memctl search`'s, in the topics' batch. `layers`: the
+    scope's core and scope memories."""
     from memctl.store.status import active_tails
     from memctl.store.topicfile import archived_message_ids
     from memctl.window.state import plan
 
     gov = settings.governance
-    workspace = turn.scope if turn.scope != "global" else None
     with store.reading():
         archived = archived_message_ids(store)
-    core, scoped = core_and_scope(store, doc, workspace, gov)
+    core, scoped = layers
     memory_hits = turn.more_hits[0] if turn.more_hits else []
     score = {r.record_id: r.score for r in memory_hits}
     sections = [_memory_section("core", e, "core", score.get(e.id)) for e in core]
