@@ -15,8 +15,9 @@ name is an AttributeError (and a type checker's error), not a KeyError at
 run time; a misspelt key in memctl.toml is an error naming its file and line.
 
 A store is data, not code: a setting that names a program to run
-(PROGRAM_SETTINGS) comes only from the user - a flag, the environment or
-their config.toml. In a store's memctl.toml it is ignored, with one line on
+(PROGRAM_SETTINGS, names_program) or a server to send data to ([cache]
+backend) comes only from the user - a flag, the environment or their
+config.toml. In a store's memctl.toml it is ignored, with one line on
 stderr saying where it belongs (`memctl health` warns of it too).
 
 A setting is a typed scalar, except where its default is a dict: that is a
@@ -328,12 +329,17 @@ PROGRAM_SETTINGS = frozenset({("topics", "llm_command"), ("cache", "summary_comm
 
 
 def names_program(table: str, key: str, value: Any) -> bool:
-    """Whether a setting's value names something memctl would run. Besides PROGRAM_SETTINGS, an
-    [embedding] model given as a directory: it is loaded through torch, whose weight files can
-    carry code (pickle), so a store naming one chooses code as surely as a command does. A
-    registered model's name (minilm-usem3, minilm, usem3, e5-small) is data."""
+    """Whether a setting's value names something memctl would run, or a server it would send the
+    user's data to. Besides PROGRAM_SETTINGS, an [embedding] model given as a directory: it is
+    loaded through torch, whose weight files can carry code (pickle), so a store naming one chooses
+    code as surely as a command does; and a [cache] backend other than the store's own files: a
+    Redis server, to which `cache run` would hand every output of the user's tools, so a store
+    naming one could collect them anywhere. A registered model's name (minilm-usem3, minilm,
+    usem3, e5-small) and `files` are data."""
     if (table, key) in PROGRAM_SETTINGS:
         return True
+    if (table, key) == ("cache", "backend"):
+        return value != "files"
     return ((table, key) == ("embedding", "model") and isinstance(value, str)
             and ("/" in value or "\\" in value or value.startswith((".", "~"))))
 
@@ -414,7 +420,8 @@ def programs_named(config_file: Path) -> list[tuple[str, str, int | None]]:
 
 def ignored_program_note(table: str, key: str) -> str:
     """Why a program setting in a store's memctl.toml is not used, and where it belongs."""
-    return (f"[{table}] {key} is ignored: a store may not name a program to run; put it in "
+    what = "a server to send data to" if (table, key) == ("cache", "backend") else "a program to run"
+    return (f"[{table}] {key} is ignored: a store may not name {what}; put it in "
             f"{_shown(user_config_file())} or MEMCTL_{table.upper()}_{key.upper()}")
 
 

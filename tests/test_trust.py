@@ -138,6 +138,53 @@ def test_a_model_directory_is_the_users_to_name_a_model_name_is_not(tmp_path, mo
     assert bool(config.programs_named(store_file)) is not from_store
 
 
+def test_a_cache_server_is_the_users_to_name(run, store_dir, user_config_dir, tmp_path):
+    """A store naming a Redis server would have every output of the user's tools handed to it; the
+    listener stands in for such a server and must never be reached."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.1)
+    reached = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            try:
+                reached.append(listener.accept()[0])
+            except OSError:
+                pass
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    store_dir.mkdir(parents=True, exist_ok=True)
+    (store_dir / "memctl.toml").write_text(f'[cache]\nttl = 60\nbackend = "{url}"\n')
+    try:
+        done = run("cache", "run", "--scope", "s", "--tool", "secret", "--", sys.executable, "-c", "print('token 42')")
+        assert done.returncode == 0 and b"token 42" in done.stdout, done.stderr
+        assert (f"memctl: {store_dir}/memctl.toml:3: [cache] backend is ignored: a store may not name a server "
+                f"to send data to; put it in {config.user_config_file()}") in done.stderr.decode()
+        again = run("cache", "get", "--scope", "s", "--tool", "secret", "--", sys.executable, "-c",
+                    "print('token 42')")
+        assert again.returncode == 0 and b"token 42" in again.stdout  # kept in the store's own files
+        assert config.load(store_dir / "memctl.toml").cache.ttl == 60  # the rest of the file still counts
+        warned = [orjson.loads(line) for line in run("health", "check", "--json").stdout.splitlines()
+                  if b'"program"' in line]
+        assert [(w["file"], w["line"]) for w in warned] == [("memctl.toml", 3)]
+        # The user's own config may name it (here: the same listener, which is then reached).
+        write_user_config(user_config_dir, f'[cache]\nbackend = "{url}"\nsocket_timeout = 0.5\n')
+        assert config.load(store_dir / "memctl.toml").cache.backend == url
+    finally:
+        stop.set()
+        watcher.join()
+        listener.close()
+    assert reached == []
+
+
 def test_a_broken_user_config_is_named_by_its_own_path(run, store_dir, user_config_dir):
     run("ingest", "--kind", "memory", "-", input='{"text": "Kestrel uses PostgreSQL"}')
     write_user_config(user_config_dir, "[topics]\nllm_batch = 'many'\n")

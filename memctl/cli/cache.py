@@ -46,7 +46,7 @@ def _call_args(args_json, argv):
 
 @click.group()
 @click.option("--backend", metavar="URL", help="files (in the store) or redis://host:port/db. "
-              "[default: memctl.toml cache.backend, 'files']")
+              "[default: $MEMCTL_CACHE_BACKEND, your config.toml's [cache] backend, 'files']")
 @click.pass_context
 def cache(ctx, backend):
     """Shared working memory for tool outputs: a call made by one agent is answered
@@ -59,8 +59,9 @@ def cache(ctx, backend):
     searchable with `memctl search --tool/--agent` and `memctl cache search`.
 
     The cache lives in the store (cache/<scope>/) or, for agents on several
-    machines, on a Redis server: --backend redis://host:6379/0 or
-    memctl.toml [cache] backend.
+    machines, on a Redis server: --backend redis://host:6379/0, or [cache]
+    backend in your own ~/.config/memctl/config.toml (a store's memctl.toml
+    may not name a server to send your tools' outputs to).
 
     \b
     Examples:
