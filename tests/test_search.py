@@ -319,6 +319,21 @@ def test_cli_batch(run, demo):
     assert bad.stderr.decode().strip() == "memctl: error: <stdin>:2: field 'k': must be a whole number >= 1"
 
 
+def test_batch_lines_are_ranked_as_the_command_line_or_the_line_says(run, demo):
+    """--rank (like -k and --mode) is the default of the batch's lines; a line may name its own."""
+    lines = (b'{"id": "given", "query": "which database does Kestrel use"}\n'
+             b'{"id": "own", "query": "which database does Kestrel use", "rank": "pipeline"}\n')
+    done = run("search", "--batch", "-", "--rank", "mera", "--explain", input=lines, store=demo.root,
+               env={"MEMCTL_NOW": NOW})
+    assert done.returncode == 0, done.stderr
+    given, own = (orjson.loads(line) for line in done.stdout.splitlines())
+    assert given["results"] and all("mera" in r["explain"] for r in given["results"])
+    assert own["results"] and not any("mera" in r["explain"] for r in own["results"])
+    bad = run("search", "--batch", "-", input=b'{"query": "x", "rank": "best"}\n', store=demo.root)
+    assert bad.returncode == 2
+    assert bad.stderr.decode().strip() == "memctl: error: <stdin>:1: field 'rank': must be one of pipeline, mera"
+
+
 def test_an_unknown_model_name_is_one_line_naming_the_known_ones(run_process, demo):
     # A real process: the known models are the ones memctl registers, without the tests' fake.
     (demo.root / "memctl.toml").write_text('[embedding]\nmodel = "minilm-l12"\n')

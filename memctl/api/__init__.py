@@ -188,13 +188,15 @@ class Memory:
 
     def search_batch(self, data: bytes | str, *, source: str = "<input>", **defaults: Any) -> list[Answer]:
         """Many queries, one JSON object a line (`memctl search --batch`); every line is checked
-        before any runs. `defaults` are search()'s filter keywords for lines that name none."""
+        before any runs. `defaults` are search()'s keywords (k, mode, min_score, rank, filters) for
+        lines that name none."""
         from memctl.search.queries import parse_batch
 
         if isinstance(data, str):
             data = data.encode()
         options = {"k": defaults.pop("k", 10), "mode": defaults.pop("mode", "hybrid"),
-                   "min_score": defaults.pop("min_score", None), "filters": self.filters(**defaults)}
+                   "min_score": defaults.pop("min_score", None), "rank": defaults.pop("rank", "pipeline"),
+                   "filters": self.filters(**defaults)}
         queries, ids = parse_batch(data, source, default=options)
         return [Answer(query_id, results) for query_id, results in zip(ids, self._retrieve(queries))]
 

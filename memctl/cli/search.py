@@ -14,8 +14,8 @@ from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
 @click.argument("query", required=False)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a result (JSON lines); schema below.")
 @click.option("--batch", "batch", metavar="FILE|-", help='Many queries, one JSON object a line: {"id", "query", '
-              '"k"?, "mode"?, "kind"?, "scope"?, "section"?, "source"?, "tool"?, "agent"?, "since"?, '
-              '"until"?}.')
+              '"k"?, "mode"?, "rank"?, "min_score"?, "kind"?, "scope"?, "section"?, "source"?, "session"?, '
+              '"tool"?, "agent"?, "since"?, "until"?}; the options given are the defaults of lines that name none.')
 @click_options(SEARCH)
 @click.option("--plan", "plan_message", metavar="MESSAGE", help="Search the sections `memctl state plan "
               "MESSAGE` picks; QUERY defaults to MESSAGE.")
@@ -63,7 +63,6 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
     if history_id:
         _print_history(memory, history_id, as_json)
         return
-    rank = declared.pop("rank")  # a batch line is ranked by the pipeline: its lines name no rank
     if batch:
         if query or plan_message:
             raise click.UsageError("give either QUERY or --batch, not both")
@@ -80,7 +79,7 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
             sys.exit(EXIT_NOTHING)
         _print_layered(memory, query, declared["scope"], budget, as_json)
         return
-    found = memory.search(query, rank=rank, plan=plan_message, adaptive=adaptive, **declared)
+    found = memory.search(query, plan=plan_message, adaptive=adaptive, **declared)
     if found.skipped:
         say(f"memctl: {found.skipped}")
     if as_json:

@@ -8,10 +8,10 @@ from typing import Any
 from memctl import clock
 from memctl.errors import InputError
 from memctl.index.filters import Filters
-from memctl.search.search import MODES, Query
+from memctl.search.search import MODES, RANKS, Query
 
 _BATCH_KEYS = {"id", "query", "k", "mode", "kind", "scope", "section", "source", "session", "since", "until",
-               "min_score", "tool", "agent"}
+               "min_score", "rank", "tool", "agent"}
 _KINDS = ("memory", "message", "log", "topic")
 
 
@@ -71,6 +71,10 @@ def parse_batch(data: bytes, source: str, default: dict[str, Any]) -> tuple[list
             if item["mode"] not in MODES:
                 raise InputError(f"must be one of {', '.join(MODES)}", source=source, line=line, field="mode")
             options["mode"] = item["mode"]
+        if "rank" in item:
+            if item["rank"] not in RANKS:
+                raise InputError(f"must be one of {', '.join(RANKS)}", source=source, line=line, field="rank")
+            options["rank"] = item["rank"]
         if "min_score" in item:
             if not isinstance(item["min_score"], (int, float)) or isinstance(item["min_score"], bool):
                 raise InputError("must be a number", source=source, line=line, field="min_score")

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from memctl.index import lexical
 
 MODES = ("hybrid", "bm25", "vector")
+RANKS = ("pipeline", "mera")
 # The results an agent reads first: the newer fact is settled among these whatever k is, so a
 # search for 50 orders its first 10 as a search for 10 does (the benches ask for 50).
 FIRST_PAGE = 10
@@ -108,13 +109,15 @@ class Query:
     mode: str = "hybrid"
     filters: Filters = field(default_factory=Filters)
     min_score: float | None = None  # None: the subject test and [retrieval] hard_min_score
-    rank: str = "pipeline"          # pipeline: the P3 stages; mera: G4 retrieval_score
+    rank: str = "pipeline"          # one of RANKS: pipeline, the P3 stages; mera, G4 retrieval_score
     neighbours: bool = True         # False: no neighbours stage (a caller that sums a run's hits itself)
 
     def __post_init__(self):
         # Tantivy takes the limit as a 32-bit count: 1e20 overflowed it.
         if not 1 <= self.k <= MAX_RESULTS:
             raise InputError(f"must be a whole number from 1 to {MAX_RESULTS}, got {self.k}", source="-k", field="k")
+        if self.rank not in RANKS:
+            raise InputError(f"must be one of {', '.join(RANKS)}, got {self.rank!r}", source="--rank", field="rank")
         if self.min_score is not None and not math.isfinite(self.min_score):
             raise InputError(f"must be a finite number, got {self.min_score}", source="--min-score",
                              field="min_score")
