@@ -125,8 +125,12 @@ def test_plain_cli_does_not_import_the_sdk():
     assert out.stdout.strip() == "False"
 
 
-def test_cache_tools_share_a_call_between_agents(store_dir):
+def test_cache_tools_share_a_call_between_agents(store_dir, run):
     call = {"scope": "debate-7", "tool": "quote", "args": {"symbol": "2330"}}
+    # Another agent stored a call through the command line, its arguments written otherwise.
+    stored = run("cache", "put", "--scope", "debate-7", "--tool", "news", "--args", '{"q": " TSMC  earnings", "n": 5.0}',
+                 input=b"TSMC beats estimates")
+    assert stored.returncode == 0, stored.stderr
 
     async def body(session):
         miss = payload(await session.call_tool("cache_get", call))
@@ -134,15 +138,18 @@ def test_cache_tools_share_a_call_between_agents(store_dir):
                                                             "agent": "pro"}))
         hit = payload(await session.call_tool("cache_get", call))
         other = payload(await session.call_tool("cache_get", {**call, "args": {"symbol": "3444"}}))
+        from_cli = payload(await session.call_tool("cache_get", {"scope": "debate-7", "tool": "news",
+                                                                 "args": {"n": 5.0, "q": "TSMC   earnings "}}))
         stats = payload(await session.call_tool("cache_stats", {"scope": "debate-7"}))
-        return miss, put, hit, other, stats
+        return miss, put, hit, other, from_cli, stats
 
-    miss, put, hit, other, stats = anyio.run(session_run, store_dir, body)
+    miss, put, hit, other, from_cli, stats = anyio.run(session_run, store_dir, body)
     assert miss == {"hit": False, "entry": None} and other["hit"] is False
     assert hit["hit"] is True and hit["entry"]["output"] == "2330 TSMC: close 1032 TWD"
     assert hit["entry"]["id"] == put["entry"]["id"] and hit["entry"]["agent"] == "pro"
-    (row,) = stats["stats"]
-    assert (row["tool"], row["hits"], row["misses"]) == ("quote", 1, 2)
+    assert from_cli["hit"] is True and from_cli["entry"]["output"] == "TSMC beats estimates"
+    rows = {row["tool"]: row for row in stats["stats"]}
+    assert (rows["quote"]["hits"], rows["quote"]["misses"]) == (1, 2)
 
 
 def test_context_and_topic_tools_through_the_server(store_dir, run):
