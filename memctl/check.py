@@ -160,6 +160,7 @@ def _check_topics(store: Store, problems: list[Problem]) -> None:
                 if first != rel and "/archived/" not in rel + first:
                     problems.append(Problem(rel, number, f"message '{record['id']}' is also in {first}: "
                                             "a message belongs to one topic", "duplicate-id"))
+    links = []
     for name in (topicfile.LINKS, topicfile.TIME_INDEX):
         path = store.path("topics", name)
         for number, record in _jsonl(store, path, problems, "an index line"):
@@ -167,6 +168,9 @@ def _check_topics(store: Store, problems: list[Problem]) -> None:
             if problem:
                 problems.append(Problem(store.relative(path), number, f"field '{problem[0]}': {problem[1]}",
                                         "field"))
+            elif name == topicfile.LINKS:
+                links.append((number, record))
+    _check_topic_links(store, links, {path.stem for path in paths}, problems)
     for _ in _jsonl(store, store.path("topics", LOG), problems, "a log event"):
         pass
     try:
@@ -182,6 +186,22 @@ def _check_topics(store: Store, problems: list[Problem]) -> None:
             if not ok:
                 problems.append(Problem(AUTO_SUMMARIES, number, f"field '{key}': wrong type", "field"))
                 break
+
+
+def _check_topic_links(store: Store, links: list[tuple[int, dict]], topics: set[str],
+                       problems: list[Problem]) -> None:
+    """A link whose end is no topic: neither a topic file (live or archived) nor a topic merged
+    into another (its file goes by design; `Memory.topic(old)` follows the link). Such a link was
+    left by a topic file deleted by hand: `topics show` names a topic it cannot open."""
+    from memctl.store import topicfile
+
+    merged = {record["from"] for _, record in links if record["kind"] == "merged-into"}
+    rel = store.relative(store.path("topics", topicfile.LINKS))
+    for number, record in links:
+        for end in ("from", "to"):
+            if record[end] not in topics and record[end] not in merged:
+                problems.append(Problem(rel, number, f"field '{end}': no topic {record[end]} (its file is gone)",
+                                        "dangling-link", "warning"))
 
 
 def _check_cache(store: Store, problems: list[Problem]) -> None:

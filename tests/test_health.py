@@ -231,3 +231,22 @@ def test_health_reports_what_other_commands_reject(run, demo, file, content, rej
     result = run("health", "check")
     assert result.returncode == 1
     assert any(line.startswith(expected) for line in result.stdout.decode().splitlines()), result.stdout
+
+
+def test_a_topic_link_to_no_topic_is_a_warning_a_merged_topics_link_is_not(run, store_dir):
+    from test_topics import HOTEL, WEATHER, session_lines
+
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL))
+    assert run("split", "--session", "s1", "--force", "--keep-recent", "0").returncode == 0
+    first, second = sorted(p.stem for p in (store_dir / "topics").glob("t-*.jsonl"))[:2]
+    # As review daily leaves them: a related pair, and the link of a topic merged into another (its file gone).
+    links = [{"from": first, "to": second, "kind": "related", "at": "2026-11-20T00:00:00Z"},
+             {"from": "t-merged0001", "to": first, "kind": "merged-into", "at": "2026-11-20T00:00:00Z"}]
+    (store_dir / "topics" / "links.jsonl").write_bytes(b"".join(orjson.dumps(link) + b"\n" for link in links))
+    (store_dir / "topics" / "links.jsonl").chmod(0o600)  # as memctl writes it
+    assert problems(run) == (0, [])
+    (store_dir / "topics" / f"{second}.jsonl").unlink()  # deleted by hand
+    code, found = problems(run)
+    assert code == 0
+    assert [(p["file"], p["line"], p["code"], p["severity"], p["message"]) for p in found] == [
+        ("topics/links.jsonl", 1, "dangling-link", "warning", f"field 'to': no topic {second} (its file is gone)")]
