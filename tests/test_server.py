@@ -329,3 +329,20 @@ def test_ctrl_c_stops_the_command_in_the_server_as_in_process(servers, tmp_path)
     assert outcomes[0] == outcomes[1]
     after = status(servers, store)
     assert after is not None and not after["running"]  # the server lives on, idle
+
+
+def test_the_client_knows_every_option_of_the_command_line_before_the_command():
+    """The client parses the options before the command itself (it must not import click): an
+    option it does not know sends the call in-process, the server silently unused. A new top-level
+    option fails here until store_of() learns it."""
+    from memctl.server.client import store_of
+
+    for param in cli.params:
+        if param.name in ("version", "help") or not param.opts:
+            continue
+        for opt in param.opts:
+            argv = [opt] if getattr(param, "is_flag", False) else [opt, "somewhere"]
+            assert store_of([*argv, "search", "kestrel"]) is not None, opt
+    assert store_of(["--store", "s", "search", "kestrel"]) == ("search", "s")
+    assert store_of(["--store=s", "-q", "index"]) == ("index", "s")
+    assert store_of(["--store", "s", "server", "status"]) is None and store_of(["--version"]) is None
