@@ -305,6 +305,13 @@ class Conversations:
         self.memory.ingest(b"\n".join(lines), fmt="jsonl", scope=OWNERS[owner])
         self.ingested.add(session)
 
+    def note(self, owner: str, subject: int, core: bool) -> None:
+        """A memory of the owner's scope (a core rule, perhaps) on a subject every scope talks about."""
+        self.count += 1
+        note = {"text": f"{SUBJECTS[subject][1]} Note zq{owner}{self.count}.", "section": "Notes",
+                "scope": OWNERS[owner], "is_core": core}
+        self.memory.ingest(orjson.dumps(note), fmt="jsonl", kind="memory", allow_conflict=True)
+
     def only_own(self, owner: str, shown: str, what: str) -> None:
         assert owners_in(shown) <= {owner}, f"{what} for {owner} shows {owners_in(shown) - {owner}}:\n{shown}"
 
@@ -320,6 +327,7 @@ class Conversations:
 OWNER = st.sampled_from(sorted(OWNERS))
 CALLS = st.one_of(
     st.tuples(st.just("ingest"), OWNER, st.integers(0, 1), st.integers(0, 2), st.integers(1, 6)),
+    st.tuples(st.just("note"), st.sampled_from(["alice", "bob"]), st.integers(0, 2), st.booleans()),
     st.tuples(st.just("split"), OWNER, st.integers(0, 1), st.integers(0, 3)),
     st.tuples(st.just("context"), OWNER, st.integers(0, 1), st.integers(0, 2), st.booleans(), st.booleans()),
     st.tuples(st.just("activate"), OWNER, st.integers(0, 1), st.integers(0, 2)),
@@ -344,6 +352,8 @@ def test_no_call_of_one_scope_returns_another_scopes_text(tmp_path_factory, call
         session = SESSIONS[owner][call[2] % len(SESSIONS[owner])] if len(call) > 2 else None
         if name == "ingest":
             conversations.ingest(owner, session, call[3], call[4])
+        elif name == "note":
+            conversations.note(owner, call[2], call[3])
         elif session is not None and session not in conversations.ingested:
             continue
         elif name == "split":
@@ -365,7 +375,7 @@ def test_no_call_of_one_scope_returns_another_scopes_text(tmp_path_factory, call
                 conversations.only_own(owner, json.dumps([shown.header, shown.messages]), "topics show")
         elif name == "search":
             shared = {owner, "open"}  # a scope's search also finds global messages (G7: global is shared)
-            for result in memory.search(SUBJECTS[call[2]][2], scope=OWNERS[owner], kinds=("message", "topic")):
+            for result in memory.search(SUBJECTS[call[2]][2], scope=OWNERS[owner]):  # memories too
                 assert owners_in(result.text) <= shared, f"search for {owner}: {result.text}"
         elif name == "review":
             memory.review.daily()
