@@ -292,7 +292,7 @@ def _json_args(args: Any) -> Any:
     from memctl.cache import canonical
     from memctl.cache.keys import check_args
 
-    return canonical(check_args(args, "args"))
+    return canonical(check_args(args))
 
 
 @tool("cache_search", f"""
