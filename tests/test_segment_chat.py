@@ -1,6 +1,7 @@
-"""The built-in split on open chit-chat (issue 22, TIAGE-like): both people open subjects, nobody
-announces a change, and a closed question that leans on nothing ("do you like cooking?") is how a
-new subject is offered. Through `memctl split` in process, with the fake embedder."""
+"""The built-in split on open chat where both people open subjects and nobody announces a change
+(issue 22): a closed question that leans on nothing ("do you like cooking?") offers a new subject;
+a Chinese message that brings in a new subject by way of the old one ("而且它边上就是…") stays with
+the old one. Through `memctl split` in process, with the fake embedder."""
 
 from __future__ import annotations
 
@@ -39,3 +40,19 @@ def test_which_questions_offer_a_subject(text, offers):
     from memctl.topics.segment import _offers_subject
 
     assert _offers_subject(text) is offers
+
+
+MUSEUM = ["你知道朱炳仁艺术博物馆吗？", "知道，朱炳仁艺术博物馆在北京，是一家铜艺博物馆。",
+          "参观这个博物馆需要门票吗？", "博物馆不需要门票，免费开放。",
+          "那博物馆的开放时间是什么时候？", "博物馆十点到十八点开放。"]
+ART = ["挺好这个时间，而且它边上就是七九八艺术区，可以逛逛。",
+       "七九八艺术区不错，艺术区是文艺青年聚集的地方。", "艺术区的建筑新锐时尚，艺术区设计感十足。",
+       "艺术区要玩多久？", "艺术区可以玩半天到一天。"]
+
+
+def test_a_chinese_message_pointing_back_stays_with_the_subject_it_points_to(run, store_dir):
+    # "它" (it: the museum) ties the first mention of the art district to the museum; by its words
+    # alone it is closer to the district, where the cut fell before the rule.
+    topics = topics_of(run, MUSEUM + ART)
+    assert len(set(topics[:7])) == 1 and len(set(topics[7:])) == 1
+    assert topics[0] != topics[7]

@@ -22,7 +22,8 @@ Two kinds of conversation, told apart by how many people speak:
   messages: neighbours merge, most similar first (average linkage,
   contiguous, with a bonus for being near, never into an announced switch or
   return, less readily into a closed question offering a new subject: "do you
-  like cooking?"), and a later block whose subject came back rejoins the earlier
+  like cooking?"; a message pointing back, "而且它边上…", stays with the block
+  before), and a later block whose subject came back rejoins the earlier
   cluster (an announced return, the likeliest). Each
   cluster is then matched against the topics of earlier splits: close enough
   to one, it returns there; otherwise it opens a new topic.
@@ -322,6 +323,7 @@ def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf, embed, 
         openings = [_opening(text) for text in texts]
         announced = {i for i, opening in enumerate(openings) if opening in (SWITCH, RETURN)}
         blocks = _merged_blocks(sim, settings, [(i, i + 1) for i in range(n)], announced)
+        blocks = _pointing_back_stays(blocks, texts, announced)
         clusters = _rejoined(sim, blocks, settings, {i for i in announced if openings[i] == RETURN})
     existing = list(topics)
     keys = [""] * n
@@ -416,6 +418,7 @@ class Rules:
     request_words: frozenset
     thanks: frozenset
     closing: re.Pattern
+    points_back: re.Pattern     # anywhere in a message, where a reply does not lean back first (Chinese)
     name_or_number: re.Pattern
 
 
@@ -625,6 +628,21 @@ def _merged_blocks(sim: np.ndarray, settings: Settings, blocks: list[tuple[int, 
             scores[k] = link(blocks[k], blocks[k + 1])
         if k > 0:
             scores[k - 1] = link(blocks[k - 1], blocks[k])
+    return blocks
+
+
+def _pointing_back_stays(blocks: list[tuple[int, int]], texts: list[str],
+                         announced: set[int]) -> list[tuple[int, int]]:
+    """A block that would begin with a message pointing back anywhere in it ("挺好，而且它边上就是798艺术区":
+    "it" is the subject before; rules' points_back) begins after it: the message that brings in a
+    new subject by way of the old one stays with the old one. Not an announced switch or return, nor
+    a closed question offering a subject (_offers_subject), and a block keeps at least one message."""
+    points_back = _rules().points_back
+    for k in range(len(blocks) - 1):
+        (start, _), (first, end) = blocks[k], blocks[k + 1]
+        text = texts[first]
+        if end - first > 1 and first not in announced and points_back.search(text) and not _offers_subject(text):
+            blocks[k], blocks[k + 1] = (start, first + 1), (first + 1, end)
     return blocks
 
 
