@@ -56,3 +56,17 @@ def test_a_chinese_message_pointing_back_stays_with_the_subject_it_points_to(run
     topics = topics_of(run, MUSEUM + ART)
     assert len(set(topics[:7])) == 1 and len(set(topics[7:])) == 1
     assert topics[0] != topics[7]
+
+
+def test_a_block_much_shorter_than_the_others_joins_the_neighbour_it_is_more_like():
+    import numpy as np
+
+    from memctl.topics.segment import _short_blocks_folded
+
+    sim = np.zeros((10, 10))
+    sim[5, 6:] = sim[6:, 5] = 1.0  # the lone message 5 is like the block after it
+    blocks = [(0, 5), (5, 6), (6, 10)]
+    assert _short_blocks_folded(sim, list(blocks), set(), 0.4) == [(0, 5), (5, 10)]
+    assert _short_blocks_folded(sim, list(blocks), {6}, 0.4) == [(0, 6), (6, 10)]  # never into an announcement
+    assert _short_blocks_folded(sim, list(blocks), {5}, 0.4) == blocks               # an announcement stays
+    assert _short_blocks_folded(sim, list(blocks), set(), 0.0) == blocks
