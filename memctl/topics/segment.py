@@ -425,7 +425,7 @@ class Rules:
     request_words: frozenset
     thanks: frozenset
     closing: re.Pattern
-    points_back: re.Pattern     # anywhere in a message, where a reply does not lean back first (Chinese)
+    points_back: re.Pattern     # words pointing back wherever they stand (Chinese; _pointing_back_stays)
     name_or_number: re.Pattern
 
 
