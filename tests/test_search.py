@@ -83,6 +83,43 @@ def test_with_minilm_alone_chinese_queries_lean_on_bm25(demo):
     assert chinese[0].explain["vector_weight"] == 0 and chinese[0].explain["bm25_weight"] == 1
 
 
+# Every character of each query is written differently in the other script: read as written,
+# BM25 finds no term of it in the memory.
+@pytest.mark.parametrize("memory, query", [("会议纪要：数据库迁移推迟到下周", "會議紀要"),
+                                           ("會議紀要：資料庫遷移延後到下週", "会议纪要")])
+def test_a_query_in_one_chinese_script_finds_a_memory_in_the_other(tmp_path, memory, query):
+    store = Store(tmp_path / "s")
+    notes(store, {"id": "mem-minutes", "text": memory}, {"id": "mem-lunch", "text": "周五中午在面馆聚餐"})
+    assert ids(find(store, query, mode="bm25")) == ["mem-minutes"]
+    assert ids(find(store, query))[0] == "mem-minutes"
+
+
+def test_an_index_of_another_lexical_version_gets_its_terms_anew_and_no_vector(tmp_path, monkeypatch):
+    from memctl.index import index as index_module
+    from memctl.index import lexical
+
+    store = Store(tmp_path / "s")
+    notes(store, {"id": "mem-minutes", "text": "會議紀要：資料庫遷移延後到下週"})
+    monkeypatch.setattr(lexical, "simplified", lambda text: text)  # terms as the version before made them
+    Index(store).update()
+    manifest = store.index_dir / "manifest.json"
+    manifest.write_bytes(orjson.dumps({**orjson.loads(manifest.read_bytes()), "lexical": 1}))
+    monkeypatch.undo()
+    report = Index(store).update()
+    assert report.embedded == 0 and not report.rebuilt
+    assert orjson.loads(manifest.read_bytes())["lexical"] == index_module.LEXICAL
+    assert ids(find(store, "会议纪要", mode="bm25")) == ["mem-minutes"]
+
+
+def test_a_query_of_several_lines_is_read_by_its_closest_line_and_as_a_whole(tmp_path):
+    store = Store(tmp_path / "s")
+    notes(store, {"id": "mem-one-line", "text": "boiler serviced monday"},
+          {"id": "mem-whole-talk", "text": "the plumber came on monday, serviced the boiler and fixed the sink too"})
+    query = "the boiler was serviced on monday\nthe plumber came\nhe fixed the sink too"
+    # the closest line alone put the memory of one line first (fake embedder: 0.76 against 0.70)
+    assert ids(find(store, query, mode="vector", min_score=0)) == ["mem-whole-talk", "mem-one-line"]
+
+
 @pytest.mark.parametrize("query", ['Kestrel:database', '"unbalanced quote', "AND", "schema AND OR NOT (",
                                    "tenant*", "+PostgreSQL -MySQL", "\\", "[]{}^~"])
 def test_query_syntax_is_just_words(demo, query):

@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 
 FORMAT = 4  # 2: units carry tool, agent, cache_scope (H4); 3: stamps with inodes, the model named by content;
             # 4: BM25 reads a message with the turn before it; units name that turn (context_id)
+# What BM25's terms are made of (lexical.py): an index of another version has its Tantivy
+# part written anew from the units at the next update, no text embedded again.
+# 2: Traditional characters read as Simplified.
+LEXICAL = 2
 _TABLE = "units"
 _COLUMNS = {"row": int, "id": str, "digest": str, "embed_digest": str, "kind": str, "record_id": str,
             "source": str, "section": str, "session": str, "scope": str, "status": str, "ts_epoch": float,
@@ -123,7 +127,8 @@ class Index:
     def _fresh(self, stamps: dict[str, list[int]]) -> bool:
         manifest = self.manifest()
         return bool(manifest and manifest.get("format") == FORMAT and manifest.get("stamps") == stamps
-                    and manifest.get("embedding") == self._embedding_settings())
+                    and manifest.get("embedding") == self._embedding_settings()
+                    and manifest.get("lexical", 1) == LEXICAL)
 
     def _embedding_settings(self) -> dict:
         """The settings that change what is embedded: a change means re-indexing."""
@@ -178,6 +183,8 @@ class Index:
                 if path.name != ".lock":
                     shutil.rmtree(path) if path.is_dir() else path.unlink()
             return UpdateReport(reason=f"removed ({reason}); the next search builds it")
+        # every unit's terms anew, in Tantivy written anew, when they were made another way
+        scrub = scrub or (table is not None and table.manifest.get("lexical", 1) != LEXICAL)
         try:
             reading = self._read(table, stamps, whole=scrub)
             change = _Change.between(reading.old, reading.units)
@@ -202,7 +209,7 @@ class Index:
             if table is not None:
                 table.close()
         atomic_write(self.dir / "manifest.json", orjson.dumps({
-            "format": FORMAT, "model": model.identity, "embedding": self._embedding_settings(),
+            "format": FORMAT, "lexical": LEXICAL, "model": model.identity, "embedding": self._embedding_settings(),
             "units": report.units, "stamps": stamps, "shared_ids": reading.shared_ids,
             "updated_at": clock.format_ts(clock.now())}))
         return report
