@@ -52,7 +52,7 @@ _COLUMNS = {"row": int, "id": str, "digest": str, "embed_digest": str, "kind": s
 # the whole table (50,000 units: 33 -> 11 ms). Tables written before it get it at their next update.
 _INDEXED = (("id", True), ("embed_digest", False), ("source", False), ("record_id", False), ("status", False),
             ("context_id", False))
-_CHUNK = 500  # SQLite parameters a statement
+CHUNK = 500  # SQLite parameters a statement (select_in; search walks its chunks the same way)
 
 
 class IndexCorrupt(Exception):
@@ -585,8 +585,8 @@ class _Table:
         """Delete and insert rows in one SQLite transaction; readers see before or after."""
         with self.conn:
             _create_indexes(self.conn)
-            for start in range(0, len(gone), _CHUNK):
-                chunk = gone[start:start + _CHUNK]
+            for start in range(0, len(gone), CHUNK):
+                chunk = gone[start:start + CHUNK]
                 self.conn.execute(f"DELETE FROM {_TABLE} WHERE id IN ({', '.join('?' * len(chunk))})", chunk)
             _insert(self.conn, records)
 
@@ -638,10 +638,10 @@ def _refuse_links(store: Store, folder: Path) -> None:
 
 def select_in(conn: sqlite3.Connection, columns: str, key: str, values: list, where: Iterable[str] = (),
               params: Iterable[Any] = ()) -> Iterator[tuple]:
-    """`SELECT columns FROM units WHERE key IN values [AND where]`, _CHUNK values a statement
+    """`SELECT columns FROM units WHERE key IN values [AND where]`, CHUNK values a statement
     (the table's reader here and the search's)."""
-    for start in range(0, len(values), _CHUNK):
-        chunk = values[start:start + _CHUNK]
+    for start in range(0, len(values), CHUNK):
+        chunk = values[start:start + CHUNK]
         sql = f"SELECT {columns} FROM {_TABLE} WHERE " + " AND ".join(
             [f"{key} IN ({', '.join('?' * len(chunk))})", *where])
         yield from conn.execute(sql, [*chunk, *params])
