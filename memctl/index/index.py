@@ -104,9 +104,10 @@ class Index:
     # -- freshness -------------------------------------------------------------
     def stamps(self) -> dict[str, list[int]]:
         out = {}
-        for path in self.store.source_files():
-            stat = os.stat(path)
-            out[self.store.relative(path)] = [stat.st_size, stat.st_mtime_ns, stat.st_ino]
+        root = os.fspath(self.store.root)
+        for name in self.store.source_names():
+            stat = os.stat(os.path.join(root, name))
+            out[name] = [stat.st_size, stat.st_mtime_ns, stat.st_ino]
         return out
 
     def manifest(self) -> dict | None:
