@@ -239,7 +239,11 @@ class Searcher:
         if len(vectors) == 0:
             return {}
         if len(query_vectors) == 1:  # one line: a matrix-vector product, not a product and a max
-            scores = np.asarray(vectors @ query_vectors[0], dtype=np.float32)
+            # Over the columns the query fills only: a routed model's query fills one model's part
+            # (MiniLM's 384 of 896), and the product reads the vectors from memory at ~10 GB/s.
+            filled = np.flatnonzero(query_vectors[0])
+            columns = slice(filled[0], filled[-1] + 1) if filled.size else slice(0, 0)
+            scores = np.asarray(vectors[:, columns] @ query_vectors[0, columns], dtype=np.float32)
         else:
             scores = np.asarray(vectors @ query_vectors.T, dtype=np.float32).max(axis=1)
         mask = self._mask(filters, len(scores))
@@ -513,11 +517,14 @@ class Searcher:
             if not rare:
                 continue
             at = results.index(older)
+            pull = cfg.newer_pull_share * older.explain["relevance"]
             for place, newer in enumerate(results[at + 1:], at + 1):
+                # The cheap test first: it passes over most of ~400 candidates (6k store: 1.8 ms
+                # a search with _later first, 2026-11-24).
+                if place >= page and newer.explain["relevance"] < pull:
+                    continue  # from below the page, only a statement about as relevant as the one it updates
                 if id(newer) in moved or not _later(newer, older):
                     continue
-                if place >= page and newer.explain["relevance"] < cfg.newer_pull_share * older.explain["relevance"]:
-                    continue  # from below the page, only a statement about as relevant as the one it updates
                 if id(newer) not in words_of:
                     words_of[id(newer)] = lexical.content_terms(newer.text)
                 shared = sorted(rare & words_of[id(newer)])
