@@ -411,7 +411,8 @@ class Searcher:
         for result in results:
             if result.kind != "message":
                 continue
-            best = max(fused.get((result.source, result.lines[0] + step), 0.0) for step in (-1, 1))
+            line = result.lines[0]
+            best = max(fused.get((result.source, line - 1), 0.0), fused.get((result.source, line + 1), 0.0))
             bonus = weight * max(0.0, best - result.score)
             result.score += bonus
             result.explain["neighbours_bonus"] = bonus
