@@ -12,6 +12,9 @@ Searches, in one process through `Memory` with the default settings and the cloc
   - QUESTIONS LoCoMo dev questions spread over all conversations, hybrid, k=10,
   - the same questions' first 100 with --mode vector k=3 and --mode bm25 k=10,
   - 20 Chinese MADial queries (the other embedding route), hybrid k=10,
+  - with --madial DIR, MADial's dev dialogues against its memories (notes with scopes, built in
+    DIR once, as bench/retrieval.py builds them): the scope and kind filters, memories' fields,
+    queries of many lines,
 and saves or compares each result's id, score and every --explain number (to 1e-6), in
 order. Exits 1 with the first differences when the two disagree.
 """
@@ -51,7 +54,24 @@ def chinese(data: Path, count: int) -> list[str]:
     return found
 
 
-def run(store: str, data: Path, count: int, checkout: Path) -> dict[str, list]:
+def madial(memory_class, store: Path, data: Path) -> list[tuple[str, dict]]:
+    """The MADial memory store (built in `store` the first time) and its dev dialogues as
+    (query, filters) pairs, as bench/retrieval.py asks them."""
+    if not store.exists():
+        notes = [{"id": f"madial-{m['id']}", "text": m["event"], "section": m["scene"],
+                  "scope": f"project:user-{m['user-id']}", "created_at": m["time"] + "T12:00:00Z",
+                  "memory_class": "episodic"}
+                 for line in (data / "madial_zh_memory.jsonl").read_text().splitlines()
+                 for m in json.loads(line).values()]
+        made = memory_class(str(store))
+        made.ingest(b"".join(orjson.dumps(n) + b"\n" for n in notes), kind="memory", keep_noise=True, fmt="jsonl")
+        made.index()
+    dialogues = [json.loads(line) for line in (data / "madial_zh_dialogues_dev.jsonl").read_text().splitlines()]
+    return [("".join(d["dialogue"][:d["test-turn"][0]]), {"scope": f"project:user-{d['user-id']}", "kinds": ("memory",)})
+            for d in dialogues]
+
+
+def run(store: str, data: Path, count: int, checkout: Path, madial_store: Path | None = None) -> dict[str, list]:
     sys.path.insert(0, str(checkout))
     from memctl import Memory
 
@@ -67,6 +87,11 @@ def run(store: str, data: Path, count: int, checkout: Path) -> dict[str, list]:
         for text in texts:
             found = memory.search(text, k=k, mode=mode)
             out[f"{mode} k={k}: {text}"] = [result.as_dict(explain=True) for result in found]
+    if madial_store is not None:
+        notes = Memory(str(madial_store))
+        for text, filters in madial(Memory, madial_store, data):
+            found = notes.search(text, k=10, **filters)
+            out[f"madial {filters['scope']}: {text}"] = [result.as_dict(explain=True) for result in found]
     return out
 
 
@@ -110,13 +135,14 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--questions", type=int, default=300)
     parser.add_argument("--checkout", type=Path, default=REPO, help="the memctl checkout to search with")
+    parser.add_argument("--madial", type=Path, help="also MADial's memories, a store built here once")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--save", type=Path)
     what.add_argument("--against", type=Path)
     args = parser.parse_args()
     os.environ.setdefault("MEMCTL_NOW", "2026-11-24T00:00:00Z")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    found = run(args.store, args.data, args.questions, args.checkout)
+    found = run(args.store, args.data, args.questions, args.checkout, args.madial)
     searches, results = len(found), sum(map(len, found.values()))
     if args.save:
         args.save.write_bytes(orjson.dumps(found))
