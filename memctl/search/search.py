@@ -149,6 +149,7 @@ class Searcher:
         self._by_row: dict[int, dict | None] = {}
         self._by_id: dict[str, dict | None] = {}
         self._replies_of: dict[str, tuple[int, ...]] = {}
+        self._units_of: dict[str, tuple[dict, ...]] = {}  # record id -> its units (_turns_before)
 
     # -- the pieces, loaded only when a query needs them -------------------------
     @property
@@ -276,9 +277,23 @@ class Searcher:
         filters admit them and they are not candidates already."""
         have = {row["record_id"] for row in rows}
         wanted = sorted({row["context_id"] for row in rows if row["row"] in cosines and row["context_id"]} - have)
-        where, params = filters.sql_where()
-        return [dict(zip(_FIELDS, values))
-                for values in select_in(self.db, ", ".join(_FIELDS), "record_id", wanted, where, params)]
+        if filters.sources:  # SQLite may walk its source index then: its order, from SQLite
+            where, params = filters.sql_where()
+            return [dict(zip(_FIELDS, values))
+                    for values in select_in(self.db, ", ".join(_FIELDS), "record_id", wanted, where, params)]
+        # The filter's rows are its mask (_mask); the units, by record and row as SQLite walked its
+        # record_id index, kept while the index is open (0.8 ms of a warm 6k search, 2026-11-24).
+        missing = [record_id for record_id in wanted if record_id not in self._units_of]
+        found: dict[str, list[dict]] = {}
+        for values in select_in(self.db, ", ".join(_FIELDS), "record_id", missing):
+            unit = dict(zip(_FIELDS, values))
+            self._by_row[unit["row"]] = self._by_id[unit["id"]] = unit
+            found.setdefault(unit["record_id"], []).append(unit)
+        for record_id in missing:
+            self._units_of[record_id] = tuple(sorted(found.get(record_id, ()), key=lambda unit: unit["row"]))
+        mask = self._mask(filters, len(self.vectors))
+        return [unit for record_id in wanted for unit in self._units_of[record_id]
+                if mask is None or mask[unit["row"]] == 0]
 
     def _reply_cosines(self, rows: list[dict], query_vectors) -> dict[str, float]:
         """Record id -> the best cosine of the messages read with it as their turn before.
