@@ -11,7 +11,7 @@ Searches, in one process through `Memory` with the default settings and the cloc
 (MEMCTL_NOW, default 2026-11-24: recency and time decay move scores by ~1e-7 a second):
   - QUESTIONS LoCoMo dev questions spread over all conversations, hybrid, k=10,
   - the same questions' first 100 with --mode vector k=3 and --mode bm25 k=10,
-  - 20 Chinese MADial queries (the other embedding route), hybrid k=10,
+  - up to 20 user lines of MADial's Chinese dialogues (the other embedding route), hybrid k=10,
   - with --madial DIR, MADial's dev dialogues against its memories (notes with scopes, built in
     DIR once, as bench/retrieval.py builds them): the scope and kind filters, memories' fields,
     queries of many lines,
