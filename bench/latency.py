@@ -83,8 +83,10 @@ def turns(data: Path) -> tuple[list[dict], list[str]]:
 
 
 def build_store(store: str, messages: int, data: Path) -> list[str]:
-    """Ingest `messages` LoCoMo turns into `store` and index it; returns the LoCoMo questions."""
+    """Ingest `messages` LoCoMo turns into `store` and index it; returns the LoCoMo questions,
+    also written beside the store (STORE.questions, a line each: what bench/server.py asks)."""
     base, questions = turns(data)
+    Path(store + ".questions").write_text("".join(f"{question}\n" for question in questions))
     lines = []
     for n in range(messages):
         turn = base[n % len(base)]

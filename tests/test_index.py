@@ -4,6 +4,7 @@ the index as a rebuild from scratch would (P2, C3)."""
 from __future__ import annotations
 
 import os
+import pathlib
 import shutil
 import sqlite3
 
@@ -94,6 +95,21 @@ def test_new_messages_read_one_session_and_one_daily_log(store, tmp_path):
     after = table(store)
     assert {k: after[k] for k in before} == before  # every other unit kept its row
     assert_same_as_rebuilt(store, tmp_path)
+
+
+def test_an_update_reads_only_the_changed_files_each_once(store, monkeypatch):
+    chat(store, "beta", 4, 3, day="2026-11-19")
+    read = []
+    real = pathlib.Path.read_bytes
+
+    def reading(path):
+        read.append(store.relative(path))
+        return real(path)
+
+    monkeypatch.setattr(pathlib.Path, "read_bytes", reading)
+    Index(store).update()
+    assert sorted(name for name in read if not name.startswith(".index/")) == [
+        "memory/2026-11-19.md", "sessions/beta.jsonl"]
 
 
 def test_a_rewritten_session_file_updates_exactly_its_changed_message(store, tmp_path):

@@ -231,6 +231,11 @@ class ByScript:
             self._cjk = self._open_cjk()
         return self._cjk
 
+    def warm(self) -> None:
+        """The first model's session opened for many calls (Embedder.warm); the CJK model still
+        opens at the first CJK text."""
+        getattr(self._other, "warm", lambda: None)()
+
     def embed(self, texts: list[str], progress=None) -> np.ndarray:
         """A text takes the route of its last line: the index embeds a message after the turn
         before it, and a Chinese reply to an English turn must be read as Chinese (routed by

@@ -56,7 +56,7 @@ _COLUMNS = {"row": int, "id": str, "digest": str, "embed_digest": str, "kind": s
 # the whole table (50,000 units: 33 -> 11 ms). Tables written before it get it at their next update.
 _INDEXED = (("id", True), ("embed_digest", False), ("source", False), ("record_id", False), ("status", False),
             ("context_id", False))
-_CHUNK = 500  # SQLite parameters a statement
+CHUNK = 500  # SQLite parameters a statement (select_in; search walks its chunks the same way)
 
 
 class IndexCorrupt(Exception):
@@ -108,9 +108,10 @@ class Index:
     # -- freshness -------------------------------------------------------------
     def stamps(self) -> dict[str, list[int]]:
         out = {}
-        for path in self.store.source_files():
-            stat = os.stat(path)
-            out[self.store.relative(path)] = [stat.st_size, stat.st_mtime_ns, stat.st_ino]
+        root = os.fspath(self.store.root)
+        for name in self.store.source_names():
+            stat = os.stat(os.path.join(root, name))
+            out[name] = [stat.st_size, stat.st_mtime_ns, stat.st_ino]
         return out
 
     def manifest(self) -> dict | None:
@@ -196,7 +197,7 @@ class Index:
             # waiting for a dozen fsyncs (20 units, 6,000-unit index, a shared disk: 115-145 ms
             # wall, 15 ms CPU). It only needs the units' text, and the table, written last,
             # still says what is done.
-            tantivy = _Meanwhile(self._write_tantivy, change.fresh, change.gone, False) \
+            tantivy = _Meanwhile(self._write_tantivy, change.fresh, change.gone, False, table.tantivy) \
                 if not compact and (change.fresh or change.gone) else None
             try:
                 new_vectors, embed_digests = self._vectors_for(change.fresh, table, model, progress, report)
@@ -233,13 +234,13 @@ class Index:
             table = _Table(self.dir / "units.db")
             try:
                 table.check(self.dir / "vectors.npy")
-                self._open_tantivy()
+                tantivy = self._open_tantivy()
             except BaseException:
                 table.close()
                 raise
         except (IndexCorrupt, sqlite3.Error, OSError, ValueError) as exc:
             return None, f"corrupt ({exc})"
-        table.manifest = manifest
+        table.manifest, table.tantivy = manifest, tantivy
         return table, ""
 
     # -- reading ---------------------------------------------------------------
@@ -263,7 +264,7 @@ class Index:
     def _read_files(self, table: _Table, names: set[str]) -> _Reading | None:
         """The units of the named files (and of the daily logs their messages affect); None if
         an id is shared with a file not read."""
-        from memctl.index.units import log_ids, log_units, memory_units, message_units, topic_units
+        from memctl.index.units import log_ids, log_units, memory_units, message_units, read_logs, topic_units
 
         store = self.store
         sessions_prefix = store.relative(store.sessions_dir) + "/"
@@ -284,10 +285,11 @@ class Index:
         # day, 5,000 entries, asked one at a time took 35 ms of every update under cProfile; in
         # one go 9 ms).
         log_paths = self._existing(sorted(logs))
+        entries = read_logs(log_paths)
         outside = set(sessions)
-        skip = now | {record_id for record_id, source in table.message_sources(log_ids(log_paths)).items()
+        skip = now | {record_id for record_id, source in table.message_sources(log_ids(entries)).items()
                       if source not in outside}
-        units += messages + list(log_units(store, skip, log_paths))
+        units += messages + list(log_units(store, skip, log_paths, entries))
         topics = sorted(name for name in names if name.startswith(store.relative(store.topics_dir) + "/"))
         units += topic_units(store, self._existing(topics))
         units, shared_ids = _unique(units)
@@ -385,11 +387,13 @@ class Index:
         os.replace(partial_vectors, path)
         os.replace(partial_table, self.dir / "units.db")
 
-    def _write_tantivy(self, fresh: list[Unit], gone: list[str], start_over: bool) -> None:
+    def _write_tantivy(self, fresh: list[Unit], gone: list[str], start_over: bool, opened=None) -> None:
+        """`opened`: the index as _previous opened it (opening it again, its analyzer built anew,
+        cost an update ~3 ms, 2026-11-24)."""
         from memctl.index import lexical
 
         path = self.dir / "tantivy"
-        index = lexical.create_index(path) if start_over or not path.exists() else self._open_tantivy()
+        index = lexical.create_index(path) if start_over or not path.exists() else opened or self._open_tantivy()
         writer = index.writer(heap_size=64_000_000, num_threads=1)
         if start_over:
             writer.delete_all_documents()
@@ -533,6 +537,7 @@ class _Table:
     few messages, or a search, must not pay it."""
 
     manifest: dict
+    tantivy: Any = None  # its Tantivy index, opened while checking it (Index._previous)
 
     def __init__(self, path: Path):
         if not path.exists():
@@ -592,8 +597,8 @@ class _Table:
         """Delete and insert rows in one SQLite transaction; readers see before or after."""
         with self.conn:
             _create_indexes(self.conn)
-            for start in range(0, len(gone), _CHUNK):
-                chunk = gone[start:start + _CHUNK]
+            for start in range(0, len(gone), CHUNK):
+                chunk = gone[start:start + CHUNK]
                 self.conn.execute(f"DELETE FROM {_TABLE} WHERE id IN ({', '.join('?' * len(chunk))})", chunk)
             _insert(self.conn, records)
 
@@ -645,10 +650,10 @@ def _refuse_links(store: Store, folder: Path) -> None:
 
 def select_in(conn: sqlite3.Connection, columns: str, key: str, values: list, where: Iterable[str] = (),
               params: Iterable[Any] = ()) -> Iterator[tuple]:
-    """`SELECT columns FROM units WHERE key IN values [AND where]`, _CHUNK values a statement
+    """`SELECT columns FROM units WHERE key IN values [AND where]`, CHUNK values a statement
     (the table's reader here and the search's)."""
-    for start in range(0, len(values), _CHUNK):
-        chunk = values[start:start + _CHUNK]
+    for start in range(0, len(values), CHUNK):
+        chunk = values[start:start + CHUNK]
         sql = f"SELECT {columns} FROM {_TABLE} WHERE " + " AND ".join(
             [f"{key} IN ({', '.join('?' * len(chunk))})", *where])
         yield from conn.execute(sql, [*chunk, *params])
