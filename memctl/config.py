@@ -134,6 +134,10 @@ class Retrieval(Table):
     subject_min_cosine: float = limited(0.5, SHARE)
     subject_min_coverage: float = limited(0.4, SHARE)
     min_best_relevance: float = limited(0.38, SHARE)
+    # ... or two units together hold this share of the query's word weight (idf, a word held or
+    # not): a question joining two facts. 0.55: unrelated 3.3 % (0.5: 4.4 %, 0.6: LongMemEval's
+    # two-event question lost again)
+    subject_min_words: float = limited(0.55, SHARE)
     # Once the store knows the subject, no result is cut for being weaker than the best (a cut
     # at half the best and 0.2 cost LongMemEval .159 of all@10); a floor stays possible.
     hard_min_score: float = limited(0.0, SHARE)
@@ -145,8 +149,16 @@ class Retrieval(Table):
     # A chat turn moves this share of the way up to the better fused score of the turns right
     # before and after it (search.py _neighbours; ordering only, the minimum reads each turn's own)
     neighbour_weight: float = limited(0.4, SHARE)
+    # A chat turn or log entry said in the period the query names ("on 9 November, 2022", "10 days
+    # ago"; search/dates.py) gains this on its fused score: LoCoMo dev recall@10 +.018 at 0.2
+    # (0.1: +.015, 0.3: +.016), ordering only (bench/README.md, "Dates, twins and two-turn subjects")
+    date_weight: float = limited(0.2, SHARE)
     filter_noise: bool = True
     mmr_threshold: float = 0.85
+    # ... and at least this share of its content words are the better one's: turns of two sessions
+    # that open alike but hold different facts are no twins (LongMemEval dev +1 question at 0.5 and
+    # at 0.7; LoCoMo dev recall@10 -.003 from ranks 10 -> 11)
+    mmr_word_overlap: float = limited(0.5, SHARE)
     memory_snippet_tokens: int = 1500
     message_snippet_tokens: int = 1000
 

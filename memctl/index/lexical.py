@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tantivy
@@ -93,6 +93,7 @@ class Hits:
     """
     scores: dict[str, float]
     ideal: float
+    weights: dict[str, float] = field(default_factory=dict)  # the query's words (not CJK pairs) -> idf
 
     def coverage(self, unit_id: str) -> float:
         return min(1.0, self.scores.get(unit_id, 0.0) / self.ideal) if self.ideal > 0 else 0.0
@@ -140,7 +141,8 @@ def search(index: tantivy.Index, text: str, filters: Filters, limit: int, ideal_
     words = len(terms) + 2 * len(pairs)
     if words > ideal_terms:
         ideal *= ideal_terms / words
-    return Hits({searcher.doc(address)["id"][0]: score for score, address in hits}, ideal)
+    return Hits({searcher.doc(address)["id"][0]: score for score, address in hits}, ideal,
+                {term: idf[term] for term in terms})
 
 
 def rare_terms(index: tantivy.Index, text: str, most: int) -> set[str]:

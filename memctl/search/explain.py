@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 # The P3 stages after fusion, in order: (name, how it acts on the score).
-STAGES = (("neighbours", "+"), ("recency", "+"), ("importance", "×"), ("length", "×"), ("time_decay", "×"))
+STAGES = (("neighbours", "+"), ("date", "+"), ("recency", "+"), ("importance", "×"), ("length", "×"), ("time_decay", "×"))
 
 
 def explain_lines(explain: dict[str, Any]) -> list[str]:
