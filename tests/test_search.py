@@ -573,3 +573,65 @@ def test_a_reply_in_the_same_session_is_not_an_update(tmp_path):
                  ("c", "s2", "2026-04-02T10:05:00Z", "Nothing about databases here, just lunch plans.")])
     results = find(store, "which database does Harbor use")
     assert all("newer_first" not in r.explain for r in results)
+
+
+# -- dates, twins by words, subjects held by two turns (issue 21, third pass) ----------------------
+
+DATED_CHAT = [  # a year before the pinned now: the time decay is at its floor for all three
+    ("n3", "s1", "2025-11-03T19:00:00Z", "Mei cooked a mushroom risotto for the book club dinner."),
+    ("n3b", "s1", "2025-11-03T19:01:00Z", "The printer on floor 2 is out of toner."),
+    ("n20", "s2", "2025-11-20T19:00:00Z", "Mei cooked a lentil curry for the book club dinner."),
+]
+
+
+def test_a_turn_said_on_the_day_the_query_names_ranks_first(tmp_path, monkeypatch):
+    # Both dinners share every word of the query; only the timestamp says which was on 3 November.
+    # Without the stage, the later one is first (ties go by id; the time decay is at its floor).
+    store = Store(tmp_path / "s")
+    chat(store, DATED_CHAT)
+    query = "what did Mei cook for the book club on 3 November 2025?"
+    ranked = find(store, query, mode="bm25", min_score=0)
+    assert ids(ranked)[0] == "n3"
+    assert ranked[0].explain["date_bonus"] == 0.2 and ranked[1].explain["date_bonus"] == 0
+    assert any(line.startswith("neighbours +") and "date +0.2000" in line for line in explain_lines(ranked[0].explain))
+    monkeypatch.setenv("MEMCTL_RETRIEVAL_DATE_WEIGHT", "0")
+    off = find(store, query, mode="bm25", min_score=0)
+    assert ids(off)[0] == "n20" and all("date" not in r.explain for r in off)
+
+
+def test_a_vector_twin_that_says_new_things_is_not_demoted(tmp_path, monkeypatch):
+    # At a low threshold all three are vector twins of the best; only the one repeating its words is
+    # demoted: "other" names the repair, which the best never does.
+    monkeypatch.setenv("MEMCTL_RETRIEVAL_MMR_THRESHOLD", "0.3")
+    store = Store(tmp_path / "s")
+    notes(store, {"id": "dup1", "text": "Mei's cat Miso knocked the laptop off the desk", "importance": 1.0},
+          {"id": "dup2", "text": "Mei's cat Miso knocked her laptop off the desk", "importance": 0.9},
+          {"id": "other", "text": "Mei's laptop screen cracked and needs a repair at the shop", "importance": 0.2})
+    results = find(store, "what happened to the laptop", min_score=0)
+    assert ids(results) == ["dup1", "other", "dup2"]
+    monkeypatch.setenv("MEMCTL_RETRIEVAL_MMR_WORD_OVERLAP", "0")  # the cosine alone: every twin demoted
+    assert ids(find(store, "what happened to the laptop", min_score=0))[0] == "dup1"
+    assert ids(find(store, "what happened to the laptop", min_score=0))[1:] != ["other", "dup2"]
+
+
+TWO_FACTS = [
+    ("a", "s1", "2026-05-02T10:00:00Z", "Long day: groceries, laundry, the dentist at nine, two calls with my "
+     "sister about her move to Leeds, a parcel for the neighbours, a broken umbrella, spinach lasagne for "
+     "dinner, and in the evening the Zanzibar regatta on the river with friends from work."),
+    ("b", "s2", "2026-06-09T10:00:00Z", "Busy week at the office: a deadline on Thursday, gym twice, a new "
+     "bookshelf assembled, the car washed, tickets booked for August, a birthday card posted to my aunt, "
+     "pancakes on Sunday, and the Quillfeather gala on Saturday night with my cousin."),
+    ("c", "s3", "2026-06-10T10:00:00Z", "The printer on floor 2 is out of toner again, somebody order more."),
+]
+
+
+def test_a_question_joining_two_facts_finds_both(tmp_path, monkeypatch):
+    # No one turn holds enough of the question; the two together hold its rare words.
+    store = Store(tmp_path / "s")
+    chat(store, TWO_FACTS)
+    # By words alone (BM25): the fake embedder's cosines would pass the meaning clause.
+    query = "When were the Zanzibar regatta and the Quillfeather gala, in spring?"
+    assert set(ids(find(store, query, mode="bm25"))[:2]) == {"a", "b"}
+    assert find(store, "what did the orchestra play at the lighthouse gala?", mode="bm25") == []
+    monkeypatch.setenv("MEMCTL_RETRIEVAL_SUBJECT_MIN_WORDS", "1")
+    assert find(store, query, mode="bm25") == []

@@ -59,9 +59,9 @@ def named_periods(text: str, now: datetime) -> list[Period]:
         return not any(match.start() < end and start < match.end() for start, end in taken)
 
     def add(match: re.Match, period: Period | None) -> None:
+        taken.append(match.span())  # read, even when it names no date (31 February)
         if period is not None:
             periods.append(period)
-            taken.append(match.span())
 
     for match in grammar["iso"].finditer(text):
         add(match, _day(int(match[1]), int(match[2]), int(match[3])))

@@ -208,8 +208,9 @@ class Searcher:
         self._fuse(results, bm25, cosines, vector_weight, bm25_weight, unknown, replies)
         if cfg.neighbour_weight > 0 and query.neighbours:
             self._neighbours(results)
-        if cfg.date_weight > 0 and query.neighbours:
-            self._dates(results, query.text)
+        periods = _named_periods(query.text) if cfg.date_weight > 0 and query.neighbours else []
+        if periods:
+            self._dates(results, periods)
         results = self._score(results, query, bm25)
         if query.rank == "mera":
             self._rank_mera(results)
@@ -218,7 +219,7 @@ class Searcher:
         else:
             for result in results:
                 result.explain["mmr"] = "skipped: no vectors in bm25 mode"
-        if cfg.newer_first:
+        if cfg.newer_first and not periods:  # a query naming a period asks about then, not the latest
             self._newer_first(results, query)
         results = _best_chunk_per_record(results)[:query.k]
         for result in results:
@@ -431,17 +432,14 @@ class Searcher:
             result.explain["neighbours_bonus"] = bonus
             result.explain["neighbours"] = result.score
 
-    def _dates(self, results: list[Result], text: str) -> None:
+    def _dates(self, results: list[Result], periods: list) -> None:
         """A chat turn or log entry said in a period the query names ranks higher: + date_weight.
 
         "What dish did Nate make on 9 November, 2022?": the turns of that day hold the answer, and
         the date is in their timestamp, not their words. Orders only, like the neighbours stage.
         """
-        from memctl.search.dates import named_periods, within
+        from memctl.search.dates import within
 
-        periods = named_periods(text, clock.now())
-        if not periods:
-            return
         weight = self.retrieval.date_weight
         for result in results:
             if result.kind not in ("message", "log") or not result.ts:
@@ -776,6 +774,13 @@ def _query_cosines(vectors, query_vectors):
         return vectors[:, columns] @ query_vectors[0, columns]
     products = vectors @ query_vectors.T
     return (products[:, :-1].max(axis=1) + products[:, -1]) / 2
+
+
+def _named_periods(text: str) -> list:
+    """The periods the query names (search/dates.py), read against now."""
+    from memctl.search.dates import named_periods
+
+    return named_periods(text, clock.now())
 
 
 def _later(newer: Result, older: Result) -> bool:
