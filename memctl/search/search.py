@@ -450,8 +450,8 @@ class Searcher:
                 continue
             bonus = weight if within(moment, periods) else 0.0
             result.score += bonus
-            result.explain["date_bonus"] = round(bonus, 4)
-            result.explain["date"] = round(result.score, 4)
+            result.explain["date_bonus"] = bonus
+            result.explain["date"] = result.score
 
     def _cosine_calibration(self) -> tuple[float, float]:
         return self.embedder.cosine_floor, self.embedder.cosine_ceiling
@@ -808,7 +808,8 @@ def _moment(ts: str | None) -> datetime | None:
 # results it returns. Rounding ~20 numbers of each of ~400 candidates took 2.5 ms of a warm 6k
 # search (2026-11-24); the numbers a stage judges (relevance and its parts) are rounded at once.
 _ROUNDED_LATER = {"cosine_own": 4, "cosine_reply": 4, "bm25": 4, "bm25_norm": 4, "cosine": 4, "cosine_calibrated": 4,
-                  "fused": 4, "unknown_share": 3, "neighbours_bonus": 4, "neighbours": 4, "recency_bonus": 4,
+                  "fused": 4, "unknown_share": 3, "neighbours_bonus": 4, "neighbours": 4, "date_bonus": 4, "date": 4,
+                  "recency_bonus": 4,
                   "recency": 4, "importance_factor": 4, "importance": 4, "length_factor": 4, "length": 4,
                   "time_decay_factor": 4, "time_decay": 4, "age_days": 2, "final": 4}
 
