@@ -138,7 +138,7 @@ SEARCH_RANKING = (
           "this, in place of the test of whether the store knows the subject; 0 keeps every candidate.",
           type=float, minimum=0, metavar="X",
           default_note="nothing at all when the store does not know the subject (retrieval.subject_min_cosine, "
-          "subject_min_coverage, min_best_relevance), else every result"),
+          "subject_min_coverage, min_best_relevance, subject_min_words), else every result"),
     Param("rank", "pipeline: the default ranking stages; mera: the G4 retrieval score (0.4 relevance, "
           "0.25 recency, 0.2 access, 0.15 user weight).", default="pipeline", choices=("pipeline", "mera")),
 )
