@@ -115,7 +115,7 @@ class Query:
     filters: Filters = field(default_factory=Filters)
     min_score: float | None = None  # None: the subject test and [retrieval] hard_min_score
     rank: str = "pipeline"          # one of RANKS: pipeline, the P3 stages; mera, G4 retrieval_score
-    neighbours: bool = True         # False: no neighbours stage (a caller that sums a run's hits itself)
+    neighbours: bool = True         # False: no neighbours and date stages (a caller that sums a run's hits itself)
 
     def __post_init__(self):
         # Tantivy takes the limit as a 32-bit count: 1e20 overflowed it.
