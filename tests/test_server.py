@@ -68,6 +68,25 @@ def start(env: dict, store: Path) -> dict:
     return status(env, store)
 
 
+def server_log(env: dict, store: Path) -> str:
+    """What the store's server wrote to its log (why it left, among others): for a failing assert."""
+    from memctl.server.client import place
+
+    saved = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = env["XDG_RUNTIME_DIR"]
+    try:
+        where = place(str(store))
+    finally:
+        if saved is None:
+            del os.environ["XDG_RUNTIME_DIR"]
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = saved
+    try:
+        return Path(where + ".log").read_text()
+    except (OSError, TypeError):
+        return "(no server log)"
+
+
 def make_store(env: dict, store: Path) -> None:
     for args, data in ((["ingest", "-f", "jsonl", "-"], MESSAGES), (["ingest", "--kind", "memory", "-"], NOTES),
                        (["index"], "")):
@@ -190,8 +209,9 @@ def test_two_stores_two_servers(servers, tmp_path):
     assert a["pid"] != b["pid"] and {a["store"], b["store"]} == {str(first.resolve()), str(second.resolve())}
     assert memctl(servers, first, "search", "--mode", "bm25", "Zanzibar").returncode == 1
     assert memctl(servers, second, "search", "--mode", "bm25", "Zanzibar").returncode == 0
-    assert memctl(servers, first, "server", "stop").returncode == 0
-    assert status(servers, first) is None and status(servers, second)["pid"] == b["pid"]
+    stopped = memctl(servers, first, "server", "stop")
+    assert stopped.returncode == 0, server_log(servers, first)  # why it left, if it had
+    assert status(servers, first) is None and status(servers, second)["pid"] == b["pid"], server_log(servers, second)
 
 
 def test_a_server_of_another_version_is_replaced(servers, tmp_path):
