@@ -239,3 +239,23 @@ def test_the_default_filter_reads_the_status_index_which_an_old_table_gets_at_it
         assert "COVERING INDEX units_status" in str(conn.execute(plan, params).fetchall())
     finally:
         conn.close()
+
+
+def test_a_message_after_a_long_reply_is_read_with_only_the_replys_end(tmp_path):
+    from memctl.index.units import CONTEXT_TOKENS, message_units
+    from memctl.text.tokens import count_tokens
+
+    store = Store(tmp_path / "store")
+    reply = "Here is a long answer about sourdough starters. " * 60 + "Shall I list the flours too?"
+    lines = [orjson.dumps({"id": "m1", "session": "s", "role": "user", "text": "How do I keep a starter alive?"}),
+             orjson.dumps({"id": "m2", "session": "s", "role": "assistant", "text": reply}),
+             orjson.dumps({"id": "m3", "session": "s", "role": "user", "text": "Yes please, I bake rye on Sundays."})]
+    ingest(store, b"\n".join(lines) + b"\n", source="chat.jsonl", fmt="jsonl", keep_noise=True)
+    units = {u.id: u for u in message_units(store)}
+    # The model reads 256 word pieces of "turn before + message": the whole reply before the user's
+    # words left none of them to read.
+    assert count_tokens(units["m3"].context) <= CONTEXT_TOKENS < count_tokens(reply)
+    assert units["m3"].context.endswith("Shall I list the flours too?")
+    assert units["m2"].context == "user: How do I keep a starter alive?"  # a short turn is kept whole
+    Index(store).update()
+    assert "m3" in table(store)

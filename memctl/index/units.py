@@ -18,10 +18,15 @@ import orjson
 from memctl.store import memoryfile
 from memctl.store.sessions import LOG_HEADING, iter_messages, message_scope
 from memctl.store.store import Store
-from memctl.text.tokens import count_tokens, estimate_tokens, truncate_tokens
+from memctl.text.tokens import count_tokens, estimate_tokens, last_tokens, truncate_tokens
 
 CHUNK_TOKENS = 200    # the embedding model reads 256 word pieces; cl100k tokens run a little longer
 CHUNK_OVERLAP = 40
+# The turn before a message is read with it (the model and BM25) only as far as its last this many
+# tokens: the model reads 256 word pieces of "turn before + message", so after a long reply (an
+# assistant's: median 391 tokens on LongMemEval) the user's own words were cut off and its vector
+# was the reply's. LoCoMo's longest turn is 93 tokens, so no LoCoMo unit changes.
+CONTEXT_TOKENS = 100
 
 
 @dataclass
@@ -117,7 +122,7 @@ def message_units(store: Store, paths: list[Path] | None = None, *,
             continue
         speaker = _text_or_none(message.get("speaker")) or _text_or_none(message.get("role"))
         context_id, context = previous.get(path, (None, None))
-        previous[path] = (message["id"], f"{speaker}: {text}" if speaker else text)
+        previous[path] = (message["id"], last_tokens(f"{speaker}: {text}" if speaker else text, CONTEXT_TOKENS))
         yield from _chunks(Unit(
             id=message["id"], record_id=message["id"], kind="message", text=text,
             source=relative.get(path) or relative.setdefault(path, store.relative(path)),

@@ -74,3 +74,28 @@ def truncate_tokens(text: str, limit: int) -> str:
         return text
     prefix = encoding.decode_bytes(ids[:limit]).decode("utf-8", errors="ignore")
     return prefix
+
+
+def last_tokens(text: str, limit: int) -> str:
+    """The longest suffix of `text` within `limit` tokens, cut at a character boundary."""
+    if limit <= 0:
+        return ""
+    if len(text.encode()) <= limit:  # a token is at least a byte
+        return text
+    encoding = _encoding()
+    if encoding is None:
+        low, high = 0, len(text)
+        while low < high:  # binary search on where the suffix starts
+            mid = (low + high) // 2
+            if estimate_tokens(text[mid:]) <= limit:
+                high = mid
+            else:
+                low = mid + 1
+        return text[low:]
+    ids = encoding.encode(text, disallowed_special=())
+    if len(ids) <= limit:
+        return text
+    suffix = encoding.decode_bytes(ids[-limit:]).decode("utf-8", errors="ignore")
+    while len(encoding.encode(suffix, disallowed_special=())) > limit:  # re-read, pieces may merge otherwise
+        suffix = suffix[1:]
+    return suffix
