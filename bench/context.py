@@ -1,6 +1,6 @@
 """`memctl context` against plain retrieval at the same token budget (issues 12, 21).
 
-    python bench/context.py [locomo | lme | both | latency] [--limit N] [--stores DIR] [--skip-unbuilt]
+    python bench/context.py [locomo | lme | both | latency] [--limit N] [--stores DIR] [--skip-unbuilt] [--shard K/N]
                             [--latency 15] [--latency-messages 6000] [--compare CHECKOUT]
 
 locomo (../shared/bench/locomo_dev.json): each conversation goes into one
@@ -31,6 +31,7 @@ too, interleaved, for a ratio taken in one run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -109,6 +110,14 @@ def latency_store(root: Path, messages: int, context_limit: int) -> Path:
     return root
 
 
+def render_message(message: dict) -> str:
+    """A message on its own, as the baselines show it: its full time stamp, who, its id, its text
+    (what a search result carries; the context showed messages so until it gave each day a line)."""
+    who = message.get("speaker") or message.get("role") or ""
+    stamp = f"[{message['ts']}] " if message.get("ts") else ""
+    return f"{stamp}{who} ({message['id']}): {message.get('text', '')}"
+
+
 def baselines(memory, messages: list[dict], question: str, budget: int, hits: list[str]) -> dict[str, list[str]]:
     """The two plain baselines at `budget`, each as the message ids it shows in its order.
 
@@ -116,7 +125,6 @@ def baselines(memory, messages: list[dict], question: str, budget: int, hits: li
     while they fit. by-score (issue 21): the new message, then one list in one order by score - the
     search's results, then the recent messages it did not find, newest first - packed while they fit."""
     from memctl.text.tokens import count_tokens
-    from memctl.context.turn import render_message
 
     by_id = {m["id"]: m for m in messages}
     new = {"id": "new", "role": "user", "text": question}
@@ -238,10 +246,16 @@ def run_locomo(args, tmp: Path) -> None:
 
 def run_lme(args, tmp: Path) -> None:
     rows = {b: {} for b in BUDGETS}
-    questions = json.loads(LME_DATA.read_text())
+    # The file lists the questions type by type: taken a type at a time in turn, any first N (a run cut
+    # short, --limit) hold every type.
+    by_type: dict[str, list] = {}
+    for question in json.loads(LME_DATA.read_text()):
+        by_type.setdefault(question["question_type"], []).append(question)
+    questions = [q for rank in itertools.zip_longest(*by_type.values()) for q in rank if q is not None]
     if args.limit:
         questions = questions[::max(1, len(questions) // args.limit)][:args.limit]
-    for question in questions:
+    shard, shards = map(int, args.shard.split("/"))
+    for question in questions[shard::shards]:
         sessions = [[m for m in turns if args.lme_turns == "all" or m["role"] == "user"]
                     for turns in lme_sessions(question)]
         os.environ["MEMCTL_NOW"] = lme_now(question)
@@ -276,6 +290,8 @@ def main() -> None:
     parser.add_argument("--build-only", action="store_true", help="build the stores (with --stores), measure nothing")
     parser.add_argument("--skip-unbuilt", action="store_true", help="with --stores: measure only the stores "
                         "built already (while another run builds the rest)")
+    parser.add_argument("--shard", default="0/1", metavar="K/N", help="lme: only every N-th question from the "
+                        "K-th (N builds at once with --build-only, then measure all with --skip-unbuilt)")
     parser.add_argument("--stores", metavar="DIR", help="keep the built stores here and reuse them")
     parser.add_argument("--latency", type=int, default=15, help="cold `memctl context` runs to time")
     parser.add_argument("--latency-messages", type=int, default=6000, help="messages in the store they run on")

@@ -164,6 +164,27 @@ def test_text_output_is_what_the_json_describes_within_the_budget(run, store_dir
                 assert m["id"] not in {d.get("message_id") for d in result["dropped"]}
 
 
+def test_each_section_names_a_day_once_and_each_message_its_time(run, store_dir):
+    split_three_subjects(run, store_dir)
+    question = "What was the reference of the Acorn Guest House booking?"
+    done = run("context", "--session", "s1", "--message", question, "--budget", "4000", "--no-record", env=FEW_RECENT)
+    assert done.returncode == 0, done.stderr
+    result, _ = context_json(run, "--message", question, "--budget", "4000", "--no-record")
+    blocks = done.stdout.decode().split("\n\n")
+    assert len(blocks) == len(result["sections"])
+    for block, section in zip(blocks, result["sections"]):
+        lines = block.splitlines()
+        if not section["messages"]:
+            continue  # a topic shown by its summary alone
+        # Every message of the session was said on 2026-11-20 (session_lines): one day line a section,
+        # before its first message, then each message with its time of day to the minute.
+        assert lines.count("[2026-11-20]") == 1 and lines[1] == "[2026-11-20]"
+        for m in section["messages"]:
+            stamp = m["ts"][11:16]
+            assert any(line.startswith(f"[{stamp}] ") and f"({m['id']}): " in line for line in lines)
+        assert not any("2026-11-20T" in line for line in lines)
+
+
 def test_a_budget_below_the_new_message_is_an_error(run, store_dir):
     split_three_subjects(run, store_dir)
     done = run("context", "--session", "s1", "--message", "word " * 50, "--budget", "10")
