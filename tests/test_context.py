@@ -185,6 +185,25 @@ def test_each_section_names_a_day_once_and_each_message_its_time(run, store_dir)
         assert not any("2026-11-20T" in line for line in lines)
 
 
+def test_a_long_message_is_shown_by_an_excerpt_and_the_new_message_whole(run, store_dir):
+    # The booking's reply runs on for ~600 tokens (as an assistant's reply does); the question too.
+    long_reply = HOTEL[3] + " " + " ".join(f"Breakfast is served from {7 + n % 3} in room {n}." for n in range(80))
+    texts = WEATHER + HOTEL[:3] + [long_reply] + TAXI
+    assert run("ingest", "-", input=session_lines(texts)).returncode == 0
+    assert run("split", "--session", "s1", "--force", "--keep-recent", "2").returncode == 0
+    question = "What was the reference of the Acorn Guest House booking? " + "Please check carefully. " * 60
+    result, _ = context_json(run, "--message", question, "--budget", "4000", "--no-record")
+    shown = {m["id"]: m for s in result["sections"] for m in s["messages"]}
+    assert shown["m7"]["excerpt"] is True and "ACG-42" in shown["m7"]["text"]
+    assert count_tokens(shown["m7"]["text"]) <= 200 < count_tokens(long_reply)
+    assert all("excerpt" not in m for mid, m in shown.items() if mid != "m7")  # the short ones whole
+    new = result["sections"][-1]["messages"][-1]
+    assert new["text"] == question and "excerpt" not in new  # the new message whole
+    done = run("context", "--session", "s1", "--message", question, "--budget", "4000", "--no-record", env=FEW_RECENT)
+    assert "(m7): Booked the Acorn Guest House: reference ACG-42" in done.stdout.decode()
+    assert " […]" in done.stdout.decode() and count_tokens(done.stdout.decode()) <= 4000
+
+
 def test_a_budget_below_the_new_message_is_an_error(run, store_dir):
     split_three_subjects(run, store_dir)
     done = run("context", "--session", "s1", "--message", "word " * 50, "--budget", "10")

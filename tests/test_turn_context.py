@@ -98,7 +98,7 @@ def test_the_budget_is_never_exceeded_and_every_drop_is_named(run, harbor):
             label = dropped.get("message_id") or dropped.get("memory_id") or f"summary of {dropped['topic_id']}"
             assert label in said
     # Tight: the current memory is given as its summary before it is dropped (G1), the core rule kept longest.
-    tight, _ = context_json(run, "--message", QUESTION, "--budget", "100", "--no-record")
+    tight, _ = context_json(run, "--message", QUESTION, "--budget", "90", "--no-record")
     assert memory_ids(tight, "core") == ["rule-english"]
     harbor_now = [s for s in tight["sections"] if s.get("id") == "harbor-db-2"]
     assert harbor_now and harbor_now[0]["content"] == "summary"

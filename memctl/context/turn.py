@@ -17,6 +17,10 @@ A message is shown as `[HH:MM] who (id): text` under a line `[YYYY-MM-DD]` namin
 given once a run of messages of that day in a section: a full time stamp on every line took ~14 of
 a LoCoMo message's 54 tokens (LoCoMo dev, context - by-score at 1k/2k/4k: -.004/+.026/+.055 with
 it, +.035/+.042/+.093 with day lines; bench/README.md).
+A message longer than one search unit (index/units.py CHUNK_TOKENS, 200) is shown as an excerpt,
+marked "[…]" and `"excerpt": true`: a found one by the unit the search matched, any other by its
+opening (the new message whole); `memctl show ID` has the rest. An assistant's reply is often
+400 tokens, the room of several user turns where the evidence mostly is (LongMemEval).
 
 No text appears twice: a memory is in one section; a message is shown once, with the
 highest priority any part gives it, in the first section of: recent for the new message
@@ -29,7 +33,7 @@ does not fit is given as its summary first (G1):
     0.99               a core memory (L0)
     0.95               a memory of the scope (L1)
     0.93 - 0.01 rank   a memory or log entry the search found
-    0.90 ... 0.40      a found message, by its rank among FOUND_HITS
+    0.90 - 0.5 r/45    a found message of rank r (of FOUND_HITS)
     0.88 ... 0.85      the last LAST_EXCHANGE messages before the new one
     0.8 s (hit/best)   a topic's referenced message (s: the topic's score)
     0.45 ... 0.30      the older recent messages, newest highest
@@ -56,6 +60,11 @@ from memctl.store.store import Store
 from memctl.text.tokens import count_tokens
 
 FOUND_HITS = 60      # the session's messages the search ranks for the message
+# A found message's priority falls from 0.90 to 0.40 over this many ranks (was FOUND_HITS, 60): the
+# 45th hit meets the older recent messages and a topic's middling references. Over cached turns of
+# LoCoMo dev (160 q, day lines on), context - by-score at 1k/2k/4k/8k: 60 +.035/+.042/+.093/+.122,
+# 45 +.064/+.051/+.090/+.122 (40: +.064/+.057/+.077/+.122; 35: +.064/+.053/+.077/+.116).
+FOUND_FALL = 45
 # A found message's reply ranks with the hit this many places below it. 10 (was 25), measured over
 # cached turns of LoCoMo dev (160 q) with LongMemEval dev: context - by-score at 1k/2k/4k
 # +.006/+.022/+.060 with 25, +.013/+.022/+.060 with 10, +.004/+.029/+.054 with 8 (bench/README.md).
@@ -119,7 +128,21 @@ class Context:
 
 def message_view(message: dict) -> dict:
     return {"id": message["id"], "role": message.get("role"), "speaker": message.get("speaker"),
-            "text": message.get("text", ""), "ts": message.get("ts")}
+            "text": message.get("text", ""), "ts": message.get("ts"), **({"excerpt": True} if message.get("excerpt") else {})}
+
+
+def excerpt(message: dict, matched: str | None = None) -> dict:
+    """The message as the context shows it: whole when it is one search unit long, else the unit the
+    search matched (`matched`) or its opening, marked "excerpt" (`memctl show ID` has the rest)."""
+    from memctl.index.units import CHUNK_TOKENS
+    from memctl.text.tokens import truncate_tokens
+
+    text = message.get("text", "")
+    if len(text.encode()) <= CHUNK_TOKENS or count_tokens(text) <= CHUNK_TOKENS:
+        return message
+    if not (matched and matched.strip() and count_tokens(matched) <= CHUNK_TOKENS):
+        matched = truncate_tokens(text, CHUNK_TOKENS)
+    return {**message, "text": matched.strip(), "excerpt": True}
 
 
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d)(?::\d\d(?:\.\d+)?)?(Z|[+-]\d\d:?\d\d)?$")
@@ -144,7 +167,7 @@ def render_line(message: dict) -> str:
     who = message.get("speaker") or message.get("role") or ""
     minute = day_and_time(message.get("ts"))[1]
     stamp = f"[{minute}] " if minute else ""
-    return f"{stamp}{who} ({message['id']}): {message.get('text', '')}"
+    return f"{stamp}{who} ({message['id']}): {message.get('text', '')}" + (" […]" if message.get("excerpt") else "")
 
 
 def day_line(day: str) -> str:
@@ -251,7 +274,8 @@ def _memories_and_found(store: Store, doc, turn, message: str, settings: config.
     # The session's own messages among the scope's the search ranked; archived topics are shown only
     # on request (T12), so their messages are not found either.
     by_id = {m["id"]: m for m in turn.messages if m["id"] not in archived}
-    found = [(by_id[r.record_id], r.score) for r in turn.message_hits if r.record_id in by_id][:FOUND_HITS]
+    found = [(excerpt(by_id[r.record_id], r.text), r.score) for r in turn.message_hits
+             if r.record_id in by_id][:FOUND_HITS]
     return sections, found
 
 
@@ -302,11 +326,11 @@ def _assemble(context: Context, turn, system_text: str, memories: list[dict], fo
             # agent reads the correction first (LongMemEval knowledge-update: newest shown before the
             # outdated one 0 of 1 by rank; bench/README.md).
             newest_first = -position.get(message["id"], rank)
-            priority = 0.9 - 0.5 * rank / FOUND_HITS
+            priority = 0.9 - 0.5 * rank / FOUND_FALL
             claim("found", message, priority, len(sections) - 1, newest_first)
             reply = following.get(message["id"])
             if reply is not None and rank + REPLY_LAG < FOUND_HITS:  # shown right after its hit
-                claim("found", reply, 0.9 - 0.5 * (rank + REPLY_LAG) / FOUND_HITS, len(sections) - 1,
+                claim("found", reply, 0.9 - 0.5 * (rank + REPLY_LAG) / FOUND_FALL, len(sections) - 1,
                       newest_first + 0.5)
     for evaluation in turn.shown:
         topic = turn.topics[evaluation.topic_id]
@@ -339,9 +363,12 @@ def _assemble(context: Context, turn, system_text: str, memories: list[dict], fo
             priority = 0.45 - 0.15 * (age - LAST_EXCHANGE) / len(recent)
         claim("last" if age <= LAST_EXCHANGE else "recent", m, priority, recent_index, len(recent) - age)
     for held in claims.values():
-        parts.append(Part("recent" if held["kind"] == "last" else held["kind"], render_line(held["message"]),
-                          held["priority"], held["section"], held["message"], held["topic_id"], order=held["order"],
-                          day=day_and_time(held["message"].get("ts"))[0]))
+        # A long message (an assistant's reply, a pasted text) is shown by its excerpt: one is the
+        # room of several user turns (LongMemEval all turns: replies median 391 tokens). Not the new one.
+        message = held["message"] if held["priority"] == math.inf else excerpt(held["message"])
+        parts.append(Part("recent" if held["kind"] == "last" else held["kind"], render_line(message),
+                          held["priority"], held["section"], message, held["topic_id"], order=held["order"],
+                          day=day_and_time(message.get("ts"))[0]))
 
     for part in parts:
         part.tokens = count_tokens(part.text)
