@@ -324,7 +324,8 @@ def latency(args, tmp: Path) -> None:
     times = {name: [] for name in checkouts}
     for run in range(args.latency + 1):
         for name, checkout in checkouts.items():   # interleaved: the load moves both alike
-            env = {**os.environ, "PYTHONPATH": str(checkout)}
+            # Cold: in the process, no resident server (one started by the first call answers warm)
+            env = {**os.environ, "PYTHONPATH": str(checkout), "MEMCTL_SERVER": "off"}
             start = time.perf_counter()
             done = subprocess.run([sys.executable, "-m", "memctl", "--store", str(stores[name]), "context", "--session",
                                    "s", "--message", "What did Caroline research for her adoption?", "--budget", "4000",
