@@ -218,14 +218,18 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
         return layers[session_scope]
 
     def memory_query(session_scope: str) -> tuple:
-        """The memories and daily-log entries of the scope (a global session: global only; no
-        filter would be every scope), asked in the topics' search batch."""
+        """The session's messages as `memctl search` ranks them (the topics' own message query
+        leaves its neighbours and date stages out), then the memories and daily-log entries of the
+        scope (a global session: global only; no filter would be every scope), asked in the
+        topics' search batch."""
+        found_query = Query(text=message, k=FOUND_HITS, min_score=0.0,
+                            filters=Filters(kinds=("message",), scopes=(session_scope,)))
         if not gov.layer_query_max:
-            return ()
+            return (found_query,)
         core, scoped = core_and_scope_of(session_scope)
         workspace = session_scope if session_scope != "global" else None
-        return (Query(text=message, k=gov.layer_query_max + len(core) + len(scoped),
-                      filters=Filters(kinds=("memory", "log"), scopes=(workspace or "global",))),)
+        return (found_query, Query(text=message, k=gov.layer_query_max + len(core) + len(scoped),
+                                   filters=Filters(kinds=("memory", "log"), scopes=(workspace or "global",))))
 
     turn = topic_round(store, retriever, session, message, record=record, llm_command=llm_command, say=say,
                        scope=scope, settings=settings.topics, more=memory_query)
@@ -248,7 +252,7 @@ def _memories_and_found(store: Store, doc, turn, message: str, settings: config.
     with store.reading():
         archived = archived_message_ids(store)
     core, scoped = layers
-    memory_hits = turn.more_hits[0] if turn.more_hits else []
+    message_hits, memory_hits = turn.more_hits[0], (turn.more_hits[1] if len(turn.more_hits) > 1 else [])
     score = {r.record_id: r.score for r in memory_hits}
     sections = [_memory_section("core", e, "core", score.get(e.id)) for e in core]
     sections += [_memory_section("memory", e, "scope", score.get(e.id)) for e in scoped]
@@ -274,7 +278,7 @@ def _memories_and_found(store: Store, doc, turn, message: str, settings: config.
     # The session's own messages among the scope's the search ranked; archived topics are shown only
     # on request (T12), so their messages are not found either.
     by_id = {m["id"]: m for m in turn.messages if m["id"] not in archived}
-    found = [(excerpt(by_id[r.record_id], r.text), r.score) for r in turn.message_hits
+    found = [(excerpt(by_id[r.record_id], r.text), r.score) for r in message_hits
              if r.record_id in by_id][:FOUND_HITS]
     return sections, found
 
