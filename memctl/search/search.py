@@ -49,6 +49,7 @@ import os
 import sqlite3
 import dataclasses
 import functools
+import itertools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -148,6 +149,7 @@ class Searcher:
         self._embedder = None
         self._masks: dict[tuple, Any] = {}  # filters -> rows they allow, while this index stays open
         self._noise: dict[int, str | None] = {}  # row -> its unit's noise_reason, while this index stays open
+        self._factors: dict[int, tuple[float, float, bool]] = {}  # row -> _factors_of, while this index stays open
         # The table's units and replies as searches read them, kept while this index stays open (_units)
         self._by_row: dict[int, dict | None] = {}
         self._by_id: dict[str, dict | None] = {}
@@ -486,17 +488,13 @@ class Searcher:
             recency = math.exp(-age / cfg.recency_decay_days) * cfg.recency_weight
             score += recency
             stages["recency_bonus"], stages["recency"] = recency, score
-            importance = result.fields.get("importance", cfg.default_importance)
-            importance = importance if isinstance(importance, (int, float)) else cfg.default_importance
-            factor = cfg.importance_base + (1 - cfg.importance_base) * importance
-            score *= factor
-            stages["importance_factor"], stages["importance"] = factor, score
-            ratio = max(len(result.text) / cfg.length_norm_anchor, 1.0)
-            factor = 1 / (1 + cfg.length_norm_strength * math.log2(ratio))
-            score *= factor
-            stages["length_factor"], stages["length"] = factor, score
+            importance_factor, length_factor, dated = self._factors_of(result)
+            score *= importance_factor
+            stages["importance_factor"], stages["importance"] = importance_factor, score
+            score *= length_factor
+            stages["length_factor"], stages["length"] = length_factor, score
             factor = 1.0
-            if _dated(result, cfg.evergreen_memory_classes):
+            if dated:
                 floor = cfg.time_decay_floor
                 factor = floor + (1 - floor) * math.exp(-age / cfg.time_decay_days)
             score *= factor
@@ -507,6 +505,20 @@ class Searcher:
             kept.append(result)
         kept.sort(key=lambda r: (-r.score, r.id))
         return kept
+
+    def _factors_of(self, result: Result) -> tuple[float, float, bool]:
+        """A result's importance factor, length factor and whether time decays it, kept per row
+        while the index is open: its unit's text and fields do not change (before the snippets cut
+        the text), and computing them for ~400 candidates cost ~0.6 ms of a warm 6k search (2026-11-24)."""
+        if result.row not in self._factors:
+            cfg = self.retrieval
+            importance = result.fields.get("importance", cfg.default_importance)
+            importance = importance if isinstance(importance, (int, float)) else cfg.default_importance
+            ratio = max(len(result.text) / cfg.length_norm_anchor, 1.0)
+            self._factors[result.row] = (cfg.importance_base + (1 - cfg.importance_base) * importance,
+                                         1 / (1 + cfg.length_norm_strength * math.log2(ratio)),
+                                         _dated(result, cfg.evergreen_memory_classes))
+        return self._factors[result.row]
 
     def _noise_of(self, result: Result) -> str | None:
         """noise_reason of a result's unit, kept while the index is open: its text and role do not
@@ -533,6 +545,8 @@ class Searcher:
         temporal question), LoCoMo dev recall@10 -.003; pulling any later candidate up cost
         LoCoMo .028 (a later turn naming the same pet is rarely an update there).
         """
+        import numpy as np
+
         from memctl.index import lexical
 
         cfg = self.retrieval
@@ -544,6 +558,7 @@ class Searcher:
         asked = lexical.content_terms(query.text)
         words_of: dict[int, set[str]] = {}
         moved: set[int] = set()
+        relevance = None  # the results' relevance in their order, as an array (made again after a move)
         for older in list(top):
             if id(older) in moved:
                 continue
@@ -554,11 +569,15 @@ class Searcher:
                 continue
             at = results.index(older)
             pull = cfg.newer_pull_share * older.explain["relevance"]
-            for place, newer in enumerate(results[at + 1:], at + 1):
-                # The cheap test first: it passes over most of ~400 candidates (6k store: 1.8 ms
-                # a search with _later first, 2026-11-24).
-                if place >= page and newer.explain["relevance"] < pull:
-                    continue  # from below the page, only a statement about as relevant as the one it updates
+            if relevance is None:
+                relevance = np.array([result.explain["relevance"] for result in results])
+            # From below the page, only a statement about as relevant as the one it updates: the
+            # cheap test first, on the array (it passes over most of ~400 candidates; a Python
+            # loop over them all took ~1 ms a warm 6k search, 2026-11-24).
+            below = max(page, at + 1)
+            places = itertools.chain(range(at + 1, below), (below + np.flatnonzero(relevance[below:] >= pull)).tolist())
+            for place in places:
+                newer = results[place]
                 if id(newer) in moved or not _later(newer, older):
                     continue
                 if id(newer) not in words_of:
@@ -567,6 +586,7 @@ class Searcher:
                 if shared:
                     results.remove(newer)
                     results.insert(at, newer)
+                    relevance = None
                     moved.add(id(newer))
                     newer.explain["newer_first"] = (f"moved above {older.record_id or older.id}: later "
                                                     f"({newer.ts} > {older.ts}) and names '{shared[0]}' as it does")
