@@ -378,15 +378,19 @@ class Searcher:
         total = (vector_weight + bm25_weight) or 1.0
         replies = replies or {}
         rounded_vector_weight, rounded_bm25_weight = round(vector_weight, 4), round(bm25_weight, 4)
+        span = ceiling - floor
         for result in results:
             raw = scores.get(result.id, 0.0)
             cosine = own = cosines.get(result.row, 0.0)
-            if result.record_id in replies:
-                cosine += cfg.context_weight * max(0.0, replies[result.record_id] - own)
-                result.explain.update({"cosine_own": own, "cosine_reply": replies[result.record_id]})
-            found = result.row in cosines
-            meaning = min(1.0, max(0.0, (cosine - floor) / (ceiling - floor))) if found else 0.0
-            own_meaning = min(1.0, max(0.0, (own - floor) / (ceiling - floor))) if found else 0.0
+            reply = replies.get(result.record_id)
+            if reply is not None:
+                cosine += cfg.context_weight * max(0.0, reply - own)
+                result.explain.update({"cosine_own": own, "cosine_reply": reply})
+            if result.row in cosines:
+                meaning = min(1.0, max(0.0, (cosine - floor) / span))
+                own_meaning = min(1.0, max(0.0, (own - floor) / span))
+            else:
+                meaning = own_meaning = 0.0
             coverage = bm25.coverage(result.id)
             if cfg.fusion == "rrf":
                 fused = (bm25_weight / (k + bm25_rank[result.id]) if result.id in bm25_rank else 0.0) + \
