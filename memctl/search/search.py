@@ -344,10 +344,11 @@ class Searcher:
 
     @staticmethod
     def _result(row: dict) -> Result:
-        return Result(id=row["id"], record_id=row["record_id"], kind=row["kind"], text=row["text"], score=0.0,
-                      source=row["source"], lines=[row["line_start"], row["line_end"]], section=row["section"],
-                      session=row["session"], ts=row["ts"], speaker=row["speaker"], scope=row["scope"],
-                      row=row["row"], fields=orjson.loads(row["fields"] or "{}"))
+        # In Result's field order, by position: by keyword the call took 1.6 µs a candidate, by
+        # position 0.7 (~0.4 ms of a warm 6k search's ~430 candidates, 2026-11-24).
+        return Result(row["id"], row["kind"], row["text"], 0.0, row["source"], [row["line_start"], row["line_end"]],
+                      row["section"], row["session"], row["ts"], row["speaker"], row["scope"], row["record_id"],
+                      row["row"], orjson.loads(row["fields"] or "{}"))
 
     def _fuse(self, results: list[Result], bm25: lexical.Hits, cosines: dict[int, float],
               vector_weight: float, bm25_weight: float, unknown: float | None,
