@@ -145,11 +145,10 @@ def search(index: tantivy.Index, text: str, filters: Filters, limit: int, ideal_
                 {term: idf[term] for term in terms})
 
 
-def rare_terms(index: tantivy.Index, text: str, most: int) -> set[str]:
-    """The analysed content words of `text` (no stopwords) that at most `most` units hold."""
+def rare_terms(index: tantivy.Index, words: set[str], most: int) -> set[str]:
+    """Of a text's content words (content_terms), those not numbers that at most `most` units hold."""
     searcher = index.searcher()
-    words = {t for t in _QUERY_ANALYZER.analyze(simplified(text)) if t not in _STEMMED_STOPWORDS and not t.isdigit()}
-    return {word for word in words if 0 < searcher.doc_freq("body", word) <= most}
+    return {word for word in words if not word.isdigit() and 0 < searcher.doc_freq("body", word) <= most}
 
 
 def content_terms(text: str) -> set[str]:
