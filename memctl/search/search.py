@@ -590,7 +590,7 @@ class Searcher:
             # From below the page, only a statement about as relevant as the one it updates: the
             # cheap test first, on the array (it passes over most of ~400 candidates; a Python
             # loop over them all took ~1 ms a warm 6k search, 2026-11-24).
-            below = max(page, at + 1)
+            below = min(max(page, at + 1), len(results))
             places = itertools.chain(range(at + 1, below), (below + np.flatnonzero(relevance[below:] >= pull)).tolist())
             for place in places:
                 newer = results[place]
