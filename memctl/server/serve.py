@@ -202,8 +202,12 @@ class Server:
                 elif op == "status":
                     _answer(connection, self.status())
                 elif op == "stop":
-                    self._leave("stopped (memctl server stop)")
-                    _answer(connection, self.status())
+                    # Answered before leaving: once it leaves, the main thread may end the process
+                    # before this (daemon) thread has sent the answer, and `server stop` said "no
+                    # server runs" of the server it had just stopped.
+                    why = "stopped (memctl server stop)"
+                    _answer(connection, {**self.status(), "leaving": why})
+                    self._leave(why)
         except (OSError, ValueError, EOFError) as exc:
             self.say(f"a connection failed: {exc!r}")
         finally:
