@@ -450,11 +450,8 @@ class Searcher:
 
         weight = self.retrieval.date_weight
         for result in results:
-            if result.kind not in ("message", "log") or not result.ts:
-                continue
-            try:
-                moment = clock.parse_ts(result.ts)
-            except (ValueError, TypeError):
+            moment = _moment(result.ts) if result.kind in ("message", "log") else None
+            if moment is None:
                 continue
             bonus = weight if within(moment, periods) else 0.0
             result.score += bonus
@@ -867,5 +864,4 @@ def _dated(result: Result, evergreen_classes: list[str]) -> bool:
 
 def _age_days(ts: str | None, now) -> float:
     """clock.age_days, on the parsed time kept by _moment; 0 when it is no time."""
-    moment = _moment(ts)
-    return 0.0 if moment is None else max(0.0, (now - moment).total_seconds() / 86400)
+    return clock.age_days(_moment(ts), now)
