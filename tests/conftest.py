@@ -88,6 +88,7 @@ def bundled_model_when_marked(request, monkeypatch):
     """A test marked real_model embeds with the bundled MiniLM, as memctl does by default."""
     if request.node.get_closest_marker("real_model") is not None:
         monkeypatch.setitem(memctl_config.DEFAULTS["embedding"], "model", "")
+        monkeypatch.setattr(memctl_config, "_loaded", {})  # settings load() kept hold the fake's default
 
 
 def run_in_process(store: Path, *args: str, input: str | bytes | None = None,

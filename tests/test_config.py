@@ -92,6 +92,37 @@ def test_the_old_retrieval_decay_names_are_read_with_a_note(tmp_path, no_user_co
         in capsys.readouterr().err
 
 
+def test_kept_settings_follow_every_edit_variable_and_note(tmp_path, no_user_config, monkeypatch, capsys):
+    """load() keeps what it read (a resident server loads every call); an edit of either file
+    within the same tick and at the same size, a variable, and the notes of a new 'process' all
+    still count."""
+    store_file = tmp_path / "memctl.toml"
+    store_file.write_text("[topics]\nllm_batch = 7\n")
+    stamp = store_file.stat()
+    assert config.load(store_file).topics.llm_batch == 7
+    store_file.write_text("[topics]\nllm_batch = 8\n")
+    os.utime(store_file, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # the same size and time as before
+    assert config.load(store_file).topics.llm_batch == 8
+    no_user_config.parent.mkdir(parents=True)
+    no_user_config.write_text("[topics]\nkeep_recent = 4\n")
+    assert config.load(store_file).topics.keep_recent == 4
+    no_user_config.write_text("[topics]\nkeep_recent = 5\n")
+    assert config.load(store_file).topics.keep_recent == 5
+    monkeypatch.setenv("MEMCTL_TOPICS_LLM_BATCH", "9")
+    assert config.load(store_file).topics.llm_batch == 9
+    monkeypatch.delenv("MEMCTL_TOPICS_LLM_BATCH")
+    assert config.load(store_file).topics.llm_batch == 8
+    store_file.write_text("[retrieval]\nrecency_half_life_days = 10\n\n[topics]\nllm_command = 'x'\n")
+    capsys.readouterr()
+    for _ in range(2):  # as a resident server's two calls: each a process to its user
+        config.say_notes_again()
+        assert config.load(store_file).retrieval.recency_decay_days == 10.0
+        assert config.load(store_file, notes=False).retrieval.recency_decay_days == 10.0
+    err = capsys.readouterr().err
+    assert err.count("recency_half_life_days is deprecated") == 2
+    assert err.count("[topics] llm_command is ignored") == 2
+
+
 def test_a_runtime_reads_the_settings_once_and_pins_the_clock(tmp_path, no_user_config, monkeypatch):
     store_file = tmp_path / "memctl.toml"
     store_file.write_text("[topics]\nllm_batch = 7\n")

@@ -75,7 +75,6 @@ class Server:
         self.leaving = ""
         self._running: _Call | None = None
         self._in_command = False
-        self._serves_for: dict[tuple, bool] = {}
         self._log = os.fdopen(os.dup(2), "w", buffering=1)  # stays the log while a call borrows 2
 
     # -- life ------------------------------------------------------------------------
@@ -358,19 +357,15 @@ class Server:
 
     def _serves(self) -> bool:
         """Whether the client's settings still want a server ([server] enabled; read as its call
-        would), read again only when a settings file or variable changed (a load costs ~1.5 ms)."""
-        from memctl.config import load, user_config_file
+        would: its files, its variables; config.load keeps them while those stay the same)."""
+        from memctl.config import load
         from memctl.errors import MemctlError
         from memctl.store.store import Store
 
-        config_file = Store(self.root).config_file
-        key = (os.environ.get("MEMCTL_SERVER_ENABLED"), _stamp_of(config_file), _stamp_of(user_config_file()))
-        if key not in self._serves_for:
-            try:
-                self._serves_for = {key: load(config_file).server.enabled}
-            except MemctlError:
-                return True  # the call itself reports a broken settings file
-        return self._serves_for[key]
+        try:
+            return load(Store(self.root).config_file, notes=False).server.enabled  # the call says the notes
+        except MemctlError:
+            return True  # the call itself reports a broken settings file
 
     def _run_command(self, argv: list[str]) -> int:
         from memctl.config import say_notes_again
@@ -481,14 +476,6 @@ def _sources_stamp() -> int:
     this one with the same version) makes the server outdated."""
     package = Path(__file__).resolve().parents[1]
     return max(entry.stat().st_mtime_ns for entry in package.rglob("*.py"))
-
-
-def _stamp_of(path: Path) -> tuple | None:
-    try:
-        info = path.stat()
-    except OSError:
-        return None
-    return info.st_ino, info.st_mtime_ns, info.st_size
 
 
 def _rss_mb() -> float:
