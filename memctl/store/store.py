@@ -21,6 +21,7 @@ import os
 import re
 import stat
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -180,7 +181,27 @@ class Store:
     def source_names(self) -> list[str]:
         """source_files() as relative() writes them, without a Path made for each: the index's
         freshness check stamps every one before every search (a 50k store: ~800 files, whose
-        Paths cost ~2 ms, 2026-11-24)."""
+        Paths cost ~2 ms, 2026-11-24). The list is kept while the store's folders stay as they
+        were (_LISTED): a resident server's listing of 945 files cost 1.2 ms a search."""
+        root = os.path.abspath(self.root)
+        listed_at = time.time_ns()
+        folders = _folder_stamps(root)
+        kept = _LISTED.get(root)
+        if kept is not None and kept[0] == folders:
+            return list(kept[1])
+        names = self._source_names()
+        # A folder's change time moves with every name made, removed or renamed in it, but on a
+        # clock of coarse ticks: a change in the tick of the listing could leave it as it was. A
+        # listing is kept only if every folder last changed well before it began (as git's
+        # "racily clean" entries), so that any later change moves a stamp.
+        if folders is not None and all(stamp is None or stamp[-1] < listed_at - _RACY_NS for stamp in folders):
+            if len(_LISTED) >= 16:
+                _LISTED.clear()
+            _LISTED[root] = (folders, names)
+            names = list(names)
+        return names
+
+    def _source_names(self) -> list[str]:
         names = [self.relative(self.memory_md)] if self.memory_md.exists() else []
         for folder, pattern, wanted in ((self.sessions_dir, "*.jsonl", None), (self.topics_dir, "t-*.jsonl", None),
                                         (self.daily_dir, "*.md", _DAY_FILE)):
@@ -547,3 +568,26 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# source_names() of the stores a process has listed (a resident server: its one store): abspath
+# of the root -> (its folders' stamps then, the names).
+_LISTED: dict[str, tuple[tuple, list[str]]] = {}
+_RACY_NS = 100_000_000  # well over a tick of the file system's clock (1-10 ms)
+_SOURCE_FOLDERS = ("sessions", "topics", "memory")
+
+
+def _folder_stamps(root: str) -> tuple | None:
+    """(device, inode, mode, change time) of the root and of each folder source_names() lists (None
+    for one that is not there); None when one is a link, which the listing refuses every time."""
+    stamps = []
+    for at, name in enumerate(("", *_SOURCE_FOLDERS)):
+        try:
+            info = os.stat(root) if at == 0 else os.lstat(os.path.join(root, name))
+        except (FileNotFoundError, NotADirectoryError):
+            stamps.append(None)
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            return None
+        stamps.append((info.st_dev, info.st_ino, info.st_mode, info.st_ctime_ns))
+    return tuple(stamps)
