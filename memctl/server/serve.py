@@ -76,6 +76,8 @@ class Server:
         self._running: _Call | None = None
         self._in_command = False
         self._log = os.fdopen(os.dup(2), "w", buffering=1)  # stays the log while a call borrows 2
+        self._own_fds = [os.dup(n) for n in (0, 1, 2)]  # what 0, 1 and 2 are again after each call
+        self.environment = dict(os.environ)  # ... and the environment
 
     # -- life ------------------------------------------------------------------------
     def run(self) -> str:
@@ -304,6 +306,7 @@ class Server:
                 return
             call.taken = True
             self._running = call
+        umask = os.umask(call.request["umask"])
         try:
             call.code = self._run(call)
         finally:
@@ -313,6 +316,11 @@ class Server:
                     _send(call.connection, client.EXIT + call.code.to_bytes(4, "big", signed=True))
                 call.done.set()  # after the send: its connection's thread closes the connection then
             self._decide(call, client.FALLBACK)  # if it never started
+            # The rest of the process's own state back after the exit status: the client's wait is
+            # over, and on another core it runs on while this is done.
+            os.umask(umask)
+            _set_environment(self.environment)
+            os.chdir("/")
             self.served += call.verdict == client.STARTED
             self.last_call = time.monotonic()
 
@@ -324,11 +332,10 @@ class Server:
         call.decided.set()
 
     def _run(self, call: _Call) -> int:
+        """Run the call on the client's descriptors, directory and environment; it returns once
+        its output is flushed and the descriptors are the server's again."""
         request = call.request
-        saved_fds = [os.dup(n) for n in (0, 1, 2)]
         saved_streams = (sys.stdin, sys.stdout, sys.stderr)
-        saved_env = dict(os.environ)
-        saved_umask = os.umask(request["umask"])
         for stream in saved_streams:
             _flush(stream)
         try:
@@ -348,12 +355,8 @@ class Server:
             for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
                 _flush(stream)  # sys.__stderr__ too: a note written there went to descriptor 2, the client's
             sys.stdin, sys.stdout, sys.stderr = saved_streams
-            for n, fd in enumerate(saved_fds):
+            for n, fd in enumerate(self._own_fds):
                 os.dup2(fd, n)
-                os.close(fd)
-            os.umask(saved_umask)
-            _set_environment(saved_env)
-            os.chdir("/")
 
     def _serves(self) -> bool:
         """Whether the client's settings still want a server ([server] enabled; read as its call
@@ -448,9 +451,15 @@ def _streams(encodings: list) -> tuple:
 
 
 def _set_environment(values: dict) -> None:
-    changed_zone = values.get("TZ") != os.environ.get("TZ")
-    os.environ.clear()
-    os.environ.update(values)
+    """os.environ made `values`, changing only what differs: clearing and filling it (a putenv a
+    variable, twice a call) cost 0.07-0.2 ms of a warm call, the difference ~0.02 (2026-11-24)."""
+    environment = os.environ
+    changed_zone = values.get("TZ") != environment.get("TZ")
+    for name in [name for name in environment if name not in values]:
+        del environment[name]
+    for name, value in values.items():
+        if environment.get(name) != value:
+            environment[name] = value
     if changed_zone:
         time.tzset()
 
