@@ -200,6 +200,30 @@ def test_a_hand_edit_is_seen_on_the_next_call(servers, tmp_path):
     assert status(servers, store)["calls"] == 3
 
 
+def test_settings_variables_and_new_files_are_the_calls_own(servers, tmp_path):
+    """What a server keeps between calls (settings, the store's listing) never hides a change: an
+    edit of memctl.toml, a variable of one call, a session file made by hand."""
+    store = tmp_path / "store"
+    make_store(servers, store)
+    start(servers, store)
+    assert memctl(servers, store, "search", "Kestrel").returncode == 0
+    (store / "memctl.toml").write_text("[retrieval]\ncandidates = 0\n")
+    refused = memctl(servers, store, "search", "Kestrel")
+    assert refused.returncode == 2 and b"memctl.toml" in refused.stderr and b"candidates" in refused.stderr
+    (store / "memctl.toml").write_text("[retrieval]\ncandidates = 9\n")  # the same size, at once
+    assert memctl(servers, store, "search", "Kestrel").returncode == 0
+    by_variable = memctl({**servers, "MEMCTL_RETRIEVAL_CANDIDATES": "0"}, store, "search", "Kestrel")
+    assert by_variable.returncode == 2 and b"MEMCTL_RETRIEVAL_CANDIDATES" in by_variable.stderr
+    assert memctl(servers, store, "search", "--mode", "bm25", "Zanzibar").returncode == 1
+    time.sleep(0.3)  # the sessions folder is old enough for the server to keep its listing
+    assert memctl(servers, store, "search", "--mode", "bm25", "Zanzibar").returncode == 1
+    (store / "sessions" / "s9.jsonl").write_text(
+        '{"id": "m9", "session": "s9", "role": "user", "text": "the offsite is in Zanzibar"}\n')
+    found = memctl(servers, store, "search", "--mode", "bm25", "--json", "Zanzibar")
+    assert found.returncode == 0 and b'"m9"' in found.stdout, found.stderr
+    assert status(servers, store)["calls"] == 7  # every call above, in the server
+
+
 def test_two_stores_two_servers(servers, tmp_path):
     first, second = tmp_path / "one", tmp_path / "two"
     make_store(servers, first)
