@@ -390,3 +390,19 @@ def test_the_client_knows_every_option_of_the_command_line_before_the_command():
     assert store_of(["--store", "s", "search", "kestrel"]) == ("search", "s")
     assert store_of(["--store=s", "-q", "index"]) == ("index", "s")
     assert store_of(["--store", "s", "server", "status"]) is None and store_of(["--version"]) is None
+
+
+def test_an_edited_source_file_anywhere_in_the_package_moves_the_stamp(tmp_path, monkeypatch):
+    """A server compares _sources_stamp() once a second: it must see a .py file of any subpackage."""
+    import memctl
+    from memctl.server import serve
+
+    package = Path(memctl.__file__).parent
+    assert serve._sources_stamp() == max(p.stat().st_mtime_ns for p in package.rglob("*.py"))
+    copy = tmp_path / "memctl"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(serve, "__file__", str(copy / "server" / "serve.py"))
+    before = serve._sources_stamp()
+    deep = copy / "index" / "index.py"
+    os.utime(deep, ns=(before + 10**9, before + 10**9))
+    assert serve._sources_stamp() == before + 10**9

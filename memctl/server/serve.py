@@ -483,8 +483,17 @@ def _close_all(fds: list[int]) -> None:
 def _sources_stamp() -> int:
     """The newest modification time of memctl's source files: one edited (or a package installed over
     this one with the same version) makes the server outdated."""
-    package = Path(__file__).resolve().parents[1]
-    return max(entry.stat().st_mtime_ns for entry in package.rglob("*.py"))
+    # os.scandir, not Path.rglob: 0.4 ms instead of 1.1 for ~100 files, looked at once a second
+    # before a call is queued (2026-11-24).
+    newest, folders = 0, [str(Path(__file__).resolve().parents[1])]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+                elif entry.name.endswith(".py"):
+                    newest = max(newest, entry.stat().st_mtime_ns)
+    return newest
 
 
 def _rss_mb() -> float:
