@@ -36,6 +36,7 @@ from memctl.server import client
 
 HEARTBEAT_SECONDS = 1.0
 KEPT_MEMORIES = 4  # open Memory objects kept: one a (store path as given, working directory)
+KEPT_THREADS = 4   # connection threads kept waiting for the next connection
 
 
 class _Call:
@@ -68,6 +69,9 @@ class Server:
         self._sources_seen = time.monotonic()
         self._sources_differ = False
         self.calls: queue.Queue[_Call | None] = queue.Queue()
+        self._connections: queue.Queue[socket.socket] = queue.Queue()  # to the connection threads waiting
+        self._idle_threads = 0
+        self._threads_lock = threading.Lock()
         self.memories: OrderedDict[tuple, Any] = OrderedDict()
         self.started = time.time()
         self.last_call = time.monotonic()
@@ -179,12 +183,31 @@ class Server:
 
     # -- connections (a thread each) ---------------------------------------------------
     def _accept(self, listener: socket.socket) -> None:
+        """Each connection to a thread of its own at once (a call waiting its turn must still be
+        answered QUEUED, then BUSY): a thread that served one and waits for another if there is
+        one (_idle_threads, counted here as they are handed work), else a new one. Starting a
+        thread a call cost ~0.1 ms of CPU and ~0.2 ms before the request was read (2026-11-24)."""
         while True:
             try:
                 connection, _ = listener.accept()
             except OSError:
                 return  # closed: leaving
-            threading.Thread(target=self._serve_connection, args=(connection,), daemon=True).start()
+            with self._threads_lock:
+                waiting = self._idle_threads > 0
+                self._idle_threads -= waiting
+            if waiting:
+                self._connections.put(connection)  # exactly one waiting thread takes it
+            else:
+                threading.Thread(target=self._connection_thread, args=(connection,), daemon=True).start()
+
+    def _connection_thread(self, connection: socket.socket) -> None:
+        while True:
+            self._serve_connection(connection)
+            with self._threads_lock:
+                if self._idle_threads >= KEPT_THREADS:
+                    return
+                self._idle_threads += 1
+            connection = self._connections.get()
 
     def _serve_connection(self, connection: socket.socket) -> None:
         fds: list[int] = []
