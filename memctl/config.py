@@ -38,6 +38,7 @@ import math
 import re
 import os
 import sys
+import threading
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -382,6 +383,7 @@ def load(config_file: Path, *, notes: bool = True) -> Settings:
 
 
 _loaded: dict[tuple, tuple[Settings, list[tuple[str, str, str]], list[tuple[str, str]]]] = {}
+_loading = threading.Lock()
 
 
 def _load_key(config_file: Path) -> tuple:
@@ -401,12 +403,13 @@ def _bytes_of(path: Path) -> bytes | None:
 def _load(config_file: Path) -> tuple[Settings, list[tuple[str, str, str]], list[tuple[str, str]]]:
     """load()'s settings, with the renamed and ignored settings it must name (said by load())."""
     global _renamed_seen
-    _renamed_seen = []
-    try:
-        values, _, ignored = _layered(config_file)
-        renamed = _renamed_seen
-    finally:
-        _renamed_seen = None
+    with _loading:  # one load at a time collects the renamed settings (memctl mcp loads on two threads)
+        _renamed_seen = []
+        try:
+            values, _, ignored = _layered(config_file)
+            renamed = _renamed_seen
+        finally:
+            _renamed_seen = None
     settings = Settings(**{name: TABLES[name](**table_values) for name, table_values in values.items()})
     gov = settings.governance
     if gov.archive_below > gov.low_priority_below:  # the one rule that ties two values together
