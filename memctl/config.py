@@ -368,17 +368,14 @@ def load(config_file: Path, *, notes: bool = True) -> Settings:
     key = _load_key(config_file)
     loaded = _loaded.get(key)
     if loaded is None:
-        loaded = _load(config_file)
+        loaded = _load(config_file, notes)
         if _load_key(config_file) == key:  # else a file changed while it was read: not kept
             if len(_loaded) >= 8:
                 _loaded.clear()
             _loaded[key] = loaded
     settings, renamed, ignored = loaded
     if notes:
-        for source, table, name in renamed:
-            _say_renamed_once(source, table, name)
-        for table, name in ignored:
-            _say_ignored_once(config_file, table, name)
+        _say_notes(config_file, renamed, ignored)
     return settings
 
 
@@ -400,22 +397,36 @@ def _bytes_of(path: Path) -> bytes | None:
         return None
 
 
-def _load(config_file: Path) -> tuple[Settings, list[tuple[str, str, str]], list[tuple[str, str]]]:
-    """load()'s settings, with the renamed and ignored settings it must name (said by load())."""
+def _load(config_file: Path, notes: bool) -> tuple[Settings, list[tuple[str, str, str]], list[tuple[str, str]]]:
+    """load()'s settings, with the renamed and ignored settings it must name (said by load(), or
+    here, before the error, when the settings are refused)."""
     global _renamed_seen
     with _loading:  # one load at a time collects the renamed settings (memctl mcp loads on two threads)
         _renamed_seen = []
         try:
-            values, _, ignored = _layered(config_file)
-            renamed = _renamed_seen
-        finally:
-            _renamed_seen = None
+            values, _, ignored_values = _layered(config_file)
+        except BaseException:
+            renamed, _renamed_seen = _renamed_seen, None
+            if notes:
+                _say_notes(config_file, renamed, [])
+            raise
+        renamed, _renamed_seen = _renamed_seen, None
+    ignored = [(table, key) for table, key, _ in ignored_values]
     settings = Settings(**{name: TABLES[name](**table_values) for name, table_values in values.items()})
     gov = settings.governance
     if gov.archive_below > gov.low_priority_below:  # the one rule that ties two values together
+        if notes:
+            _say_notes(config_file, renamed, ignored)
         raise InputError("governance.archive_below must not exceed governance.low_priority_below",
                          source=str(config_file))
-    return settings, renamed, [(table, key) for table, key, _ in ignored]
+    return settings, renamed, ignored
+
+
+def _say_notes(config_file: Path, renamed: list[tuple[str, str, str]], ignored: list[tuple[str, str]]) -> None:
+    for source, table, name in renamed:
+        _say_renamed_once(source, table, name)
+    for table, name in ignored:
+        _say_ignored_once(config_file, table, name)
 
 
 def _layered(config_file: Path) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, str], str],
