@@ -185,6 +185,45 @@ def test_each_section_names_a_day_once_and_each_message_its_time(run, store_dir)
         assert not any("2026-11-20T" in line for line in lines)
 
 
+def test_a_time_is_said_once_a_run_of_lines_of_its_minute(run, store_dir):
+    said = [("m0", "10:00:05", "Did you book the Acorn Guest House for Friday?"),
+            ("m1", "10:00:40", "Yes, the Acorn Guest House is booked, reference ACG-42."),
+            ("m2", "10:02:10", "Great, what time is check-in at the Acorn Guest House?"),
+            ("m3", "10:02:30", "Check-in at the Acorn Guest House is from 3 pm.")]
+    lines = "".join(json.dumps({"id": mid, "session": "s1", "role": ("user", "assistant")[n % 2], "text": text,
+                                "ts": f"2026-11-20T{at}Z"}) + "\n" for n, (mid, at, text) in enumerate(said))
+    assert run("ingest", "-", input=lines).returncode == 0
+    done = run("context", "--session", "s1", "--message", "When is check-in at the Acorn Guest House?",
+               "--budget", "4000", "--no-record")
+    assert done.returncode == 0, done.stderr
+    minute_of = {mid: at[:5] for mid, at, _ in said}
+    unstamped = 0
+    for block in done.stdout.decode().split("\n\n"):
+        before = None  # the minute of the message line before, in this section
+        for line in block.splitlines():
+            mid = next((m for m in minute_of if f"({m}): " in line), None)
+            if mid is None:
+                before = None if line.startswith("[2026-") else before
+                continue
+            # A line says its time when the line before was of another minute, and only then.
+            assert line.startswith(f"[{minute_of[mid]}] ") == (minute_of[mid] != before), line
+            unstamped += minute_of[mid] == before
+            before = minute_of[mid]
+    assert unstamped >= 1
+    assert count_tokens(done.stdout.decode()) <= 4000
+
+
+def test_an_excerpt_is_the_window_around_the_words_of_the_message():
+    from memctl.context.turn import window
+
+    filler = " ".join(f"Sentence {n} talks about the weather in spring." for n in range(60))
+    text = filler + " The Acorn Guest House reference is ACG-42. " + filler
+    shown = window(text, "What is the Acorn Guest House reference?", 60)
+    assert "The Acorn Guest House reference is ACG-42." in shown and count_tokens(shown) <= 60
+    assert text.startswith(window(text, "zebra crossing", 60))  # no word shared: the opening
+    assert count_tokens(window(text, "zebra crossing", 60)) <= 60
+
+
 def test_a_long_message_is_shown_by_an_excerpt_and_the_new_message_whole(run, store_dir):
     # The booking's reply runs on for ~600 tokens (as an assistant's reply does); the question too.
     long_reply = HOTEL[3] + " " + " ".join(f"Breakfast is served from {7 + n % 3} in room {n}." for n in range(80))

@@ -14,12 +14,15 @@ The sections, in the order they are printed (each only of the session's scope):
     recent   the last [topics] keep_recent messages, the new message last
 
 A message is shown as `[HH:MM] who (id): text` under a line `[YYYY-MM-DD]` naming its day,
-given once a run of messages of that day in a section: a full time stamp on every line took ~14 of
-a LoCoMo message's 54 tokens (LoCoMo dev, context - by-score at 1k/2k/4k: -.004/+.026/+.055 with
-it, +.035/+.042/+.093 with day lines; bench/README.md).
+given once a run of messages of that day in a section, and its time once a run of lines of that
+minute (`who (id): text` after the first), as chat programs group them: a full time stamp on every
+line took ~14 of a LoCoMo message's 54 tokens (LoCoMo dev, context - by-score at 1k/2k/4k:
+-.004/+.026/+.055 with it, +.035/+.042/+.093 with day lines; a time a run of its minute:
++.071/+.054/+.069 -> +.090/+.067/+.069; bench/README.md).
 A message longer than one search unit (index/units.py CHUNK_TOKENS, 200) is shown as an excerpt,
-marked "[…]" and `"excerpt": true`: a found one by the unit the search matched, any other by its
-opening (the new message whole); `memctl show ID` has the rest. An assistant's reply is often
+marked "[…]" and `"excerpt": true`: a unit's length around its sentence sharing most of the new
+message's terms, within the unit the search matched for a found one, else within the whole text
+(its opening when none shares a term; the new message whole); `memctl show ID` has the rest. An assistant's reply is often
 400 tokens, the room of several user turns where the evidence mostly is (LongMemEval).
 
 No text appears twice: a memory is in one section; a message is shown once, with the
@@ -33,7 +36,7 @@ does not fit is given as its summary first (G1):
     0.99               a core memory (L0)
     0.95               a memory of the scope (L1)
     0.93 - 0.01 rank   a memory or log entry the search found
-    0.90 - 0.5 r/45    a found message of rank r (of FOUND_HITS)
+    0.90 - 0.5 r/F     a found message of rank r (of FOUND_HITS); F = budget / FALL_TOKENS
     0.88 ... 0.85      the last LAST_EXCHANGE messages before the new one
     0.8 s (hit/best)   a topic's referenced message (s: the topic's score)
     0.45 ... 0.30      the older recent messages, newest highest
@@ -60,11 +63,14 @@ from memctl.store.store import Store
 from memctl.text.tokens import count_tokens
 
 FOUND_HITS = 60      # the session's messages the search ranks for the message
-# A found message's priority falls from 0.90 to 0.40 over this many ranks (was FOUND_HITS, 60): the
-# 45th hit meets the older recent messages and a topic's middling references. Over cached turns of
-# LoCoMo dev (160 q, day lines on), context - by-score at 1k/2k/4k/8k: 60 +.035/+.042/+.093/+.122,
-# 45 +.064/+.051/+.090/+.122 (40: +.064/+.057/+.077/+.122; 35: +.064/+.053/+.077/+.116).
-FOUND_FALL = 45
+# A found message's priority falls from 0.90 to 0.40 over budget / FALL_TOKENS ranks, about as many hits
+# as the budget holds (was a fixed 45): a fixed fall let the topics' references and the older recent
+# messages in at the same rank whatever the budget, so at 4k they took the places of hits 30-60. Over
+# cached turns of both dev sets, tuned on the even-numbered questions (bench/README.md, 2026-11-24
+# afternoon), context - by-score at 1k/2k/4k/8k, LoCoMo: 45 +.090/+.067/+.069/+.114, budget/30
+# +.100/+.062/+.101/+.114 (/22 +.090/+.068/+.105/+.114, /40 +.094/+.073/+.095/+.114); LongMemEval
+# (24 questions then): 45 -.021/+.042/+.042/+.021, /30 .000/+.062/+.062/+.021.
+FALL_TOKENS = 30
 # A found message's reply ranks with the hit this many places below it. 10 (was 25), measured over
 # cached turns of LoCoMo dev (160 q) with LongMemEval dev: context - by-score at 1k/2k/4k
 # +.006/+.022/+.060 with 25, +.013/+.022/+.060 with 10, +.004/+.029/+.054 with 8 (bench/README.md).
@@ -93,6 +99,7 @@ class Part:
     tokens: int = 0
     short_tokens: int = 0
     day: str | None = None    # a message's day: its section shows a line naming it once a run
+    minute: str = ""          # a message's time of day: said once a run of messages of that minute
 
     @property
     def group(self):
@@ -131,18 +138,58 @@ def message_view(message: dict) -> dict:
             "text": message.get("text", ""), "ts": message.get("ts"), **({"excerpt": True} if message.get("excerpt") else {})}
 
 
-def excerpt(message: dict, matched: str | None = None) -> dict:
-    """The message as the context shows it: whole when it is one search unit long, else the unit the
-    search matched (`matched`) or its opening, marked "excerpt" (`memctl show ID` has the rest)."""
+def excerpt(message: dict, matched: str | None = None, query: str = "") -> dict:
+    """The message as the context shows it: whole when it is one search unit long, else a window of
+    one unit's length marked "excerpt" (`memctl show ID` has the rest): around its sentence sharing
+    most of the query's terms, of those the first in the unit the search matched (`matched`); its
+    opening (or the matched unit's) when no sentence shares a term."""
     from memctl.index.units import CHUNK_TOKENS
-    from memctl.text.tokens import truncate_tokens
 
     text = message.get("text", "")
     if len(text.encode()) <= CHUNK_TOKENS or count_tokens(text) <= CHUNK_TOKENS:
         return message
-    if not (matched and matched.strip() and count_tokens(matched) <= CHUNK_TOKENS):
-        matched = truncate_tokens(text, CHUNK_TOKENS)
-    return {**message, "text": matched.strip(), "excerpt": True}
+    start = text.find(matched.strip()) if matched and matched.strip() else -1
+    unit = (start, start + len(matched.strip())) if start >= 0 else (0, 0)
+    return {**message, "text": window(text, query, CHUNK_TOKENS, unit), "excerpt": True}
+
+
+_SENTENCE = re.compile(r"[^\n]+?(?:[.!?。！？](?=\s)|[。！？]|$)", re.MULTILINE)
+
+
+def window(text: str, query: str, limit: int, unit: tuple[int, int] = (0, 0)) -> str:
+    """At most `limit` tokens of `text`: the sentence sharing most of the query's content terms (of
+    equals, one within `unit`, the span the search matched, else the first; with no term shared, the
+    unit's first or the text's first), then the sentences after and before it in turn while they fit,
+    within the unit when it holds that sentence: a unit's window is often shorter than `limit`, and
+    shorter excerpts let more hits in (LongMemEval dev, 24 questions, context - by-score at 1k/2k:
+    -.021/+.021 growing over the whole text, .000/+.062 within the unit)."""
+    from memctl.text.tokens import truncate_tokens
+    from memctl.topics.segment import terms_of
+
+    spans = [m.span() for m in _SENTENCE.finditer(text) if m.group().strip()]
+    if not spans:
+        return truncate_tokens(text, limit).strip()
+    wanted = set(terms_of(query))
+
+    def rank(n: int) -> tuple:
+        start, end = spans[n]
+        return (len(wanted.intersection(terms_of(text[start:end]))), unit[0] <= start < unit[1], -n)
+
+    best = max(range(len(spans)), key=rank)
+    inside = [n for n, (start, _) in enumerate(spans) if unit[0] <= start < unit[1]]
+    lowest, highest = (inside[0], inside[-1]) if best in inside else (0, len(spans) - 1)
+    first = last = best
+    if count_tokens(text[slice(*spans[best])]) >= limit:
+        return truncate_tokens(text[slice(*spans[best])], limit).strip()
+    grown = True
+    while grown:
+        grown = False
+        for n in (last + 1, first - 1):
+            lo, hi = min(first, n), max(last, n)
+            if lowest <= n <= highest and not first <= n <= last \
+                    and count_tokens(text[spans[lo][0]:spans[hi][1]]) <= limit:
+                first, last, grown = lo, hi, True
+    return text[spans[first][0]:spans[last][1]].strip()
 
 
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d)(?::\d\d(?:\.\d+)?)?(Z|[+-]\d\d:?\d\d)?$")
@@ -160,29 +207,34 @@ def day_and_time(ts) -> tuple[str | None, str]:
     return day, minute + ("" if offset in (None, "Z", "+00:00", "+0000") else offset)
 
 
-def render_line(message: dict) -> str:
+def render_line(message: dict, stamp: bool = True) -> str:
     """A message as the context shows it, under a line naming its day: the time of day only. A full
     ISO stamp is ~14 of a LoCoMo message's 54 rendered tokens; the day, shared by a run of
     messages, is said once."""
     who = message.get("speaker") or message.get("role") or ""
-    minute = day_and_time(message.get("ts"))[1]
-    stamp = f"[{minute}] " if minute else ""
-    return f"{stamp}{who} ({message['id']}): {message.get('text', '')}" + (" […]" if message.get("excerpt") else "")
+    minute = day_and_time(message.get("ts"))[1] if stamp else ""
+    return f"{stamp_of(minute)}{who} ({message['id']}): {message.get('text', '')}" + (" […]" if message.get("excerpt") else "")
 
 
 def day_line(day: str) -> str:
     return f"[{day}]"
 
 
+def stamp_of(minute: str) -> str:
+    return f"[{minute}] " if minute else ""
+
+
 def _message_lines(messages: list[dict]) -> list[str]:
-    """The messages of a section, a day line wherever the day changes."""
-    lines, day = [], None
+    """The messages of a section, a day line wherever the day changes, the time of day wherever it
+    changes from the line before."""
+    lines, day, minute = [], None, None
     for message in messages:
-        said = day_and_time(message.get("ts"))[0]
+        said, at = day_and_time(message.get("ts"))
         if said is not None and said != day:
             lines.append(day_line(said))
-        day = said
-        lines.append(render_line(message))
+            minute = None
+        lines.append(render_line(message, stamp=(said, at) != (day, minute)))
+        day, minute = said, at
     return lines
 
 
@@ -240,9 +292,9 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
 
 
 def _memories_and_found(store: Store, doc, turn, message: str, settings: config.Settings,
-                        layers: tuple[list, list]) -> tuple[list[dict], list[tuple[dict, float]]]:
+                        layers: tuple[list, list]) -> tuple[list[dict], list[tuple[dict, float, str]]]:
     """(the memory sections: core, scope, found; the session's messages the topics' search found, with
-    their scores, best first). The search is `memctl search`'s, in the topics' batch. `layers`: the
+    their scores and the text of the unit matched, best first). The search is `memctl search`'s, in the topics' batch. `layers`: the
     scope's core and scope memories."""
     from memctl.store.status import active_tails
     from memctl.store.topicfile import archived_message_ids
@@ -278,8 +330,7 @@ def _memories_and_found(store: Store, doc, turn, message: str, settings: config.
     # The session's own messages among the scope's the search ranked; archived topics are shown only
     # on request (T12), so their messages are not found either.
     by_id = {m["id"]: m for m in turn.messages if m["id"] not in archived}
-    found = [(excerpt(by_id[r.record_id], r.text), r.score) for r in message_hits
-             if r.record_id in by_id][:FOUND_HITS]
+    found = [(by_id[r.record_id], r.score, r.text) for r in message_hits if r.record_id in by_id][:FOUND_HITS]
     return sections, found
 
 
@@ -289,7 +340,7 @@ def _memory_section(kind: str, entry, found_by: str, score: float | None) -> dic
             "summary": entry.get("summary") or None, "found_by": found_by, "text": entry.text}
 
 
-def _assemble(context: Context, turn, system_text: str, memories: list[dict], found: list[tuple[dict, float]],
+def _assemble(context: Context, turn, system_text: str, memories: list[dict], found: list[tuple[dict, float, str]],
               budget: int) -> None:
     sections: list[dict] = []
     parts: list[Part] = []
@@ -308,6 +359,8 @@ def _assemble(context: Context, turn, system_text: str, memories: list[dict], fo
 
     # Messages: each claimed by the parts that would show it; placed in the first of PLACE_ORDER.
     claims: dict[str, dict] = {}
+    matched = {message["id"]: text for message, _score, text in found}
+    query = turn.new_message.get("text", "")
 
     def claim(kind: str, message: dict, priority: float, section: int, order: float, topic_id=None) -> None:
         held = claims.get(message["id"])
@@ -321,20 +374,21 @@ def _assemble(context: Context, turn, system_text: str, memories: list[dict], fo
 
     recent = turn.recent
     recent_index = None
+    fall = budget / FALL_TOKENS
     if found:
         sections.append({"kind": "found", "messages": []})
         following = {m["id"]: n for m, n in zip(turn.messages, turn.messages[1:])}
         position = {m["id"]: n for n, m in enumerate(turn.messages)}
-        for rank, (message, _score) in enumerate(found):
+        for rank, (message, _score, _text) in enumerate(found):
             # Kept by rank, shown newest first: where a later statement corrects an earlier one the
             # agent reads the correction first (LongMemEval knowledge-update: newest shown before the
             # outdated one 0 of 1 by rank; bench/README.md).
             newest_first = -position.get(message["id"], rank)
-            priority = 0.9 - 0.5 * rank / FOUND_FALL
+            priority = 0.9 - 0.5 * rank / fall
             claim("found", message, priority, len(sections) - 1, newest_first)
             reply = following.get(message["id"])
             if reply is not None and rank + REPLY_LAG < FOUND_HITS:  # shown right after its hit
-                claim("found", reply, 0.9 - 0.5 * (rank + REPLY_LAG) / FOUND_FALL, len(sections) - 1,
+                claim("found", reply, 0.9 - 0.5 * (rank + REPLY_LAG) / fall, len(sections) - 1,
                       newest_first + 0.5)
     for evaluation in turn.shown:
         topic = turn.topics[evaluation.topic_id]
@@ -369,10 +423,12 @@ def _assemble(context: Context, turn, system_text: str, memories: list[dict], fo
     for held in claims.values():
         # A long message (an assistant's reply, a pasted text) is shown by its excerpt: one is the
         # room of several user turns (LongMemEval all turns: replies median 391 tokens). Not the new one.
-        message = held["message"] if held["priority"] == math.inf else excerpt(held["message"])
-        parts.append(Part("recent" if held["kind"] == "last" else held["kind"], render_line(message),
+        message = held["message"] if held["priority"] == math.inf else excerpt(
+            held["message"], matched.get(held["message"]["id"]), query)
+        day, minute = day_and_time(message.get("ts"))
+        parts.append(Part("recent" if held["kind"] == "last" else held["kind"], render_line(message, stamp=False),
                           held["priority"], held["section"], message, held["topic_id"], order=held["order"],
-                          day=day_and_time(message.get("ts"))[0]))
+                          day=day, minute=minute))
 
     for part in parts:
         part.tokens = count_tokens(part.text)
@@ -386,7 +442,7 @@ def _assemble(context: Context, turn, system_text: str, memories: list[dict], fo
         if s["kind"] == "topic" and s.get("summary") is None:
             s["summary"] = ""
         if s["kind"] == "found":
-            score = {m["id"]: sc for m, sc in found}
+            score = {m["id"]: sc for m, sc, _text in found}
             # A hit's reply, shown after it, has no score of its own: null.
             s["messages"] = [{**message_view(m), "score": round(score[m["id"]], 4) if m["id"] in score else None}
                              for m in s["messages"]]
@@ -406,8 +462,10 @@ def _fit(parts: list[Part], sections: list[dict], budget: int) -> dict[int, str]
     # A day line is paid by the first message of its day kept in a section (a little under when a
     # section's order comes back to a day: the exact count below settles it).
     days = {(p.section, p.day) for p in must if p.day}
+    stamps = {(p.section, p.day, p.minute) for p in must if p.minute}
     used = (sum(p.tokens + 1 for p in must) + sum(heading_of[g] for g in {p.group for p in must})
-            + sum(count_tokens(day_line(day)) + 1 for _, day in days))
+            + sum(count_tokens(day_line(day)) + 1 for _, day in days)
+            + sum(count_tokens(stamp_of(minute)) for _, _, minute in stamps))
     if used > budget:
         raise InputError(f"the system prompt and the new message alone take {used} tokens, over the budget "
                          f"of {budget}", source="--budget")
@@ -416,6 +474,8 @@ def _fit(parts: list[Part], sections: list[dict], budget: int) -> dict[int, str]
         heading = heading_of[part.group] if part.group not in opened else 0
         if part.day and (part.section, part.day) not in days:
             heading += count_tokens(day_line(part.day)) + 1
+        if part.minute and (part.section, part.day, part.minute) not in stamps:
+            heading += count_tokens(stamp_of(part.minute))
         for content, tokens in (("full", part.tokens), ("summary", part.short_tokens if part.short else None)):
             if tokens is not None and used + tokens + 1 + heading <= budget:
                 chosen[id(part)] = content
@@ -423,6 +483,8 @@ def _fit(parts: list[Part], sections: list[dict], budget: int) -> dict[int, str]
                 opened.add(part.group)
                 if part.day:
                     days.add((part.section, part.day))
+                if part.minute:
+                    stamps.add((part.section, part.day, part.minute))
                 break
     # The estimate above errs high; the exact count of the rendered text decides: the lowest part
     # kept gives way, a memory first to its summary.
