@@ -49,7 +49,6 @@ import os
 import sqlite3
 import dataclasses
 import functools
-import itertools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -160,7 +159,8 @@ class Candidates:
         return len(self.units)
 
     def explain(self, name: str, values, carried=None) -> None:
-        self.explained[name] = (values.tolist() if hasattr(values, "tolist") else values, carried)
+        self.explained[name] = (values.tolist() if hasattr(values, "tolist") else values,
+                                carried.tolist() if carried is not None else None)
 
     def note(self, at: int, name: str, text: Any) -> None:
         self.notes.setdefault(at, {})[name] = text
@@ -172,9 +172,9 @@ class Candidates:
         explain = result.explain
         for name, (values, carried) in self.explained.items():
             if carried is None or carried[at]:
-                explain[name] = values[at] if isinstance(values, list) else values
+                value = values[at] if isinstance(values, list) else values
+                explain[name] = round(value, _ROUNDED_LATER[name]) if name in _ROUNDED_LATER else value
         explain.update(self.notes.get(at, {}))
-        _round_explain(explain)
         return result
 
 
@@ -193,6 +193,9 @@ class _RowFacts:
         self.noise = np.zeros(rows, dtype=bool)  # noise_reason says it is noise
         self.timed = np.zeros(rows, dtype=bool)  # it has a time
         self.micros = np.zeros(rows, dtype=np.int64)  # its time, in µs since the epoch
+        self.session = np.zeros(rows, dtype=np.int64)  # its session, as a number
+        self.line = np.zeros(rows, dtype=np.int64)  # a message's source (as a number) and first line, one number
+        self._numbers: dict[str | None, int] = {}  # sessions' and sources' numbers
 
     def learn(self, units: list[dict], rows, cfg: config.Retrieval) -> None:
         import numpy as np
@@ -208,6 +211,10 @@ class _RowFacts:
             self.length[row] = 1 / (1 + cfg.length_norm_strength * math.log2(ratio))
             self.dated[row] = _dated(unit["kind"], fields, cfg.evergreen_memory_classes)
             self.noise[row] = bool(noise_reason(unit["text"], fields.get("role")))
+            self.session[row] = self._numbers.setdefault(unit["session"], len(self._numbers))
+            if unit["kind"] == "message":
+                source = self._numbers.setdefault(unit["source"], len(self._numbers))
+                self.line[row] = (source << 32) + unit["line_start"]
             moment = _moment(unit["ts"])
             if moment is not None:
                 self.timed[row] = True
@@ -236,6 +243,7 @@ class Searcher:
         self._masks: dict[tuple, Any] = {}  # filters -> rows they allow, while this index stays open
         self._facts: _RowFacts | None = None  # per row, while this index stays open
         self._terms: dict[int, frozenset[str]] = {}  # row -> _terms_of, while this index stays open
+        self._rare: dict[int, frozenset[str]] = {}  # row -> _rare_terms_of, while this index stays open
         # The table's units and replies as searches read them, kept while this index stays open (_units)
         self._by_row: dict[int, dict | None] = {}
         self._by_id: dict[str, dict | None] = {}
@@ -286,12 +294,10 @@ class Searcher:
             vector_rows = self._vector_candidates(cosines, query.filters, limit)
 
         units = self._rows(bm25_ids=list(bm25.scores), vector_rows=vector_rows)
-        replies: dict[str, float] = {}
         if cosines is not None:
             units += self._turns_before(units, set(vector_rows), query.filters)
-            replies = self._reply_cosines(units, cosines)
         found = Candidates(units)
-        self._fuse(found, bm25, cosines, vector_rows, vector_weight, bm25_weight, unknown, replies)
+        self._fuse(found, bm25, cosines, vector_rows, vector_weight, bm25_weight, unknown)
         if cfg.neighbour_weight > 0 and query.neighbours:
             self._neighbours(found)
         periods = _named_periods(query.text) if cfg.date_weight > 0 and query.neighbours else []
@@ -307,7 +313,7 @@ class Searcher:
                 found.note(at, "mmr", "skipped: no vectors in bm25 mode")
         if cfg.newer_first and not periods:  # a query naming a period asks about then, not the latest
             self._newer_first(found, order, query)
-        results = [found.result(at) for at in _best_chunk_per_record(found, order)[:query.k]]
+        results = [found.result(at) for at in _best_chunk_per_record(found, order, query.k)]
         self._snippets(results)
         return results
 
@@ -378,26 +384,32 @@ class Searcher:
                 if mask is None or mask[unit["row"]] == 0]
 
 
-    def _reply_cosines(self, rows: list[dict], cosines) -> dict[str, float]:
-        """Record id -> the best cosine of the messages read with it as their turn before.
+    def _reply_cosines(self, found: Candidates, cosines):
+        """Each candidate's best cosine of the messages read with it as their turn before (NaN: none).
 
         A message is embedded with the turn before it, so a reply's vector holds the
         message it answers as well: "I painted that lake sunrise last year" says what
         the photo shared before it shows. Its cosine is evidence for both turns.
         """
-        ids = sorted({row["record_id"] for row in rows if row["kind"] == "message"})
-        missing = [record_id for record_id in ids if record_id not in self._replies_of]
-        found: dict[str, list[int]] = {}
+        import numpy as np
+
+        messages = np.flatnonzero(found.messages).tolist()
+        record_ids = [found.units[at]["record_id"] for at in messages]
+        missing = sorted({record_id for record_id in record_ids if record_id not in self._replies_of})
+        found_replies: dict[str, list[int]] = {}
         for context_id, row in select_in(self.db, "context_id, row", "context_id", missing):
-            found.setdefault(context_id, []).append(row)
+            found_replies.setdefault(context_id, []).append(row)
         for record_id in missing:
-            self._replies_of[record_id] = tuple(sorted(found.get(record_id, ())))
-        replies = {record_id: self._replies_of[record_id] for record_id in ids if self._replies_of[record_id]}
-        if not replies:
-            return {}
-        reply_rows = [row for found in replies.values() for row in found]
-        best = dict(zip(reply_rows, cosines[reply_rows].tolist()))
-        return {context_id: max(best[row] for row in found) for context_id, found in replies.items()}
+            self._replies_of[record_id] = tuple(sorted(found_replies.get(record_id, ())))
+        best = np.full(len(found), np.nan)
+        answered = [(at, self._replies_of[record_id]) for at, record_id in zip(messages, record_ids)
+                    if self._replies_of[record_id]]
+        if answered:
+            sizes = [len(replies) for _, replies in answered]
+            starts = np.cumsum([0, *sizes[:-1]])
+            best[[at for at, _ in answered]] = np.maximum.reduceat(
+                cosines[[row for _, replies in answered for row in replies]], starts)
+        return best
 
     def _rows(self, bm25_ids: list[str], vector_rows: list[int]) -> list[dict]:
         rows: dict[int, dict] = {}
@@ -432,8 +444,7 @@ class Searcher:
                       row["row"], orjson.loads(row["fields"] or "{}"))
 
     def _fuse(self, found: Candidates, bm25: lexical.Hits, cosines, vector_rows: list[int],
-              vector_weight: float, bm25_weight: float, unknown: float | None,
-              replies: dict[str, float]) -> None:
+              vector_weight: float, bm25_weight: float, unknown: float | None) -> None:
         """Two scores a candidate: `fused` orders, `relevance` is what the minimum judges.
 
         Both read the cosine through the model's calibration (0 at the cosine
@@ -461,7 +472,7 @@ class Searcher:
             floor, ceiling = self._cosine_calibration()
             span = ceiling - floor
             own = cosines[found.rows].astype(np.float64)
-            reply = np.array([replies.get(unit["record_id"], np.nan) for unit in found.units])
+            reply = self._reply_cosines(found, cosines)
             answered = ~np.isnan(reply)
             cosine = np.where(answered, own + cfg.context_weight * np.maximum(0.0, reply - own), own)
             meaning = np.minimum(1.0, np.maximum(0.0, (cosine - floor) / span))
@@ -523,15 +534,21 @@ class Searcher:
         """
         import numpy as np
 
-        messages = np.flatnonzero(found.messages).tolist()
-        at_line = {(found.units[at]["source"], found.units[at]["line_start"]): at for at in messages}
+        messages = np.flatnonzero(found.messages)
+        lines = self._row_facts(found).line[found.rows[messages]]
+        by_line = np.argsort(lines, kind="stable")
+        in_order = lines[by_line]
         nobody = len(found)  # the position of a fused score 0.0, for a turn with no neighbour among them
+
+        def at(wanted):  # the candidate at each wanted line (the last found, if several), else nobody
+            place = np.maximum(np.searchsorted(in_order, wanted, side="right") - 1, 0)
+            return np.where(in_order[place] == wanted, messages[by_line[place]], nobody)
+
         fused = np.append(found.score, 0.0)
-        before = [at_line.get((found.units[at]["source"], found.units[at]["line_start"] - 1), nobody) for at in messages]
-        after = [at_line.get((found.units[at]["source"], found.units[at]["line_start"] + 1), nobody) for at in messages]
         bonus = np.zeros(len(found))
-        bonus[messages] = self.retrieval.neighbour_weight * np.maximum(
-            0.0, np.maximum(fused[before], fused[after]) - fused[messages])
+        if len(messages):
+            bonus[messages] = self.retrieval.neighbour_weight * np.maximum(
+                0.0, np.maximum(fused[at(lines - 1)], fused[at(lines + 1)]) - fused[messages])
         found.score = found.score + bonus
         found.explain("neighbours_bonus", bonus, found.messages)
         found.explain("neighbours", found.score, found.messages)
@@ -658,51 +675,59 @@ class Searcher:
         top = order[:page]
         if not top:
             return
-        units = found.units
+        units, facts = found.units, self._row_facts(found)
         most = max(2, int(self.tantivy.searcher().num_docs * cfg.newer_rare_share))
         asked = lexical.content_terms(query.text)
         moved: set[int] = set()
-        relevance = None  # the relevance in `order`, as an array (made again after a move)
+        ranked = None  # the candidates in `order` as arrays (made again after a move)
         for older in top:
-            if older in moved:
-                continue
             old = units[older]
-            before = _moment(old["ts"]) if old["kind"] == "message" else None
-            if before is None:
+            row = old["row"]
+            if older in moved or not found.messages[older] or not facts.timed[row]:
                 continue
-            rare = lexical.rare_terms(self.tantivy, self._terms_of(old), most) - asked
+            rare = self._rare_terms_of(old, most) - asked
             if not rare:
                 continue
-            at = order.index(older)
-            pull = cfg.newer_pull_share * found.relevance[older]
-            if relevance is None:
+            if ranked is None:
+                ranked = found.rows[order]
                 relevance = found.relevance[order]
-            # From below the page, only a statement about as relevant as the one it updates: the
-            # cheap test first, on the array (it passes over most of ~400 candidates; a Python
-            # loop over them all took ~1 ms a warm 6k search, 2026-11-24).
+                messages = found.messages[order] & facts.timed[ranked]
+                micros, sessions = facts.micros[ranked], facts.session[ranked]
+            at = order.index(older)
+            # Later: a chat message of a later session (a reply in the same conversation is not
+            # an update; a message later than a memory is as often the talk it was written from).
+            # From below the page, only a statement about as relevant as the one it updates.
+            # Tested on arrays, the words last: ~1,250 pairs a warm 6k search, each a Python
+            # test, took ~1.5 ms (2026-11-24).
             below = min(max(page, at + 1), len(order))
-            places = itertools.chain(range(at + 1, below), (below + np.flatnonzero(relevance[below:] >= pull)).tolist())
-            for place in places:
+            reach = relevance >= cfg.newer_pull_share * found.relevance[older]
+            reach[:below] = False
+            reach[at + 1:below] = True
+            later = reach & messages & (micros > facts.micros[row]) & (sessions != facts.session[row])
+            for place in np.flatnonzero(later).tolist():
                 newer = order[place]
                 new = units[newer]
-                # Later: a chat message of a later session (a reply in the same conversation is
-                # not an update; a message later than a memory is as often the talk it was written
-                # from). Tested here, not in a function: ~1,250 pairs a warm 6k search.
-                if new["kind"] != "message" or new["session"] == old["session"] or newer in moved:
-                    continue
-                then = _moment(new["ts"])
-                if then is None or not then > before:
-                    continue
-                shared = sorted(rare & self._terms_of(new))
+                shared = sorted(rare & self._terms_of(new)) if newer not in moved else None
                 if shared:
                     del order[place]
                     order.insert(at, newer)
-                    relevance = None
+                    ranked = None
                     moved.add(newer)
                     found.note(newer, "newer_first", f"moved above {old['record_id'] or old['id']}: later "
                                                      f"({new['ts']} > {old['ts']}) and names '{shared[0]}' as it does")
                     found.note(older, "newer_first", f"below {new['record_id'] or new['id']}, a later statement")
                     break
+
+    def _rare_terms_of(self, unit: dict, most: int) -> frozenset[str]:
+        """lexical.rare_terms of a unit's content words, kept while the index is open (`most`, from
+        the store's size, is the same for each search): ~10 Tantivy lookups of each of the first
+        page's results a search."""
+        from memctl.index import lexical
+
+        row = unit["row"]
+        if row not in self._rare:
+            self._rare[row] = frozenset(lexical.rare_terms(self.tantivy, self._terms_of(unit), most))
+        return self._rare[row]
 
     def _knows_subject(self, found: Candidates) -> bool:
         """Whether some candidate is about the query: its own meaning or its words match it well.
@@ -920,8 +945,8 @@ def _moment(ts: str | None) -> datetime | None:
         return None
 
 
-# --explain's numbers the stages leave unrounded, and their digits: search() rounds those of the
-# results it returns. Rounding ~20 numbers of each of ~400 candidates took 2.5 ms of a warm 6k
+# --explain's numbers the stages leave unrounded, and their digits: Candidates.result rounds those
+# of the results a search returns. Rounding ~20 numbers of each of ~400 candidates took 2.5 ms of a warm 6k
 # search (2026-11-24); the numbers a stage judges (relevance and its parts) are rounded at once.
 _ROUNDED_LATER = {"cosine_own": 4, "cosine_reply": 4, "bm25": 4, "bm25_norm": 4, "cosine": 4, "cosine_calibrated": 4,
                   "fused": 4, "unknown_share": 3, "neighbours_bonus": 4, "neighbours": 4, "date_bonus": 4, "date": 4,
@@ -930,13 +955,8 @@ _ROUNDED_LATER = {"cosine_own": 4, "cosine_reply": 4, "bm25": 4, "bm25_norm": 4,
                   "time_decay_factor": 4, "time_decay": 4, "age_days": 2, "final": 4}
 
 
-def _round_explain(explain: dict[str, Any]) -> None:
-    for name, digits in _ROUNDED_LATER.items():
-        if name in explain:
-            explain[name] = round(explain[name], digits)
-
-
-def _best_chunk_per_record(found: Candidates, order: list[int]) -> list[int]:
+def _best_chunk_per_record(found: Candidates, order: list[int], k: int) -> list[int]:
+    """The first k positions of `order` of distinct records."""
     seen: set[str] = set()
     out = []
     for at in order:
@@ -945,6 +965,8 @@ def _best_chunk_per_record(found: Candidates, order: list[int]) -> list[int]:
         if key not in seen:
             seen.add(key)
             out.append(at)
+            if len(out) == k:
+                break
     return out
 
 
