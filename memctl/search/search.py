@@ -624,8 +624,13 @@ class Searcher:
         found.explain("age_days", age)
         found.explain("final", score)
         found.score = score
-        final = score.tolist()
-        return sorted(np.flatnonzero(kept).tolist(), key=lambda at: (-final[at], found.ids[at]))
+        # Best first, ties by id: numpy's sort, and Python's key sort only when two scores tie (a
+        # key sort of ~430 candidates was ~0.1 ms a warm search).
+        ranked = np.flatnonzero(kept)
+        ranked = ranked[np.argsort(-score[ranked], kind="stable")]
+        if np.any(np.diff(score[ranked]) == 0):
+            return sorted(ranked.tolist(), key=lambda at: (-score[at], found.ids[at]))
+        return ranked.tolist()
 
     def _row_facts(self, found: Candidates) -> _RowFacts:
         """The candidates' rows' facts (_RowFacts), computed for those first seen: noise patterns,
