@@ -11,6 +11,8 @@ Searches, in one process through `Memory` with the default settings and the cloc
 (MEMCTL_NOW, default 2026-11-24: recency and time decay move scores by ~1e-7 a second):
   - QUESTIONS LoCoMo dev questions spread over all conversations, hybrid, k=10,
   - the same questions' first 100 with --mode vector k=3 and --mode bm25 k=10,
+  - their first 50 with k=50, with --rank mera, with --min-score 0.3, and with [retrieval]
+    fusion = "rrf",
   - up to 20 user lines of MADial's Chinese dialogues (the other embedding route), hybrid k=10,
   - with --madial DIR, MADial's dev dialogues against its memories (notes with scopes, built in
     DIR once, as bench/retrieval.py builds them): the scope and kind filters, memories' fields,
@@ -80,13 +82,21 @@ def run(store: str, data: Path, count: int, checkout: Path, madial_store: Path |
 
     memory = Memory(store)
     asked = questions(data, count)
-    plans = [("hybrid", 10, asked), ("vector", 3, asked[:100]), ("bm25", 10, asked[:100]),
-             ("hybrid", 10, chinese(data, 20))]
+    plans = [("hybrid", 10, asked, {}), ("vector", 3, asked[:100], {}), ("bm25", 10, asked[:100], {}),
+             ("hybrid", 10, chinese(data, 20), {}), ("hybrid", 50, asked[:50], {}),
+             ("hybrid", 10, asked[:50], {"rank": "mera"}), ("hybrid", 10, asked[:50], {"min_score": 0.3})]
     out: dict[str, list] = {}
-    for mode, k, texts in plans:
+    for mode, k, texts, options in plans:
         for text in texts:
-            found = memory.search(text, k=k, mode=mode)
-            out[f"{mode} k={k}: {text}"] = [result.as_dict(explain=True) for result in found]
+            found = memory.search(text, k=k, mode=mode, **options)
+            out[f"{mode} k={k}{''.join(f' {name}={value}' for name, value in options.items())}: {text}"] = [result.as_dict(explain=True) for result in found]
+    os.environ["MEMCTL_RETRIEVAL_FUSION"] = "rrf"  # read by a Memory made now
+    try:
+        fused_by_rank = Memory(store)
+        for text in asked[:50]:
+            out[f"rrf: {text}"] = [result.as_dict(explain=True) for result in fused_by_rank.search(text)]
+    finally:
+        del os.environ["MEMCTL_RETRIEVAL_FUSION"]
     if madial_store is not None:
         notes = Memory(str(madial_store))
         for text, filters in madial(Memory, madial_store, data):
