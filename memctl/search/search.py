@@ -151,7 +151,8 @@ class Candidates:
         self.relevance = self.coverage = self.relevance_cosine = self.score
         self.vector_weight = 0.0
         # --explain, by stage order: name -> (an array of each one's value, or one value for all;
-        # which carry it: a mask, None for all). Texts (mmr, newer_first, mera): by position.
+        # which carry it: a mask, None for all). Texts (mmr, newer_first, mera): by position. The
+        # arrays are kept as they are: a stage makes new arrays, it never changes one in place.
         self.explained: dict[str, tuple[Any, Any]] = {}
         self.notes: dict[int, dict[str, Any]] = {}
 
@@ -159,20 +160,21 @@ class Candidates:
         return len(self.units)
 
     def explain(self, name: str, values, carried=None) -> None:
-        self.explained[name] = (values.tolist() if hasattr(values, "tolist") else values,
-                                carried.tolist() if carried is not None else None)
+        self.explained[name] = (values, carried)
 
     def note(self, at: int, name: str, text: Any) -> None:
         self.notes.setdefault(at, {})[name] = text
 
     def result(self, at: int) -> Result:
+        import numpy as np
+
         unit = self.units[at]
         result = Searcher._result(unit)
         result.score = float(self.score[at])
         explain = result.explain
         for name, (values, carried) in self.explained.items():
             if carried is None or carried[at]:
-                value = values[at] if isinstance(values, list) else values
+                value = float(values[at]) if isinstance(values, np.ndarray) else values
                 explain[name] = round(value, _ROUNDED_LATER[name]) if name in _ROUNDED_LATER else value
         explain.update(self.notes.get(at, {}))
         return result
@@ -784,10 +786,11 @@ class Searcher:
 
         scorer = Scorer(self.store, gov=self.settings.governance)
         fused = found.explained["fused"][0]
+        found.score = found.score.copy()  # the time decay's explain keeps the one it had
         for at in order:
             unit = found.units[at]
             fields = orjson.loads(unit["fields"] or "{}") if unit["kind"] == "memory" else {"created_at": unit["ts"]}
-            score = scorer.retrieval(round(fused[at], 4), fields, unit["record_id"] or unit["id"])
+            score = scorer.retrieval(round(float(fused[at]), 4), fields, unit["record_id"] or unit["id"])
             found.note(at, "mera", score.as_dict())
             found.score[at] = score.total
         final = found.score.tolist()
