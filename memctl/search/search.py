@@ -275,7 +275,6 @@ class Searcher:
             self._embedder = open_embedder(embedding, self.retrieval)
         return self._embedder
 
-
     # -- search ------------------------------------------------------------------
     def search(self, query: Query) -> list[Result]:
         from memctl.index import lexical
@@ -288,7 +287,9 @@ class Searcher:
                                   cfg.context_weight)
 
         vector_weight, bm25_weight, unknown = self._weights(query)
-        cosines = None  # every row's cosine to the query, when the query is embedded
+        # Every row's cosine to the query, when it is embedded: the candidates', their turns
+        # before's and their replies' are read from this one product (each was a product again).
+        cosines = None
         vector_rows: list[int] = []
         if vector_weight > 0:
             query_vectors = self.embedder.embed_queries(_query_lines(query.text, cfg.split_query_lines))
@@ -384,7 +385,6 @@ class Searcher:
         mask = self._mask(filters, len(self.vectors))
         return [unit for record_id in wanted for unit in self._units_of[record_id]
                 if mask is None or mask[unit["row"]] == 0]
-
 
     def _reply_cosines(self, found: Candidates, cosines):
         """Each candidate's best cosine of the messages read with it as their turn before (NaN: none).
