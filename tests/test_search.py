@@ -635,3 +635,16 @@ def test_a_question_joining_two_facts_finds_both(tmp_path, monkeypatch):
     assert find(store, "what did the orchestra play at the lighthouse gala?", mode="bm25") == []
     monkeypatch.setenv("MEMCTL_RETRIEVAL_SUBJECT_MIN_WORDS", "1")
     assert find(store, query, mode="bm25") == []
+
+
+def test_judged_numbers_round_as_python_rounds_them():
+    # The minimum and newer-first judge relevance rounded to 4 digits, now on arrays: numpy's
+    # round picks the other decimal for about 1 in 11 of these numbers near a half (0.70695 ->
+    # 0.707, Python 0.7069), which would move a candidate across a threshold.
+    import numpy as np
+
+    from memctl.search.search import _rounded
+
+    near_halves = [k / 10**5 for k in range(1, 200_000, 2)] + [k / 10**4 for k in range(10_001)]
+    assert _rounded(np.array(near_halves), 4).tolist() == [round(x, 4) for x in near_halves]
+    assert _rounded(np.array([0.123449999, 0.5, -0.00004]), 2).tolist() == [0.12, 0.5, -0.0]
