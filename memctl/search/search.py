@@ -638,8 +638,9 @@ class Searcher:
         """The candidates' rows' facts (_RowFacts), computed for those first seen: noise patterns,
         the importance, length and time-decay factors and the parsed time of ~400 candidates cost
         ~2 ms of a warm 6k search before they were kept (2026-11-24)."""
-        if self._facts is None:
-            self._facts = _RowFacts(len(self.vectors))
+        rows = max(len(self.vectors), int(found.rows.max()) + 1 if len(found) else 0)
+        if self._facts is None or len(self._facts.known) < rows:  # the table may hold rows the vectors lack yet
+            self._facts = _RowFacts(rows)
         self._facts.learn(found.units, found.rows, self.retrieval)
         return self._facts
 
