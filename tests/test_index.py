@@ -388,3 +388,21 @@ def test_an_update_killed_at_any_point_is_repaired_by_the_next(store, tmp_path):
         assert acknowledged <= set(table(store))
         assert_same_as_rebuilt(store, tmp_path)
     assert len(acknowledged) > 100
+
+
+def test_a_manifest_that_counted_no_vector_rows_is_judged_by_its_units(store, tmp_path):
+    """The first update after an upgrade: a table with more units than the old manifest counted
+    was left by an update cut short, whose Tantivy may lack them, so the index is written anew."""
+    path = store.index_dir / "manifest.json"
+    manifest = orjson.loads(path.read_bytes())
+    del manifest["vector_rows"]
+    path.write_bytes(orjson.dumps(manifest))
+    chat(store, "beta", 4, 1, day="2026-11-19")
+    assert Index(store).update().files_read == 2  # as many units as counted: only what changed
+    manifest = orjson.loads(path.read_bytes())
+    del manifest["vector_rows"]
+    manifest["units"] -= 1
+    path.write_bytes(orjson.dumps(manifest))
+    chat(store, "beta", 5, 1, day="2026-11-19")
+    assert Index(store).update().files_read == len(Index(store).stamps())
+    assert_same_as_rebuilt(store, tmp_path)

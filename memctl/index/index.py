@@ -182,8 +182,10 @@ class Index:
                 if path.name != ".lock":
                     shutil.rmtree(path) if path.is_dir() else path.unlink()
             return UpdateReport(reason=f"removed ({reason}); the next search builds it")
-        # every unit's terms anew, in Tantivy written anew, when they were made another way
-        scrub = scrub or (table is not None and table.manifest.get("lexical", 1) != LEXICAL)
+        # every unit's terms anew, in Tantivy written anew, when they were made another way, or
+        # when an update was cut short after its table took new rows (see _write): Tantivy may lack them
+        scrub = scrub or (table is not None and (table.manifest.get("lexical", 1) != LEXICAL
+                                                 or self._cut_short(table)))
         try:
             reading = self._read(table, stamps, whole=scrub)
             change = _Change.between(reading.old, reading.units)
@@ -191,31 +193,45 @@ class Index:
                                   removed=change.removed, files_read=reading.files, rebuilt=table is None,
                                   reason=reason, skipped=reading.skipped)
             compact = scrub or self._compacts(table, change)
-            # A patch writes Tantivy while the model loads and embeds and the new vectors are
-            # appended: its commit is mostly waiting for a dozen fsyncs (20 units, 6,000-unit
-            # index, a shared disk: 115-145 ms wall, 15 ms CPU; 20 into 50k, load 7: 60-100 ms
-            # wall, 2-5 ms CPU, longer than the embedding on two threads). It only needs the
-            # units' text, and the table, written after it, still says what is done.
+            # A patch writes Tantivy while the model loads and embeds and the vectors and the
+            # table are written: its commit is mostly waiting for a dozen fsyncs (20 units,
+            # 6,000-unit index, a shared disk: 115-145 ms wall, 15 ms CPU; 20 into 50k, load 7:
+            # 60-230 ms wall, 1-5 ms CPU, as long as the embedding on two threads). It only needs
+            # the units' text; the manifest, written once both are done, says what is done.
             tantivy = _Meanwhile(self._write_tantivy, change.fresh, change.gone, False, table.tantivy) \
                 if not compact and (change.fresh or change.gone) else None
             try:
                 new_vectors, embed_digests = self._vectors_for(change.fresh, table, model, progress, report)
                 report.units = self._write(table, change, new_vectors, embed_digests, compact,
-                                           every_unit=reading.units if scrub else None, tantivy=tantivy)
+                                           every_unit=reading.units if scrub else None)
             finally:
                 if tantivy is not None:
                     tantivy.wait()
         finally:
             if table is not None:
                 table.close()
-        # Written last, it says what is done; a power cut that loses its new name leaves the old
-        # one, and the next call does the update again, finding its units in place: the directory
-        # is not synced for it (an fsync, ~4 ms on this disk, 2026-11-24).
+        # Written last, it says what is done. A power cut that loses its new name leaves the old
+        # one, whose vector rows are fewer than the file's, and the next call writes the index
+        # anew (no text embedded again): for that the directory is not synced (an fsync, ~4 ms
+        # on this disk, 2026-11-24).
         atomic_write(self.dir / "manifest.json", lasting=False, data=orjson.dumps({
             "format": FORMAT, "lexical": LEXICAL, "model": model.identity, "embedding": self._embedding_settings(),
-            "units": report.units, "stamps": stamps, "shared_ids": reading.shared_ids, "log_tails": reading.log_tails,
+            "units": report.units, "vector_rows": self._vector_rows(), "stamps": stamps,
+            "shared_ids": reading.shared_ids, "log_tails": reading.log_tails,
             "updated_at": clock.format_ts(clock.now())}))
         return report
+
+    def _vector_rows(self) -> int:
+        from memctl.index import vectors
+
+        return vectors.shape(self.dir / "vectors.npy")[0]
+
+    def _cut_short(self, table: _Table) -> bool:
+        """Whether an update was cut short after appending vectors: its table may name units that
+        Tantivy, still committing, never got. (A manifest written before it counted vector rows is
+        judged by its units: the first update after an upgrade.)"""
+        counted = table.manifest.get("vector_rows")
+        return self._vector_rows() != counted if counted is not None else table.count() != table.manifest.get("units")
 
     def _previous(self, model: _Model) -> tuple[_Table | None, str]:
         """The index as it stands, or None and why it is built from scratch."""
@@ -359,9 +375,11 @@ class Index:
         return holes > 0.2 * (old_count + len(change.fresh))
 
     def _write(self, table: _Table | None, change: _Change, new_vectors, embed_digests: list[str],
-               compact: bool, every_unit: list[Unit] | None = None, tantivy: _Meanwhile | None = None) -> int:
-        """Write vectors, Tantivy (a patch's `tantivy` writes it meanwhile), then the table (whose
-        digests say what is done); the unit count. Given `every_unit`, Tantivy is written anew from them."""
+               compact: bool, every_unit: list[Unit] | None = None) -> int:
+        """Write vectors, Tantivy, then the table (whose digests say which units are done); the unit
+        count. Given `every_unit`, Tantivy is written anew from them. A patch's Tantivy is being
+        written meanwhile (`_update`): cut short, the next update finds more vector rows than
+        the manifest counted and writes the index anew (_cut_short)."""
         from memctl.index import vectors
 
         path = self.dir / "vectors.npy"
@@ -372,8 +390,6 @@ class Index:
             old_count = vectors.shape(path)[0]
             hole_rows = table.rows_of(change.gone)
             vectors.append(path, new_vectors)
-            if tantivy is not None:
-                tantivy.wait()
             table.patch(change.gone, _records(change, range(old_count, old_count + len(change.fresh)),
                                               embed_digests))
             vectors.clear(path, hole_rows)
