@@ -324,6 +324,13 @@ def test_a_daily_log_that_grew_is_read_from_its_last_entry_on(store, tmp_path, m
     after = table(store)
     assert {k for k in after if after[k] != before.get(k)} == {"hand-2"}
     assert_same_as_rebuilt(store, tmp_path)
+    # a kept place that is no place (a manifest edited by hand): the log is read whole
+    path = store.index_dir / "manifest.json"
+    manifest = orjson.loads(path.read_bytes())
+    manifest["log_tails"]["memory/2026-11-20.md"][0] = "x"
+    path.write_bytes(orjson.dumps(manifest))
+    log_entry(store, "2026-11-20", "hand-3", "The bicycle needs a new chain.")
+    assert Index(store).update().added == 1 and read[-1] == 1
 
 
 def test_a_hand_edit_before_a_daily_logs_end_is_seen(store, tmp_path, monkeypatch):

@@ -301,9 +301,10 @@ class Index:
         logs |= whole
         # A log only appended to is read from its last entry on (units.read_logs), unless an entry
         # before may have changed its fate (hidden or uncovered by a message): read whole then.
-        known = table.manifest.get("log_tails") or {}
+        known = table.manifest.get("log_tails")
+        known = known if isinstance(known, dict) else {}
         log_paths = self._existing(sorted(logs))
-        logs_read = read_logs(log_paths, {path: tuple(known[name]) for path in log_paths
+        logs_read = read_logs(log_paths, {path: known[name] for path in log_paths
                                           if (name := store.relative(path)) in known and name not in whole})
         # Entries that are stored messages, those just read or the table's from the session files
         # not read, are no units of their own: asked in one go (today's log of an agent's busy

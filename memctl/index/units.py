@@ -176,7 +176,7 @@ def read_logs(paths: list[Path], tails: dict[Path, LogTail] | None = None) -> Lo
     read = LogsRead({}, {}, {})
     for path in paths:
         data = path.read_bytes()
-        offset, line, digest = (tails or {}).get(path) or (0, 1, "")
+        offset, line, digest = _tail((tails or {}).get(path))
         if not (0 < offset <= len(data) and hashlib.sha1(data[:offset]).hexdigest() == digest):
             offset, line = 0, 1
         read.entries[path] = list(_log_entries(data[offset:], line))
@@ -187,6 +187,13 @@ def read_logs(paths: list[Path], tails: dict[Path, LogTail] | None = None) -> Lo
         elif offset:
             read.tails[path] = (offset, line, digest)
     return read
+
+
+def _tail(known) -> LogTail:
+    """A kept tail as read back from the manifest, or none (0, 1, "") when it is not one."""
+    if isinstance(known, (list, tuple)) and len(known) == 3 and all(map(isinstance, known, (int, int, str))):
+        return tuple(known)
+    return 0, 1, ""
 
 
 def log_ids(entries: dict[Path, list[LogEntry]]) -> list[str]:
