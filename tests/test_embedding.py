@@ -80,3 +80,27 @@ def memory_settings(memory):
     from memctl import config
 
     return config.load(memory.store.config_file).embedding
+
+
+def test_several_texts_run_on_threads_and_one_on_query_threads_with_the_same_vectors(monkeypatch):
+    """A server's update of 20 messages runs on two threads; a query stays on one."""
+    import onnxruntime
+
+    threads = []
+
+    class CountedSession(onnxruntime.InferenceSession):
+        def __init__(self, path, options, *args, **kwargs):
+            threads.append(options.intra_op_num_threads)
+            super().__init__(path, options, *args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", CountedSession)
+    directory = embedding.model_dir("")
+    both = embedding.Embedder(directory, threads=2, query_threads=1, precision="int8")
+    queries = [both.embed_queries([text]) for text in TEXTS]
+    assert threads == [1]
+    batch = both.embed(TEXTS)
+    one = both.embed(TEXTS[:1])
+    assert threads == [1, 2]  # one session each, kept
+    alone = embedding.Embedder(directory, threads=1, precision="int8")
+    assert np.array_equal(batch, alone.embed(TEXTS))  # a batch's vectors do not depend on its threads
+    assert np.array_equal(one, queries[0]) and threads == [1, 2, 1]

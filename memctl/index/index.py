@@ -25,7 +25,6 @@ import os
 import shutil
 import sqlite3
 from contextlib import contextmanager
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
@@ -183,8 +182,10 @@ class Index:
                 if path.name != ".lock":
                     shutil.rmtree(path) if path.is_dir() else path.unlink()
             return UpdateReport(reason=f"removed ({reason}); the next search builds it")
-        # every unit's terms anew, in Tantivy written anew, when they were made another way
-        scrub = scrub or (table is not None and table.manifest.get("lexical", 1) != LEXICAL)
+        # every unit's terms anew, in Tantivy written anew, when they were made another way, or
+        # when an update was cut short after its table took new rows (see _write): Tantivy may lack them
+        scrub = scrub or (table is not None and (table.manifest.get("lexical", 1) != LEXICAL
+                                                 or self._cut_short(table)))
         try:
             reading = self._read(table, stamps, whole=scrub)
             change = _Change.between(reading.old, reading.units)
@@ -192,27 +193,45 @@ class Index:
                                   removed=change.removed, files_read=reading.files, rebuilt=table is None,
                                   reason=reason, skipped=reading.skipped)
             compact = scrub or self._compacts(table, change)
-            # A patch writes Tantivy while the model loads and embeds: its commit is mostly
-            # waiting for a dozen fsyncs (20 units, 6,000-unit index, a shared disk: 115-145 ms
-            # wall, 15 ms CPU). It only needs the units' text, and the table, written last,
-            # still says what is done.
+            # A patch writes Tantivy while the model loads and embeds and the vectors and the
+            # table are written: its commit is mostly waiting for a dozen fsyncs (20 units,
+            # 6,000-unit index, a shared disk: 115-145 ms wall, 15 ms CPU; 20 into 50k, load 7:
+            # 60-230 ms wall, 1-5 ms CPU, as long as the embedding on two threads). It only needs
+            # the units' text; the manifest, written once both are done, says what is done.
             tantivy = _Meanwhile(self._write_tantivy, change.fresh, change.gone, False, table.tantivy) \
                 if not compact and (change.fresh or change.gone) else None
             try:
                 new_vectors, embed_digests = self._vectors_for(change.fresh, table, model, progress, report)
+                report.units = self._write(table, change, new_vectors, embed_digests, compact,
+                                           every_unit=reading.units if scrub else None)
             finally:
                 if tantivy is not None:
                     tantivy.wait()
-            report.units = self._write(table, change, new_vectors, embed_digests, compact,
-                                       every_unit=reading.units if scrub else None)
         finally:
             if table is not None:
                 table.close()
-        atomic_write(self.dir / "manifest.json", orjson.dumps({
+        # Written last, it says what is done. A power cut that loses its new name leaves the old
+        # one, whose vector rows are fewer than the file's, and the next call writes the index
+        # anew (no text embedded again): for that the directory is not synced (an fsync, ~4 ms
+        # on this disk, 2026-11-24).
+        atomic_write(self.dir / "manifest.json", lasting=False, data=orjson.dumps({
             "format": FORMAT, "lexical": LEXICAL, "model": model.identity, "embedding": self._embedding_settings(),
-            "units": report.units, "stamps": stamps, "shared_ids": reading.shared_ids,
+            "units": report.units, "vector_rows": self._vector_rows(), "stamps": stamps,
+            "shared_ids": reading.shared_ids, "log_tails": reading.log_tails,
             "updated_at": clock.format_ts(clock.now())}))
         return report
+
+    def _vector_rows(self) -> int:
+        from memctl.index import vectors
+
+        return vectors.shape(self.dir / "vectors.npy")[0]
+
+    def _cut_short(self, table: _Table) -> bool:
+        """Whether an update was cut short after appending vectors: its table may name units that
+        Tantivy, still committing, never got. (A manifest written before it counted vector rows is
+        judged by its units: the first update after an upgrade.)"""
+        counted = table.manifest.get("vector_rows")
+        return self._vector_rows() != counted if counted is not None else table.count() != table.manifest.get("units")
 
     def _previous(self, model: _Model) -> tuple[_Table | None, str]:
         """The index as it stands, or None and why it is built from scratch."""
@@ -276,27 +295,40 @@ class Index:
         # A daily log's entry is a unit only while no stored message has its id: a new
         # message hides an entry (found through the table), a message gone may uncover
         # one in any daily log (rare: memctl only appends to session files).
-        logs |= table.log_sources(now - before)
+        whole = table.log_sources(now - before)
         if before - now:
-            logs |= {store.relative(path) for path in store.daily_logs()}
+            whole |= {store.relative(path) for path in store.daily_logs()}
+        logs |= whole
+        # A log only appended to is read from its last entry on (units.read_logs), unless an entry
+        # before may have changed its fate (hidden or uncovered by a message): read whole then.
+        known = table.manifest.get("log_tails")
+        known = known if isinstance(known, dict) else {}
+        log_paths = self._existing(sorted(logs))
+        logs_read = read_logs(log_paths, {path: known[name] for path in log_paths
+                                          if (name := store.relative(path)) in known and name not in whole})
         # Entries that are stored messages, those just read or the table's from the session files
         # not read, are no units of their own: asked in one go (today's log of an agent's busy
         # day, 5,000 entries, asked one at a time took 35 ms of every update under cProfile; in
         # one go 9 ms).
-        log_paths = self._existing(sorted(logs))
-        entries = read_logs(log_paths)
         outside = set(sessions)
-        skip = now | {record_id for record_id, source in table.message_sources(log_ids(entries)).items()
+        skip = now | {record_id for record_id, source in table.message_sources(log_ids(logs_read.entries)).items()
                       if source not in outside}
-        units += messages + list(log_units(store, skip, log_paths, entries))
+        units += messages + list(log_units(store, skip, log_paths, logs_read.entries))
         topics = sorted(name for name in names if name.startswith(store.relative(store.topics_dir) + "/"))
         units += topic_units(store, self._existing(topics))
         units, shared_ids = _unique(units)
         read = names | logs
         if shared_ids or any(source not in read for source in table.sources_of([u.id for u in units]).values()):
             return None
-        return _Reading(units, table.rows(sorted(read)), False, files=len(self._existing(sorted(read))),
-                        skipped=skipped)
+        # the table's rows of what was read: of a log read from its tail, those from the tail on
+        from_tail = {store.relative(path): line for path, line in logs_read.first_line.items() if line > 1}
+        old = table.rows(sorted(read - set(from_tail)))
+        for name, line in from_tail.items():
+            old.update(table.rows_from(name, line))
+        tails = {name: tail for name, tail in known.items() if name not in read}
+        tails.update((store.relative(path), tail) for path, tail in logs_read.tails.items())
+        return _Reading(units, old, False, files=len(self._existing(sorted(read))), skipped=skipped,
+                        log_tails=tails)
 
     def _existing(self, names: list[str]) -> list[Path]:
         return [path for path in (self.store.confine(self.store.root / name) for name in names) if path.exists()]
@@ -315,7 +347,7 @@ class Index:
         donors = table.donors(set(embed_digests)) if table is not None else {}
         missing = [i for i, digest in enumerate(embed_digests) if digest not in donors]
         dimension = vectors.shape(self.dir / "vectors.npy")[1] if table is not None else \
-            model.embedder(len(missing)).dimension
+            model.embedder().dimension
         out = np.zeros((len(fresh), dimension), dtype=np.float32)
         if len(missing) < len(fresh):
             old = vectors.open_readonly(self.dir / "vectors.npy")
@@ -323,7 +355,7 @@ class Index:
             out[copied] = old[[donors[embed_digests[i]] for i in copied]]
         if missing:
             step = (lambda n: progress("embedding", n, len(missing))) if progress else None
-            out[missing] = model.embedder(len(missing)).embed([texts[i] for i in missing], progress=step)
+            out[missing] = model.embedder().embed([texts[i] for i in missing], progress=step)
         report.embedded = len(missing)
         return out, embed_digests
 
@@ -345,8 +377,10 @@ class Index:
 
     def _write(self, table: _Table | None, change: _Change, new_vectors, embed_digests: list[str],
                compact: bool, every_unit: list[Unit] | None = None) -> int:
-        """Write vectors, Tantivy (a patch has written it already), then the table (whose
-        digests say what is done); the unit count. Given `every_unit`, Tantivy is written anew from them."""
+        """Write vectors, Tantivy, then the table (whose digests say which units are done); the unit
+        count. Given `every_unit`, Tantivy is written anew from them. A patch's Tantivy is being
+        written meanwhile (`_update`): cut short, the next update finds more vector rows than
+        the manifest counted and writes the index anew (_cut_short)."""
         from memctl.index import vectors
 
         path = self.dir / "vectors.npy"
@@ -394,6 +428,10 @@ class Index:
         path = self.dir / "tantivy"
         index = lexical.create_index(path) if start_over or not path.exists() else opened or self._open_tantivy()
         writer = index.writer(heap_size=64_000_000, num_threads=1)
+        # A commit killed midway leaves files the next commit makes again under the same names
+        # (its opstamp was never recorded): "FileAlreadyExists(...del)", every update failing
+        # from then on. Tantivy's own collection removes them (~0.1 ms when there are none).
+        writer.garbage_collect_files()
         if start_over:
             writer.delete_all_documents()
         else:  # every unit written is deleted first: an update cut short and done again adds no twins
@@ -465,7 +503,7 @@ class _Model:
         if backend.directory is None:
             # A packaged model with its own engine (embedders.py) is named by its package's
             # version: opening one reads no weights yet.
-            named = open_embedder(self._for_few(settings))
+            named = open_embedder(settings)
             self.identity = {"name": name or backend.name, "sha256": named.key,
                              "precision": getattr(named, "precision", "package")}
         else:
@@ -479,21 +517,14 @@ class _Model:
         """Vectors made under `identity` are this model's: the same exported graph at the same precision."""
         return all(identity.get(key) == self.identity[key] for key in ("sha256", "precision"))
 
-    def embedder(self, texts: int):
-        """The embedder, opened for `texts` texts. An update of a few runs on query_threads, as a
-        search does: a second thread barely helps a batch or two and, on a busy machine, waits
-        for a core (20 messages, 2 cores under load 6: one thread 50 ms wall, 35 ms CPU; two
-        130 ms, 69 ms). The vectors are bit-identical either way."""
+    def embedder(self):
+        """The embedder, opened at first use: the same object a search of this process uses (a
+        few texts run on its query session's thread count or its batch session's, embedding.py)."""
         if self._embedder is None:
             from memctl.index.embedders import open_embedder
-            from memctl.index.embedding import FEW_TEXTS
 
-            self._embedder = open_embedder(self._for_few(self.settings) if texts <= FEW_TEXTS else self.settings)
+            self._embedder = open_embedder(self.settings)
         return self._embedder
-
-    @staticmethod
-    def _for_few(settings: config.Embedding) -> config.Embedding:
-        return dataclasses.replace(settings, threads=settings.query_threads)
 
 
 @dataclass
@@ -503,6 +534,9 @@ class _Reading:
     shared_ids: bool                       # an id sits in two files
     files: int                             # how many files were read
     skipped: list[str]                     # lines passed over: "FILE:LINE: why"
+    # where each daily log ends, for the next update to read it from there (units.read_logs);
+    # a read of the whole store keeps none (each log is then read whole once more)
+    log_tails: dict[str, list] = field(default_factory=dict)
 
 
 @dataclass
@@ -543,6 +577,7 @@ class _Table:
             raise IndexCorrupt("units.db missing")
         self.path = path
         self.conn = sqlite3.connect(path)
+        self._count: int | None = None
 
     def close(self) -> None:
         self.conn.close()
@@ -555,13 +590,22 @@ class _Table:
             raise IndexCorrupt("vectors and units disagree")
 
     def count(self) -> int:
-        return self.conn.execute(f"SELECT count(*) FROM {_TABLE}").fetchone()[0]
+        """The rows before this update's patch (counted once: a scan of 50,000 rows is ~3 ms)."""
+        if self._count is None:
+            self._count = self.conn.execute(f"SELECT count(*) FROM {_TABLE}").fetchone()[0]
+        return self._count
 
     def rows(self, sources: list[str] | None = None) -> dict[str, tuple[int, str, str]]:
         """id -> (row, digest, embed digest) of every unit, or of the units from `sources`."""
         columns = "id, row, digest, embed_digest"
         found = select_in(self.conn, columns, "source", sources) if sources is not None else \
             self.conn.execute(f"SELECT {columns} FROM {_TABLE}")
+        return {unit_id: (row, digest, embed_digest) for unit_id, row, digest, embed_digest in found}
+
+    def rows_from(self, source: str, line: int) -> dict[str, tuple[int, str, str]]:
+        """id -> (row, digest, embed digest) of the units of `source` from line `line` on."""
+        found = self.conn.execute(f"SELECT id, row, digest, embed_digest FROM {_TABLE} WHERE source = ? AND "
+                                  "line_start >= ?", (source, line))
         return {unit_id: (row, digest, embed_digest) for unit_id, row, digest, embed_digest in found}
 
     def rows_of(self, ids: list[str]) -> list[int]:

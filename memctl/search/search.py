@@ -47,7 +47,6 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
-import dataclasses
 import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -270,9 +269,8 @@ class Searcher:
         if self._embedder is None:
             from memctl.index.embedders import open_embedder
 
-            # A search embeds a query or a few lines: it runs on [embedding] query_threads.
-            embedding = dataclasses.replace(self.settings.embedding, threads=self.settings.embedding.query_threads)
-            self._embedder = open_embedder(embedding, self.retrieval)
+            # a query runs on [embedding] query_threads (embedding.py): one embedder a process
+            self._embedder = open_embedder(self.settings.embedding, self.retrieval)
         return self._embedder
 
     # -- search ------------------------------------------------------------------

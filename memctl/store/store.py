@@ -531,8 +531,9 @@ def _truncate(path: Path, size: int) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write a whole file so that readers see the old or the new, never a mix."""
+def atomic_write(path: Path, data: bytes, *, lasting: bool = True) -> None:
+    """Write a whole file so that readers see the old or the new, never a mix; `lasting`: the
+    new name also outlives a power cut (its directory synced), not only a crash of the process."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
     try:
@@ -541,7 +542,8 @@ def atomic_write(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    if lasting:
+        _fsync_dir(path.parent)
 
 
 def _make_dirs(path: Path) -> None:
