@@ -76,6 +76,21 @@ def test_chinese_queries_are_read_by_meaning_by_default(demo):
 
 
 @pytest.mark.real_model
+def test_a_chinese_question_naming_an_english_project_finds_its_note(tmp_path):
+    # Chinese goes to USE and English to MiniLM, so an English note's cosine to the question is 0,
+    # and the Chinese words, which it cannot hold, left its BM25 coverage far below the minimum's.
+    store = Store(tmp_path / "s")
+    notes(store, {"id": "mem-kestrel", "text": "Kestrel stores its recipes in PostgreSQL 16 on the db-2 host."},
+          {"id": "mem-harbor", "text": "The Harbor project deploys every Friday. OK means the checks passed."},
+          {"id": "mem-lena", "text": "My sister Lena lives in Porto and teaches chemistry."})
+    assert ids(find(store, "Kestrel的菜谱存在哪个数据库？"))[0] == "mem-kestrel"
+    assert ids(find(store, "Lena 住在哪里？"))[0] == "mem-lena"
+    # An English word not written as a name ("OK", "bug") names no subject of the store's.
+    assert find(store, "OK 我们明天见") == []
+    assert find(store, "我妹妹住在哪里？") == []  # nothing of the note's script: no evidence to judge by
+
+
+@pytest.mark.real_model
 def test_with_minilm_alone_chinese_queries_lean_on_bm25(demo):
     demo.config_file.write_text('[embedding]\nmodel = "minilm"\n')
     chinese = find(demo, "淡水分店的庫存報表")

@@ -13,8 +13,9 @@ Stages, each configurable in memctl.toml [retrieval] and shown by --explain:
     minimum       nothing when the store does not know the subject: no candidate's own
                   calibrated cosine reaches subject_min_cosine (0.5), none matches
                   subject_min_coverage (0.4) of the query's BM25 weight, none has
-                  min_best_relevance (0.38) and no two hold subject_min_words (0.55) of its
-                  words' idf; else every result stays (hard_min_score, 0 by default, is a
+                  min_best_relevance (0.38), no two hold subject_min_words (0.55) of its
+                  words' idf, and, of a query in two scripts, no unit of one holds
+                  subject_min_coverage of the query's names in it; else every result stays (hard_min_score, 0 by default, is a
                   floor on relevance)
     noise         drop refusals, greetings, memory questions (P6)
     fusion        orders: weighted w_vec·cal(cosine) + w_bm25·BM25/max(BM25) (0.7 / 0.3)
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sqlite3
 import functools
 from dataclasses import dataclass, field
@@ -591,7 +593,8 @@ class Searcher:
         cfg = self.retrieval
         if query.min_score is None:
             minimum = cfg.hard_min_score
-            if not self._knows_subject(found) and not self._words_known(found, bm25):
+            if not (self._knows_subject(found) or self._words_known(found, bm25)
+                    or self._named_in_its_script(found, bm25, query.text)):
                 return []
         else:  # --min-score: the caller's floor on each result's relevance replaces the subject test
             minimum = query.min_score
@@ -778,6 +781,38 @@ class Searcher:
         first = max(held, key=lambda words: sum(weights[w] for w in words))
         second = max(held, key=lambda words: sum(weights[w] for w in words - first))
         return sum(weights[w] for w in first | second) >= self.retrieval.subject_min_words * total
+
+    def _named_in_its_script(self, found: Candidates, bm25: lexical.Hits, query_text: str) -> bool:
+        """Whether a unit written in one script holds subject_min_coverage of the query's words of
+        that script, when the query is written in two: "Kestrel 的菜谱存在哪个数据库？" over the
+        English note "Kestrel stores its recipes in PostgreSQL". Each script goes to its own model
+        (embedders.ByScript), so the note's cosine to the Chinese query is 0, and the Chinese words,
+        which no English text can hold, left its coverage at ~1/20: a bilingual user's question that
+        names an English project, person or tool found nothing. Judged on the words (idf) of the
+        unit's own script only, as _words_known counts them: held or not.
+        """
+        from memctl.index import lexical
+        from memctl.text.cjk import has_cjk
+
+        weights = bm25.weights
+        # Of the Latin words, those written as names are: "Kestrel", "PostgreSQL", "iPhone", not "OK",
+        # "Hi" or "bug", with which a Chinese sentence often says what an English one would not
+        # ("OK 我们明天见" returned "I'm doing OK" from a LoCoMo store); a number is of no script.
+        names = lexical.content_terms(" ".join(_NAME_WORD.findall(query_text)))
+        by_script = {True: {w for w in weights if has_cjk(w)}, False: {w for w in weights if w in names}}
+        if not (by_script[True] and by_script[False]):
+            return False
+        for unit in found.units:
+            if unit["id"] not in bm25.scores:
+                continue
+            cjk, latin = has_cjk(unit["text"]), _LATIN_WORD.search(unit["text"]) is not None
+            if cjk == latin:  # written in both (judged as any unit is) or in neither
+                continue
+            script = by_script[cjk]
+            held = script & self._terms_of(unit)
+            if sum(weights[w] for w in held) >= self.retrieval.subject_min_coverage * sum(weights[w] for w in script):
+                return True
+        return False
 
     def _rank_mera(self, found: Candidates, order: list[int]) -> None:
         """Order by G4 retrieval_score, relevance being the fused search score (0..1)."""
@@ -990,6 +1025,11 @@ def _dated(kind: str, fields: dict, evergreen_classes: list[str]) -> bool:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+_LATIN_WORD = re.compile(r"[A-Za-z]{2}")  # two letters of the Latin script: a word, not a unit or a digit
+# A word written as a name: three or more Latin letters or digits, one of them a capital
+_NAME_WORD = re.compile(r"(?<![A-Za-z0-9])(?=[A-Za-z0-9]*[A-Z])[A-Za-z][A-Za-z0-9]{2,}(?![A-Za-z0-9])")
 
 
 def _micros(moment: datetime) -> int:
