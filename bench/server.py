@@ -50,6 +50,16 @@ def timed(argv: list[str], env: dict, stdin: bytes = b"") -> float:
     return (time.perf_counter() - start) * 1000
 
 
+def ingest_new_messages(memctl: list[str], store: str, env: dict, count: int = 20) -> None:
+    """A round of step 3: `count` new messages in a session of their own, ingested (not indexed)."""
+    stamp = f"{time.time_ns()}"
+    lines = b"\n".join(orjson.dumps({"id": f"bench-{stamp}-{n}", "session": f"bench-{stamp}",
+                                     "text": f"a brand new message {stamp}-{n} about sourdough starters"})
+                       for n in range(count))
+    subprocess.run([*memctl, "--store", store, "ingest", "-f", "jsonl", "-"], input=lines, env=env,
+                   check=True, capture_output=True)
+
+
 def process_cpu(pid: int) -> float:
     """User + system CPU seconds of a process, all its threads (Linux /proc): on a shared machine
     the wall time of a warm call mostly measures waiting for a core."""
@@ -140,12 +150,7 @@ def main() -> None:
         updates, update_cpu = [], []
         pid50k = ask(store50k, "status")["pid"]
         for _ in range(max(5, args.runs // 3)):
-            stamp = f"{time.time_ns()}"
-            lines = b"\n".join(orjson.dumps({"id": f"bench-{stamp}-{n}", "session": f"bench-{stamp}",
-                                             "text": f"a brand new message {stamp}-{n} about sourdough starters"})
-                               for n in range(20))
-            subprocess.run([*memctl, "--store", store50k, "ingest", "-f", "jsonl", "-"], input=lines, env=env,
-                           check=True, capture_output=True)
+            ingest_new_messages(memctl, store50k, env)
             cpu = process_cpu(pid50k)
             updates.append(timed([*memctl, "--store", store50k, "index"], env))
             update_cpu.append((process_cpu(pid50k) - cpu) * 1000)

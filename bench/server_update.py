@@ -20,12 +20,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import orjson
 from installed import compile_package
-from server import REPO, SCRIPT, process_cpu, timed
+from server import REPO, SCRIPT, ingest_new_messages, process_cpu, timed
 
 
 def main() -> None:
@@ -53,12 +51,7 @@ def main() -> None:
         pid = ask(store, "status")["pid"]
         walls, cpus, bare = [], [], []
         for _ in range(args.rounds):
-            stamp = f"{time.time_ns()}"
-            lines = b"\n".join(orjson.dumps({"id": f"bench-{stamp}-{n}", "session": f"bench-{stamp}",
-                                             "text": f"a brand new message {stamp}-{n} about sourdough starters"})
-                               for n in range(20))
-            subprocess.run([*memctl, "--store", store, "ingest", "-f", "jsonl", "-"], input=lines, env=env,
-                           check=True, capture_output=True)
+            ingest_new_messages(memctl, store, env)
             bare.append(timed([sys.executable, "-c", "pass"], env))
             cpu = process_cpu(pid)
             walls.append(timed([*memctl, "--store", store, "index"], env))
