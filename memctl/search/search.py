@@ -15,8 +15,8 @@ Stages, each configurable in memctl.toml [retrieval] and shown by --explain:
                   subject_min_coverage (0.4) of the query's BM25 weight, none has
                   min_best_relevance (0.38), no two hold subject_min_words (0.55) of its
                   words' idf, and, of a query in two scripts, no unit of one holds
-                  subject_min_coverage of the query's names in it; else every result stays (hard_min_score, 0 by default, is a
-                  floor on relevance)
+                  subject_min_coverage of the query's names in it; else every result
+                  stays (hard_min_score, 0 by default, is a floor on relevance)
     noise         drop refusals, greetings, memory questions (P6)
     fusion        orders: weighted w_vec·cal(cosine) + w_bm25·BM25/max(BM25) (0.7 / 0.3)
                   or rrf Σ w/(k + rank), scaled to [0, 1]
