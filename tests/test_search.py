@@ -663,3 +663,26 @@ def test_judged_numbers_round_as_python_rounds_them():
     near_halves = [k / 10**5 for k in range(1, 200_000, 2)] + [k / 10**4 for k in range(10_001)]
     assert _rounded(np.array(near_halves), 4).tolist() == [round(x, 4) for x in near_halves]
     assert _rounded(np.array([0.123449999, 0.5, -0.00004]), 2).tolist() == [0.12, 0.5, -0.0]
+
+
+def test_learning_the_index_ahead_changes_no_result(demo, monkeypatch):
+    # A resident server learns the open index's rows between calls (Memory.learn_ahead); a search
+    # after it must rank exactly as one that learned its candidates itself.
+    from memctl import Memory
+
+    monkeypatch.setenv("MEMCTL_NOW", "2026-11-24T12:00:00Z")  # both rank at the same moment
+    questions = ["which database does Kestrel use", "how did we fix the sync timeout", "what is the cat called",
+                 "淡水的庫存報表每天幾點寄出", "deploy on Friday"]
+
+    def answers(memory: Memory) -> list:
+        return [[(r.id, r.score, r.explain) for r in memory.search(q, kinds=["message"])] for q in questions]
+
+    plain = answers(Memory(demo.root))
+    learned = Memory(demo.root)
+    assert learned.learn_ahead(2)  # nothing open yet: nothing to learn
+    learned.search("anything", kinds=["memory"])  # opens the index; no message is a candidate
+    chunks = 1
+    while not learned.learn_ahead(2):
+        chunks += 1
+    assert chunks > 2 and any(plain)
+    assert answers(learned) == plain

@@ -258,6 +258,11 @@ class Memory:
                      budget=given_or(budget, settings.topics.context_budget), record=not no_record,
                      llm_command=command, say=self.say, scope=scope, settings=settings)
 
+    def learn_ahead(self, rows: int = 128) -> bool:
+        """Learn `rows` more rows of the open index before searches need them (a resident server
+        calls it between calls); True when there is nothing more to learn. Changes no result."""
+        return self._retriever is None or self._retriever.learn_ahead(rows)
+
     def adopt(self, previous: "Memory") -> None:
         """Search with `previous`'s open index, vectors and model: a resident server makes each call's
         Memory anew (its settings and clock are the caller's) and hands it the last one's. Only for

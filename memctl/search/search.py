@@ -252,6 +252,35 @@ class Searcher:
         self._by_id: dict[str, dict | None] = {}
         self._replies_of: dict[str, tuple[int, ...]] = {}
         self._units_of: dict[str, tuple[dict, ...]] = {}  # record id -> its units (_turns_before)
+        self._learned_to = 0  # learn_ahead has read the rows below this one
+
+    def learn_ahead(self, rows: int) -> bool:
+        """Read and learn the next `rows` rows' units and facts (_units, _RowFacts) before a search
+        needs them; True when every row is known. For a resident server between calls: a search
+        whose candidates were not seen before learned them itself, ~3 ms of a ~13 ms warm 6k search
+        (thread CPU p50 of 130 new questions: 13.6 ms in a fresh process, 10.4 after 390 others,
+        2026-11-24). What is learned is what a search would learn: results are the same."""
+        import numpy as np
+
+        total = len(self.vectors)
+        start = self._learned_to
+        if start >= total:
+            return True
+        units = []
+        for values in self.db.execute(f"SELECT {', '.join(_FIELDS)} FROM units WHERE row >= ? AND row < ? ORDER BY row",
+                                      (start, start + rows)):
+            unit = self._by_row.get(values[0])
+            if unit is None:
+                unit = dict(zip(_FIELDS, values))
+                self._by_row[unit["row"]] = self._by_id[unit["id"]] = unit
+            units.append(unit)
+        if self._facts is None or len(self._facts.known) < total:
+            self._facts = _RowFacts(total)
+        units = [unit for unit in units if unit["row"] < len(self._facts.known)]  # rows the vectors lack yet: later
+        if units:
+            self._facts.learn(units, np.array([unit["row"] for unit in units], dtype=np.intp), self.retrieval)
+        self._learned_to = start + rows
+        return self._learned_to >= total
 
     # -- the pieces, loaded only when a query needs them -------------------------
     @property
@@ -920,6 +949,10 @@ class Retriever:
             counters.record(self.store, [r.record_id or r.id for results in answers for r in results
                                          if r.kind == "memory"])
         return answers
+
+    def learn_ahead(self, rows: int) -> bool:
+        """The open index's Searcher.learn_ahead; True when there is nothing (more) to learn."""
+        return self._searcher is None or self._searcher.learn_ahead(rows)
 
     def _open(self, index, changed: bool) -> Searcher:
         if (changed or self._searcher is None or self._searcher.settings != index.settings

@@ -35,6 +35,7 @@ from typing import Any, Callable
 from memctl.server import client
 
 HEARTBEAT_SECONDS = 1.0
+LEARN_ROWS = 128  # rows of the open index learned ahead between two looks for a call (_learning)
 KEPT_MEMORIES = 4  # open Memory objects kept: one a (store path as given, working directory)
 KEPT_THREADS = 4   # connection threads kept waiting for the next connection
 
@@ -100,7 +101,7 @@ class Server:
         try:
             while not self.leaving:
                 try:
-                    call = self.calls.get(timeout=HEARTBEAT_SECONDS)
+                    call = self.calls.get_nowait() if self._learning() else self.calls.get(timeout=HEARTBEAT_SECONDS)
                 except queue.Empty:
                     call = None
                 except KeyboardInterrupt:
@@ -413,6 +414,17 @@ class Server:
         finally:
             self._in_command = False
         return 0
+
+    def _learning(self) -> bool:
+        """Between calls, learn a little more of the open index (Memory.learn_ahead): LEARN_ROWS at
+        a time, so that a call waits little behind it (256 rows took 3.6 ms of thread CPU, 6k
+        store, 2026-11-24). False when every kept Memory has learned all."""
+        try:
+            return not all(memory.learn_ahead(LEARN_ROWS) for memory in list(self.memories.values()))
+        except Exception as exc:  # the next call meets the same trouble and says it; learning stops
+            self.say(f"learning ahead stopped: {exc}")
+            self.memories.clear()
+            return False
 
     def _memory(self, path, *, say):
         """The Memory a call's command gets: made anew, as in a process of its own (settings, clock),
