@@ -266,19 +266,12 @@ class Searcher:
         start = self._learned_to
         if start >= total:
             return True
-        units = []
-        for values in self.db.execute(f"SELECT {', '.join(_FIELDS)} FROM units WHERE row >= ? AND row < ? ORDER BY row",
-                                      (start, start + rows)):
-            unit = self._by_row.get(values[0])
-            if unit is None:
-                unit = dict(zip(_FIELDS, values))
-                self._by_row[unit["row"]] = self._by_id[unit["id"]] = unit
-            units.append(unit)
-        if self._facts is None or len(self._facts.known) < total:
-            self._facts = _RowFacts(total)
-        units = [unit for unit in units if unit["row"] < len(self._facts.known)]  # rows the vectors lack yet: later
+        facts = self._facts_for(total)
+        units = [self._kept_unit(values) for values in self.db.execute(
+            f"SELECT {', '.join(_FIELDS)} FROM units WHERE row >= ? AND row < ? ORDER BY row", (start, start + rows))
+            if values[0] < len(facts.known)]  # rows the vectors lack yet: learned by the search that meets them
         if units:
-            self._facts.learn(units, np.array([unit["row"] for unit in units], dtype=np.intp), self.retrieval)
+            facts.learn(units, np.array([unit["row"] for unit in units], dtype=np.intp), self.retrieval)
         self._learned_to = start + rows
         return self._learned_to >= total
 
@@ -459,12 +452,19 @@ class Searcher:
         missing = [key for key in keys if key not in cache]
         if missing:
             for values in select_in(self.db, ", ".join(_FIELDS), column, missing):
-                unit = dict(zip(_FIELDS, values))
-                self._by_row[unit["row"]] = self._by_id[unit["id"]] = unit
+                self._kept_unit(values)
             for key in missing:
                 cache.setdefault(key, None)  # not in the table: a hole's row
         return [cache[key] for start in range(0, len(keys), CHUNK) for key in sorted(set(keys[start:start + CHUNK]))
                 if cache[key] is not None]
+
+    def _kept_unit(self, values: tuple) -> dict:
+        """The unit of a table row read as _FIELDS, kept by row and id (the one kept already, if any)."""
+        unit = self._by_row.get(values[0])
+        if unit is None:
+            unit = dict(zip(_FIELDS, values))
+            self._by_row[unit["row"]] = self._by_id[unit["id"]] = unit
+        return unit
 
     @staticmethod
     def _result(row: dict) -> Result:
@@ -668,10 +668,15 @@ class Searcher:
         """The candidates' rows' facts (_RowFacts), computed for those first seen: noise patterns,
         the importance, length and time-decay factors and the parsed time of ~400 candidates cost
         ~2 ms of a warm 6k search before they were kept (2026-11-24)."""
-        rows = max(len(self.vectors), int(found.rows.max()) + 1 if len(found) else 0)
-        if self._facts is None or len(self._facts.known) < rows:  # the table may hold rows the vectors lack yet
+        # the table may hold rows the vectors lack yet
+        facts = self._facts_for(max(len(self.vectors), int(found.rows.max()) + 1 if len(found) else 0))
+        facts.learn(found.units, found.rows, self.retrieval)
+        return facts
+
+    def _facts_for(self, rows: int) -> _RowFacts:
+        """The facts kept, made anew (empty) when they hold fewer than `rows` rows."""
+        if self._facts is None or len(self._facts.known) < rows:
             self._facts = _RowFacts(rows)
-        self._facts.learn(found.units, found.rows, self.retrieval)
         return self._facts
 
     def _terms_of(self, unit: dict) -> frozenset[str]:
