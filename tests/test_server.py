@@ -160,6 +160,28 @@ def test_the_first_call_starts_a_server_and_later_calls_use_it(servers, tmp_path
     assert [oct(p.stat().st_mode & 0o777) for p in runtime.glob("*.sock")] == ["0o600"]
 
 
+def test_a_memctl_folder_in_the_working_directory_never_runs_as_the_server(servers, tmp_path):
+    """`python -m` puts the working directory first on the module path, and a server starts from
+    the directory of the call that needed it, the user's: a `memctl` folder there (a checkout, a
+    download) must not be what runs. The client runs as a console script does (-P: not from it)."""
+    store = tmp_path / "store"
+    make_store(servers, store)
+    planted = tmp_path / "downloads" / "memctl"
+    planted.mkdir(parents=True)
+    ran = tmp_path / "the planted memctl ran"
+    for name in ("__init__.py", "__main__.py"):
+        (planted / name).write_text(f"open({str(ran)!r}, 'w').close()\n")
+    first = subprocess.run([sys.executable, "-P", "-m", "memctl", "--store", str(store), "search", "Kestrel"],
+                           cwd=planted.parent, env={**servers, "MEMCTL_SERVER": "on"}, capture_output=True,
+                           timeout=120)
+    assert first.returncode == 0 and b"PostgreSQL" in first.stdout, first.stderr
+    deadline = time.monotonic() + 60
+    while status(servers, store) is None and time.monotonic() < deadline and not ran.exists():
+        time.sleep(0.2)
+    assert not ran.exists()
+    assert status(servers, store) is not None, server_log(servers, store)
+
+
 def test_off_runs_everything_in_process(servers, tmp_path):
     store = tmp_path / "store"
     make_store(servers, store)

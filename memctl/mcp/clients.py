@@ -70,12 +70,13 @@ def config_path(client: str, home: Path | None = None) -> Path:
 def server_entry(store: Path) -> dict[str, Any]:
     """How a client starts memctl's server for `store`: by absolute paths, since a client starts
     it with its own PATH and working directory. The install's console script when there is one,
-    else this Python with -m."""
+    else this Python with -P -m (not the client's working directory first on the module path:
+    a `memctl` folder there would run instead)."""
     script = Path(sys.executable).parent / ("memctl.exe" if sys.platform == "win32" else "memctl")
     store_args = ["--store", str(Path(os.path.abspath(store))), "mcp"]
     if script.is_file():
         return {"command": str(script), "args": store_args}
-    return {"command": sys.executable, "args": ["-m", "memctl", *store_args]}
+    return {"command": sys.executable, "args": ["-P", "-m", "memctl", *store_args]}
 
 
 def install(client: str, store: Path, *, name: str = "memctl", force: bool = False, dry_run: bool = False,

@@ -231,7 +231,9 @@ def _replace(pid: int) -> None:
 
 def start(store_root: str) -> None:
     """Start the server of the store at `store_root` in the background, unless one runs (or starts):
-    `memctl --store ROOT server run`, in its own session, its output in the runtime dir's .log."""
+    `memctl --store ROOT server run`, in its own session, its output in the runtime dir's .log; the
+    memctl found on the module path as this one was (PYTHONPATH, the install), never the working
+    directory's."""
     if os.environ.get(SERVER_ENV, "").lower() in OFF:
         return
     where = place(store_root, create=True)
@@ -240,8 +242,10 @@ def start(store_root: str) -> None:
     log = os.open(where + ".log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     quiet = os.open(os.devnull, os.O_RDONLY)
     try:
-        os.posix_spawn(sys.executable, [sys.executable, "-m", "memctl", "--store", os.path.realpath(store_root),
-                                        "server", "run"], os.environ,
+        # -P: `python -m` puts the working directory first on the module path, and the call's is
+        # the user's: a `memctl` folder there (a checkout, a download) would have run as the server.
+        os.posix_spawn(sys.executable, [sys.executable, "-P", "-m", "memctl", "--store",
+                                        os.path.realpath(store_root), "server", "run"], os.environ,
                        file_actions=[(os.POSIX_SPAWN_DUP2, quiet, 0), (os.POSIX_SPAWN_DUP2, log, 1),
                                      (os.POSIX_SPAWN_DUP2, log, 2)], setsid=True)
     finally:
