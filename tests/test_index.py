@@ -413,3 +413,98 @@ def test_a_manifest_that_counted_no_vector_rows_is_judged_by_its_units(store, tm
     chat(store, "beta", 5, 1, day="2026-11-19")
     assert Index(store).update().files_read == len(Index(store).stamps())
     assert_same_as_rebuilt(store, tmp_path)
+
+
+def embedding_calls(monkeypatch) -> list[tuple[str, int]]:
+    """Each embedding call of the fake model: the thread that made it, and how many texts."""
+    import fake_embedder
+    import threading
+
+    calls: list[tuple[str, int]] = []
+    embed = fake_embedder.FakeEmbedder.embed
+
+    def counted(self, texts, progress=None):
+        calls.append((threading.current_thread().name, len(texts)))
+        return embed(self, texts, progress)
+
+    monkeypatch.setattr(fake_embedder.FakeEmbedder, "embed", counted)
+    return calls
+
+
+def test_an_update_takes_the_messages_embedded_ahead_and_nothing_else(store, tmp_path, monkeypatch):
+    """What a resident server does after an ingest: the new messages are embedded in a thread,
+    and the update that follows takes those vectors, reporting and writing all it does as ever."""
+    calls = embedding_calls(monkeypatch)
+    twin = Store(tmp_path / "twin")
+    shutil.copytree(store.root, twin.root)
+    Index(twin).update()  # a copy's files are new to its index (inodes): read once
+    calls.clear()
+    for each in (store, twin):
+        chat(each, "beta", 4, 3, day="2026-11-19")
+    Index(store).embed_ahead()
+    report = Index(store).update()
+    assert (report.added, report.embedded) == (3, 3)
+    assert calls == [("memctl-index", 3)]  # the thread's; the update embedded nothing itself
+    assert Index(twin).update().as_dict() == report.as_dict()
+    assert table(store) == table(twin)
+    assert np.array_equal(np.load(store.index_dir / "vectors.npy"), np.load(twin.index_dir / "vectors.npy"))
+    # taken once: the next change is embedded by its update
+    chat(store, "beta", 7, 1, day="2026-11-19")
+    assert Index(store).update().embedded == 1 and calls[-1] == ("MainThread", 1)
+
+
+def test_texts_embedded_ahead_are_not_taken_once_the_files_changed_again(store, tmp_path, monkeypatch):
+    """Embedded ahead, then another message came: the update embeds all it needs in its own
+    batch (an int8 vector depends on the texts batched with it), the same as without."""
+    calls = embedding_calls(monkeypatch)
+    twin = Store(tmp_path / "twin")
+    shutil.copytree(store.root, twin.root)
+    Index(twin).update()  # a copy's files are new to its index (inodes): read once
+    calls.clear()
+    chat(store, "beta", 4, 2, day="2026-11-19")
+    Index(store).embed_ahead()
+    chat(store, "beta", 6, 1, day="2026-11-19")
+    chat(twin, "beta", 4, 3, day="2026-11-19")
+    report = Index(store).update()
+    assert report.embedded == 3 and calls[-1] == ("MainThread", 3)
+    assert Index(twin).update().as_dict() == report.as_dict()
+    assert np.array_equal(np.load(store.index_dir / "vectors.npy"), np.load(twin.index_dir / "vectors.npy"))
+
+
+def test_embedding_ahead_that_fails_leaves_the_update_to_embed(store, monkeypatch):
+    import fake_embedder
+
+    chat(store, "beta", 4, 2, day="2026-11-19")
+    embed = fake_embedder.FakeEmbedder.embed
+
+    def failing_in_threads(self, texts, progress=None):
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("the model failed")
+        return embed(self, texts, progress)
+
+    monkeypatch.setattr(fake_embedder.FakeEmbedder, "embed", failing_in_threads)
+    Index(store).embed_ahead()
+    assert Index(store).update().embedded == 2
+    assert Index(store).is_fresh()
+
+
+def test_an_update_under_the_stores_lock_never_waits_forever_for_the_embedding_ahead(store):
+    """`memctl forget` writes the index anew inside its transaction (the store's exclusive lock),
+    and an update holds the index's lock while it takes the vectors made ahead: the thread that
+    makes them must not wait for either lock (it did, and both waited on each other)."""
+    import threading
+
+    chat(store, "beta", 4, 2, day="2026-11-19")
+    done = []
+
+    def scrub_under_the_lock():
+        with store.lock():
+            Index(store).embed_ahead()
+            done.append(Index(store).scrub().embedded)
+
+    worker = threading.Thread(target=scrub_under_the_lock, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert done == [2]

@@ -182,6 +182,29 @@ def test_a_memctl_folder_in_the_working_directory_never_runs_as_the_server(serve
     assert status(servers, store) is not None, server_log(servers, store)
 
 
+def test_an_ingest_then_an_index_through_the_server_write_what_in_process_calls_write(servers, tmp_path):
+    """The server embeds an ingest's new messages ahead of the index that follows (Index.embed_ahead):
+    the same output, and byte for byte the same vectors (an int8 vector depends on its batch-mates)."""
+    pristine = tmp_path / "pristine"
+    make_store(servers, pristine)
+    new = "\n".join(json.dumps({"id": f"n{n}", "session": "s2", "role": "user", "text": text}) for n, text in
+                    enumerate(["The Kestrel backups now run at 03:00", "Alice sold three lake paintings",
+                               "Kyoto hotel booked near the station"])).encode()
+    outcomes = []
+    for server in (False, True):
+        store = tmp_path / f"store-{server}"
+        shutil.copytree(pristine, store)
+        if server:
+            start(servers, store)
+        ingested = memctl(servers, store, "ingest", "-f", "jsonl", "-", input=new, server=server)
+        indexed = memctl(servers, store, "index", "--json", server=server)
+        outcomes.append(([(done.returncode, done.stdout, done.stderr) for done in (ingested, indexed)],
+                         (store / ".index" / "vectors.npy").read_bytes()))
+    assert outcomes[0] == outcomes[1]
+    assert json.loads(outcomes[1][0][1][1])["embedded"] == 3
+    assert status(servers, tmp_path / "store-True")["calls"] == 2
+
+
 def test_off_runs_everything_in_process(servers, tmp_path):
     store = tmp_path / "store"
     make_store(servers, store)

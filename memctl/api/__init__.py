@@ -263,6 +263,19 @@ class Memory:
         calls it between calls); True when there is nothing more to learn. Changes no result."""
         return self._retriever is None or self._retriever.learn_ahead(rows)
 
+    def embed_ahead(self) -> None:
+        """Start embedding, in a thread, the new and changed messages the next index update will
+        embed (a resident server calls it after a call that wrote the store): `memctl index` after
+        `memctl ingest` then finds them embedded. Changes no vector and no output."""
+        import os
+
+        from memctl.index.index import Index
+        from memctl.store.store import Store
+
+        # A store of its own, by absolute path: the thread outlives the call, whose working
+        # directory and objects the server's next call replaces.
+        Index(Store(os.path.abspath(self.store.root)), self.runtime.settings).embed_ahead()
+
     def adopt(self, previous: "Memory") -> None:
         """Search with `previous`'s open index, vectors and model: a resident server makes each call's
         Memory anew (its settings and clock are the caller's) and hands it the last one's. Only for

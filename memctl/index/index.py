@@ -55,6 +55,10 @@ _COLUMNS = {"row": int, "id": str, "digest": str, "embed_digest": str, "kind": s
 # the whole table (50,000 units: 33 -> 11 ms). Tables written before it get it at their next update.
 _INDEXED = (("id", True), ("embed_digest", False), ("source", False), ("record_id", False), ("status", False),
             ("context_id", False))
+# Most texts a resident server embeds ahead of the update that needs them (Index.embed_ahead):
+# an agent's turn or a chat's few new messages; a larger import is embedded by its update, with
+# its progress bar (512 chat turns take ~2 s of CPU here).
+AHEAD_MOST = 512
 CHUNK = 500  # SQLite parameters a statement (select_in; search walks its chunks the same way)
 
 
@@ -342,9 +346,7 @@ class Index:
 
         from memctl.index import vectors
 
-        texts = [_embed_text(unit, model.settings.with_previous_turn) for unit in fresh]
-        embed_digests = [hashlib.sha1(text.encode()).hexdigest() for text in texts]
-        donors = table.donors(set(embed_digests)) if table is not None else {}
+        texts, embed_digests, donors = _to_embed(fresh, table, model)
         missing = [i for i, digest in enumerate(embed_digests) if digest not in donors]
         dimension = vectors.shape(self.dir / "vectors.npy")[1] if table is not None else \
             model.embedder().dimension
@@ -354,10 +356,49 @@ class Index:
             copied = [i for i, digest in enumerate(embed_digests) if digest in donors]
             out[copied] = old[[donors[embed_digests[i]] for i in copied]]
         if missing:
-            step = (lambda n: progress("embedding", n, len(missing))) if progress else None
-            out[missing] = model.embedder().embed([texts[i] for i in missing], progress=step)
+            wanted = [texts[i] for i in missing]
+            made = _embedded_ahead(self.dir, model, wanted)
+            if made is None:
+                step = (lambda n: progress("embedding", n, len(missing))) if progress else None
+                made = model.embedder().embed(wanted, progress=step)
+            out[missing] = made
         report.embedded = len(missing)
         return out, embed_digests
+
+    def embed_ahead(self, most: int = AHEAD_MOST) -> None:
+        """Start a thread that embeds the texts the next update will embed, if they are at most
+        `most`: that update then takes their vectors instead of embedding them on its caller's
+        time. What a resident server does after a call that wrote the store, so that `memctl
+        index` (or the search that indexes first) after `memctl ingest` finds the new messages
+        embedded, or being embedded while its own process starts. The update still reads, writes
+        and reports all it does, and takes the vectors only if it would embed exactly these texts,
+        in this order, with the same embedder: a text's int8 vector depends on the texts batched
+        with it (up to 0.04 a component, 2026-11-24), so they are the vectors it would have made.
+        A first build, a rebuild and an update cut short embed on their own. The store's root
+        must be absolute: the thread outlives the call that started it."""
+        if self.store.exists() and (self.dir / "manifest.json").exists():
+            _AHEAD[_ahead_key(self.dir)] = _EmbeddingAhead(self, most)
+
+    def _texts_ahead(self, model: _Model, most: int) -> list[str]:
+        """What the next update would embed (embed_ahead), or nothing. Read without the store's
+        and the index's locks: an update that holds them waits for this thread (a deadlock had
+        it waited for them), and what a writer left half done can only make texts that the
+        update does not embed, which it does not take."""
+        stamps = self.stamps()
+        if self._fresh(stamps):
+            return []
+        table, _ = self._previous(model)
+        if table is None:
+            return []
+        try:
+            if table.manifest.get("lexical", 1) != LEXICAL or self._cut_short(table):
+                return []
+            reading = self._read(table, stamps)
+            texts, embed_digests, donors = _to_embed(_Change.between(reading.old, reading.units).fresh, table, model)
+        finally:
+            table.close()
+        wanted = [text for text, digest in zip(texts, embed_digests) if digest not in donors]
+        return wanted if len(wanted) <= most else []
 
     # -- writing -----------------------------------------------------------------
     def _compacts(self, table: _Table | None, change: _Change) -> bool:
@@ -465,6 +506,57 @@ class Index:
         finally:
             os.umask(old_umask)
             os.close(fd)
+
+
+def _to_embed(fresh: list[Unit], table: _Table | None, model: _Model) -> tuple[list[str], list[str], dict]:
+    """What the fresh units are embedded as, those texts' digests, and the table's rows that already
+    hold a vector of the same text (an unchanged text under new metadata): digest -> row."""
+    texts = [_embed_text(unit, model.settings.with_previous_turn) for unit in fresh]
+    embed_digests = [hashlib.sha1(text.encode()).hexdigest() for text in texts]
+    return texts, embed_digests, table.donors(set(embed_digests)) if table is not None else {}
+
+
+class _EmbeddingAhead:
+    """The texts the next update of an index will embed, worked out and embedded in a thread
+    (Index.embed_ahead)."""
+
+    def __init__(self, index: Index, most: int):
+        self.texts: list[str] = []
+        self.embedder = None
+        self._vectors = None
+        self._job = _Meanwhile(self._embed, index, most)
+
+    def _embed(self, index: Index, most: int) -> None:
+        model = _Model(index.settings.embedding)
+        texts = index._texts_ahead(model, most)
+        if texts:
+            self.embedder = model.embedder()
+            self._vectors = self.embedder.embed(texts)
+            self.texts = texts
+
+    def vectors_of(self, texts: list[str], embedder):
+        """The vectors of `texts` by `embedder` once made, if these are what was embedded; else
+        None (and if embedding failed: the update embeds, and says why)."""
+        try:
+            self._job.wait()
+        except Exception:
+            return None
+        return self._vectors if self.texts == texts and self.embedder is embedder else None
+
+
+# Each index's texts being embedded ahead (by its folder's real path); only a process that calls
+# Index.embed_ahead (the resident server) ever puts one here, and the next update of the index takes it.
+_AHEAD: dict[str, _EmbeddingAhead] = {}
+
+
+def _ahead_key(index_dir: Path) -> str:
+    return os.path.realpath(index_dir)
+
+
+def _embedded_ahead(index_dir: Path, model: _Model, texts: list[str]):
+    """The vectors of `texts` embedded ahead for this index by `model`'s embedder, or None."""
+    job = _AHEAD.pop(_ahead_key(index_dir), None) if _AHEAD else None
+    return job.vectors_of(texts, model.embedder()) if job is not None else None
 
 
 class _Meanwhile:
