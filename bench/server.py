@@ -84,6 +84,11 @@ def main() -> None:
     args = parser.parse_args()
     compile_package()
     work = Path(tempfile.mkdtemp(prefix="mb-", dir="/tmp"))
+    args.store6k, args.store50k = args.store6k.resolve(), args.store50k.resolve()
+    # Every process runs in an empty directory: `python -c` puts the working directory first on
+    # the module path, and run from a checkout its memctl/ was what ran, not PYTHONPATH's (the
+    # "cold call at 1a3f5c4" of earlier runs from the repository measured this checkout).
+    os.chdir(work)
     before = work / "before"
     before.mkdir()
     archive = subprocess.run(["git", "-C", str(REPO), "archive", args.before, "memctl"], check=True,
