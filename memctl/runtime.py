@@ -7,6 +7,7 @@ Runtime imports config only when a setting is first read.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -29,6 +30,7 @@ class Runtime:
         self._settings: Settings | None = None
         self._open_embedder = open_embedder
         self._embedder: Any = None
+        self._opening = threading.Lock()
 
     @property
     def settings(self) -> Settings:
@@ -41,7 +43,22 @@ class Runtime:
     @property
     def embedder(self) -> Any:
         if self._embedder is None:
-            if self._open_embedder is None:
-                raise RuntimeError("this runtime opens no embedding model")
-            self._embedder = self._open_embedder(self.settings)
+            with self._opening:  # warm_embedder may be opening it on another thread: that one is taken
+                if self._embedder is None:
+                    self._embedder = self._opened()
         return self._embedder
+
+    def warm_embedder(self) -> None:
+        """Open the embedder for many calls (its warm(), if it has one) unless it is open already.
+        The one thing of a runtime another thread may do beside the calls: a call that needs the
+        model meanwhile waits for it, and a call that does not is not held up."""
+        with self._opening:
+            if self._embedder is None:
+                embedder = self._opened()
+                getattr(embedder, "warm", lambda: None)()
+                self._embedder = embedder  # only once warm: a call never finds it half laid out
+
+    def _opened(self) -> Any:
+        if self._open_embedder is None:
+            raise RuntimeError("this runtime opens no embedding model")
+        return self._open_embedder(self.settings)
