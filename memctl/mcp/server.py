@@ -1,8 +1,12 @@
 """`memctl mcp`: the tools of memctl.mcp.tools served over stdio with the official MCP SDK.
 
 One `Memory` lives as long as the server, so its index and embedding model are
-loaded by the first search and reused by every later one (a warm search costs
-milliseconds; bench/mcp_latency.py).
+loaded once and reused by every later search (a warm search costs milliseconds;
+bench/mcp_latency.py). Work is done ahead of the calls, as the resident server
+does (memctl/server/serve.py): the model is opened at start on a thread of its
+own (_warm: its sessions laid out for many queries), and between calls the
+lane of searches learns the open index ahead (Lane._learn), so that a search
+does not learn its candidates itself. Neither changes a result.
 
 Where calls run. A Memory is used by one thread only (its SQLite connection may
 only be used by the thread that opened it), and the event loop never runs a
@@ -40,7 +44,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import queue
 import sys
+import threading
+import time
 import traceback
 from typing import Any
 
@@ -60,6 +67,17 @@ from memctl.text.clip import clip
 # Seconds a call under way when the client goes may take to finish: an ingest or a
 # confirm commits in well under a second; an index update is only cut short (search resumes it).
 LEAVE_GRACE = 3.0
+
+# Rows of the open index learned ahead in one step between calls (Lane._ahead): a request that
+# comes during a step waits for its end. 32 rows took 0.25 ms of thread CPU, 128 0.9 ms (6k store,
+# 2026-11-24); the whole 6k index ~45 ms.
+LEARN_ROWS = 32
+
+# How often the warming thread (_warm) hands the GIL over to a call that waits for it; Python's
+# default, 5 ms, let it hold a first call that needs no model (an ingest right after the
+# handshake) for about as long as the warming took: 39 -> 103 ms p50, 66 ms at 0.5 ms (0.1 ms
+# no better; 2026-11-24). Only while warming.
+WARM_SWITCH_SECONDS = 0.0005
 
 # An argument error is one line a person can read, whatever the client sent.
 ARGUMENT_ERROR_CHARS = 300
@@ -127,20 +145,55 @@ def _in_argument_terms(exc: InputError) -> str:
 
 
 class Lane:
-    """One thread and the Tools of a Memory only it uses: calls run on it one at a time, in order."""
+    """One thread and the Tools of a Memory only it uses: calls run on it one at a time, in order.
+    With `learn_ahead`, while no call waits it learns the open index ahead (Memory.learn_ahead),
+    LEARN_ROWS rows a step: a call that comes meanwhile waits for one step at most."""
 
-    def __init__(self, name: str, memory: Memory):
+    def __init__(self, name: str, memory: Memory, *, learn_ahead: bool = False):
         self.tools = Tools(memory)
-        self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._learn_ahead = learn_ahead
+        self._jobs: queue.SimpleQueue[tuple[concurrent.futures.Future, str, dict[str, Any]] | None] = \
+            queue.SimpleQueue()
         self._calls: set[concurrent.futures.Future] = set()
+        self._thread = threading.Thread(target=self._work, name=name)
+        self._thread.start()
 
     async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         """The call's result; cancelled (the client cancelled it, or left), a call still waiting
         for the lane never runs, and one under way runs on with nobody to hear it."""
-        future = self._worker.submit(self._answer, name, arguments)
+        future: concurrent.futures.Future = concurrent.futures.Future()
         self._calls.add(future)
         future.add_done_callback(self._calls.discard)
+        self._jobs.put((future, name, arguments))
         return await asyncio.wrap_future(future)
+
+    def _work(self) -> None:
+        learning = False
+        while True:
+            try:
+                job = self._jobs.get(block=not learning)
+            except queue.Empty:
+                learning = self._learn()
+                time.sleep(0)  # a request the event loop holds gets the GIL now, not after a switch interval
+                continue
+            if job is None:
+                return
+            future, name, arguments = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(self._answer(name, arguments))
+                except Exception as exc:  # a result that would not serialise: the SDK answers with an error
+                    future.set_exception(exc)
+            learning = self._learn_ahead  # the call may have opened the index, or opened it anew
+
+    def _learn(self) -> bool:
+        """One step of learning ahead; whether there is more to learn."""
+        try:
+            return not self.tools.memory.learn_ahead(LEARN_ROWS)
+        except Exception as exc:  # the next search meets the same trouble and says it as a tool error
+            note(f"learning the index ahead stopped: {type(exc).__name__}: {exc}")
+            self._learn_ahead = False
+            return False
 
     def _answer(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         try:
@@ -152,8 +205,10 @@ class Lane:
 
     def close(self) -> set[concurrent.futures.Future]:
         """Drop the calls waiting for the lane; the call under way, if one is, runs on: its future."""
-        self._worker.shutdown(wait=False, cancel_futures=True)
-        return set(self._calls)
+        for future in list(self._calls):
+            future.cancel()  # only a call not yet started is cancelled
+        self._jobs.put(None)
+        return {future for future in self._calls if not future.done()}
 
 
 def build(calls: Lane, reads: Lane) -> Server:
@@ -172,11 +227,26 @@ def build(calls: Lane, reads: Lane) -> Server:
                   on_list_tools=list_tools, on_call_tool=call_tool)
 
 
+def _warm(memory: Memory) -> None:
+    """Open the model ahead of the first search (Memory.warm), on a thread of its own: a first
+    call that needs no model is not held up by it, and one that does waits only for what it
+    would have opened itself."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(WARM_SWITCH_SECONDS)
+    try:
+        memory.warm()
+    except Exception as exc:  # the first search meets the same trouble and says it as a tool error
+        note(f"could not open the model ahead: {type(exc).__name__}: {exc}")
+    finally:
+        sys.setswitchinterval(interval)
+
+
 def serve(memory: Memory) -> bool:
     """Answer MCP requests on stdin/stdout until the client goes; whether every call has ended
     (False: one still runs on its thread, and only ending the process stops it)."""
     max_request_bytes = memory.runtime.settings.mcp.max_request_bytes
-    lanes = (Lane("memctl-calls", memory), Lane("memctl-reads", Memory(memory.path, say=memory.say)))
+    threading.Thread(target=_warm, args=(memory,), name="memctl-warm").start()
+    lanes = (Lane("memctl-calls", memory, learn_ahead=True), Lane("memctl-reads", Memory(memory.path, say=memory.say)))
 
     async def run() -> None:
         server = build(*lanes)
