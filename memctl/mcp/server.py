@@ -47,7 +47,6 @@ import concurrent.futures
 import queue
 import sys
 import threading
-import time
 import traceback
 from typing import Any
 
@@ -174,7 +173,6 @@ class Lane:
                 job = self._jobs.get(block=not learning)
             except queue.Empty:
                 learning = self._learn()
-                time.sleep(0)  # a request the event loop holds gets the GIL now, not after a switch interval
                 continue
             if job is None:
                 return
