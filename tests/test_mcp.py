@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import select
 import subprocess
@@ -23,17 +24,18 @@ REQUIRED_TOOLS = {"search", "ingest", "review_pending", "confirm", "history", "s
                   "health"}
 
 
-def server(store) -> "mcp.StdioServerParameters":
+def server(store, env: dict[str, str] | None = None) -> "mcp.StdioServerParameters":
     command, *args = memctl_command()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
-    return mcp.StdioServerParameters(command=command, args=[*args, "--store", str(store), "mcp"], env=env)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
+    return mcp.StdioServerParameters(command=command, args=[*args, "--store", str(store), "mcp"],
+                                     env={**clean, **(env or {})})
 
 
-async def session_run(store, body):
+async def session_run(store, body, env: dict[str, str] | None = None):
     log = store.parent / "mcp-stderr.log"
     try:
         with open(log, "w") as errlog:
-            async with mcp.stdio_client(server(store), errlog=errlog) as (read, write):
+            async with mcp.stdio_client(server(store, env), errlog=errlog) as (read, write):
                 async with mcp.ClientSession(read, write) as session:
                     await session.initialize()
                     return await body(session)
@@ -181,6 +183,92 @@ def test_context_and_topic_tools_through_the_server(store_dir, run):
         assert bad_scope.is_error and bad_scope.content[0].text.startswith("argument 'scope': ")
 
     anyio.run(session_run, store_dir, body)
+
+
+# -- work ahead of the calls: the model opened at start, the index learned between calls -------
+# Loaded by the server process (first on its PYTHONPATH): it logs, a line each, every call the
+# lane of searches answers and every step of its learning ahead, and holds the first step that
+# has an open index until a call waits for the lane, so that a call surely comes during learning.
+LEARNING_LOG = """
+import os, time
+from pathlib import Path
+import memctl.mcp.server as server
+
+log = Path(os.environ["MEMCTL_TEST_LEARNING_LOG"])
+learn, answer = server.Lane._learn, server.Lane._answer
+
+def logged(line):
+    with open(log, "a") as out:
+        out.write(line + "\\n")
+
+def held_learn(self):
+    if self.tools.memory._retriever is not None and "held" not in log.read_text():
+        logged("held")
+        deadline = time.monotonic() + 60
+        while self._jobs.empty() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    more = learn(self)
+    logged("learn" if more else "learned")
+    return more
+
+def logged_answer(self, name, arguments):
+    logged("call " + name)
+    return answer(self, name, arguments)
+
+log.touch()
+server.Lane._learn, server.Lane._answer = held_learn, logged_answer
+"""
+
+
+def test_a_call_during_learning_ahead_waits_one_step_and_no_result_changes(store_dir, tmp_path, run_process):
+    goods = ("flour", "butter", "sugar", "yeast", "salt", "cocoa", "honey", "milk")
+    shops = ("Tamsui", "Beitou", "Xinyi", "Daan", "Shilin", "Neihu", "Banqiao", "Zhonghe", "Yonghe", "Tianmu",
+             "Songshan", "Wanhua", "Nangang", "Wenshan", "Xizhi")  # 120 messages: learned in 4 steps of 32 rows
+    # Rows unlike each other (ages, lengths, sessions), so that facts learned for the wrong row would show.
+    messages = [{"id": f"m{n}", "session": f"s{n // 10}", "speaker": "Mei" if n % 2 else "Tom",
+                 "ts": f"2026-{n % 9 + 1:02d}-{n % 28 + 1:02d}T09:00:00Z",
+                 "text": f"Note {n}: the {good} shipment for the {shop} shop arrives on day {n % 28 + 1}."
+                         + " Call ahead." * (n % 4)}
+                for n, (good, shop) in enumerate(itertools.product(goods, shops))]
+    run_process("ingest", "-f", "jsonl", "-", input=b"\n".join(orjson.dumps(m) for m in messages))
+    questions = ["when does the butter for Beitou arrive", "which shop gets honey", "yeast shipment Daan",
+                 "what arrives on day 5", "the milk for Nangang", "cocoa"]
+    # The server and the fresh process rank at the same moment, and from few candidates: a search
+    # then learns only some of the rows itself (48 of 120), and later ones find the rest learned ahead.
+    same = {"MEMCTL_NOW": "2026-11-24T12:00:00Z", "MEMCTL_RETRIEVAL_CANDIDATES": "20"}
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(LEARNING_LOG)
+    log = tmp_path / "learning.log"
+    env = {**same, "MEMCTL_TEST_LEARNING_LOG": str(log),
+           "PYTHONPATH": os.pathsep.join([str(hook), os.environ["PYTHONPATH"]])}
+
+    async def logged(line: str) -> None:
+        with anyio.fail_after(DEADLINE):
+            while line not in log.read_text().splitlines():
+                await anyio.sleep(0.01)
+
+    async def body(session):
+        async def search(question):
+            return payload(await session.call_tool("search", {"query": question, "k": 5}))["results"]
+
+        found = [await search(questions[0])]  # opens the index; the lane then learns it ahead, held at once
+        await logged("held")
+        found.append(await search(questions[1]))  # comes during learning: answered after that one step
+        await logged("learned")
+        return found + [await search(question) for question in questions[2:]]
+
+    served = anyio.run(session_run, store_dir, body, env)
+    lines = log.read_text().splitlines()
+    held = lines.index("held")
+    assert lines[held + 1:held + 3] == ["learn", "call search"], lines  # the held step, then the call
+    assert lines.count("learn") >= 2, lines  # rows were learned ahead around the call
+
+    batch = b"\n".join(orjson.dumps({"id": n, "query": q, "k": 5}) for n, q in enumerate(questions))
+    fresh = run_process("search", "--batch", "-", input=batch, env=same)  # learns its candidates itself
+    assert fresh.returncode == 0, fresh.stderr
+    expected = [orjson.loads(line)["results"] for line in fresh.stdout.splitlines()]
+    assert served == expected and all(expected)
 
 
 # -- the wire: raw JSON-RPC lines to a real `memctl mcp` process ---------------------------
