@@ -67,15 +67,15 @@ from memctl.text.clip import clip
 # confirm commits in well under a second; an index update is only cut short (search resumes it).
 LEAVE_GRACE = 3.0
 
-# Rows of the open index learned ahead in one step between calls (Lane._ahead): a request that
+# Rows of the open index learned ahead in one step between calls (Lane._learn): a request that
 # comes during a step waits for its end. 32 rows took 0.25 ms of thread CPU, 128 0.9 ms (6k store,
 # 2026-11-24); the whole 6k index ~45 ms.
 LEARN_ROWS = 32
 
-# How often the warming thread (_warm) hands the GIL over to a call that waits for it; Python's
-# default, 5 ms, let it hold a first call that needs no model (an ingest right after the
-# handshake) for about as long as the warming took: 39 -> 103 ms p50, 66 ms at 0.5 ms (0.1 ms
-# no better; 2026-11-24). Only while warming.
+# How often the warming thread (_warm) hands the GIL over to a call that waits for it, only while
+# it warms. At Python's default, 5 ms, it held a first call that needs no model (an ingest right
+# after the handshake) for about as long as the warming took: 103 ms p50 where main took 46; at
+# 0.5 ms, 66 where main took 39 (0.1 ms no better; 6k store, 2026-11-24).
 WARM_SWITCH_SECONDS = 0.0005
 
 # An argument error is one line a person can read, whatever the client sent.
