@@ -126,13 +126,13 @@ class Server:
         in its client's environment, where the OPENBLAS_NUM_THREADS=1 the command line sets is
         missing: imported in a call, numpy started an OpenBLAS thread that spun ~19 ms of CPU a
         warm search (2 cores, 6k store, 2026-11-24). The model now, so that the first call finds
-        it, its session laid out for many calls (Embedder.warm)."""
+        it, its session laid out for many calls (Memory.warm)."""
         import numpy  # noqa: F401
 
         try:
-            model = self.make_memory(self.root, say=None).runtime.embedder
-            getattr(model, "warm", lambda: None)()
-            self.say(f"model open: {type(model).__name__}")
+            memory = self.make_memory(self.root, say=None)
+            memory.warm()
+            self.say(f"model open: {type(memory.runtime.embedder).__name__}")
         except Exception as exc:  # the calls will say what is wrong, each as in-process
             self.say(f"could not open the model: {exc}")
 
