@@ -96,6 +96,37 @@ def test_tools_ingest_search_and_errors(store_dir):
     assert listed.returncode == 0 and b"Tamsui" in listed.stdout
 
 
+def test_an_ingest_is_embedded_ahead_and_the_search_after_it_writes_the_vectors_a_process_writes(tmp_path):
+    """After an ingest, `memctl mcp` embeds the new messages in a thread (Memory.embed_ahead); the
+    search that follows takes them: byte for byte the vectors an update in a process of its own
+    makes (an int8 vector depends on its batch-mates), and the new message is found."""
+    env = {"MEMCTL_NOW": "2026-11-20T10:00:00Z", "MEMCTL_SERVER": "off"}
+    first = b'{"id": "a1", "session": "s1", "text": "The Kestrel database moved to PostgreSQL 16"}\n'
+    new = "".join(orjson.dumps({"id": f"n{n}", "session": "s1", "text": text}).decode() + "\n" for n, text in
+                  enumerate(["Alice sold three lake paintings in Taipei", "The Tamsui shop opens at seven",
+                             "Kyoto hotel booked near the station"]))
+    stores = [tmp_path / "by-process", tmp_path / "by-mcp"]
+    for store in stores:
+        for args, data in ((["ingest", "-f", "jsonl", "-"], first), (["index"], b"")):
+            done = subprocess.run([*memctl_command(), "--store", str(store), *args], input=data, timeout=120,
+                                  capture_output=True, env={**os.environ, **env})
+            assert done.returncode == 0, done.stderr
+    done = subprocess.run([*memctl_command(), "--store", str(stores[0]), "ingest", "-f", "jsonl", "-"],
+                          input=new.encode(), capture_output=True, env={**os.environ, **env}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert subprocess.run([*memctl_command(), "--store", str(stores[0]), "index"], capture_output=True,
+                          env={**os.environ, **env}, timeout=120).returncode == 0
+
+    async def body(session):
+        payload(await session.call_tool("ingest", {"text": new, "format": "jsonl"}))
+        return payload(await session.call_tool("search", {"query": "lake paintings", "k": 1}))
+
+    found = anyio.run(session_run, stores[1], body, env)
+    assert found["results"][0]["id"] == "n0"
+    vectors = [(store / ".index" / "vectors.npy").read_bytes() for store in stores]
+    assert vectors[0] == vectors[1]
+
+
 def test_pending_review_and_state_through_the_server(store_dir):
     async def body(session):
         held = payload(await session.call_tool("ingest", {"text": "Mei's demo is on December 12th",

@@ -146,11 +146,13 @@ def _in_argument_terms(exc: InputError) -> str:
 class Lane:
     """One thread and the Tools of a Memory only it uses: calls run on it one at a time, in order.
     With `learn_ahead`, while no call waits it learns the open index ahead (Memory.learn_ahead),
-    LEARN_ROWS rows a step: a call that comes meanwhile waits for one step at most."""
+    LEARN_ROWS rows a step: a call that comes meanwhile waits for one step at most; and after a
+    call that wrote the store it starts embedding its new messages (Memory.embed_ahead)."""
 
     def __init__(self, name: str, memory: Memory, *, learn_ahead: bool = False):
         self.tools = Tools(memory)
         self._learn_ahead = learn_ahead
+        self._written = memory.store.written_stamp()  # Store.written_stamp after the last call
         self._jobs: queue.SimpleQueue[tuple[concurrent.futures.Future, str, dict[str, Any]] | None] = \
             queue.SimpleQueue()
         self._calls: set[concurrent.futures.Future] = set()
@@ -183,6 +185,22 @@ class Lane:
                 except Exception as exc:  # a result that would not serialise: the SDK answers with an error
                     future.set_exception(exc)
             learning = self._learn_ahead  # the call may have opened the index, or opened it anew
+            if self._learn_ahead:
+                self._embed_ahead()
+
+    def _embed_ahead(self) -> None:
+        """After a call that wrote the store (an ingest), embed in a thread what the next index
+        update will embed (Memory.embed_ahead), as the resident server does: the search that
+        follows takes the vectors instead of embedding them on its own time."""
+        memory = self.tools.memory
+        stamp = memory.store.written_stamp()
+        if stamp == self._written:
+            return
+        self._written = stamp
+        try:
+            memory.embed_ahead()
+        except Exception as exc:  # the next search meets the same trouble and says it as a tool error
+            note(f"embedding ahead failed: {type(exc).__name__}: {exc}")
 
     def _learn(self) -> bool:
         """One step of learning ahead; whether there is more to learn."""

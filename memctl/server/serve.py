@@ -74,7 +74,10 @@ class Server:
         self._idle_threads = 0
         self._threads_lock = threading.Lock()
         self.memories: OrderedDict[tuple, Any] = OrderedDict()
-        self._written = _written_stamp(self.root)  # the store folder's stamp after the last call
+        from memctl.store.store import Store
+
+        self.store = Store(self.root)
+        self._written = self.store.written_stamp()  # after the last call
         self._call_memory = None  # the Memory the running call's command made, if it made one
         self.started = time.time()
         self.last_call = time.monotonic()
@@ -435,9 +438,9 @@ class Server:
         """After a call that wrote the store, start embedding what the next index update will
         embed (Memory.embed_ahead), while the agent or script behind the call goes on: 20 new
         messages take ~47 ms of a `memctl index` on two threads here. A write is seen in the store
-        folder's stamp (every write transaction makes and removes its journal there): one stat a
-        call. A hand edit is not, and is embedded by the update as before."""
-        stamp = _written_stamp(self.root)
+        folder's stamp (Store.written_stamp): one stat a call. A hand edit is not, and is embedded
+        by the update as before."""
+        stamp = self.store.written_stamp()
         if stamp == self._written or self._call_memory is None:
             return
         self._written = stamp
@@ -534,15 +537,6 @@ def _close_all(fds: list[int]) -> None:
         except OSError:
             pass
     fds.clear()
-
-
-def _written_stamp(root: str) -> tuple[int, int] | None:
-    """The store folder's inode and change time (see Server._embed_ahead)."""
-    try:
-        info = os.stat(root)
-    except OSError:
-        return None
-    return info.st_ino, info.st_mtime_ns
 
 
 def _sources_stamp() -> int:

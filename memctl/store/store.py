@@ -224,6 +224,16 @@ class Store:
     def exists(self) -> bool:
         return self.root.is_dir()
 
+    def written_stamp(self) -> tuple[int, int] | None:
+        """The root folder's inode and change time: it moves whenever a write transaction commits
+        (its journal folder is made and removed there), and when a file is made or removed at the
+        root; not when a file is edited in place. None when there is no store."""
+        try:
+            info = os.stat(self.root)
+        except OSError:
+            return None
+        return info.st_ino, info.st_mtime_ns
+
     def require(self) -> None:
         """A read command on a store that isn't there is an error, not "nothing found"."""
         if not self.exists():
