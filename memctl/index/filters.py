@@ -37,18 +37,24 @@ class Filters:
         """(Occur, Query) pairs to add to a Tantivy boolean query."""
         import tantivy
 
+        def any_of(name: str, values) -> tantivy.Query:
+            # A union of term queries, not Tantivy's term set query (the same documents): with the
+            # default filter (none of three statuses) Tantivy's search of a LoCoMo question on the
+            # 6k store took 0.34-0.43 ms that way, 0.15-0.17 this way (200 questions, 2026-11-24).
+            return tantivy.Query.boolean_query([(tantivy.Occur.Should, tantivy.Query.term_query(schema, name, value))
+                                                for value in values])
+
         must, clauses = tantivy.Occur.Must, []
         for attribute, name in _EXACT:
             values = getattr(self, attribute)
             if values:
-                clauses.append((must, tantivy.Query.term_set_query(schema, name, list(values))))
+                clauses.append((must, any_of(name, values)))
         if self.sources:
             either = [(tantivy.Occur.Should, tantivy.Query.term_query(
                 schema, "source_dir" if source.endswith("/") else "source", source)) for source in self.sources]
             clauses.append((must, tantivy.Query.boolean_query(either)))
         if self.exclude_status:
-            clauses.append((tantivy.Occur.MustNot,
-                            tantivy.Query.term_set_query(schema, "status", list(self.exclude_status))))
+            clauses.append((tantivy.Occur.MustNot, any_of("status", self.exclude_status)))
         if self.since is not None or self.until is not None:
             clauses.append((must, tantivy.Query.range_query(schema, "ts", tantivy.FieldType.Integer,
                                                             self.since, self.until)))
