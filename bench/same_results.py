@@ -18,7 +18,9 @@ Searches, in one process through `Memory` with the default settings and the cloc
     DIR once, as bench/retrieval.py builds them): the scope and kind filters, memories' fields,
     queries of many lines,
 and saves or compares each result's id, score and every --explain number (to 1e-6), in
-order. Exits 1 with the first differences when the two disagree.
+order. Exits 1 with the first differences when the two disagree. With --learn-ahead each store's
+index is opened and learned whole first (Memory.learn_ahead), as the resident server learns it
+between calls: compare such a run with one without (or with a save of main's).
 """
 
 from __future__ import annotations
@@ -73,14 +75,23 @@ def madial(memory_class, store: Path, data: Path) -> list[tuple[str, dict]]:
             for d in dialogues]
 
 
-def run(store: str, data: Path, count: int, checkout: Path, madial_store: Path | None = None) -> dict[str, list]:
+def run(store: str, data: Path, count: int, checkout: Path, madial_store: Path | None = None,
+        learn: bool = False) -> dict[str, list]:
     sys.path.insert(0, str(checkout))
     from memctl import Memory
 
     if not Path(sys.modules["memctl"].__file__).is_relative_to(checkout):
         raise SystemExit(f"memctl came from {sys.modules['memctl'].__file__}, not {checkout}")
 
-    memory = Memory(store)
+    def opened(path: str):
+        memory = Memory(path)
+        if learn:
+            memory.search("anything", k=1)  # opens the index
+            while not memory.learn_ahead(4096):
+                pass
+        return memory
+
+    memory = opened(store)
     asked = questions(data, count)
     plans = [("hybrid", 10, asked, {}), ("vector", 3, asked[:100], {}), ("bm25", 10, asked[:100], {}),
              ("hybrid", 10, chinese(data, 20), {}), ("hybrid", 50, asked[:50], {}),
@@ -92,14 +103,15 @@ def run(store: str, data: Path, count: int, checkout: Path, madial_store: Path |
             out[f"{mode} k={k}{''.join(f' {name}={value}' for name, value in options.items())}: {text}"] = [result.as_dict(explain=True) for result in found]
     os.environ["MEMCTL_RETRIEVAL_FUSION"] = "rrf"  # read by a Memory made now
     try:
-        fused_by_rank = Memory(store)
+        fused_by_rank = opened(store)
         for text in asked[:50]:
             out[f"rrf: {text}"] = [result.as_dict(explain=True) for result in fused_by_rank.search(text)]
     finally:
         del os.environ["MEMCTL_RETRIEVAL_FUSION"]
     if madial_store is not None:
-        notes = Memory(str(madial_store))
-        for text, filters in madial(Memory, madial_store, data):
+        asked_madial = madial(Memory, madial_store, data)
+        notes = opened(str(madial_store))
+        for text, filters in asked_madial:
             found = notes.search(text, k=10, **filters)
             out[f"madial {filters['scope']}: {text}"] = [result.as_dict(explain=True) for result in found]
     return out
@@ -146,13 +158,14 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=300)
     parser.add_argument("--checkout", type=Path, default=REPO, help="the memctl checkout to search with")
     parser.add_argument("--madial", type=Path, help="also MADial's memories, a store built here once")
+    parser.add_argument("--learn-ahead", action="store_true", help="learn each index whole before its searches")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--save", type=Path)
     what.add_argument("--against", type=Path)
     args = parser.parse_args()
     os.environ.setdefault("MEMCTL_NOW", "2026-11-24T00:00:00Z")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    found = run(args.store, args.data, args.questions, args.checkout, args.madial)
+    found = run(args.store, args.data, args.questions, args.checkout, args.madial, args.learn_ahead)
     searches, results = len(found), sum(map(len, found.values()))
     if args.save:
         args.save.write_bytes(orjson.dumps(found))

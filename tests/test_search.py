@@ -665,20 +665,26 @@ def test_judged_numbers_round_as_python_rounds_them():
     assert _rounded(np.array([0.123449999, 0.5, -0.00004]), 2).tolist() == [0.12, 0.5, -0.0]
 
 
-def test_learning_the_index_ahead_changes_no_result(demo, monkeypatch):
+@pytest.mark.parametrize("candidates", [None, 3])
+def test_learning_the_index_ahead_changes_no_result(demo, monkeypatch, candidates):
     # A resident server learns the open index's rows between calls (Memory.learn_ahead); a search
-    # after it must rank exactly as one that learned its candidates itself.
+    # after it must rank exactly as one that learned its candidates itself. With 3 candidates
+    # (k=1) the turns before the vector candidates are candidates of their own (_turns_before).
     from memctl import Memory
 
     monkeypatch.setenv("MEMCTL_NOW", "2026-11-24T12:00:00Z")  # both rank at the same moment
+    if candidates:
+        monkeypatch.setenv("MEMCTL_RETRIEVAL_CANDIDATES", str(candidates))
+    k = 1 if candidates else 10
     questions = ["which database does Kestrel use", "how did we fix the sync timeout", "what is the cat called",
                  "淡水的庫存報表每天幾點寄出", "deploy on Friday"]
 
     def answers(memory: Memory) -> list:
-        return [[(r.id, r.score, r.explain) for r in memory.search(q, kinds=["message"])] for q in questions]
+        return [[(r.id, r.score, r.explain) for r in memory.search(q, k=k, kinds=["message"])] for q in questions]
 
     plain = answers(Memory(demo.root))
-    learned = Memory(demo.root)
+    said: list[str] = []  # an error on a learned path would be met by a rebuild, and said
+    learned = Memory(demo.root, say=said.append)
     assert learned.learn_ahead(2)  # nothing open yet: nothing to learn
     learned.search("anything", kinds=["memory"])  # opens the index; no message is a candidate
     chunks = 1
@@ -686,3 +692,53 @@ def test_learning_the_index_ahead_changes_no_result(demo, monkeypatch):
         chunks += 1
     assert chunks > 2 and any(plain)
     assert answers(learned) == plain
+    assert said == []
+
+
+def test_a_memory_that_learned_its_index_sees_a_hand_edit_on_the_next_search(demo, monkeypatch):
+    # What a learned index links (a record's units, the messages that answer it) is kept while the
+    # index stays as it was: a reply written into a session file by hand must be found on the next
+    # search, and credit the message it answers, as a fresh process would rank it.
+    from memctl import Memory
+
+    monkeypatch.setenv("MEMCTL_NOW", "2026-11-24T12:00:00Z")
+    learned = Memory(demo.root)
+    learned.search("anything")
+    while not learned.learn_ahead(8):
+        pass
+    reply = {"id": "hand-1", "session": "2026-11-09-debugging", "role": "assistant", "ts": "2026-11-09T14:22:15+08:00",
+             "text": "好的，CSV 報表每天早上七點用電子郵件寄到陳小姐的信箱。"}
+    with open(demo.root / "sessions" / "2026-11-09-debugging.jsonl", "ab") as session:
+        session.write(orjson.dumps(reply) + b"\n")
+    question = "報表用電子郵件寄，格式是 CSV 嗎"
+
+    def answers(memory: Memory) -> list:
+        return [(r.id, r.score, r.explain) for r in memory.search(question, k=20)]
+
+    seen = answers(learned)
+    assert seen == answers(Memory(demo.root))
+    assert "hand-1" in [found_id for found_id, _, _ in seen]
+    # s2-08 is the turn hand-1 was written after: hand-1's vector reads it, and credits it
+    assert any(found_id == "s2-08" and "cosine_reply" in explain for found_id, _, explain in seen)
+
+
+def test_a_memory_searches_an_index_rebuilt_elsewhere_by_its_new_documents(demo, monkeypatch):
+    # A search reads its BM25 hits' unit ids by Tantivy's document addresses, kept with the open
+    # index (lexical.Reader): after another process rebuilt the index from fewer files, the same
+    # address names another unit, and a search must name the units the new index holds.
+    from memctl import Memory
+
+    monkeypatch.setenv("MEMCTL_NOW", "2026-11-24T12:00:00Z")
+    questions = ["which database does Kestrel use", "how did we fix the sync timeout", "screen repair before the demo"]
+    learned = Memory(demo.root)
+    for question in questions:
+        learned.search(question, mode="bm25")
+    while not learned.learn_ahead(8):
+        pass
+    (demo.root / "sessions" / "2026-11-02-planning.jsonl").unlink()  # the first file: every address moves
+    Index(demo).update(rebuild=True)
+
+    def answers(memory: Memory) -> list:
+        return [[(r.id, r.score) for r in memory.search(question, mode="bm25")] for question in questions]
+
+    assert answers(learned) == answers(Memory(demo.root))
