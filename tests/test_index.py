@@ -120,6 +120,25 @@ def test_files_made_and_removed_are_seen_after_a_kept_listing(store):
     assert "MEMORY.md" not in store.source_names()
 
 
+def test_a_manifest_changed_after_it_was_kept_is_read_again(store):
+    """The freshness check keeps the manifest it parsed while manifest.json stays the same file:
+    an update's new manifest, and one edited in place by hand (the same size), are each seen."""
+    manifest = store.index_dir / "manifest.json"
+    time.sleep(0.2)  # written long enough ago for it to be kept
+    assert Index(store).is_fresh() and Index(store).is_fresh()
+    chat(store, "beta", 4, 1, day="2026-11-19")
+    assert not Index(store).is_fresh()
+    Index(store).update()  # a new manifest
+    assert Index(store).is_fresh()
+    time.sleep(0.2)
+    assert Index(store).is_fresh()  # kept
+    data = manifest.read_bytes()
+    manifest.write_bytes(data.replace(b'"format":', b'"formax":'))  # in place, the same size
+    assert not Index(store).is_fresh()
+    manifest.write_bytes(data)
+    assert Index(store).is_fresh()
+
+
 def test_an_update_reads_only_the_changed_files_each_once(store, monkeypatch):
     chat(store, "beta", 4, 3, day="2026-11-19")
     read = []

@@ -194,7 +194,7 @@ class Store:
         # clock of coarse ticks: a change in the tick of the listing could leave it as it was. A
         # listing is kept only if every folder last changed well before it began (as git's
         # "racily clean" entries), so that any later change moves a stamp.
-        if folders is not None and all(stamp is None or stamp[-1] < listed_at - _RACY_NS for stamp in folders):
+        if folders is not None and all(stamp is None or stamp[-1] < listed_at - RACY_NS for stamp in folders):
             if len(_LISTED) >= 16:
                 _LISTED.clear()
             _LISTED[root] = (folders, names)
@@ -585,7 +585,7 @@ def _fsync_dir(path: Path) -> None:
 # source_names() of the stores a process has listed (a resident server: its one store): abspath
 # of the root -> (its folders' stamps then, the names).
 _LISTED: dict[str, tuple[tuple, list[str]]] = {}
-_RACY_NS = 100_000_000  # well over a tick of the file system's clock (1-10 ms)
+RACY_NS = 100_000_000  # well over a tick of the file system's clock (1-10 ms)
 _SOURCE_FOLDERS = ("sessions", "topics", "memory")
 
 
