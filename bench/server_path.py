@@ -4,7 +4,8 @@
 
 Runs the command line's call as the server runs it (memctl.server.serve.Server._run_command:
 click, the Memory, settings, the index's freshness check, the search, the output) in this
-process, warm, over the questions beside the store (DIR.questions, bench/latency.py), and
+process, warm, learning the open index ahead between calls as the server does (Server._learning),
+over the questions beside the store (DIR.questions, bench/latency.py), and
 gives each part's thread CPU exclusive of the parts inside it, p50 and mean a call: the search
 itself (Searcher.search), the freshness check (Index.refresh), click's parsing, the settings,
 the Memory and Index objects, the output, and the rest (click's dispatch and memctl's glue).
@@ -102,6 +103,8 @@ def main() -> None:
             sys.stdout = shown
         if number >= 10:  # the first ten open the index and the model
             calls.append({part: seconds * 1000 for part, seconds in parts.spent.items()})
+        while server._learning():  # as the server does between calls (Server.run)
+            pass
     by_part = {part: [call.get(part, 0.0) for call in calls] for part in {p for call in calls for p in call}}
     totals = [sum(call.values()) for call in calls]
     load = os.getloadavg()
