@@ -480,8 +480,12 @@ def test_texts_embedded_ahead_are_not_taken_once_the_files_changed_again(store, 
     shutil.copytree(store.root, twin.root)
     Index(twin).update()  # a copy's files are new to its index (inodes): read once
     calls.clear()
+    from memctl.index import index as index_module
+
     chat(store, "beta", 4, 2, day="2026-11-19")
     Index(store).embed_ahead()
+    index_module._AHEAD[os.path.realpath(store.index_dir)]._job.wait()  # read and embedded before the next write
+    assert calls == [("memctl-index", 2)]
     chat(store, "beta", 6, 1, day="2026-11-19")
     chat(twin, "beta", 4, 3, day="2026-11-19")
     report = Index(store).update()
