@@ -435,7 +435,7 @@ def _layered(config_file: Path) -> tuple[dict[str, dict[str, Any]], dict[tuple[s
     the one walk through the layers, for load() and origins()."""
     values = copy.deepcopy(DEFAULTS)
     came_from = {(table, key): "default" for table, keys in DEFAULTS.items() for key in keys}
-    for (table, key), value in _user_settings().items():
+    for (table, key), value in _file_settings(user_config_file()).items():
         values[table][key] = copy.deepcopy(value)  # the parse is shared by every load
         came_from[table, key] = f"user config {_shown(user_config_file())}"
     ignored = []
@@ -507,10 +507,6 @@ def _say_ignored_once(config_file: Path, table: str, key: str) -> None:
     line = _line_of_key(_text_of(config_file), table, key)
     where = f"{config_file}:{line}" if line else str(config_file)
     print(f"memctl: {where}: {ignored_program_note(table, key)}", file=sys.stderr)
-
-
-def _user_settings() -> dict[tuple[str, str], Any]:
-    return _file_settings(user_config_file())  # parsed again only when load() keeps no settings for it
 
 
 def _text_of(config_file: Path) -> str:

@@ -272,18 +272,24 @@ class Memory:
         calls it between calls); True when there is nothing more to learn. Changes no result."""
         return self._retriever is None or self._retriever.learn_ahead(rows)
 
-    def embed_ahead(self) -> None:
-        """Start embedding, in a thread, the new and changed messages the next index update will
-        embed (a resident server calls it after a call that wrote the store): `memctl index` after
-        `memctl ingest` then finds them embedded. Changes no vector and no output."""
+    def embed_ahead(self, written: tuple | None) -> tuple | None:
+        """If the store was written since `written` (its Store.written_stamp then), start embedding,
+        in a thread, the new and changed messages the next index update will embed: `memctl index`
+        after `memctl ingest` then finds them embedded (a resident server, `memctl mcp`, call it
+        after each call). The stamp now, for the next call. Changes no vector and no output. A
+        write is seen in one stat (every committed transaction moves the stamp); a hand edit is
+        not, and is embedded by the update as before."""
         import os
 
         from memctl.index.index import Index
         from memctl.store.store import Store
 
-        # A store of its own, by absolute path: the thread outlives the call, whose working
-        # directory and objects the server's next call replaces.
-        Index(Store(os.path.abspath(self.store.root)), self.runtime.settings).embed_ahead()
+        stamp = self.store.written_stamp()
+        if stamp != written:
+            # A store of its own, by absolute path: the thread outlives the call, whose working
+            # directory and objects the server's next call replaces.
+            Index(Store(os.path.abspath(self.store.root)), self.runtime.settings).embed_ahead()
+        return stamp
 
     def adopt(self, previous: "Memory") -> None:
         """Search with `previous`'s open index, vectors and model: a resident server makes each call's

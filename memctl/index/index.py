@@ -36,7 +36,7 @@ from memctl.store import locking
 from memctl import clock
 from memctl import config
 from memctl.errors import MemctlError
-from memctl.store.store import RACY_NS, Store, atomic_write
+from memctl.store.store import KeptWhileUnchanged, Store, atomic_write
 
 if TYPE_CHECKING:
     from memctl.index.units import Unit
@@ -63,7 +63,7 @@ AHEAD_MOST = 512
 CHUNK = 500  # SQLite parameters a statement (select_in; search walks its chunks the same way)
 
 
-_MANIFESTS: dict[str, tuple[tuple, dict]] = {}  # manifest.json's path -> (its stamp, its data) (Index._kept_manifest)
+_MANIFESTS = KeptWhileUnchanged()  # manifest.json's path -> its data (Index._kept_manifest)
 
 
 class IndexCorrupt(Exception):
@@ -141,23 +141,20 @@ class Index:
         """manifest(), kept while manifest.json is the same file as it was: the freshness check
         before each search read and parsed its ~8 KB (110 files' stamps), ~0.15 ms of a resident
         server's warm search (6k store, 2026-11-24). An update writes it anew (a new file); one
-        changed in place is told by its size and change time, as Store.source_names tells a folder
-        (kept only once its change time is RACY_NS old). Read-only: the caller may not change it."""
+        changed in place is told by its size and change time (KeptWhileUnchanged). Read-only: the
+        caller may not change it."""
         path = str(self.dir / "manifest.json")
         try:
             info = os.stat(path)
         except OSError:
             return None
         stamp = (info.st_dev, info.st_ino, info.st_size, info.st_ctime_ns)
-        kept = _MANIFESTS.get(path)
-        if kept is not None and kept[0] == stamp:
-            return kept[1]
-        read_at = time.time_ns()
-        manifest = self.manifest()
-        if manifest is not None and info.st_ctime_ns < read_at - RACY_NS:
-            if len(_MANIFESTS) >= 16:
-                _MANIFESTS.clear()
-            _MANIFESTS[path] = (stamp, manifest)
+        manifest = _MANIFESTS.get(path, stamp)
+        if manifest is None:
+            read_at = time.time_ns()
+            manifest = self.manifest()
+            if manifest is not None:
+                _MANIFESTS.keep(path, stamp, manifest, [info.st_ctime_ns], read_at)
         return manifest
 
     def _embedding_settings(self) -> dict:

@@ -152,7 +152,7 @@ class Lane:
     def __init__(self, name: str, memory: Memory, *, learn_ahead: bool = False):
         self.tools = Tools(memory)
         self._learn_ahead = learn_ahead
-        self._written = memory.store.written_stamp()  # Store.written_stamp after the last call
+        self._written = memory.store.written_stamp()  # the store's, after the last call (_embed_ahead)
         self._jobs: queue.SimpleQueue[tuple[concurrent.futures.Future, str, dict[str, Any]] | None] = \
             queue.SimpleQueue()
         self._calls: set[concurrent.futures.Future] = set()
@@ -192,13 +192,8 @@ class Lane:
         """After a call that wrote the store (an ingest), embed in a thread what the next index
         update will embed (Memory.embed_ahead), as the resident server does: the search that
         follows takes the vectors instead of embedding them on its own time."""
-        memory = self.tools.memory
-        stamp = memory.store.written_stamp()
-        if stamp == self._written:
-            return
-        self._written = stamp
         try:
-            memory.embed_ahead()
+            self._written = self.tools.memory.embed_ahead(self._written)
         except Exception as exc:  # the next search meets the same trouble and says it as a tool error
             note(f"embedding ahead failed: {type(exc).__name__}: {exc}")
 

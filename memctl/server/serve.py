@@ -60,6 +60,8 @@ class Server:
     (memctl.cli.cli, passed in: this package lies below the command line)."""
 
     def __init__(self, root: str, command, *, idle_minutes: float, make_memory: Callable[..., Any]):
+        from memctl.store.store import Store
+
         self.root = os.path.realpath(root)
         self.command = command
         self.idle_seconds = idle_minutes * 60
@@ -74,10 +76,8 @@ class Server:
         self._idle_threads = 0
         self._threads_lock = threading.Lock()
         self.memories: OrderedDict[tuple, Any] = OrderedDict()
-        from memctl.store.store import Store
-
         self.store = Store(self.root)
-        self._written = self.store.written_stamp()  # after the last call
+        self._written = self.store.written_stamp()  # the store's, after the last call (_embed_ahead)
         self._call_memory = None  # the Memory the running call's command made, if it made one
         self.started = time.time()
         self.last_call = time.monotonic()
@@ -395,10 +395,9 @@ class Server:
         would: its files, its variables; config.load keeps them while those stay the same)."""
         from memctl.config import load
         from memctl.errors import MemctlError
-        from memctl.store.store import Store
 
         try:
-            return load(Store(self.root).config_file, notes=False).server.enabled  # the call says the notes
+            return load(self.store.config_file, notes=False).server.enabled  # the call says the notes
         except MemctlError:
             return True  # the call itself reports a broken settings file
 
@@ -437,15 +436,11 @@ class Server:
     def _embed_ahead(self) -> None:
         """After a call that wrote the store, start embedding what the next index update will
         embed (Memory.embed_ahead), while the agent or script behind the call goes on: 20 new
-        messages take ~47 ms of a `memctl index` on two threads here. A write is seen in the store
-        folder's stamp (Store.written_stamp): one stat a call. A hand edit is not, and is embedded
-        by the update as before."""
-        stamp = self.store.written_stamp()
-        if stamp == self._written or self._call_memory is None:
+        messages take ~47 ms of a `memctl index` on two threads here."""
+        if self._call_memory is None:
             return
-        self._written = stamp
         try:
-            self._call_memory.embed_ahead()
+            self._written = self._call_memory.embed_ahead(self._written)
         except Exception as exc:  # the update meets the same trouble and says it
             self.say(f"embedding ahead failed: {exc}")
 

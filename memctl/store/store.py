@@ -186,20 +186,12 @@ class Store:
         root = os.path.abspath(self.root)
         listed_at = time.time_ns()
         folders = _folder_stamps(root)
-        kept = _LISTED.get(root)
-        if kept is not None and kept[0] == folders:
-            return list(kept[1])
-        names = self._source_names()
-        # A folder's change time moves with every name made, removed or renamed in it, but on a
-        # clock of coarse ticks: a change in the tick of the listing could leave it as it was. A
-        # listing is kept only if every folder last changed well before it began (as git's
-        # "racily clean" entries), so that any later change moves a stamp.
-        if folders is not None and all(stamp is None or stamp[-1] < listed_at - RACY_NS for stamp in folders):
-            if len(_LISTED) >= 16:
-                _LISTED.clear()
-            _LISTED[root] = (folders, names)
-            names = list(names)
-        return names
+        names = _LISTED.get(root, folders)
+        if names is None:
+            names = self._source_names()
+            if folders is not None:
+                _LISTED.keep(root, folders, names, [stamp[-1] for stamp in folders if stamp is not None], listed_at)
+        return list(names)
 
     def _source_names(self) -> list[str]:
         names = [self.relative(self.memory_md)] if self.memory_md.exists() else []
@@ -582,10 +574,38 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-# source_names() of the stores a process has listed (a resident server: its one store): abspath
-# of the root -> (its folders' stamps then, the names).
-_LISTED: dict[str, tuple[tuple, list[str]]] = {}
 RACY_NS = 100_000_000  # well over a tick of the file system's clock (1-10 ms)
+
+
+class KeptWhileUnchanged:
+    """What was read from files, kept while their stamp (inodes, sizes, change times) stays as it
+    was when they were read: a long-lived process (the resident server) reads them before every
+    call. A change time moves with every change, but on a clock of coarse ticks, so a change in
+    the tick of the reading could leave it as it was: a value is kept only if every change time
+    in its stamp is RACY_NS older than the reading's start (as git's "racily clean" entries), so
+    that any later change moves the stamp."""
+
+    def __init__(self, most: int = 16):
+        self._kept: dict = {}  # key -> (stamp, value)
+        self._most = most
+
+    def get(self, key, stamp):
+        """The value kept for `key` under this very stamp, else None."""
+        kept = self._kept.get(key)
+        return kept[1] if kept is not None and kept[0] == stamp else None
+
+    def keep(self, key, stamp, value, changed_ns: list[int], read_at_ns: int) -> None:
+        """Keep `value`, read from what `stamp` stamps (whose change times are `changed_ns`) by a
+        reading that began at `read_at_ns`; the caller must not change it afterwards."""
+        if all(changed < read_at_ns - RACY_NS for changed in changed_ns):
+            if len(self._kept) >= self._most:
+                self._kept.clear()
+            self._kept[key] = (stamp, value)
+
+
+# source_names() of the stores a process has listed (a resident server: its one store), by the
+# abspath of the root, kept while the root and its source folders stay as they were.
+_LISTED = KeptWhileUnchanged()
 _SOURCE_FOLDERS = ("sessions", "topics", "memory")
 
 
