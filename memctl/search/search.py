@@ -60,8 +60,9 @@ from memctl.runtime import Runtime
 from memctl import clock
 from memctl import config
 from memctl.errors import InputError
-from memctl.index.index import CHUNK, select_in
+from memctl.index.index import CHUNK
 from memctl.index.filters import Filters
+from memctl.index.units_reader import Links, UnitsReader
 from memctl.text.noise import noise_reason
 from memctl.store.store import Store
 
@@ -74,8 +75,6 @@ RANKS = ("pipeline", "mera")
 # search for 50 orders its first 10 as a search for 10 does (the benches ask for 50).
 FIRST_PAGE = 10
 MAX_RESULTS = 100_000
-_FIELDS = ("row", "id", "record_id", "kind", "text", "source", "line_start", "line_end", "section", "session",
-           "speaker", "ts", "scope", "status", "fields", "context_id")
 
 
 @dataclass
@@ -145,7 +144,7 @@ class Candidates:
         took 0.20-0.23 ms of a warm 6k search (2026-11-24)."""
         import numpy as np
 
-        self.units = units  # the index's units (dicts of _FIELDS), read-only
+        self.units = units  # the index's units (dicts of units_reader.FIELDS), read-only
         self.rows = np.array([unit["row"] for unit in units], dtype=np.intp) if rows is None else rows
         self.messages = (np.array([unit["kind"] == "message" for unit in units], dtype=bool) if messages is None
                          else messages)
@@ -211,7 +210,7 @@ class _RowFacts:
         self.context = np.full(rows, -1, dtype=np.int64)  # a message's turn before's record, as a number; -1: none
         self._numbers: dict[str | None, int] = {}  # sessions' and sources' numbers
         self.records: dict[str, int] = {}  # record ids' numbers
-        self.links: _Links | None = None  # once every row of the table is known (Searcher.learn_ahead)
+        self.links: Links | None = None  # once every row of the table is known (Searcher.learn_ahead)
 
     def learn(self, units: list[dict], rows, cfg: config.Retrieval) -> None:
         import numpy as np
@@ -242,36 +241,6 @@ class _RowFacts:
             self.known[row] = True
 
 
-class _Links:
-    """Which rows a search reads together, for every row of the table: each record's units and the
-    messages read with each record as their turn before (each in row order), by record number
-    (_RowFacts.records). Made once learn_ahead has read the whole table (a resident server):
-    the candidates, their turns before and their replies are then read on arrays. Asking SQLite
-    for the records first seen and walking ~430 candidates' dicts took 1.7-1.9 ms of a warm 6k
-    search after learning ahead, on arrays 0.5-0.55 (thread CPU, 150 new LoCoMo questions,
-    2026-11-24; the last look, which makes these, took ~2 ms at 6k and ~9 ms at 50k)."""
-
-    def __init__(self, facts: _RowFacts, by_row: dict[int, dict | None]):
-        self.unit_of = [by_row.get(row) for row in range(len(facts.known))]  # row -> its unit: a list reads faster
-        count = len(facts.records)
-        self.names = [""] * count  # record number -> record id
-        for name, number in facts.records.items():
-            self.names[number] = name
-        self.units_start, self.units = self._grouped(facts.record, count)
-        self.replies_start, self.replies = self._grouped(facts.context, count)
-
-    @staticmethod
-    def _grouped(keys, count: int):
-        """The rows of each key (a number below `count`; -1: none) in row order, as one array and where each key's begin."""
-        import numpy as np
-
-        rows = np.flatnonzero(keys >= 0)
-        grouped = rows[np.argsort(keys[rows], kind="stable")]
-        starts = np.zeros(count + 1, dtype=np.intp)
-        np.cumsum(np.bincount(keys[rows], minlength=count), out=starts[1:])
-        return starts, grouped
-
-
 class Searcher:
     """An open index, reused for every query of one process (see --batch)."""
 
@@ -288,20 +257,13 @@ class Searcher:
         # One segment set for as long as this Searcher is used: it is made anew when the index changes
         # (Retriever._open), and the ids of its documents are kept with it (lexical.Reader).
         self.tantivy = lexical.Reader(lexical.open_index(index_dir / "tantivy"))
-        self.db = sqlite3.connect(f"file:{index_dir / 'units.db'}?mode=ro", uri=True)
+        self.units = UnitsReader(index_dir / "units.db")
         self._index_dir = index_dir
         self._vectors = None
         self._embedder = None
-        self._masks: dict[tuple, Any] = {}  # filters -> rows they allow, while this index stays open
         self._facts: _RowFacts | None = None  # per row, while this index stays open
         self._terms: dict[int, frozenset[str]] = {}  # row -> _terms_of, while this index stays open
         self._rare: dict[int, frozenset[str]] = {}  # row -> _rare_terms_of, while this index stays open
-        # The table's units and replies as searches read them, kept while this index stays open (_units)
-        self._by_row: dict[int, dict | None] = {}
-        self._by_id: dict[str, dict | None] = {}
-        self._row_of: dict[str, int] = {}  # unit id -> row, of the units kept
-        self._replies_of: dict[str, tuple[int, ...]] = {}
-        self._units_of: dict[str, tuple[dict, ...]] = {}  # record id -> its units (_turns_before)
         self._learned_to = 0  # learn_ahead has read the rows below this one
 
     def learn_ahead(self, rows: int) -> bool:
@@ -317,18 +279,16 @@ class Searcher:
         if start >= total:
             return True
         facts = self._facts_for(total)
-        units = [self._kept_unit(values) for values in self.db.execute(
-            f"SELECT {', '.join(_FIELDS)} FROM units WHERE row >= ? AND row < ? ORDER BY row", (start, start + rows))
-            if values[0] < len(facts.known)]  # rows the vectors lack yet: learned by the search that meets them
+        units = [unit for unit in self.units.rows_from(start, rows)
+                 if unit["row"] < len(facts.known)]  # rows the vectors lack yet: learned by the search that meets them
         if units:
             facts.learn(units, np.array([unit["row"] for unit in units], dtype=np.intp), self.retrieval)
         self._learned_to = start + rows
         if self._learned_to < total:
             return False
         # Links only when every row of the table is known (not when it holds rows the vectors lack yet)
-        (count,) = self.db.execute("SELECT COUNT(*) FROM units").fetchone()
-        if facts.links is None and count == int(np.count_nonzero(facts.known)):
-            facts.links = _Links(facts, self._by_row)
+        if facts.links is None and self.units.count() == int(np.count_nonzero(facts.known)):
+            facts.links = Links(facts.records, facts.record, facts.context, self.units.by_row)
         return True
 
     # -- the pieces, loaded only when a query needs them -------------------------
@@ -421,29 +381,12 @@ class Searcher:
         if len(cosines) == 0:
             return []
         scores = np.asarray(cosines, dtype=np.float32)
-        mask = self._mask(filters, len(scores))
+        mask = self.units.mask(filters, len(scores))
         if mask is not None:
             scores = scores + mask
         count = min(limit, len(scores))
         top = np.argpartition(-scores, count - 1)[:count]
         return top[np.isfinite(scores[top])].tolist()
-
-    def _mask(self, filters: Filters, rows: int):
-        """0 for each row the filters allow, -inf for the others; None when nothing is filtered.
-        Kept per filter while the index is open (a server's searches): reading the allowed rows
-        of the default filter (not archived, not superseded) cost 2.2 ms a search at 6k."""
-        import numpy as np
-
-        where, params = filters.sql_where()
-        if not where:
-            return None
-        key = (tuple(where), tuple(params), rows)
-        if key not in self._masks:
-            sql = f"SELECT row FROM units WHERE {' AND '.join(where)}"
-            mask = np.full(rows, -np.inf, dtype=np.float32)
-            mask[[row for (row,) in self.db.execute(sql, params)]] = 0
-            self._masks = {key: mask}  # the last filter only: a server's calls mostly repeat one
-        return self._masks[key]
 
     def _turns_before(self, rows: list[dict], vector_rows: list[int], filters: Filters) -> list[dict]:
         """The messages that vector candidates were read with (see _reply_cosines), if the
@@ -452,29 +395,18 @@ class Searcher:
         have = {row["record_id"] for row in rows}
         wanted = sorted({row["context_id"] for row in rows if row["row"] in vector_rows and row["context_id"]} - have)
         if filters.sources:  # SQLite may walk its source index then: its order, from SQLite
-            where, params = filters.sql_where()
-            return [dict(zip(_FIELDS, values))
-                    for values in select_in(self.db, ", ".join(_FIELDS), "record_id", wanted, where, params)]
-        # The filter's rows are its mask (_mask); the units, by record and row as SQLite walked its
-        # record_id index, kept while the index is open (0.8 ms of a warm 6k search, 2026-11-24).
-        missing = [record_id for record_id in wanted if record_id not in self._units_of]
-        found: dict[str, list[dict]] = {}
-        for values in select_in(self.db, ", ".join(_FIELDS), "record_id", missing):
-            unit = self._kept_unit(values)
-            found.setdefault(unit["record_id"], []).append(unit)
-        for record_id in missing:
-            self._units_of[record_id] = tuple(sorted(found.get(record_id, ()), key=lambda unit: unit["row"]))
-        mask = self._mask(filters, len(self.vectors))
-        return [unit for record_id in wanted for unit in self._units_of[record_id]
-                if mask is None or mask[unit["row"]] == 0]
+            return self.units.units_of_records_where(wanted, filters)
+        # The filter's rows are its mask
+        mask = self.units.mask(filters, len(self.vectors))
+        return [unit for unit in self.units.units_of_records(wanted) if mask is None or mask[unit["row"]] == 0]
 
-    def _linked_candidates(self, links: _Links, bm25: lexical.Hits, vector_rows: list[int], turns_before: bool,
+    def _linked_candidates(self, links: Links, bm25: lexical.Hits, vector_rows: list[int], turns_before: bool,
                            filters: Filters) -> Candidates:
         """The candidates _rows and _turns_before give, in the same order, when every row is known
         (links; see _Links for what it saves)."""
         import numpy as np
 
-        facts, row_of = self._facts, self._row_of
+        facts, row_of = self._facts, self.units.row_of
         # BM25's, by id a chunk at a time, then the vectors', by row a chunk at a time, as _units reads them
         keys = list(bm25.scores)
         found_ids = [key for start in range(0, len(keys), CHUNK) for key in sorted(keys[start:start + CHUNK])
@@ -493,7 +425,7 @@ class Searcher:
         scores[:len(found_ids)] = list(map(bm25.scores.__getitem__, found_ids))
         return Candidates(list(map(links.unit_of.__getitem__, rows.tolist())), rows, facts.message[rows], scores)
 
-    def _linked_turns_before(self, links: _Links, rows, vector_rows, filters: Filters):
+    def _linked_turns_before(self, links: Links, rows, vector_rows, filters: Filters):
         """_turns_before's rows when every row is known (links), in the same order: records by id, units by row."""
         import numpy as np
 
@@ -505,9 +437,8 @@ class Searcher:
         wanted = np.array(sorted(np.flatnonzero(wanted).tolist(), key=links.names.__getitem__), dtype=np.intp)
         if not wanted.size:
             return wanted
-        starts = links.units_start[wanted]
-        units = links.units[_ranges(starts, links.units_start[wanted + 1] - starts)]
-        mask = self._mask(filters, len(self.vectors))
+        units = links.units_of(wanted)
+        mask = self.units.mask(filters, len(self.vectors))
         return units if mask is None else units[mask[units] == 0]
 
     def _reply_cosines(self, found: Candidates, cosines):
@@ -523,25 +454,18 @@ class Searcher:
         links = facts.links
         if links is not None:
             records = facts.record[found.rows]
-            counts = np.where(found.messages, links.replies_start[records + 1] - links.replies_start[records], 0)
+            counts = np.where(found.messages, links.reply_counts(records), 0)
             answered = np.flatnonzero(counts)
             best = np.full(len(found), np.nan)
             if answered.size:
                 sizes = counts[answered]
-                replies = links.replies[_ranges(links.replies_start[records[answered]], sizes)]
+                replies = links.replies_of(records[answered], sizes)
                 best[answered] = np.maximum.reduceat(cosines[replies], np.cumsum(sizes) - sizes)
             return best
         messages = np.flatnonzero(found.messages).tolist()
         record_ids = [found.units[at]["record_id"] for at in messages]
-        missing = sorted({record_id for record_id in record_ids if record_id not in self._replies_of})
-        found_replies: dict[str, list[int]] = {}
-        for context_id, row in select_in(self.db, "context_id, row", "context_id", missing):
-            found_replies.setdefault(context_id, []).append(row)
-        for record_id in missing:
-            self._replies_of[record_id] = tuple(sorted(found_replies.get(record_id, ())))
         best = np.full(len(found), np.nan)
-        answered = [(at, self._replies_of[record_id]) for at, record_id in zip(messages, record_ids)
-                    if self._replies_of[record_id]]
+        answered = [(at, replies) for at, replies in zip(messages, self.units.replies_of(record_ids)) if replies]
         if answered:
             sizes = [len(replies) for _, replies in answered]
             starts = np.cumsum([0, *sizes[:-1]])
@@ -552,34 +476,9 @@ class Searcher:
     def _rows(self, bm25_ids: list[str], vector_rows: list[int]) -> list[dict]:
         rows: dict[int, dict] = {}
         for column, keys in (("id", bm25_ids), ("row", vector_rows)):
-            for unit in self._units(column, keys):
+            for unit in self.units.units(column, keys):
                 rows[unit["row"]] = unit
         return list(rows.values())
-
-    def _units(self, column: str, keys: list) -> list[dict]:
-        """The units (dicts of _FIELDS) whose `column`, "id" or "row", is among `keys`, in the order
-        select_in gave them: a chunk of keys at a time, each in key order (SQLite walks an IN list
-        sorted, on the id index or the row key). Kept while this index stays open: a warm search
-        read its ~400 candidates from SQLite in ~2 ms of ~26 (6k store, 2026-11-24), and the
-        candidates of one search are mostly those of the next. Read-only: the caller may not change them."""
-        cache = self._by_row if column == "row" else self._by_id
-        missing = [key for key in keys if key not in cache]
-        if missing:
-            for values in select_in(self.db, ", ".join(_FIELDS), column, missing):
-                self._kept_unit(values)
-            for key in missing:
-                cache.setdefault(key, None)  # not in the table: a hole's row
-        return [cache[key] for start in range(0, len(keys), CHUNK) for key in sorted(set(keys[start:start + CHUNK]))
-                if cache[key] is not None]
-
-    def _kept_unit(self, values: tuple) -> dict:
-        """The unit of a table row read as _FIELDS, kept by row and id (the one kept already, if any)."""
-        unit = self._by_row.get(values[0])
-        if unit is None:
-            unit = dict(zip(_FIELDS, values))
-            self._by_row[unit["row"]] = self._by_id[unit["id"]] = unit
-            self._row_of[unit["id"]] = unit["row"]
-        return unit
 
     @staticmethod
     def _result(row: dict) -> Result:
@@ -1189,14 +1088,6 @@ def _micros(moment: datetime) -> int:
     """An aware time as whole µs since the epoch: the difference of two is the exact timedelta,
     so ages on an array are clock.age_days' numbers."""
     return (moment - _EPOCH) // timedelta(microseconds=1)
-
-
-def _ranges(starts, counts):
-    """The positions starts[i] .. starts[i] + counts[i] - 1 of each i, one after another."""
-    import numpy as np
-
-    offsets = np.cumsum(counts) - counts
-    return np.repeat(starts - offsets, counts) + np.arange(int(offsets[-1] + counts[-1]) if len(counts) else 0)
 
 
 def _rounded(values, digits: int):
