@@ -27,7 +27,7 @@ from memctl.cli import cli
 REPO = Path(__file__).resolve().parent.parent
 SHELLS = {"bash": "memctl.bash", "zsh": "_memctl", "fish": "memctl.fish"}
 # files whose cog blocks print from the code
-COGGED = [REPO / "docs" / "cli.md", REPO / "docs" / "api.md", REPO / "README.md"]
+COGGED = [REPO / "docs" / "cli.md", REPO / "docs" / "api.md", REPO / "README.md", REPO / "memctl" / "search" / "stages.py"]
 
 
 def cli_reference(command: click.Command = cli, parent: click.Context | None = None, name: str = "memctl") -> str:
@@ -56,6 +56,16 @@ def mcp_tool_names() -> str:
     from memctl.mcp.tools import TOOLS
 
     return ", ".join(f"`{name}`" for name in TOOLS) + f" ({len(TOOLS)} tools).\n"
+
+def stage_table() -> str:
+    """The ranking stages in the order they run, a line or a few each, from their one list
+    (memctl/search/stages.py STAGES)."""
+    import textwrap
+
+    from memctl.search.stages import STAGES
+
+    return "".join(textwrap.fill(stage.summary, 100, initial_indent=f"{stage.name:<14}",
+                                 subsequent_indent=" " * 14) + "\n" for stage in STAGES)
 
 
 def run_cog(*options: str) -> int:

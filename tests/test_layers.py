@@ -11,7 +11,8 @@ from memctl.store import memoryfile
 from memctl.ingest.ingest import ingest
 from memctl.governance.layers import layered_search, trigger
 from memctl.index.filters import Filters
-from memctl.search.search import Query, search_store
+from memctl.search.queries import Query
+from memctl.search.search import search_store
 from memctl.store.store import Store
 
 NOW = "2026-11-22T12:00:00Z"

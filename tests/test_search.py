@@ -14,7 +14,8 @@ from memctl.index.index import Index
 from memctl.ingest.ingest import ingest
 from memctl.search.explain import explain_lines
 from memctl.index.filters import Filters
-from memctl.search.search import Query, search_store
+from memctl.search.queries import Query
+from memctl.search.search import search_store
 from memctl.store.store import Store
 
 NOW = "2026-11-22T12:00:00Z"
@@ -658,7 +659,7 @@ def test_judged_numbers_round_as_python_rounds_them():
     # 0.707, Python 0.7069), which would move a candidate across a threshold.
     import numpy as np
 
-    from memctl.search.search import _rounded
+    from memctl.search.stages import rounded as _rounded
 
     near_halves = [k / 10**5 for k in range(1, 200_000, 2)] + [k / 10**4 for k in range(10_001)]
     assert _rounded(np.array(near_halves), 4).tolist() == [round(x, 4) for x in near_halves]

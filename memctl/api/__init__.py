@@ -166,7 +166,7 @@ class Memory:
         """Hybrid search (P3). `plan`: search the sections `state.plan(plan)` picks (and query
         defaults to it); `adaptive`: skip messages that need no memory (P7). When nothing is
         searched, `Found.skipped` says why."""
-        from memctl.search.search import Query
+        from memctl.search.queries import Query
 
         sections = tuple(sections)
         if plan is not None:

@@ -256,7 +256,8 @@ class Cache:
         """Search what the agents of a run already found (design 004's search_shared_memory):
         the consolidated items in long-term memory, by meaning and words."""
         from memctl.index.filters import Filters
-        from memctl.search.search import Query, search_store
+        from memctl.search.queries import Query
+        from memctl.search.search import search_store
 
         filters = Filters(kinds=("memory",), cache_scopes=(check_name(scope, "scope"),) if scope else (),
                           tools=tuple(check_name(t, "tool") for t in tools), agents=tuple(agents))

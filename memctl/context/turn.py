@@ -251,7 +251,7 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
     be in it. `settings`: the store's, as its Memory loaded them."""
     from memctl.governance.layers import core_and_scope
     from memctl.index.filters import Filters
-    from memctl.search.search import Query
+    from memctl.search.queries import Query
     from memctl.store import memoryfile
     from memctl.topics.context import topic_round
 

@@ -75,7 +75,8 @@ def layered_search(store: Store, query: str, *, workspace: str | None, budget: i
                    retriever=None, gov: Governance | None = None) -> Layered:
     """L0 core, L1 workspace, then L2 query results when a G3 trigger fires; `retriever` is
     an open search.Retriever to reuse (a server's), else one is made for this search."""
-    from memctl.search.search import Query, Retriever
+    from memctl.search.queries import Query
+    from memctl.search.search import Retriever
     from memctl.index.filters import Filters
     from memctl.text.tokens import count_tokens
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# The P3 stages after fusion, in order: (name, how it acts on the score).
-STAGES = (("neighbours", "+"), ("date", "+"), ("recency", "+"), ("importance", "×"), ("length", "×"), ("time_decay", "×"))
+from memctl.search.stages import STAGES
 
 
 def explain_lines(explain: dict[str, Any]) -> list[str]:
@@ -36,7 +35,7 @@ def explain_lines(explain: dict[str, Any]) -> list[str]:
                      f"bm25 coverage {explain['bm25_coverage']} (the minimum judges this, before age)")
     steps = []
     before = explain.get("fused")
-    for name, acts in STAGES:
+    for name, acts in ((stage.name, stage.acts) for stage in STAGES if stage.acts):
         after = explain.get(name)
         if before is None:
             break

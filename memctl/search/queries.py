@@ -2,13 +2,40 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from memctl import clock
 from memctl.errors import InputError
 from memctl.index.filters import Filters
-from memctl.search.search import MODES, RANKS, Query
+
+MODES = ("hybrid", "bm25", "vector")
+RANKS = ("pipeline", "mera")
+MAX_RESULTS = 100_000
+
+
+@dataclass
+class Query:
+    text: str
+    k: int = 10
+    mode: str = "hybrid"
+    filters: Filters = field(default_factory=Filters)
+    min_score: float | None = None  # None: the subject test and [retrieval] hard_min_score
+    rank: str = "pipeline"          # one of RANKS: pipeline, the ranking stages; mera, the governance's retrieval score
+    neighbours: bool = True  # False: no neighbours and date stages (a caller that sums a run's hits itself)
+
+    def __post_init__(self):
+        # Tantivy takes the limit as a 32-bit count: 1e20 overflowed it.
+        if not 1 <= self.k <= MAX_RESULTS:
+            raise InputError(f"must be a whole number from 1 to {MAX_RESULTS}, got {self.k}", source="-k", field="k")
+        if self.rank not in RANKS:
+            raise InputError(f"must be one of {', '.join(RANKS)}, got {self.rank!r}", source="--rank", field="rank")
+        if self.min_score is not None and not math.isfinite(self.min_score):
+            raise InputError(f"must be a finite number, got {self.min_score}", source="--min-score",
+                             field="min_score")
+
 
 _BATCH_KEYS = {"id", "query", "k", "mode", "kind", "scope", "section", "source", "session", "since", "until",
                "min_score", "rank", "tool", "agent"}

@@ -73,7 +73,7 @@ def search(retriever, text: str, scope: str | None = None, topics: int = 10,
     takes its found messages and memories from (one index refresh a turn, not two). `scope` keeps
     other scopes' messages from taking the search's places."""
     from memctl.index.filters import Filters
-    from memctl.search.search import Query
+    from memctl.search.queries import Query
 
     scopes = (scope,) if scope else ()
     messages, summaries, *answers = retriever.search(
