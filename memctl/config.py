@@ -141,13 +141,13 @@ class Retrieval(Table):
     # Once the store knows the subject, no result is cut for being weaker than the best (a cut
     # at half the best and 0.2 cost LongMemEval .159 of all@10); a floor stays possible.
     hard_min_score: float = limited(0.0, SHARE)
-    # The newer fact wins (search.py _newer_first): a later statement naming a rare word of a
+    # The newer fact wins (search/stages.py NewerFirst): a later statement naming a rare word of a
     # top result ranks above it; rare: held by at most this share of the store's units.
     newer_first: bool = True
     newer_rare_share: float = limited(0.01, SHARE)
     newer_pull_share: float = limited(0.8, SHARE)  # from below the first page: this share of its relevance
     # A chat turn moves this share of the way up to the better fused score of the turns right
-    # before and after it (search.py _neighbours; ordering only, the minimum reads each turn's own)
+    # before and after it (search/stages.py Neighbours; ordering only, the minimum reads each turn's own)
     neighbour_weight: float = limited(0.4, SHARE)
     # A chat turn or log entry said in the period the query names ("on 9 November, 2022", "10 days
     # ago"; search/dates.py) gains this on its fused score: LoCoMo dev recall@10 +.018 at 0.2

@@ -60,7 +60,7 @@ def test_chinese_word_inside_a_sentence_is_found(demo):
     found = find(demo, "店長", mode="bm25")
     assert "s2-06" in ids(found)
     # Results holding only one of its characters may follow (no result is cut for being weaker
-    # than the best, see search.py _knows_subject), never precede.
+    # than the best, see subject.py SubjectTest.knows_subject), never precede.
     holds = ["店長" in r.text for r in found]
     assert holds[0] and holds == sorted(holds, reverse=True)
     assert ids(find(demo, "庫存報表", mode="bm25"))[:2] == ["mem-95103165e4a0ab0c", "s2-06"]
@@ -670,7 +670,7 @@ def test_judged_numbers_round_as_python_rounds_them():
 def test_learning_the_index_ahead_changes_no_result(demo, monkeypatch, candidates):
     # A resident server learns the open index's rows between calls (Memory.learn_ahead); a search
     # after it must rank exactly as one that learned its candidates itself. With 3 candidates
-    # (k=1) the turns before the vector candidates are candidates of their own (_turns_before).
+    # (k=1) the turns before the vector candidates are candidates of their own (IndexRows.gather).
     from memctl import Memory
 
     monkeypatch.setenv("MEMCTL_NOW", "2026-11-24T12:00:00Z")  # both rank at the same moment
@@ -694,6 +694,48 @@ def test_learning_the_index_ahead_changes_no_result(demo, monkeypatch, candidate
     assert chunks > 2 and any(plain)
     assert answers(learned) == plain
     assert said == []
+
+
+# Every kind of search a caller can ask, so that both ways of reading the index's rows meet each
+# branch of gathering (BM25 only, vectors only, turns before, a source filter read in SQLite's
+# order, a mask) and every stage after it.
+COLD_AND_WARM = [{}, {"mode": "bm25"}, {"mode": "vector", "k": 3}, {"k": 1}, {"rank": "mera"}, {"min_score": 0.3},
+                 {"sources": ["sessions/"]}, {"sources": ["sessions/2026-11-09-debugging.jsonl"], "k": 3},
+                 {"scope": "project:kestrel"}, {"kinds": ["message"], "sessions": ["2026-11-09-debugging"]},
+                 {"kinds": ["message"], "since": "2026-11-09T14:05:00+08:00", "until": "2026-11-16T10:05:00+08:00"},
+                 {"k": 50, "include_archived": True}]
+
+
+@pytest.mark.parametrize("settings", [{}, {"MEMCTL_RETRIEVAL_CANDIDATES": "3"},
+                                      {"MEMCTL_RETRIEVAL_FUSION": "rrf"}])
+def test_the_cold_and_the_learned_index_gather_and_rank_alike(demo, monkeypatch, settings):
+    # A search gathers its candidates from units.db as it meets them (cold), or on arrays once a
+    # resident server learned every row (Memory.learn_ahead): one order, so every result, score
+    # and --explain number must be the same, for each kind of search, whichever path read it.
+    from memctl import Memory
+
+    monkeypatch.setenv("MEMCTL_NOW", "2026-11-24T12:00:00Z")
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    questions = ["which database does Kestrel use", "how did we fix the sync timeout", "what is the cat called",
+                 "淡水的庫存報表每天幾點寄出", "Kestrel 的菜谱存在哪个数据库？", "deploy on Friday",
+                 "what did we decide in November 2026", "an orchestra at the lighthouse gala"]
+
+    def answers(memory: Memory) -> list:
+        return [[r.as_dict(explain=True) for r in memory.search(question, **options)]
+                for options in COLD_AND_WARM for question in questions]
+
+    Index(demo).update()
+    twin = demo.root.parent / "twin"  # a search counts its memories' accesses, which --rank mera reads:
+    shutil.copytree(demo.root, twin)  # each path searches its own copy, from the same counts
+    cold = answers(Memory(demo.root))
+    learned = Memory(twin)
+    learned.search("anything", kinds=["memory"])  # opens the index
+    while not learned.learn_ahead(4):
+        pass
+    warm = answers(learned)
+    assert sum(map(len, cold)) > 100 and any(not found for found in cold)  # results, and searches that find none
+    assert warm == cold
 
 
 def test_a_memory_that_learned_its_index_sees_a_hand_edit_on_the_next_search(demo, monkeypatch):

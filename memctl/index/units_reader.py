@@ -102,8 +102,7 @@ class UnitsReader:
         """The units of these records the filters allow, in the order SQLite gives them (with a
         source filter it may walk its source index)."""
         where, params = filters.sql_where()
-        return [dict(zip(FIELDS, values)) for values in select_in(self.db, _COLUMNS, "record_id", record_ids,
-                                                                   where, params)]
+        return [self.kept(values) for values in select_in(self.db, _COLUMNS, "record_id", record_ids, where, params)]
 
     def replies_of(self, record_ids: list[str]) -> list[tuple[int, ...]]:
         """The rows of the messages read with each record as their turn before, each's in row order."""

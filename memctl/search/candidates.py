@@ -1,5 +1,8 @@
-"""One search's candidates as arrays (Candidates), and what a unit alone decides for the
-ranking stages, per row of the open index (RowFacts)."""
+"""Gathering a search's candidates: BM25's hits, the vectors' best rows and the turns those
+were read with, in one order whether the open index's rows are read as a search meets them
+(cold) or were all learned ahead (warm, a resident server: IndexRows.learn_ahead); as arrays
+(Candidates), with what a unit alone decides for the ranking stages (RowFacts) and its words
+(UnitWords), each kept while the index stays open."""
 
 from __future__ import annotations
 
@@ -13,9 +16,14 @@ import orjson
 from memctl import clock
 from memctl.text.noise import noise_reason
 
+from memctl.index.index import CHUNK
+from memctl.index.units_reader import Links
+
 if TYPE_CHECKING:
     from memctl import config
-    from memctl.index.units_reader import Links
+    from memctl.index import lexical
+    from memctl.index.filters import Filters
+    from memctl.index.units_reader import UnitsReader
 
 
 class Candidates:
@@ -29,16 +37,14 @@ class Candidates:
     so every score is the same number.
     """
 
-    def __init__(self, units: list[dict], rows=None, messages=None, bm25=None):
-        """`rows`, `messages` (whether each is a chat message) and `bm25` (each one's BM25 score),
-        when the caller has them: read from ~430 units' dicts they took 0.20-0.23 ms of a warm
-        6k search."""
+    def __init__(self, units: list[dict], rows, messages, bm25):
+        """`rows`: each one's row; `messages`: whether each is a chat message; `bm25`: each one's
+        BM25 score (read from ~430 units' dicts they took 0.20-0.23 ms of a warm 6k search)."""
         import numpy as np
 
         self.units = units  # the index's units (dicts of units_reader.FIELDS), read-only
-        self.rows = np.array([unit["row"] for unit in units], dtype=np.intp) if rows is None else rows
-        self.messages = (np.array([unit["kind"] == "message" for unit in units], dtype=bool) if messages is None
-                         else messages)
+        self.rows = rows
+        self.messages = messages
         self.bm25 = bm25
         self.score = np.zeros(len(units))
         # What the minimum judges, rounded as it always judged them (stages.Fusion): relevance,
@@ -119,6 +125,7 @@ class RowFacts:
         self.context = np.full(rows, -1, dtype=np.int64)  # a message's turn before's record, as a number; -1: none
         self._numbers: dict[str | None, int] = {}  # sessions' and sources' numbers
         self.records: dict[str, int] = {}  # record ids' numbers
+        self.names: list[str] = []  # record number -> record id
         self.links: Links | None = None  # once every row of the table is known (learning ahead)
 
     def learn(self, units: list[dict], rows, cfg: config.Retrieval) -> None:
@@ -136,9 +143,9 @@ class RowFacts:
             self.dated[row] = _dated(unit["kind"], fields, cfg.evergreen_memory_classes)
             self.noise[row] = bool(noise_reason(unit["text"], fields.get("role")))
             self.session[row] = self._numbers.setdefault(unit["session"], len(self._numbers))
-            self.record[row] = self.records.setdefault(unit["record_id"], len(self.records))
+            self.record[row] = self._number(unit["record_id"])
             if unit["context_id"]:
-                self.context[row] = self.records.setdefault(unit["context_id"], len(self.records))
+                self.context[row] = self._number(unit["context_id"])
             if unit["kind"] == "message":
                 self.message[row] = True
                 source = self._numbers.setdefault(unit["source"], len(self._numbers))
@@ -148,6 +155,200 @@ class RowFacts:
                 self.timed[row] = True
                 self.micros[row] = micros(moment)
             self.known[row] = True
+
+    def _number(self, record_id: str) -> int:
+        number = self.records.setdefault(record_id, len(self.records))
+        if number == len(self.names):
+            self.names.append(record_id)
+        return number
+
+
+class IndexRows:
+    """The open index's rows as a search gathers and ranks them: their units (units.db, read as a
+    search meets them or all ahead), their facts (RowFacts) and, once every row is known, the
+    links between them as arrays (units_reader.Links), kept while the index stays open.
+    `vector_rows()`: how many rows the vectors hold (the table may hold rows they lack yet)."""
+
+    def __init__(self, units: UnitsReader, vector_rows, cfg: config.Retrieval):
+        self.units = units
+        self._vector_rows = vector_rows
+        self.cfg = cfg
+        self._facts: RowFacts | None = None
+        self._learned_to = 0  # learn_ahead has read the rows below this one
+
+    def gather(self, bm25: lexical.Hits, vector_rows: list[int], turns_before: bool, filters: Filters) -> Candidates:
+        """BM25's hits (by id, a chunk at a time, each in id order), then the vectors' rows not
+        among them (a chunk at a time, each in row order; a row of no unit, a hole, left out),
+        then, with `turns_before`, the units of the messages the vectors' rows were read with
+        (reply_cosines), if the filters admit them and their records are not candidates already.
+        Read from units.db as SQLite walks its indexes when a row is first met, on arrays once
+        every row is known: one order either way (tests/test_search.py checks both)."""
+        import numpy as np
+
+        links = self._facts.links if self._facts is not None and not filters.sources else None
+        ids = _chunk_sorted(list(bm25.scores))
+        vector = np.array(_chunk_sorted(vector_rows), dtype=np.intp)
+        if links is None:  # read what this search meets first, and learn its facts
+            met = self.units.units("id", ids) + self.units.units("row", vector.tolist())
+            self._learned(met)
+        facts, row_of = self._facts_for(0), self.units.row_of
+        found_ids = [key for key in ids if key in row_of]
+        lexical_rows = np.fromiter(map(row_of.__getitem__, found_ids), dtype=np.intp, count=len(found_ids))
+        vector = vector[facts.known[vector]]
+        taken = np.zeros(len(facts.known), dtype=bool)
+        taken[lexical_rows] = True
+        rows = np.concatenate([lexical_rows, vector[~taken[vector]]])
+        if turns_before:
+            rows = np.concatenate([rows, self._turns_before(links, rows, vector, filters)])
+        unit_of = links.unit_of.__getitem__ if links is not None else self.units.by_row.__getitem__
+        units = list(map(unit_of, rows.tolist()))
+        facts = self._learned(units)
+        scores = np.zeros(len(rows))
+        scores[:len(found_ids)] = list(map(bm25.scores.__getitem__, found_ids))
+        return Candidates(units, rows, facts.message[rows], scores)
+
+    def _turns_before(self, links: Links | None, rows, vector_rows, filters: Filters):
+        """The rows of the turns before `vector_rows` whose records are not those of `rows`: records
+        in id order, each's units in row order (with a source filter, as SQLite gives them)."""
+        import numpy as np
+
+        facts = self._facts_for(0)
+        wanted = np.zeros(len(facts.names) + 1, dtype=bool)  # by record number; the last: -1, none
+        wanted[facts.context[vector_rows]] = True
+        wanted[facts.record[rows]] = False
+        wanted[-1] = False
+        wanted = sorted(np.flatnonzero(wanted).tolist(), key=facts.names.__getitem__)
+        if not wanted:
+            return np.zeros(0, dtype=np.intp)
+        if links is not None:
+            return self._allowed(links.units_of(np.array(wanted, dtype=np.intp)), filters)
+        names = [facts.names[number] for number in wanted]
+        if filters.sources:  # SQLite may walk its source index then: its order, from SQLite
+            return _rows_of(self.units.units_of_records_where(names, filters))
+        return self._allowed(_rows_of(self.units.units_of_records(names)), filters)
+
+    def _allowed(self, rows, filters: Filters):
+        """The rows the filters allow (their mask)."""
+        mask = self.units.mask(filters, self._vector_rows())
+        return rows if mask is None else rows[mask[rows] == 0]
+
+    def reply_cosines(self, found: Candidates, cosines):
+        """Each candidate's best cosine of the messages read with it as their turn before (NaN: none).
+
+        A message is embedded with the turn before it, so a reply's vector holds the
+        message it answers as well: "I painted that lake sunrise last year" says what
+        the photo shared before it shows. Its cosine is evidence for both turns.
+        """
+        import numpy as np
+
+        facts = self.row_facts(found)
+        if facts.links is not None:
+            records = facts.record[found.rows]
+            counts = np.where(found.messages, facts.links.reply_counts(records), 0)
+            answered = np.flatnonzero(counts)
+            sizes = counts[answered]
+            replies = facts.links.replies_of(records[answered], sizes) if answered.size else answered
+        else:
+            messages = np.flatnonzero(found.messages).tolist()
+            read = self.units.replies_of([found.units[at]["record_id"] for at in messages])
+            answered = np.array([at for at, rows in zip(messages, read) if rows], dtype=np.intp)
+            sizes = np.array([len(rows) for rows in read if rows], dtype=np.intp)
+            replies = np.array([row for rows in read for row in rows], dtype=np.intp)
+        best = np.full(len(found), np.nan)
+        if answered.size:
+            best[answered] = np.maximum.reduceat(cosines[replies], np.cumsum(sizes) - sizes)
+        return best
+
+    def row_facts(self, found: Candidates) -> RowFacts:
+        """The candidates' rows' facts, learned for those first seen."""
+        return self._learned(found.units, found.rows)
+
+    def learn_ahead(self, rows: int) -> bool:
+        """Read and learn the next `rows` rows' units and facts before a search needs them; True
+        when every row is known. For a resident server between calls: a search whose candidates
+        were not seen before learned them itself, ~3 ms of a ~13 ms warm 6k search (bench/README.md,
+        "Search's measurements, as the code cited them"). What is learned is what a search would
+        learn: results are the same (tests/test_search.py)."""
+        import numpy as np
+
+        total = self._vector_rows()
+        start = self._learned_to
+        if start >= total:
+            return True
+        facts = self._facts_for(total)
+        units = [unit for unit in self.units.rows_from(start, rows)
+                 if unit["row"] < len(facts.known)]  # rows the vectors lack yet: learned by the search that meets them
+        if units:
+            facts.learn(units, _rows_of(units), self.cfg)
+        self._learned_to = start + rows
+        if self._learned_to < total:
+            return False
+        # Links only when every row of the table is known (not when it holds rows the vectors lack yet)
+        if facts.links is None and self.units.count() == int(np.count_nonzero(facts.known)):
+            facts.links = Links(facts.records, facts.record, facts.context, self.units.by_row)
+        return True
+
+    def _learned(self, units: list[dict], rows=None) -> RowFacts:
+        """The facts kept, with these units' learned (`rows`: theirs, if the caller has them)."""
+        rows = _rows_of(units) if rows is None else rows
+        # the table may hold rows the vectors lack yet
+        facts = self._facts_for(int(rows.max()) + 1 if len(rows) else 0)
+        facts.learn(units, rows, self.cfg)
+        return facts
+
+    def _facts_for(self, rows: int) -> RowFacts:
+        """The facts kept, made anew (empty) when they hold fewer than `rows` rows or the vectors'."""
+        rows = max(rows, self._vector_rows())
+        if self._facts is None or len(self._facts.known) < rows:
+            self._facts = RowFacts(rows)
+        return self._facts
+
+
+class UnitWords:
+    """Units' analysed content words, kept by row while the index is open (a unit's text does not
+    change): newer-first, MMR's twin test and the minimum's word test analysed ~26 texts a warm 6k
+    search, mostly the same from one search to the next."""
+
+    def __init__(self, reader: lexical.Reader):
+        self.reader = reader
+        self._terms: dict[int, frozenset[str]] = {}
+        self._rare: dict[int, frozenset[str]] = {}
+
+    @property
+    def documents(self) -> int:
+        """How many documents the open index holds."""
+        return self.reader.searcher.num_docs
+
+    def terms_of(self, unit: dict) -> frozenset[str]:
+        """lexical.content_terms of a unit."""
+        from memctl.index import lexical
+
+        row = unit["row"]
+        if row not in self._terms:
+            self._terms[row] = frozenset(lexical.content_terms(unit["text"]))
+        return self._terms[row]
+
+    def rare_terms_of(self, unit: dict, most: int) -> frozenset[str]:
+        """lexical.rare_terms of a unit's content words (`most`, from the store's size, is the same
+        for each search): ~10 Tantivy lookups of each of the first page's results a search."""
+        from memctl.index import lexical
+
+        row = unit["row"]
+        if row not in self._rare:
+            self._rare[row] = frozenset(lexical.rare_terms(self.reader, self.terms_of(unit), most))
+        return self._rare[row]
+
+
+def _chunk_sorted(keys: list) -> list:
+    """The keys a chunk (index.CHUNK) at a time, each chunk sorted: the order SQLite gives a
+    chunk's units (select_in), which the candidates keep whether read from it or not."""
+    return [key for start in range(0, len(keys), CHUNK) for key in sorted(keys[start:start + CHUNK])]
+
+
+def _rows_of(units: list[dict]):
+    import numpy as np
+
+    return np.fromiter((unit["row"] for unit in units), dtype=np.intp, count=len(units))
 
 
 @functools.lru_cache(maxsize=65_536)

@@ -1,5 +1,5 @@
 """The periods a query names: "on 9 November, 2022", "in August 2023", "2023-06-01", "10 days ago",
-"last week", "昨天", "2023年6月1日" (the search's date stage, search.py _dates).
+"last week", "昨天", "2023年6月1日" (the search's date stage, stages.py Dates).
 
 A chat turn is stamped with when it was said; a question that names a day or a month asks about
 what was said then. Each period is a half-open [start, end) in UTC (the timestamps of a store are

@@ -18,23 +18,20 @@ from __future__ import annotations
 import os
 import sqlite3
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from memctl.runtime import Runtime
 from memctl import clock
 from memctl import config
-from memctl.index.index import CHUNK
 from memctl.index.filters import Filters
-from memctl.index.units_reader import Links, UnitsReader
-from memctl.search.candidates import Candidates, RowFacts
+from memctl.index.units_reader import UnitsReader
+from memctl.search.candidates import Candidates, IndexRows, UnitWords
 from memctl.search.queries import Query
 from memctl.search.stages import ROUNDING, SearchRun, rank
 from memctl.store.store import Store
 
-if TYPE_CHECKING:
-    from memctl.index import lexical
 
 @dataclass
 class Result:
@@ -67,7 +64,9 @@ class Result:
 
 
 class Searcher:
-    """An open index, reused for every query of one process (see --batch)."""
+    """An open index, reused for every query of one process (see --batch): its BM25 reader, its
+    rows (IndexRows: units.db and what is kept of it), its units' words and its vectors; each
+    search gathers its candidates there and walks the ranking stages (stages.STAGES)."""
 
     def __init__(self, store: Store, settings: config.Settings | None = None,
                  runtime: Runtime | None = None):
@@ -83,38 +82,15 @@ class Searcher:
         # (Retriever._open), and the ids of its documents are kept with it (lexical.Reader).
         self.tantivy = lexical.Reader(lexical.open_index(index_dir / "tantivy"))
         self.units = UnitsReader(index_dir / "units.db")
+        self.rows = IndexRows(self.units, lambda: len(self.vectors), self.retrieval)
+        self.words = UnitWords(self.tantivy)
         self._index_dir = index_dir
         self._vectors = None
         self._embedder = None
-        self._facts: RowFacts | None = None  # per row, while this index stays open
-        self._terms: dict[int, frozenset[str]] = {}  # row -> _terms_of, while this index stays open
-        self._rare: dict[int, frozenset[str]] = {}  # row -> _rare_terms_of, while this index stays open
-        self._learned_to = 0  # learn_ahead has read the rows below this one
 
     def learn_ahead(self, rows: int) -> bool:
-        """Read and learn the next `rows` rows' units and facts (_units, RowFacts) before a search
-        needs them; True when every row is known. For a resident server between calls: a search
-        whose candidates were not seen before learned them itself, ~3 ms of a ~13 ms warm 6k search
-        (thread CPU p50 of 130 new questions: 13.6 ms in a fresh process, 10.4 after 390 others,
-        2026-11-24). What is learned is what a search would learn: results are the same."""
-        import numpy as np
-
-        total = len(self.vectors)
-        start = self._learned_to
-        if start >= total:
-            return True
-        facts = self._facts_for(total)
-        units = [unit for unit in self.units.rows_from(start, rows)
-                 if unit["row"] < len(facts.known)]  # rows the vectors lack yet: learned by the search that meets them
-        if units:
-            facts.learn(units, np.array([unit["row"] for unit in units], dtype=np.intp), self.retrieval)
-        self._learned_to = start + rows
-        if self._learned_to < total:
-            return False
-        # Links only when every row of the table is known (not when it holds rows the vectors lack yet)
-        if facts.links is None and self.units.count() == int(np.count_nonzero(facts.known)):
-            facts.links = Links(facts.records, facts.record, facts.context, self.units.by_row)
-        return True
+        """IndexRows.learn_ahead: True when every row is known."""
+        return self.rows.learn_ahead(rows)
 
     # -- the pieces, loaded only when a query needs them -------------------------
     @property
@@ -123,7 +99,7 @@ class Searcher:
             import numpy as np
 
             # A plain ndarray over the mapped file: products with a np.memmap pay its subclass's
-            # wrapping, 1.5 ms of a warm search's 2.7 ms product at 6k (2026-11-24).
+            # wrapping, 1.5 ms of a warm search's 2.7 ms product at 6k.
             self._vectors = np.asarray(np.load(self._index_dir / "vectors.npy", mmap_mode="r"))
         return self._vectors
 
@@ -158,18 +134,10 @@ class Searcher:
             query_vectors = self.embedder.embed_queries(_query_lines(query.text, cfg.split_query_lines))
             cosines = _query_cosines(self.vectors, query_vectors)
             vector_rows = self._vector_candidates(cosines, query.filters, limit)
-
-        links = self._facts.links if self._facts is not None else None
-        if links is not None and not query.filters.sources:
-            found = self._linked_candidates(links, bm25, vector_rows, cosines is not None, query.filters)
-        else:
-            units = self._rows(bm25_ids=list(bm25.scores), vector_rows=vector_rows)
-            if cosines is not None:
-                units += self._turns_before(units, vector_rows, query.filters)
-            found = Candidates(units)
+        found = self.rows.gather(bm25, vector_rows, cosines is not None, query.filters)
         periods = _named_periods(query.text) if cfg.date_weight > 0 and query.neighbours else []
-        run = SearchRun(self.settings, self.store, self, bm25, cosines, vector_rows, weights, periods,
-                        self._cosine_calibration)
+        run = SearchRun(self.settings, self.store, self.rows, self.words, self.vectors, bm25, cosines, vector_rows,
+                        weights, periods, self._cosine_calibration)
         rank(found, query, run)
         results = [self._result(found, at) for at in found.best_of_each_record(query.k)]
         self._snippets(results)
@@ -201,98 +169,6 @@ class Searcher:
         top = np.argpartition(-scores, count - 1)[:count]
         return top[np.isfinite(scores[top])].tolist()
 
-    def _turns_before(self, rows: list[dict], vector_rows: list[int], filters: Filters) -> list[dict]:
-        """The messages that vector candidates were read with (see _reply_cosines), if the
-        filters admit them and they are not candidates already."""
-        vector_rows = set(vector_rows)
-        have = {row["record_id"] for row in rows}
-        wanted = sorted({row["context_id"] for row in rows if row["row"] in vector_rows and row["context_id"]} - have)
-        if filters.sources:  # SQLite may walk its source index then: its order, from SQLite
-            return self.units.units_of_records_where(wanted, filters)
-        # The filter's rows are its mask
-        mask = self.units.mask(filters, len(self.vectors))
-        return [unit for unit in self.units.units_of_records(wanted) if mask is None or mask[unit["row"]] == 0]
-
-    def _linked_candidates(self, links: Links, bm25: lexical.Hits, vector_rows: list[int], turns_before: bool,
-                           filters: Filters) -> Candidates:
-        """The candidates _rows and _turns_before give, in the same order, when every row is known
-        (links; see _Links for what it saves)."""
-        import numpy as np
-
-        facts, row_of = self._facts, self.units.row_of
-        # BM25's, by id a chunk at a time, then the vectors', by row a chunk at a time, as _units reads them
-        keys = list(bm25.scores)
-        found_ids = [key for start in range(0, len(keys), CHUNK) for key in sorted(keys[start:start + CHUNK])
-                     if key in row_of]
-        vector = np.asarray(vector_rows, dtype=np.intp)
-        if vector.size:
-            vector = np.concatenate([np.sort(vector[start:start + CHUNK]) for start in range(0, len(vector), CHUNK)])
-            vector = vector[facts.known[vector]]  # a row of no unit: a hole
-        lexical_rows = np.fromiter(map(row_of.__getitem__, found_ids), dtype=np.intp, count=len(found_ids))
-        taken = np.zeros(len(facts.known), dtype=bool)
-        taken[lexical_rows] = True
-        rows = np.concatenate([lexical_rows, vector[~taken[vector]]])
-        if turns_before:
-            rows = np.concatenate([rows, self._linked_turns_before(links, rows, vector, filters)])
-        scores = np.zeros(len(rows))
-        scores[:len(found_ids)] = list(map(bm25.scores.__getitem__, found_ids))
-        return Candidates(list(map(links.unit_of.__getitem__, rows.tolist())), rows, facts.message[rows], scores)
-
-    def _linked_turns_before(self, links: Links, rows, vector_rows, filters: Filters):
-        """_turns_before's rows when every row is known (links), in the same order: records by id, units by row."""
-        import numpy as np
-
-        facts = self._facts
-        wanted = np.zeros(len(links.names) + 1, dtype=bool)  # by record number; the last: -1, none
-        wanted[facts.context[vector_rows]] = True
-        wanted[facts.record[rows]] = False
-        wanted[-1] = False
-        wanted = np.array(sorted(np.flatnonzero(wanted).tolist(), key=links.names.__getitem__), dtype=np.intp)
-        if not wanted.size:
-            return wanted
-        units = links.units_of(wanted)
-        mask = self.units.mask(filters, len(self.vectors))
-        return units if mask is None else units[mask[units] == 0]
-
-    def reply_cosines(self, found: Candidates, cosines):
-        """Each candidate's best cosine of the messages read with it as their turn before (NaN: none).
-
-        A message is embedded with the turn before it, so a reply's vector holds the
-        message it answers as well: "I painted that lake sunrise last year" says what
-        the photo shared before it shows. Its cosine is evidence for both turns.
-        """
-        import numpy as np
-
-        facts = self.row_facts(found)
-        links = facts.links
-        if links is not None:
-            records = facts.record[found.rows]
-            counts = np.where(found.messages, links.reply_counts(records), 0)
-            answered = np.flatnonzero(counts)
-            best = np.full(len(found), np.nan)
-            if answered.size:
-                sizes = counts[answered]
-                replies = links.replies_of(records[answered], sizes)
-                best[answered] = np.maximum.reduceat(cosines[replies], np.cumsum(sizes) - sizes)
-            return best
-        messages = np.flatnonzero(found.messages).tolist()
-        record_ids = [found.units[at]["record_id"] for at in messages]
-        best = np.full(len(found), np.nan)
-        answered = [(at, replies) for at, replies in zip(messages, self.units.replies_of(record_ids)) if replies]
-        if answered:
-            sizes = [len(replies) for _, replies in answered]
-            starts = np.cumsum([0, *sizes[:-1]])
-            best[[at for at, _ in answered]] = np.maximum.reduceat(
-                cosines[[row for _, replies in answered for row in replies]], starts)
-        return best
-
-    def _rows(self, bm25_ids: list[str], vector_rows: list[int]) -> list[dict]:
-        rows: dict[int, dict] = {}
-        for column, keys in (("id", bm25_ids), ("row", vector_rows)):
-            for unit in self.units.units(column, keys):
-                rows[unit["row"]] = unit
-        return list(rows.values())
-
     @staticmethod
     def _result(found: Candidates, at: int) -> Result:
         row = found.units[at]
@@ -303,48 +179,6 @@ class Searcher:
 
     def _cosine_calibration(self) -> tuple[float, float]:
         return self.embedder.cosine_floor, self.embedder.cosine_ceiling
-
-    def row_facts(self, found: Candidates) -> RowFacts:
-        """The candidates' rows' facts (RowFacts), computed for those first seen: noise patterns,
-        the importance, length and time-decay factors and the parsed time of ~400 candidates cost
-        ~2 ms of a warm 6k search before they were kept (2026-11-24)."""
-        # the table may hold rows the vectors lack yet
-        facts = self._facts_for(max(len(self.vectors), int(found.rows.max()) + 1 if len(found) else 0))
-        facts.learn(found.units, found.rows, self.retrieval)
-        return facts
-
-    def _facts_for(self, rows: int) -> RowFacts:
-        """The facts kept, made anew (empty) when they hold fewer than `rows` rows."""
-        if self._facts is None or len(self._facts.known) < rows:
-            self._facts = RowFacts(rows)
-        return self._facts
-
-    @property
-    def documents(self) -> int:
-        """How many documents the open index holds."""
-        return self.tantivy.searcher.num_docs
-
-    def terms_of(self, unit: dict) -> frozenset[str]:
-        """lexical.content_terms of a unit, kept while the index is open (its text does not
-        change): newer-first, MMR's twin test and the minimum's word test analysed ~26 texts a
-        warm 6k search, mostly the same from one search to the next."""
-        from memctl.index import lexical
-
-        row = unit["row"]
-        if row not in self._terms:
-            self._terms[row] = frozenset(lexical.content_terms(unit["text"]))
-        return self._terms[row]
-
-    def rare_terms_of(self, unit: dict, most: int) -> frozenset[str]:
-        """lexical.rare_terms of a unit's content words, kept while the index is open (`most`, from
-        the store's size, is the same for each search): ~10 Tantivy lookups of each of the first
-        page's results a search."""
-        from memctl.index import lexical
-
-        row = unit["row"]
-        if row not in self._rare:
-            self._rare[row] = frozenset(lexical.rare_terms(self.tantivy, self.terms_of(unit), most))
-        return self._rare[row]
 
     def _snippets(self, results: list[Result]) -> None:
         for result in results:
@@ -433,7 +267,8 @@ def _query_cosines(vectors, query_vectors):
     One vector of a whole dialogue blurs the turn a memory belongs to, and the closest line
     alone misses what the talk is about; together they lead both. MADial dev, USE, dense
     recall@5: whole .555, closest line .590, their mean .698 (a share of 0.2-0.6 for the
-    whole gave .673-.698); fused through the CLI see bench/README.md (2026-11-24)."""
+    whole gave .673-.698); fused through the CLI see bench/README.md, "Chinese: one script, and a
+    dialogue read whole and by its closest line"."""
     import numpy as np
 
     if len(query_vectors) == 1:  # one line: a matrix-vector product

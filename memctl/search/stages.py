@@ -52,7 +52,7 @@ from memctl.search.subject import Evidence, SubjectTest
 if TYPE_CHECKING:
     from memctl import config
     from memctl.index import lexical
-    from memctl.search.candidates import RowFacts
+    from memctl.search.candidates import IndexRows, RowFacts, UnitWords
     from memctl.search.queries import Query
     from memctl.store.store import Store
 
@@ -64,15 +64,18 @@ FIRST_PAGE = 10
 class SearchRun:
     """What one search's stages read besides the candidates: the settings, BM25's hits, every
     row's cosine to the query, the weights of the two, the periods the query names, and the
-    open index's pieces kept between searches (`index`: its row facts, words and replies)."""
+    open index's pieces kept between searches (its rows' facts and replies, its units' words,
+    its vectors)."""
 
-    def __init__(self, settings: config.Settings, store: Store, index, bm25: lexical.Hits, cosines,
-                 vector_rows: list[int], weights: tuple[float, float, float | None], periods: list,
-                 calibration: Callable[[], tuple[float, float]]):
+    def __init__(self, settings: config.Settings, store: Store, rows: IndexRows, words: UnitWords, vectors,
+                 bm25: lexical.Hits, cosines, vector_rows: list[int], weights: tuple[float, float, float | None],
+                 periods: list, calibration: Callable[[], tuple[float, float]]):
         self.settings = settings
         self.cfg = settings.retrieval
         self.store = store
-        self.index = index
+        self.rows = rows
+        self.words = words
+        self.vectors = vectors
         self.bm25 = bm25
         self.cosines = cosines  # every row's cosine to the query; None when it was not embedded
         self.vector_rows = vector_rows  # the rows of the vectors' candidates
@@ -83,7 +86,7 @@ class SearchRun:
         self._age = None
 
     def facts(self, found: Candidates) -> RowFacts:
-        return self.index.row_facts(found)
+        return self.rows.row_facts(found)
 
     def age_days(self, found: Candidates):
         """Each candidate's age in days at this search's moment (0 for one with no time)."""
@@ -144,7 +147,7 @@ class Fusion(Stage):
         vector_weight, bm25_weight = run.vector_weight, run.bm25_weight
         scores = bm25.scores
         top_bm25 = max(scores.values(), default=0.0) or 1.0
-        raw = found.bm25 if found.bm25 is not None else np.array([scores.get(unit_id, 0.0) for unit_id in found.ids])
+        raw = found.bm25
         coverage = np.minimum(1.0, raw / bm25.ideal) if bm25.ideal > 0 else np.zeros(len(found))
         total = (vector_weight + bm25_weight) or 1.0
         if cosines is not None and len(found):
@@ -179,7 +182,7 @@ class Fusion(Stage):
         floor, ceiling = run.calibration()
         span = ceiling - floor
         own = run.cosines[found.rows].astype(np.float64)
-        reply = run.index.reply_cosines(found, run.cosines)
+        reply = run.rows.reply_cosines(found, run.cosines)
         answered = ~np.isnan(reply)
         cosine = np.where(answered, own + run.cfg.context_weight * np.maximum(0.0, reply - own), own)
         meaning = np.minimum(1.0, np.maximum(0.0, (cosine - floor) / span))
@@ -309,7 +312,7 @@ class Minimum(Stage):
         if query.min_score is None:
             floor = run.cfg.hard_min_score
             evidence = Evidence(found.relevance, found.relevance_cosine, found.coverage, found.vector_weight,
-                                run.bm25, found.units, run.index.terms_of, query.text)
+                                run.bm25, found.units, run.words.terms_of, query.text)
             if not SubjectTest(run.cfg).knows(evidence):
                 found.stopped = True
                 return
@@ -468,7 +471,7 @@ class MMR(Stage):
         import numpy as np
 
         threshold = run.cfg.mmr_threshold
-        vectors, units, order = run.index.vectors, found.units, found.order
+        vectors, units, order = run.vectors, found.units, found.order
         kept: list[int] = []
         kept_vectors = np.empty((0, vectors.shape[1]), dtype=np.float32)
         demoted: list[int] = []
@@ -524,7 +527,7 @@ class NewerFirst(Stage):
         if not top:
             return
         facts = run.facts(found)
-        most = max(2, int(run.index.documents * run.cfg.newer_rare_share))
+        most = max(2, int(run.words.documents * run.cfg.newer_rare_share))
         asked = lexical.content_terms(query.text)
         moved: set[int] = set()
         ranked = None  # the candidates in the order, as arrays (made again after a move)
@@ -532,7 +535,7 @@ class NewerFirst(Stage):
             row = found.units[older]["row"]
             if older in moved or not found.messages[older] or not facts.timed[row]:
                 continue
-            rare = run.index.rare_terms_of(found.units[older], most) - asked
+            rare = run.words.rare_terms_of(found.units[older], most) - asked
             if not rare:
                 continue
             if ranked is None:
@@ -572,7 +575,7 @@ class NewerFirst(Stage):
         for place in np.flatnonzero(later).tolist():
             newer = order[place]
             new = units[newer]
-            shared = sorted(rare & run.index.terms_of(new)) if newer not in moved else None
+            shared = sorted(rare & run.words.terms_of(new)) if newer not in moved else None
             if shared:
                 del order[place]
                 order.insert(at, newer)
@@ -608,10 +611,10 @@ def _adjacent(one: dict, other: dict) -> bool:
 def _repeats(unit: dict, better: dict, run: SearchRun) -> bool:
     """Whether `unit` says in words little that `better` does not: at least mmr_word_overlap
     of its content words are `better`'s."""
-    words = run.index.terms_of(unit)
+    words = run.words.terms_of(unit)
     if not words:
         return True
-    return len(words & run.index.terms_of(better)) / len(words) >= run.cfg.mmr_word_overlap
+    return len(words & run.words.terms_of(better)) / len(words) >= run.cfg.mmr_word_overlap
 
 
 def rounded(values, digits: int):
