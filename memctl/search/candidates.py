@@ -202,7 +202,7 @@ class IndexRows:
             rows = np.concatenate([rows, self._turns_before(links, rows, vector, filters)])
         unit_of = links.unit_of.__getitem__ if links is not None else self.units.by_row.__getitem__
         units = list(map(unit_of, rows.tolist()))
-        facts = self._learned(units)
+        facts = self._learned(units, rows)
         scores = np.zeros(len(rows))
         scores[:len(found_ids)] = list(map(bm25.scores.__getitem__, found_ids))
         return Candidates(units, rows, facts.message[rows], scores)

@@ -88,10 +88,6 @@ class Searcher:
         self._vectors = None
         self._embedder = None
 
-    def learn_ahead(self, rows: int) -> bool:
-        """IndexRows.learn_ahead: True when every row is known."""
-        return self.rows.learn_ahead(rows)
-
     # -- the pieces, loaded only when a query needs them -------------------------
     @property
     def vectors(self):
@@ -193,12 +189,13 @@ class Searcher:
 
 
 class Retriever:
-    """Searches a store, indexing first when its files changed (C3); keeps the index open.
+    """Searches a store, indexing first when its files changed; keeps the index open.
 
     A command line run makes one and searches once; a server (memctl mcp)
     keeps one, so the model, Tantivy and the vectors stay loaded and a warm
     search costs milliseconds. A corrupt index is rebuilt and the search
-    tried again; every memory returned counts as an access (G4).
+    tried again; every memory returned counts as an access (the governance's
+    retrieval score reads them).
     """
 
     def __init__(self, store: Store, *, say=None, runtime: Runtime | None = None):
@@ -229,8 +226,8 @@ class Retriever:
         return answers
 
     def learn_ahead(self, rows: int) -> bool:
-        """The open index's Searcher.learn_ahead; True when there is nothing (more) to learn."""
-        return self._searcher is None or self._searcher.learn_ahead(rows)
+        """The open index's rows learned ahead (IndexRows.learn_ahead); True when there is nothing (more) to learn."""
+        return self._searcher is None or self._searcher.rows.learn_ahead(rows)
 
     def _open(self, index, changed: bool) -> Searcher:
         if (changed or self._searcher is None or self._searcher.settings != index.settings

@@ -83,10 +83,14 @@ class SearchRun:
         self.periods = periods
         self.calibration = calibration  # the model's cosine floor and ceiling, read when fusing cosines
 
+        self._facts: RowFacts | None = None
         self._age = None
 
     def facts(self, found: Candidates) -> RowFacts:
-        return self.rows.row_facts(found)
+        """The candidates' row facts (gathering learned them: the same object for the whole search)."""
+        if self._facts is None:
+            self._facts = self.rows.row_facts(found)
+        return self._facts
 
     def age_days(self, found: Candidates):
         """Each candidate's age in days at this search's moment (0 for one with no time)."""
