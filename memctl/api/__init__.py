@@ -19,8 +19,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from memctl.api.rooms import (CacheRoom, HealthRoom, ReviewRoom, Say, StateRoom, TopicsRoom, given_or,
-                              need_query)
+from memctl.api.rooms import (CacheRoom, HealthRoom, ReviewRoom, Say, StateRoom, TopicsRoom, checked_scope,
+                              given_or, need_query)
 from memctl.store.store import Store
 
 if TYPE_CHECKING:
@@ -231,15 +231,18 @@ class Memory:
         return layered_search(self.store, query, workspace=workspace, budget=budget, say=self.say,
                               retriever=self._retriever_open(), gov=self.runtime.settings.governance)
 
-    def history(self, memory_id: str) -> "Chain":
-        """The version chain of a memory, oldest first (G6 supersedes links)."""
-        from memctl.governance.governance import chain
+    def history(self, memory_id: str, *, scope: str | None = None) -> "Chain":
+        """The version chain of a memory, oldest first (G6 supersedes links). `scope`: the memory must
+        be of that scope or global (else InputError, as for an unknown id), and only such versions show."""
+        from memctl.governance.governance import chain, chain_seen_from
         from memctl.governance.lifecycle import load_deleted
         from memctl.store import memoryfile
 
+        checked_scope(scope)
         self.store.require()
         with self.store.reading():
-            return chain(memoryfile.load(self.store.memory_md), memory_id, load_deleted(self.store))
+            found = chain(memoryfile.load(self.store.memory_md), memory_id, load_deleted(self.store))
+        return found if scope is None else chain_seen_from(found, memory_id, scope)
 
     # -- the per-turn call -----------------------------------------------------------
     def context(self, session: str, message: str, *, system_text: str = "", budget: int | None = None,

@@ -176,6 +176,17 @@ INGEST = (
     DRY_RUN,
 )
 
+# -- review (P5) and history (G6): what is read or written by id, inside one scope ---------------
+REVIEW_SCOPE = (
+    Param("scope", f"Only the pending notes of this scope ({SCOPE_NAMES}): give it when serving one person "
+          "or project; a note of another scope (global too) is unknown here.", metavar="SCOPE",
+          default_note="every scope"),
+)
+HISTORY_SCOPE = (
+    Param("scope", f"Only a memory of this scope ({SCOPE_NAMES}) or a global one, as search sees them; "
+          "versions of other scopes are left out.", metavar="SCOPE", default_note="every scope"),
+)
+
 # -- topics (T) ---------------------------------------------------------------------------------
 # The topics calls look into one scope, given as a session (its scope) or a scope; with neither, every scope.
 TOPICS_SCOPE = (

@@ -242,30 +242,33 @@ class ReviewRoom:
         self.runtime = runtime
         self.say = say  # hears each expired pending memory dropped
 
-    def pending(self) -> Reviewed:
-        """Pending memories with their age and time left (hours)."""
+    def pending(self, *, scope: str | None = None) -> Reviewed:
+        """Pending memories with their age and time left (hours); `scope`: only that scope's."""
         from memctl.governance.review import listing
 
         self.store.require()
-        expired = self._drop_expired()
-        return Reviewed("pending", listing(self.store), expired)
+        checked_scope(scope)
+        expired = self._drop_expired(scope=scope)
+        return Reviewed("pending", listing(self.store, scope=scope), expired)
 
     def confirm(self, ids: Iterable[str], *, allow_conflict: bool = False, supersedes: Iterable[str] = (),
-                dry_run: bool = False) -> Reviewed:
-        """Write pending memories to MEMORY.md (all or nothing)."""
+                dry_run: bool = False, scope: str | None = None) -> Reviewed:
+        """Write pending memories to MEMORY.md (all or nothing); `scope`: an id of another is unknown."""
         from memctl.governance.review import confirm
 
-        expired = self._drop_expired(dry_run=dry_run)
+        checked_scope(scope)
+        expired = self._drop_expired(dry_run=dry_run, scope=scope)
         rows = confirm(self.store, [*ids], dry_run=dry_run, allow_conflict=allow_conflict, supersedes=[*supersedes],
-                       settings=self.runtime.settings)
+                       settings=self.runtime.settings, scope=scope)
         return Reviewed("confirmed", rows, expired)
 
-    def reject(self, ids: Iterable[str], *, dry_run: bool = False) -> Reviewed:
-        """Drop pending memories without writing them (all or nothing)."""
+    def reject(self, ids: Iterable[str], *, dry_run: bool = False, scope: str | None = None) -> Reviewed:
+        """Drop pending memories without writing them (all or nothing); `scope`: an id of another is unknown."""
         from memctl.governance.review import reject
 
-        expired = self._drop_expired(dry_run=dry_run)
-        return Reviewed("rejected", reject(self.store, [*ids], dry_run=dry_run), expired)
+        checked_scope(scope)
+        expired = self._drop_expired(dry_run=dry_run, scope=scope)
+        return Reviewed("rejected", reject(self.store, [*ids], dry_run=dry_run, scope=scope), expired)
 
     def lifecycle(self, *, dry_run: bool = False, hard: bool = False) -> Lifecycle:
         """Demote, archive and delete memories by health score (G5)."""
@@ -288,11 +291,11 @@ class ReviewRoom:
         return review(self.store, dry_run=dry_run, llm_command=command, settings=self.runtime.settings,
                       progress=progress)
 
-    def _drop_expired(self, *, dry_run: bool = False) -> list[dict[str, Any]]:
-        """Remove pending memories whose time ran out: every review step does this first."""
+    def _drop_expired(self, *, dry_run: bool = False, scope: str | None = None) -> list[dict[str, Any]]:
+        """Remove pending memories (of `scope`) whose time ran out: every review step does this first."""
         from memctl.governance.review import drop_expired
 
-        dropped = drop_expired(self.store, dry_run=dry_run)
+        dropped = drop_expired(self.store, dry_run=dry_run, scope=scope)
         verb = "would drop" if dry_run else "dropped"
         for item in dropped:  # said now: the review step after this may still fail
             self.say(f"memctl: {verb} expired pending memory '{item['id']}' (expired {item['expires_at']})")
@@ -414,13 +417,19 @@ class CacheRoom:
 def scope_looked_into(store: "Store", session: str | None, scope: str | None) -> str | None:
     """The scope a topics call looks into: the session's (InputError if `scope` says another),
     else `scope` (checked), else None: every scope."""
-    from memctl.errors import InputError
-    from memctl.store.memoryfile import check_field
     from memctl.topics.split import scope_of_session, session_messages
 
     if session is not None:
         with store.reading():
             return scope_of_session(store, session, session_messages(store, session), scope)
+    return checked_scope(scope)
+
+
+def checked_scope(scope: str | None) -> str | None:
+    """A --scope as given, checked (InputError naming the flag)."""
+    from memctl.errors import InputError
+    from memctl.store.memoryfile import check_field
+
     if scope is not None and check_field("scope", scope):
         raise InputError(check_field("scope", scope), source="--scope")
     return scope
