@@ -11,6 +11,7 @@ import pytest
 
 from conftest import FIXTURES, REPO, memctl_command, snapshot
 from memctl.cli import cli
+from memctl.errors import InputError
 
 COMMANDS = cli.list_commands(None)
 
@@ -149,3 +150,39 @@ def test_completion_script_completes_subcommands(tmp_path):
     env = {**os.environ, "_MEMCTL_COMPLETE": "bash_complete", "COMP_WORDS": "memctl ing", "COMP_CWORD": "1"}
     result = subprocess.run(memctl_command(), env=env, capture_output=True, text=True)
     assert "ingest" in result.stdout
+
+
+# -- one bound on what a search reads, for every face (#31 item 6) ------------------------------------
+
+def test_a_text_over_the_bound_is_refused_by_every_face_naming_where(run, store_dir):
+    from memctl.api import Memory
+    from memctl.mcp.tools import TOOLS
+    from memctl.text.bounds import MAX_QUERY_CHARS
+
+    assert run("ingest", "-", input=b"We chose Postgres for the Kestrel inventory service.\n").returncode == 0
+    long = "postgres " * (MAX_QUERY_CHARS // 9 + 1)
+    said = f"{len(long):,} characters; a search reads at most {MAX_QUERY_CHARS:,}: send the gist"
+    batch = orjson.dumps({"query": "postgres"}) + b"\n" + orjson.dumps({"id": "q2", "query": long}) + b"\n"
+    for args, stdin, where in [
+        (("search", long), None, "query"),
+        (("search", "--layered", long), None, "query"),
+        (("search", "--plan", long), None, "plan"),
+        (("search", "--batch", "-"), batch, "<stdin>:2: field 'query'"),
+        (("context", "--session", "s1", "--no-record"), long, "message"),
+        (("context", "--session", "s1", "--no-record", "--message", long), None, "message"),
+        (("state", "plan", "-"), long, "message"),
+        (("topics", "activate", long), None, "query"),
+        (("cache", "search", long), None, "query"),
+    ]:
+        done = run(*args, input=stdin)
+        assert (done.returncode, done.stdout) == (2, b""), args[:2]
+        assert done.stderr.decode() == f"memctl: error: {where}: {said}\n", args[:2]
+    memory = Memory(store_dir)
+    with pytest.raises(InputError, match=f"^query: {said}$"):
+        memory.search(long)
+    with pytest.raises(InputError, match=f"^message: {said}$"):
+        memory.context("s1", long, no_record=True)
+    # MCP checks the same bound in its schema, before the call
+    assert TOOLS["search"].input_schema["properties"]["query"]["maxLength"] == MAX_QUERY_CHARS
+    edge = run("search", "--json", "postgres " * (MAX_QUERY_CHARS // 9) + "p" * (MAX_QUERY_CHARS % 9))
+    assert edge.returncode in (0, 1) and b"error" not in edge.stderr  # at the bound: searched

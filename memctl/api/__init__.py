@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from memctl.api.rooms import (CacheRoom, HealthRoom, ReviewRoom, Say, StateRoom, TopicsRoom, checked_scope,
                               given_or, need_query)
 from memctl.store.store import Store
+from memctl.text.bounds import within_bound
 
 if TYPE_CHECKING:
     from memctl.forget import Forgotten
@@ -170,6 +171,7 @@ class Memory:
 
         sections = tuple(sections)
         if plan is not None:
+            within_bound(plan, "plan")
             sections = tuple(dict.fromkeys((*sections, *self.state.plan(plan).names)))
             query = query or plan
             if not sections:
@@ -255,6 +257,7 @@ class Memory:
         session's scope is read; `scope`, if given, is the scope the session must be in (else InputError)."""
         from memctl.context.turn import build
 
+        within_bound(message, "message")
         settings = self.runtime.settings
         command = given_or(llm_command, settings.topics.llm_command)
         return build(self.store, self._retriever_open(), session, message, system_text=system_text,

@@ -15,13 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-# The most characters of a text a search reads (a query, the user's message): its every line
-# is embedded, and a text of several lines whole as well (split_query_lines), so its cost grows
-# with its length. 10,000 characters in lines of 10 took 1.0 s warm (16,000 messages, 2 cores
-# under load), before the whole was embedded too (USE: 0.74 s CPU for 10,000 characters whole,
-# 0.71 s for them in lines of 10, 2026-11-24); 10 MB held the server for 124 s. A longer text is refused with one line, so the agent sends the gist instead.
-MAX_QUERY_CHARS = 10_000
-
 
 @dataclass(frozen=True)
 class Param:

@@ -178,9 +178,10 @@ class StateRoom:
 
     def plan(self, message: str) -> "Plan":
         """The MEMORY.md sections worth searching for `message` (start of a turn)."""
+        from memctl.text.bounds import within_bound
         from memctl.window.state import plan
 
-        return plan(self.store, message, settings=self.runtime.settings.state)
+        return plan(self.store, within_bound(message, "message"), settings=self.runtime.settings.state)
 
     def record(self, sections: Iterable[str] = (), *, search_output: bytes | None = None,
                source: str = "<input>", summary: str | None = None, dry_run: bool = False) -> "RecordResult":
@@ -401,6 +402,7 @@ class CacheRoom:
     def search(self, query: str, *, scope: str | None = None, tools: Iterable[str] = (), agents: Iterable[str] = (),
                k: int = 5) -> list["Result"]:
         """What the run's agents already found: the consolidated tool results (design 004)."""
+        need_query(query)
         return self.opened.search(query, scope=scope, tools=(*tools,), agents=(*agents,), k=k)
 
     def stats(self, scope: str | None = None) -> CacheStats:
@@ -435,11 +437,14 @@ def checked_scope(scope: str | None) -> str | None:
     return scope
 
 
-def need_query(query: str | None) -> None:
+def need_query(query: str | None, source: str = "query") -> None:
+    """A text to search for: not empty, and within the one bound of every face (text/bounds.py)."""
     from memctl.errors import InputError
+    from memctl.text.bounds import within_bound
 
     if not query or not query.strip():
-        raise InputError("give a query", source="query")
+        raise InputError(f"give a {source}", source=source)
+    within_bound(query, source)
 
 
 def given_or(given: Any, configured: Any) -> Any:

@@ -18,8 +18,9 @@ from typing import Any, Callable
 
 from memctl.api import Memory
 from memctl.api import params
-from memctl.api.params import (ACTIVATE, CONTEXT, FORGET, HISTORY_SCOPE, INGEST, MAX_QUERY_CHARS, REVIEW_SCOPE,
-                                SEARCH, TOPICS_SCOPE, json_schema, keywords)
+from memctl.api.params import (ACTIVATE, CONTEXT, FORGET, HISTORY_SCOPE, INGEST, REVIEW_SCOPE, SEARCH, TOPICS_SCOPE,
+                                json_schema, keywords)
+from memctl.text.bounds import MAX_QUERY_CHARS
 
 
 @dataclass(frozen=True)

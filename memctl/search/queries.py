@@ -9,6 +9,7 @@ from memctl import clock
 from memctl.errors import InputError
 from memctl.index.filters import Filters
 from memctl.search.search import MODES, RANKS, Query
+from memctl.text.bounds import within_bound
 
 _BATCH_KEYS = {"id", "query", "k", "mode", "kind", "scope", "section", "source", "session", "since", "until",
                "min_score", "rank", "tool", "agent"}
@@ -62,6 +63,7 @@ def parse_batch(data: bytes, source: str, default: dict[str, Any]) -> tuple[list
         query = item.get("query")
         if not isinstance(query, str) or not query.strip():
             raise InputError("must be non-empty text", source=source, line=line, field="query")
+        within_bound(query, source, line=line, field="query")
         options = dict(default)
         if "k" in item:
             if not isinstance(item["k"], int) or isinstance(item["k"], bool) or item["k"] < 1:
