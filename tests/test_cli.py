@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 
@@ -186,3 +187,27 @@ def test_a_text_over_the_bound_is_refused_by_every_face_naming_where(run, store_
     assert TOOLS["search"].input_schema["properties"]["query"]["maxLength"] == MAX_QUERY_CHARS
     edge = run("search", "--json", "postgres " * (MAX_QUERY_CHARS // 9) + "p" * (MAX_QUERY_CHARS % 9))
     assert edge.returncode in (0, 1) and b"error" not in edge.stderr  # at the bound: searched
+
+
+# -- the README's agent recipes take any message (#31 item 9) ------------------------------------------
+
+def test_the_readme_agent_recipes_take_a_message_that_starts_with_a_dash(tmp_path, store_dir, run):
+    """`memctl search "$USER_MESSAGE"` read "-5 degrees in Kyoto..." as an unknown option -5 (exit 2)."""
+    lines = [line.split("  #")[0].strip() for block in re.findall(r"```sh\n(.*?)```", (REPO / "README.md").read_text(),
+                                                                     re.S)
+             for line in block.splitlines() if re.search(r'"\$(USER_)?MESSAGE"', line)]
+    assert len(lines) == 3, lines
+    assert run("ingest", "-", input=b"It was -5 degrees in Kyoto on the morning we left.\n").returncode == 0
+    message = shlex.quote("-5 degrees in Kyoto: what did I pack?")
+    for line in lines:  # as sh reads it: the variable one word, each command of a pipe fed the last's output
+        piped = None
+        for command in line.replace('"$USER_MESSAGE"', message).replace('"$MESSAGE"', message).split(" | "):
+            words = shlex.split(command)
+            assert words[0] == "memctl", line
+            done = run(*words[1:], input=piped)
+            assert done.returncode in (0, 1) and b"error" not in done.stderr, (command, done.stderr)
+            piped = done.stdout
+    for command in [c for c in cli.commands.values()] + [s for g in cli.commands.values()
+                                                        for s in getattr(g, "commands", {}).values()]:
+        for example in re.findall(r"memctl [^\n]*\"\$[A-Z_]+\"", command.help or ""):
+            assert re.search(r'(-- |--plan |--message )"\$[A-Z_]+"', example), example

@@ -59,7 +59,7 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
       memctl search --mode bm25 --kind memory 淡水分店
       memctl search --json "what did we decide" | memctl state record -
       memctl search --batch queries.jsonl > answers.jsonl
-      memctl search --adaptive "$USER_MESSAGE" || echo "no memory needed"
+      memctl search --adaptive -- "$USER_MESSAGE" || echo "no memory needed"
     """
     if history_id:
         _print_history(memory, history_id, as_json, declared["scope"])
