@@ -211,3 +211,11 @@ def test_the_readme_agent_recipes_take_a_message_that_starts_with_a_dash(tmp_pat
                                                         for s in getattr(g, "commands", {}).values()]:
         for example in re.findall(r"memctl [^\n]*\"\$[A-Z_]+\"", command.help or ""):
             assert re.search(r'(-- |--plan |--message )"\$[A-Z_]+"', example), example
+
+
+@pytest.mark.parametrize("args", [("topics", "list"), ("topics", "list", "--archived"), ("topics", "log")])
+def test_topics_without_a_store_is_exit_2_as_elsewhere(run, store_dir, args):
+    """It said "no topics" (exit 1): a cron line naming the wrong store passed as if all were well."""
+    done = run(*args)
+    assert (done.returncode, done.stdout) == (2, b"") and not store_dir.exists()
+    assert done.stderr.decode() == f"memctl: error: no store at {store_dir}\n"

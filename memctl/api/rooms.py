@@ -96,6 +96,7 @@ class TopicsRoom:
         """The topics of a scope (or every topic), oldest first."""
         from memctl.store.topicfile import in_scope, load_topics
 
+        self.store.require()  # a wrong --store is an error, not "no topics" (exit 1)
         looked_in = scope_looked_into(self.store, session, scope)
         with self.store.reading():
             return [*in_scope(load_topics(self.store), looked_in).values()]
@@ -137,6 +138,7 @@ class TopicsRoom:
     def log(self, *, since: str | None = None) -> TopicLog:
         from memctl.topics import log
 
+        self.store.require()
         with self.store.reading():
             return TopicLog(log.read(self.store, since))
 
@@ -147,6 +149,7 @@ class TopicsRoom:
         before scopes."""
         from memctl.store.topicfile import Topic, archived_scope, archived_topics
 
+        self.store.require()
         looked_in = scope_looked_into(self.store, session, scope)
         with self.store.reading():
             return [Topic({**header, "scope": archived_scope(self.store, header)})
