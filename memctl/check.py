@@ -109,10 +109,17 @@ def _guarded(problems: list[Problem], check):
     except InputError as exc:
         problems.append(Problem(exc.source or ".", exc.line, _message_of(exc), "field"))
     except MemctlError as exc:
-        problems.append(Problem(".", None, str(exc), "store"))
+        if not _is_link_refusal(str(exc)):  # a link: _check_links names each one already, once
+            problems.append(Problem(".", None, str(exc), "store"))
     except OSError as exc:
         problems.append(Problem(str(exc.filename or "."), None, exc.strerror or str(exc), "store"))
     return None
+
+
+def _is_link_refusal(message: str) -> bool:
+    """Whether a check stopped at a symbolic link (Store.confine's refusal, naming it)."""
+    path, sep, _ = message.partition(": a symbolic link inside the store;")
+    return bool(sep) and os.path.islink(path)
 
 
 def _message_of(exc: InputError) -> str:
@@ -209,7 +216,8 @@ def _check_cache(store: Store, problems: list[Problem]) -> None:
     takes each as a miss (the next run replaces it) and nothing remembered is lost."""
     from memctl.cache import cache_problems
 
-    problems += [Problem(file, line, message, "cache", "warning") for file, line, message in cache_problems(store)]
+    problems += [Problem(file, line, message, "cache", "warning") for file, line, message in cache_problems(store)
+                 if not _is_link_refusal(message)]  # _check_links names each link
 
 
 def index_problems(store: Store, settings: config.Settings | None = None) -> list[Problem]:

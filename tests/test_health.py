@@ -289,3 +289,21 @@ def test_fix_ends_a_torn_last_line(run, demo, tail, kept):
     assert f"fixed: pending.jsonl:{torn['line']}: {said}".encode() in fixed.stderr
     assert path.read_bytes().endswith(tail + b"\n") if kept else tail not in path.read_bytes()
     assert run("health").returncode == 0
+
+
+def test_a_symlink_is_reported_once(run, demo, tmp_path):
+    """Named by the link check and again by each check that stopped at it."""
+    outside = tmp_path / "outside.jsonl"
+    outside.write_bytes(b"")
+    (demo / "sessions" / "zz.jsonl").symlink_to(outside)
+    (demo / "topics").symlink_to(tmp_path)
+    assert run("cache", "put", "--scope", "s1", "--tool", "t", "--args", "{}", "--input", "-", input="out").returncode == 0
+    (demo / "cache" / "s1" / "events").unlink(missing_ok=True)  # a put counts nothing; a get writes it
+    (demo / "cache" / "s1" / "events").symlink_to(outside)
+    result = run("health", "check")
+    assert result.returncode == 1
+    assert result.stdout.decode().splitlines() == [
+        f"cache/s1/events: a symbolic link (to {outside}); memctl follows none: replace it with the real folder or file",
+        f"sessions/zz.jsonl: a symbolic link (to {outside}); memctl follows none: replace it with the real "
+        "folder or file",
+        f"topics: a symbolic link (to {tmp_path}); memctl follows none: replace it with the real folder or file"]
