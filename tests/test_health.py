@@ -297,13 +297,15 @@ def test_a_symlink_is_reported_once(run, demo, tmp_path):
     outside.write_bytes(b"")
     (demo / "sessions" / "zz.jsonl").symlink_to(outside)
     (demo / "topics").symlink_to(tmp_path)
-    assert run("cache", "put", "--scope", "s1", "--tool", "t", "--args", "{}", "--input", "-", input="out").returncode == 0
+    put = run("cache", "put", "--scope", "s1", "--tool", "t", "--args", "{}", "--input", "-", input="out")
+    assert put.returncode == 0
     (demo / "cache" / "s1" / "events").unlink(missing_ok=True)  # a put counts nothing; a get writes it
     (demo / "cache" / "s1" / "events").symlink_to(outside)
     result = run("health", "check")
     assert result.returncode == 1
     assert result.stdout.decode().splitlines() == [
-        f"cache/s1/events: a symbolic link (to {outside}); memctl follows none: replace it with the real folder or file",
+        f"cache/s1/events: a symbolic link (to {outside}); memctl follows none: replace it with the real "
+        "folder or file",
         f"sessions/zz.jsonl: a symbolic link (to {outside}); memctl follows none: replace it with the real "
         "folder or file",
         f"topics: a symbolic link (to {tmp_path}); memctl follows none: replace it with the real folder or file"]

@@ -587,7 +587,8 @@ def gone_session_store(run, store_dir, tmp_path, old_log: bool) -> None:
     """alice's session in the daily log, its file then gone (moved away by hand); with `old_log`, the
     log as written before entries carried a scope."""
     for owner in ("alice", "bob"):
-        lines = [orjson.dumps({"id": f"{owner}-{n}", "text": f"{text} Note zq{owner}{n}.", "ts": f"2026-11-20T10:{n:02d}:00Z"})
+        lines = [orjson.dumps({"id": f"{owner}-{n}", "text": f"{text} Note zq{owner}{n}.",
+                               "ts": f"2026-11-20T10:{n:02d}:00Z"})
                  for n, text in enumerate(SUBJECTS[1])]
         assert run("ingest", "--scope", f"user:{owner}", "--session", owner, "-",
                    input=b"\n".join(lines)).returncode == 0

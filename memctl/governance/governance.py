@@ -279,7 +279,8 @@ def chain_seen_from(found: Chain, memory_id: str, scope: str) -> Chain:
     seen |= {other for link in found.links if link.id in seen for other in link.supersedes + link.superseded_by
              if other not in found.ids}
     links = [Link(link.id, link.entry, [o for o in link.supersedes if o in seen],
-                  [n for n in link.superseded_by if n in seen], link.deleted) for link in found.links if link.id in seen]
+                  [n for n in link.superseded_by if n in seen], link.deleted)
+             for link in found.links if link.id in seen]
     hidden = set(found.ids) - seen
     return Chain(links, [p for p in found.problems if not hidden & set(re.findall(r"[\w.:@+-]+", p))])
 
