@@ -43,7 +43,7 @@ from memctl.store import memoryfile
 from memctl.governance import review as pending
 from memctl.errors import InputError, MemctlError, StoreError
 from memctl.store import counters, jsonl
-from memctl.store.store import DIR_MODE, FILE_MODE, Store, load_journal
+from memctl.store.store import DIR_MODE, FILE_MODE, Store, load_journal, mended_tail
 
 _TEMP = re.compile(r"^\..+\.(\d+)\.tmp$")
 _TOML_LINE = re.compile(r"at line (\d+)")
@@ -57,7 +57,7 @@ class Problem:
     code: str               # stable: parse, field, duplicate-id, dangling-link, cycle, fork, superseded-current,
                             # topic-conflict, missing-field, pending-expired, permissions, journal, temp-file,
                             # config, program, index, symlink, store (a link or a file where a folder should
-                            # be), cache
+                            # be), cache, unterminated
     severity: str = "error"  # error | warning
     fixable: bool = False
 
@@ -109,10 +109,17 @@ def _guarded(problems: list[Problem], check):
     except InputError as exc:
         problems.append(Problem(exc.source or ".", exc.line, _message_of(exc), "field"))
     except MemctlError as exc:
-        problems.append(Problem(".", None, str(exc), "store"))
+        if not _is_link_refusal(str(exc)):  # a link: _check_links names each one already, once
+            problems.append(Problem(".", None, str(exc), "store"))
     except OSError as exc:
         problems.append(Problem(str(exc.filename or "."), None, exc.strerror or str(exc), "store"))
     return None
+
+
+def _is_link_refusal(message: str) -> bool:
+    """Whether a check stopped at a symbolic link (Store.confine's refusal, naming it)."""
+    path, sep, _ = message.partition(": a symbolic link inside the store;")
+    return bool(sep) and os.path.islink(path)
 
 
 def _message_of(exc: InputError) -> str:
@@ -209,7 +216,8 @@ def _check_cache(store: Store, problems: list[Problem]) -> None:
     takes each as a miss (the next run replaces it) and nothing remembered is lost."""
     from memctl.cache import cache_problems
 
-    problems += [Problem(file, line, message, "cache", "warning") for file, line, message in cache_problems(store)]
+    problems += [Problem(file, line, message, "cache", "warning") for file, line, message in cache_problems(store)
+                 if not _is_link_refusal(message)]  # _check_links names each link
 
 
 def index_problems(store: Store, settings: config.Settings | None = None) -> list[Problem]:
@@ -306,8 +314,15 @@ def _check_permissions(store: Store) -> list[Problem]:
         if stat.S_ISLNK(mode) or not mode & 0o077:
             continue
         want = DIR_MODE if stat.S_ISDIR(mode) else FILE_MODE
-        out.append(Problem(store.relative(path) if path != store.root else ".", None,
-                           f"readable by others (mode {stat.S_IMODE(mode):04o}, want {want:04o})",
+        name = store.relative(path) if path != store.root else "."
+        if path == store.config_file and not mode & 0o022:
+            # Settings a person wrote (umask 022 makes it 0644): they hold no memory, so others reading
+            # them is no leak, and a nightly `memctl health` in cron must not fail on them.
+            out.append(Problem(name, None, f"readable by others (mode {stat.S_IMODE(mode):04o}); to keep the "
+                               f"store private: chmod {want:o} {path}, or memctl health check --fix", "permissions",
+                               "warning", fixable=True))
+            continue
+        out.append(Problem(name, None, f"readable by others (mode {stat.S_IMODE(mode):04o}, want {want:04o})",
                            "permissions", fixable=True))
     return out
 
@@ -348,7 +363,9 @@ def _jsonl(store: Store, path: Path, problems: list[Problem], what: str) -> Iter
     """Parse a JSON-lines file line by line, reporting every bad line; yields (line, object)."""
     rel = store.relative(path)
     for line in jsonl.read(path):
-        if line.problem:
+        if line.problem == jsonl.UNTERMINATED:  # --fix ends it (or cuts it) as the next append would
+            problems.append(Problem(rel, line.number, f"{line.problem} ({what})", "unterminated", fixable=True))
+        elif line.problem:
             problems.append(Problem(rel, line.number, f"{line.problem} ({what})", "parse"))
         else:
             yield line.number, line.value
@@ -503,6 +520,21 @@ def _check_chains(doc: memoryfile.Document, deleted: list[memoryfile.Entry], pro
 
 
 # -- fix ---------------------------------------------------------------------
+def _end_last_line(store: Store, path: Path, problem: Problem, dry_run: bool) -> str:
+    """A JSON-lines file's unterminated last line ended, as an append would: with the store's lock
+    held it is no append under way but one cut short (or a hand edit); one that parses gets its
+    newline, one that does not is cut (Store.append's rule: a torn record is no record)."""
+    where = f"{problem.file}:{problem.line}"
+    with store.transaction(dry_run=dry_run) as tx:
+        size = path.stat().st_size
+        mended = mended_tail(path)
+        if mended is None:
+            return f"{where}: already ended"
+        tx.replace(path, mended)
+    return f"{where}: " + ("ended the last line" if len(mended) > size else
+                           f"cut the torn last line ({size - len(mended)} bytes)")
+
+
 def fix(store: Store, problems: list[Problem], *, dry_run: bool = False,
         now: datetime | None = None) -> list[str]:
     """Repair the fixable problems; returns one line per repair (made, or that would be made)."""
@@ -528,6 +560,8 @@ def fix(store: Store, problems: list[Problem], *, dry_run: bool = False,
             if not dry_run:
                 os.chmod(path, mode)  # never a symlink: check skips them
             done.append(f"{problem.file}: mode set to {mode:04o}")
+        elif problem.code == "unterminated":
+            done.append(_end_last_line(store, store.root / problem.file, problem, dry_run))
         elif problem.code == "temp-file":
             if not dry_run:
                 (store.root / problem.file).unlink(missing_ok=True)

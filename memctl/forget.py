@@ -40,11 +40,11 @@ import orjson
 from memctl import clock
 from memctl import config
 from memctl.errors import InputError, NotFound
-from memctl.governance import governance
+from memctl.governance import governance, review
 from memctl.governance.lifecycle import DELETED_DIR
 from memctl.store import jsonl, memoryfile, topicfile
 from memctl.store.memoryfile import Document
-from memctl.store.sessions import LOG_HEADING, iter_messages, iter_pending, message_scope
+from memctl.store.sessions import LOG_HEADING, iter_messages, iter_pending, log_scope, message_scope
 from memctl.store.status import supersedes_of
 from memctl.store.store import Store, check_name
 from memctl.text.clip import clip
@@ -144,6 +144,7 @@ def forget(store: Store, ids: list[str] = (), *, session: str | None = None, mat
 class _LogEntry:
     id: str
     session: str
+    scope: str | None  # as its heading names it; None: written before scopes
     path: Path
     line: int
     text: str
@@ -179,11 +180,12 @@ class _Found:
         out = [Record(mid, "message", message_scope(m), self.store.relative(p), line, str(m.get("text", "")))
                for mid, (p, line, m) in self.messages.items()]
         for path, doc in [(self.store.memory_md, self.memory), *self.deleted.items()]:
-            out += [Record(e.id, "memory", _entry_scope(e), self.store.relative(path), e.line, e.text,
+            out += [Record(e.id, "memory", memoryfile.note_scope(e.fields), self.store.relative(path), e.line, e.text,
                            str(e.get("summary") or "")) for e in doc.entries]
-        out += [Record(item["id"], "pending", _entry_scope(item.get("fields") or {}), "pending.jsonl", line,
+        out += [Record(item["id"], "pending", review.pending_scope(item), "pending.jsonl", line,
                        str(item.get("text", ""))) for line, item in self.pending]
-        out += [Record(e.id, "log", self.session_scopes.get(e.session, "global"), self.store.relative(e.path),
+        known = dict(self.session_scopes)
+        out += [Record(e.id, "log", log_scope(self.store, e.scope, e.session, known), self.store.relative(e.path),
                        e.line, e.text) for e in self.logs if e.id not in self.messages]
         return out
 
@@ -240,11 +242,6 @@ def _unique(records: list[Record]) -> list[Record]:
     return list(seen.values())
 
 
-def _entry_scope(fields) -> str:
-    scope = fields.get("scope")
-    return scope if isinstance(scope, str) and memoryfile.check_field("scope", scope) is None else "global"
-
-
 def _log_entries(path: Path) -> list[_LogEntry]:
     """The entries of a daily log, as the index reads them (memctl/index/units.py log_units)."""
     lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
@@ -252,8 +249,8 @@ def _log_entries(path: Path) -> list[_LogEntry]:
     for number, line in enumerate(lines + ["### end"], 1):
         if line.startswith("### ") or number == len(lines) + 1:
             if heading is not None:
-                start, (_, _, session, record_id) = heading
-                out.append(_LogEntry(record_id, session, path, start,
+                start, (_, _, session, record_id, scope) = heading
+                out.append(_LogEntry(record_id, session, scope, path, start,
                                      memoryfile.unescape_body("\n".join(body).strip("\n"))))
             match = LOG_HEADING.match(line) if line.startswith("### ") else None
             heading, body = ((number, match.groups()) if match else None), []

@@ -19,7 +19,7 @@ from memctl.errors import NotFound
 from memctl.governance.governance import chain
 from memctl.governance.lifecycle import DELETED_DIR, load_deleted
 from memctl.store import memoryfile, topicfile
-from memctl.store.sessions import LOG_HEADING, iter_messages, iter_pending, message_scope
+from memctl.store.sessions import LOG_HEADING, iter_messages, iter_pending, log_scope, message_scope
 from memctl.store.status import status_of
 from memctl.store.store import Store, check_name
 
@@ -117,7 +117,8 @@ def _log_entry(store: Store, record_id: str) -> Shown | None:
                         break
                     body.append(rest)
                 text = memoryfile.unescape_body("\n".join(body).strip("\n"))
-                return Shown(record_id, "log", text, store.relative(path), number, None,
+                return Shown(record_id, "log", text, store.relative(path), number,
+                             log_scope(store, match.group(5), match.group(3), {}),
                              {"time": f"{path.stem}T{match.group(1)}", "speaker": match.group(2),
                               "session": match.group(3)})
     return None

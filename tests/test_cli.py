@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import pytest
 
 from conftest import FIXTURES, REPO, memctl_command, snapshot
 from memctl.cli import cli
+from memctl.errors import InputError
 
 COMMANDS = cli.list_commands(None)
 
@@ -149,3 +151,71 @@ def test_completion_script_completes_subcommands(tmp_path):
     env = {**os.environ, "_MEMCTL_COMPLETE": "bash_complete", "COMP_WORDS": "memctl ing", "COMP_CWORD": "1"}
     result = subprocess.run(memctl_command(), env=env, capture_output=True, text=True)
     assert "ingest" in result.stdout
+
+
+# -- one bound on what a search reads, for every face (#31 item 6) ------------------------------------
+
+def test_a_text_over_the_bound_is_refused_by_every_face_naming_where(run, store_dir):
+    from memctl.api import Memory
+    from memctl.mcp.tools import TOOLS
+    from memctl.text.bounds import MAX_QUERY_CHARS
+
+    assert run("ingest", "-", input=b"We chose Postgres for the Kestrel inventory service.\n").returncode == 0
+    long = "postgres " * (MAX_QUERY_CHARS // 9 + 1)
+    said = f"{len(long):,} characters; a search reads at most {MAX_QUERY_CHARS:,}: send the gist"
+    batch = orjson.dumps({"query": "postgres"}) + b"\n" + orjson.dumps({"id": "q2", "query": long}) + b"\n"
+    for args, stdin, where in [
+        (("search", long), None, "query"),
+        (("search", "--layered", long), None, "query"),
+        (("search", "--plan", long), None, "plan"),
+        (("search", "--batch", "-"), batch, "<stdin>:2: field 'query'"),
+        (("context", "--session", "s1", "--no-record"), long, "message"),
+        (("context", "--session", "s1", "--no-record", "--message", long), None, "message"),
+        (("state", "plan", "-"), long, "message"),
+        (("topics", "activate", long), None, "query"),
+        (("cache", "search", long), None, "query"),
+    ]:
+        done = run(*args, input=stdin)
+        assert (done.returncode, done.stdout) == (2, b""), args[:2]
+        assert done.stderr.decode() == f"memctl: error: {where}: {said}\n", args[:2]
+    memory = Memory(store_dir)
+    with pytest.raises(InputError, match=f"^query: {said}$"):
+        memory.search(long)
+    with pytest.raises(InputError, match=f"^message: {said}$"):
+        memory.context("s1", long, no_record=True)
+    # MCP checks the same bound in its schema, before the call
+    assert TOOLS["search"].input_schema["properties"]["query"]["maxLength"] == MAX_QUERY_CHARS
+    edge = run("search", "--json", "postgres " * (MAX_QUERY_CHARS // 9) + "p" * (MAX_QUERY_CHARS % 9))
+    assert edge.returncode in (0, 1) and b"error" not in edge.stderr  # at the bound: searched
+
+
+# -- the README's agent recipes take any message (#31 item 9) ------------------------------------------
+
+def test_the_readme_agent_recipes_take_a_message_that_starts_with_a_dash(tmp_path, store_dir, run):
+    """`memctl search "$USER_MESSAGE"` read "-5 degrees in Kyoto..." as an unknown option -5 (exit 2)."""
+    lines = [line.split("  #")[0].strip() for block in re.findall(r"```sh\n(.*?)```", (REPO / "README.md").read_text(),
+                                                                     re.S)
+             for line in block.splitlines() if re.search(r'"\$(USER_)?MESSAGE"', line)]
+    assert len(lines) == 3, lines
+    assert run("ingest", "-", input=b"It was -5 degrees in Kyoto on the morning we left.\n").returncode == 0
+    message = shlex.quote("-5 degrees in Kyoto: what did I pack?")
+    for line in lines:  # as sh reads it: the variable one word, each command of a pipe fed the last's output
+        piped = None
+        for command in line.replace('"$USER_MESSAGE"', message).replace('"$MESSAGE"', message).split(" | "):
+            words = shlex.split(command)
+            assert words[0] == "memctl", line
+            done = run(*words[1:], input=piped)
+            assert done.returncode in (0, 1) and b"error" not in done.stderr, (command, done.stderr)
+            piped = done.stdout
+    for command in [c for c in cli.commands.values()] + [s for g in cli.commands.values()
+                                                        for s in getattr(g, "commands", {}).values()]:
+        for example in re.findall(r"memctl [^\n]*\"\$[A-Z_]+\"", command.help or ""):
+            assert re.search(r'(-- |--plan |--message )"\$[A-Z_]+"', example), example
+
+
+@pytest.mark.parametrize("args", [("topics", "list"), ("topics", "list", "--archived"), ("topics", "log")])
+def test_topics_without_a_store_is_exit_2_as_elsewhere(run, store_dir, args):
+    """It said "no topics" (exit 1): a cron line naming the wrong store passed as if all were well."""
+    done = run(*args)
+    assert (done.returncode, done.stdout) == (2, b"") and not store_dir.exists()
+    assert done.stderr.decode() == f"memctl: error: no store at {store_dir}\n"

@@ -250,3 +250,62 @@ def test_a_topic_link_to_no_topic_is_a_warning_a_merged_topics_link_is_not(run, 
     assert code == 0
     assert [(p["file"], p["line"], p["code"], p["severity"], p["message"]) for p in found] == [
         ("topics/links.jsonl", 1, "dangling-link", "warning", f"field 'to': no topic {second} (its file is gone)")]
+
+
+# -- small things a user hit (#31 item 9) ------------------------------------------------------------
+
+def test_a_memctl_toml_a_person_wrote_with_umask_022_is_a_warning_naming_the_fix(run, demo):
+    """Every night in cron `memctl health` failed (exit 1) on it."""
+    (demo / "memctl.toml").write_text("[ingest]\ndefault_section = \"Notes\"\n")
+    (demo / "memctl.toml").chmod(0o644)
+    result = run("health")
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.decode() == (f"memctl.toml: warning: readable by others (mode 0644); to keep the store "
+                                       f"private: chmod 600 {demo / 'memctl.toml'}, or memctl health check --fix\n")
+    assert run("health", "check", "--strict").returncode == 1
+    assert run("health", "check", "--fix").returncode == 0
+    assert (demo / "memctl.toml").stat().st_mode & 0o777 == 0o600
+    (demo / "memctl.toml").chmod(0o666)  # others may change the store's settings: an error still
+    assert run("health").returncode == 1
+
+
+@pytest.mark.parametrize("tail, kept", [
+    (b'{"id": "p9", "text": "whole but for its newline", "expires_at": "2999-01-01T00:00:00Z"}', True),
+    (b'{"id": "p9", "text": "cut sho', False),
+])
+def test_fix_ends_a_torn_last_line(run, demo, tail, kept):
+    path = demo / "pending.jsonl"
+    with open(path, "ab") as fh:
+        fh.write(tail)
+    path.chmod(0o600)
+    code, found = problems(run)
+    (torn,) = [p for p in found if p["file"] == "pending.jsonl"]
+    assert (code, torn["code"], torn["fixable"]) == (1, "unterminated", True)
+    dry = run("health", "check", "--fix", "--dry-run")
+    assert path.read_bytes().endswith(tail) and b"would fix: pending.jsonl:" in dry.stderr
+    fixed = run("health", "check", "--fix")
+    assert fixed.returncode == 0, fixed.stdout
+    said = "ended the last line" if kept else f"cut the torn last line ({len(tail)} bytes)"
+    assert f"fixed: pending.jsonl:{torn['line']}: {said}".encode() in fixed.stderr
+    assert path.read_bytes().endswith(tail + b"\n") if kept else tail not in path.read_bytes()
+    assert run("health").returncode == 0
+
+
+def test_a_symlink_is_reported_once(run, demo, tmp_path):
+    """Named by the link check and again by each check that stopped at it."""
+    outside = tmp_path / "outside.jsonl"
+    outside.write_bytes(b"")
+    (demo / "sessions" / "zz.jsonl").symlink_to(outside)
+    (demo / "topics").symlink_to(tmp_path)
+    put = run("cache", "put", "--scope", "s1", "--tool", "t", "--args", "{}", "--input", "-", input="out")
+    assert put.returncode == 0
+    (demo / "cache" / "s1" / "events").unlink(missing_ok=True)  # a put counts nothing; a get writes it
+    (demo / "cache" / "s1" / "events").symlink_to(outside)
+    result = run("health", "check")
+    assert result.returncode == 1
+    assert result.stdout.decode().splitlines() == [
+        f"cache/s1/events: a symbolic link (to {outside}); memctl follows none: replace it with the real "
+        "folder or file",
+        f"sessions/zz.jsonl: a symbolic link (to {outside}); memctl follows none: replace it with the real "
+        "folder or file",
+        f"topics: a symbolic link (to {tmp_path}); memctl follows none: replace it with the real folder or file"]

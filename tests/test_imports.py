@@ -197,3 +197,15 @@ def test_an_export_that_is_not_one_is_refused_with_the_line(run, store_dir, tmp_
     assert notes.returncode == 2 and b"holds messages" in notes.stderr
     plain = run("ingest", "--format", "chatgpt", "-", input='[{"role": "user", "content": "hello there, friend"}]')
     assert plain.returncode == 2 and b"mapping" in plain.stderr
+
+
+def test_a_claude_message_whose_text_is_not_text_is_refused_by_name(run, store_dir, tmp_path):
+    """It was dropped without a word, as an attachment is (#31 item 9)."""
+    export = tmp_path / "conversations.json"
+    broken = claude_export()
+    broken[0]["chat_messages"][0]["text"] = 42
+    export.write_bytes(orjson.dumps(broken))
+    refused = run("ingest", "--format", "claude", str(export))
+    assert (refused.returncode, refused.stdout) == (2, b"") and not store_dir.exists()
+    assert refused.stderr.decode() == (f"memctl: error: {export}:1: field 'chat_messages[0].text': "
+                                       "must be text, got a number\n")

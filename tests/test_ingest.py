@@ -33,7 +33,7 @@ def test_fixture_chat_lands_in_sessions_and_daily_logs(store_dir):
                            "text": "Morning! I'm starting the Kestrel project today, the inventory service "
                                    "for the bakery chain."}
     log = (store_dir / "memory" / "2026-11-09.md").read_text()
-    assert log.startswith("# 2026-11-09\n\n### 14:02:45 Mei · 2026-11-09-debugging · s2-01\n")
+    assert log.startswith("# 2026-11-09\n\n### 14:02:45 Mei · 2026-11-09-debugging · s2-01 · global\n")
     assert "淡水分店的店長是陳小姐" in log
     assert "A timeout at exactly 30 seconds" not in log  # the assistant's words are not the user's log
 

@@ -11,10 +11,11 @@ import pytest
 
 from memctl import Memory
 from memctl.api import params
-from memctl.api.rooms import TopicsRoom
+from memctl.api.rooms import ReviewRoom, TopicsRoom
 from memctl.cli.context import activate, context
 from memctl.cli.forget import forget
 from memctl.cli.ingest import ingest
+from memctl.cli.review import review_confirm, review_pending, review_reject
 from memctl.cli.search import search
 from memctl.cli.topics import list_topics, show_topic
 
@@ -27,6 +28,9 @@ OPERATIONS = [
     (TopicsRoom.list, list_topics, "topics_list", params.TOPICS_SCOPE),
     (TopicsRoom.show, show_topic, "topics_show", params.TOPICS_SCOPE),
     (Memory.forget, forget, "forget", params.FORGET),
+    (ReviewRoom.pending, review_pending, "review_pending", params.REVIEW_SCOPE),
+    (ReviewRoom.confirm, review_confirm, "confirm", params.REVIEW_SCOPE),
+    (ReviewRoom.reject, review_reject, "reject", params.REVIEW_SCOPE),
 ]
 
 

@@ -312,6 +312,58 @@ class Conversations:
                 "scope": OWNERS[owner], "is_core": core}
         self.memory.ingest(orjson.dumps(note), fmt="jsonl", kind="memory", allow_conflict=True)
 
+    def pending(self, owner: str, subject: int) -> None:
+        """A note of the owner's scope held for confirmation."""
+        self.count += 1
+        note = {"text": f"{SUBJECTS[subject][3]} Note zq{owner}{self.count}.", "section": "Notes"}
+        self.memory.ingest(orjson.dumps(note), fmt="jsonl", pending=True, scope=OWNERS[owner])
+
+    def review(self, owner: str, confirm: bool, through_mcp: bool) -> None:
+        """The owner's agent lists its pending notes, confirms or rejects the first, and cannot
+        confirm or reject another scope's."""
+        from memctl.mcp.tools import TOOLS
+
+        memory, scope = self.memory, OWNERS[owner]
+        step = "confirm" if confirm else "reject"
+        if through_mcp:
+            listed = TOOLS["review_pending"].run(memory, scope=scope)["pending"]
+            act = lambda ids: TOOLS[step].run(memory, ids=ids, scope=scope)  # noqa: E731
+        else:
+            listed = memory.review.pending(scope=scope).rows
+            act = lambda ids: getattr(memory.review, step)(ids, scope=scope)  # noqa: E731
+        self.only_own(owner, json.dumps(listed), "review pending")
+        others = [p["id"] for p in memory.review.pending().rows if not owners_in(p["text"]) <= {owner}]
+        for other in others[:1]:
+            with pytest.raises(InputError, match=f"in scope {scope}"):
+                act([other])
+        if listed:
+            act([listed[0]["id"]])
+        assert {p["id"] for p in memory.review.pending().rows} >= set(others)  # nobody else's note went
+
+    def history(self, owner: str, through_mcp: bool) -> None:
+        """Every memory's chain asked by id from the owner's scope: its own or global, else unknown."""
+        from memctl.mcp.tools import TOOLS
+
+        scope = OWNERS[owner]
+        for entry in memoryfile.load(self.memory.store.memory_md).entries:
+            try:
+                chain = TOOLS["history"].run(self.memory, id=entry.id, scope=scope) if through_mcp else \
+                    {"links": [link.as_dict() for link in self.memory.history(entry.id, scope=scope).links]}
+            except InputError:
+                assert entry.get("scope", "global") not in (scope, "global"), entry.id
+                continue
+            assert owners_in(json.dumps(chain)) <= {owner, "open"}, f"history {entry.id} for {owner}: {chain}"
+
+    def lose(self, owner: str, session: str, before_scopes: bool) -> None:
+        """The session's file moved away by hand; with `before_scopes`, the daily logs as written
+        before an entry carried its scope."""
+        root = self.memory.store.root
+        if before_scopes:
+            for log in (root / "memory").glob("*.md"):
+                log.write_text(re.sub(r" · (global|user:\w+)\n", "\n", log.read_text()))
+        (root / "sessions" / f"{session}.jsonl").rename(root / f"{session}.gone")
+        self.ingested.discard(session)
+
     def only_own(self, owner: str, shown: str, what: str) -> None:
         assert owners_in(shown) <= {owner}, f"{what} for {owner} shows {owners_in(shown) - {owner}}:\n{shown}"
 
@@ -334,6 +386,10 @@ CALLS = st.one_of(
     st.tuples(st.just("topics"), OWNER, st.integers(0, 1)),
     st.tuples(st.just("search"), OWNER, st.integers(0, 2)),
     st.tuples(st.just("review"),),
+    st.tuples(st.just("pending"), OWNER, st.integers(0, 2)),
+    st.tuples(st.just("review_pending"), OWNER, st.booleans(), st.booleans()),
+    st.tuples(st.just("history"), OWNER, st.booleans()),
+    st.tuples(st.just("lose"), OWNER, st.integers(0, 1), st.booleans()),
 )
 
 
@@ -354,8 +410,16 @@ def test_no_call_of_one_scope_returns_another_scopes_text(tmp_path_factory, call
             conversations.ingest(owner, session, call[3], call[4])
         elif name == "note":
             conversations.note(owner, call[2], call[3])
+        elif name == "pending":
+            conversations.pending(owner, call[2])
+        elif name == "review_pending":
+            conversations.review(owner, call[2], call[3])
+        elif name == "history":
+            conversations.history(owner, call[2])
         elif session is not None and session not in conversations.ingested:
             continue
+        elif name == "lose":
+            conversations.lose(owner, session, call[3])
         elif name == "split":
             report = memory.topics.split(session, force=True, keep_recent=call[3])
             assert all(memory.topics.show(t).scope == OWNERS[owner] for t in report.topics)
@@ -440,3 +504,112 @@ def test_two_peoples_sessions_split_in_one_store_never_meet(run, store_dir, tmp_
     wrong = run("context", "--session", "alice", "--scope", "user:bob", "--message", "Will it rain?")
     assert (wrong.returncode, wrong.stdout) == (2, b"")
     assert wrong.stderr == b"memctl: error: --scope: session 'alice' is in scope user:alice, not user:bob\n"
+
+
+# -- reads and writes by id, pending notes and orphaned log entries stay in their scope (#31 item 5) --
+
+def two_notes(run, tmp_path) -> dict[str, str]:
+    """alice's and bob's notes in MEMORY.md (bob's replaces his first one) and one pending note each;
+    their ids by name."""
+    ids = {}
+    for owner in ("alice", "bob"):
+        done = run("ingest", "--kind", "memory", "--scope", f"user:{owner}", "--json", "-",
+                   input=f'{{"text": "Banks with Osprey Savings. Note zq{owner}1."}}\n')
+        ids[owner] = json.loads(done.stdout)["id"]
+        done = run("ingest", "--pending", "--scope", f"user:{owner}", "--json", "-",
+                   input=f'{{"text": "Moved to Taipei last month. Note zq{owner}2."}}\n')
+        ids[f"{owner}-pending"] = json.loads(done.stdout)["id"]
+    done = run("ingest", "--kind", "memory", "--scope", "user:bob", "--supersedes", ids["bob"], "--json", "-",
+               input='{"text": "Banks with Heron Credit now. Note zqbob3."}\n')
+    ids["bob-new"] = json.loads(done.stdout)["id"]
+    return ids
+
+
+def test_history_by_id_answers_only_inside_the_asked_scope(run, store_dir, tmp_path):
+    from memctl.mcp.tools import TOOLS
+
+    ids = two_notes(run, tmp_path)
+    asked = run("search", "--history", ids["alice"], "--scope", "user:bob")
+    assert (asked.returncode, asked.stdout) == (2, b"")
+    assert asked.stderr.decode() == f"memctl: error: MEMORY.md: no memory with id '{ids['alice']}' in scope user:bob\n"
+    own = run("search", "--history", ids["bob-new"], "--scope", "user:bob", "--json")
+    assert own.returncode == 0 and owners_in(own.stdout.decode()) == {"bob"}
+    assert [json.loads(line)["id"] for line in own.stdout.splitlines()] == [ids["bob"], ids["bob-new"]]
+    memory = Memory(store_dir)
+    with pytest.raises(InputError, match="in scope user:bob$"):
+        TOOLS["history"].run(memory, id=ids["alice"], scope="user:bob")
+    assert owners_in(json.dumps(TOOLS["history"].run(memory, id=ids["alice"], scope="user:alice"))) == {"alice"}
+    assert "scope" in TOOLS["history"].input_schema["properties"]
+
+
+def test_a_chain_seen_from_one_scope_leaves_another_scopes_versions_out(store_dir):
+    memory = Memory(store_dir)
+    memory.ingest('{"text": "Prefers aisle seats. Note zqalice1."}', kind="memory", scope="user:alice")
+    alices = memoryfile.load(store_dir / "MEMORY.md").entries[0].id
+    memory.ingest('{"text": "Prefers window seats. Note zqbob2."}', kind="memory", scope="user:bob",
+                  supersedes=[alices])  # bob's note names alice's: a chain across the wall
+    bobs = [e.id for e in memoryfile.load(store_dir / "MEMORY.md").entries if e.id != alices][0]
+    seen = memory.history(bobs, scope="user:bob")
+    assert [link.id for link in seen.links] == [bobs] and seen.links[0].supersedes == []
+    assert owners_in(json.dumps([link.as_dict() for link in seen.links])) == {"bob"}
+    assert [link.id for link in memory.history(bobs).links] == [alices, bobs]  # the whole store's look
+
+
+def test_pending_notes_have_a_scope_and_review_stays_in_it(run, store_dir, tmp_path):
+    from memctl.mcp.tools import TOOLS
+
+    ids = two_notes(run, tmp_path)
+    pending = [json.loads(line) for line in (store_dir / "pending.jsonl").read_bytes().splitlines()]
+    assert {p["id"]: p["fields"]["scope"] for p in pending} == {ids["alice-pending"]: "user:alice",
+                                                                ids["bob-pending"]: "user:bob"}
+    listed = run("review", "pending", "--scope", "user:bob", "--json")
+    assert listed.returncode == 0 and [json.loads(line)["id"] for line in listed.stdout.splitlines()] == \
+        [ids["bob-pending"]]
+    for step in ("confirm", "reject"):
+        refused = run("review", step, ids["alice-pending"], "--scope", "user:bob")
+        assert (refused.returncode, refused.stdout) == (2, b"")
+        assert refused.stderr.decode() == (f"memctl: error: pending.jsonl: no pending memory with id "
+                                           f"'{ids['alice-pending']}' in scope user:bob (see: memctl review pending)\n")
+    memory = Memory(store_dir)
+    assert [p["id"] for p in TOOLS["review_pending"].run(memory, scope="user:bob")["pending"]] == [ids["bob-pending"]]
+    for step in ("confirm", "reject"):
+        with pytest.raises(InputError, match="in scope user:bob"):
+            TOOLS[step].run(memory, ids=[ids["alice-pending"]], scope="user:bob")
+        assert "scope" in TOOLS[step].input_schema["properties"]
+    assert ids["alice-pending"] in (store_dir / "pending.jsonl").read_text()
+    assert "zqalice2" not in (store_dir / "MEMORY.md").read_text()
+    confirmed = TOOLS["confirm"].run(memory, ids=[ids["bob-pending"]], scope="user:bob")["confirmed"]
+    assert [c["id"] for c in confirmed] == [ids["bob-pending"]]
+    assert [p["id"] for p in memory.review.pending().rows] == [ids["alice-pending"]]  # the whole store's look
+
+
+def gone_session_store(run, store_dir, tmp_path, old_log: bool) -> None:
+    """alice's session in the daily log, its file then gone (moved away by hand); with `old_log`, the
+    log as written before entries carried a scope."""
+    for owner in ("alice", "bob"):
+        lines = [orjson.dumps({"id": f"{owner}-{n}", "text": f"{text} Note zq{owner}{n}.",
+                               "ts": f"2026-11-20T10:{n:02d}:00Z"})
+                 for n, text in enumerate(SUBJECTS[1])]
+        assert run("ingest", "--scope", f"user:{owner}", "--session", owner, "-",
+                   input=b"\n".join(lines)).returncode == 0
+    log = store_dir / "memory" / "2026-11-20.md"
+    assert "· alice-0 · user:alice\n" in log.read_text()
+    if old_log:
+        log.write_text(re.sub(r" · (user:\w+)\n", "\n", log.read_text()))
+    (store_dir / "sessions" / "alice.jsonl").rename(tmp_path / "alice.jsonl")
+
+
+@pytest.mark.parametrize("old_log", [False, True], ids=["scope-in-log", "log-before-scopes"])
+def test_a_log_entry_whose_session_is_gone_stays_out_of_other_scopes(run, store_dir, tmp_path, old_log):
+    gone_session_store(run, store_dir, tmp_path, old_log)
+    found = run("search", "--scope", "user:bob", "--json", "-k", "20", "cheap hotel Acorn Guest House parking")
+    assert found.returncode == 0 and owners_in(found.stdout.decode()) == {"bob"}
+    context = run("context", "--session", "bob", "--message", "Which hotel did I book, the Acorn Guest House?")
+    assert context.returncode == 0 and owners_in(context.stdout.decode()) == {"bob"}
+    alices = run("search", "--scope", "user:alice", "--json", "-k", "20", "cheap hotel Acorn Guest House parking")
+    # alice still finds her words while the log says whose they are; an old log's cannot be told
+    assert owners_in(alices.stdout.decode()) == (set() if old_log else {"alice"})
+    everything = run("search", "--json", "-k", "20", "cheap hotel Acorn Guest House parking")
+    assert owners_in(everything.stdout.decode()) == {"alice", "bob"}  # a look at the whole store sees all
+    listed = run("forget", "--match", "Acorn", "--scope", "user:bob", "--dry-run", "--json")
+    assert "zqalice" not in listed.stdout.decode()

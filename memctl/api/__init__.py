@@ -19,9 +19,10 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from memctl.api.rooms import (CacheRoom, HealthRoom, ReviewRoom, Say, StateRoom, TopicsRoom, given_or,
-                              need_query)
+from memctl.api.rooms import (CacheRoom, HealthRoom, ReviewRoom, Say, StateRoom, TopicsRoom, checked_scope,
+                              given_or, need_query)
 from memctl.store.store import Store
+from memctl.text.bounds import within_bound
 
 if TYPE_CHECKING:
     from memctl.forget import Forgotten
@@ -170,6 +171,7 @@ class Memory:
 
         sections = tuple(sections)
         if plan is not None:
+            within_bound(plan, "plan")
             sections = tuple(dict.fromkeys((*sections, *self.state.plan(plan).names)))
             query = query or plan
             if not sections:
@@ -231,15 +233,18 @@ class Memory:
         return layered_search(self.store, query, workspace=workspace, budget=budget, say=self.say,
                               retriever=self._retriever_open(), gov=self.runtime.settings.governance)
 
-    def history(self, memory_id: str) -> "Chain":
-        """The version chain of a memory, oldest first (G6 supersedes links)."""
-        from memctl.governance.governance import chain
+    def history(self, memory_id: str, *, scope: str | None = None) -> "Chain":
+        """The version chain of a memory, oldest first (G6 supersedes links). `scope`: the memory must
+        be of that scope or global (else InputError, as for an unknown id), and only such versions show."""
+        from memctl.governance.governance import chain, chain_seen_from
         from memctl.governance.lifecycle import load_deleted
         from memctl.store import memoryfile
 
+        checked_scope(scope)
         self.store.require()
         with self.store.reading():
-            return chain(memoryfile.load(self.store.memory_md), memory_id, load_deleted(self.store))
+            found = chain(memoryfile.load(self.store.memory_md), memory_id, load_deleted(self.store))
+        return found if scope is None else chain_seen_from(found, memory_id, scope)
 
     # -- the per-turn call -----------------------------------------------------------
     def context(self, session: str, message: str, *, system_text: str = "", budget: int | None = None,
@@ -252,6 +257,7 @@ class Memory:
         session's scope is read; `scope`, if given, is the scope the session must be in (else InputError)."""
         from memctl.context.turn import build
 
+        within_bound(message, "message")
         settings = self.runtime.settings
         command = given_or(llm_command, settings.topics.llm_command)
         return build(self.store, self._retriever_open(), session, message, system_text=system_text,

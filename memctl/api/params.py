@@ -15,13 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-# The most characters of a text a search reads (a query, the user's message): its every line
-# is embedded, and a text of several lines whole as well (split_query_lines), so its cost grows
-# with its length. 10,000 characters in lines of 10 took 1.0 s warm (16,000 messages, 2 cores
-# under load), before the whole was embedded too (USE: 0.74 s CPU for 10,000 characters whole,
-# 0.71 s for them in lines of 10, 2026-11-24); 10 MB held the server for 124 s. A longer text is refused with one line, so the agent sends the gist instead.
-MAX_QUERY_CHARS = 10_000
-
 
 @dataclass(frozen=True)
 class Param:
@@ -174,6 +167,17 @@ INGEST = (
     Param("allow_conflict", "Write a note even when its canonical_topic already has a current memory "
           "(otherwise that is refused; a warning remains).", type=bool, default=False, flags=("--add",)),
     DRY_RUN,
+)
+
+# -- review (P5) and history (G6): what is read or written by id, inside one scope ---------------
+REVIEW_SCOPE = (
+    Param("scope", f"Only the pending notes of this scope ({SCOPE_NAMES}): give it when serving one person "
+          "or project; a note of another scope (global too) is unknown here.", metavar="SCOPE",
+          default_note="every scope"),
+)
+HISTORY_SCOPE = (
+    Param("scope", f"Only a memory of this scope ({SCOPE_NAMES}) or a global one, as search sees them; "
+          "versions of other scopes are left out.", metavar="SCOPE", default_note="every scope"),
 )
 
 # -- topics (T) ---------------------------------------------------------------------------------

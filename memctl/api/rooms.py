@@ -96,6 +96,7 @@ class TopicsRoom:
         """The topics of a scope (or every topic), oldest first."""
         from memctl.store.topicfile import in_scope, load_topics
 
+        self.store.require()  # a wrong --store is an error, not "no topics" (exit 1)
         looked_in = scope_looked_into(self.store, session, scope)
         with self.store.reading():
             return [*in_scope(load_topics(self.store), looked_in).values()]
@@ -137,6 +138,7 @@ class TopicsRoom:
     def log(self, *, since: str | None = None) -> TopicLog:
         from memctl.topics import log
 
+        self.store.require()
         with self.store.reading():
             return TopicLog(log.read(self.store, since))
 
@@ -147,6 +149,7 @@ class TopicsRoom:
         before scopes."""
         from memctl.store.topicfile import Topic, archived_scope, archived_topics
 
+        self.store.require()
         looked_in = scope_looked_into(self.store, session, scope)
         with self.store.reading():
             return [Topic({**header, "scope": archived_scope(self.store, header)})
@@ -178,9 +181,10 @@ class StateRoom:
 
     def plan(self, message: str) -> "Plan":
         """The MEMORY.md sections worth searching for `message` (start of a turn)."""
+        from memctl.text.bounds import within_bound
         from memctl.window.state import plan
 
-        return plan(self.store, message, settings=self.runtime.settings.state)
+        return plan(self.store, within_bound(message, "message"), settings=self.runtime.settings.state)
 
     def record(self, sections: Iterable[str] = (), *, search_output: bytes | None = None,
                source: str = "<input>", summary: str | None = None, dry_run: bool = False) -> "RecordResult":
@@ -242,30 +246,33 @@ class ReviewRoom:
         self.runtime = runtime
         self.say = say  # hears each expired pending memory dropped
 
-    def pending(self) -> Reviewed:
-        """Pending memories with their age and time left (hours)."""
+    def pending(self, *, scope: str | None = None) -> Reviewed:
+        """Pending memories with their age and time left (hours); `scope`: only that scope's."""
         from memctl.governance.review import listing
 
         self.store.require()
-        expired = self._drop_expired()
-        return Reviewed("pending", listing(self.store), expired)
+        checked_scope(scope)
+        expired = self._drop_expired(scope=scope)
+        return Reviewed("pending", listing(self.store, scope=scope), expired)
 
     def confirm(self, ids: Iterable[str], *, allow_conflict: bool = False, supersedes: Iterable[str] = (),
-                dry_run: bool = False) -> Reviewed:
-        """Write pending memories to MEMORY.md (all or nothing)."""
+                dry_run: bool = False, scope: str | None = None) -> Reviewed:
+        """Write pending memories to MEMORY.md (all or nothing); `scope`: an id of another is unknown."""
         from memctl.governance.review import confirm
 
-        expired = self._drop_expired(dry_run=dry_run)
+        checked_scope(scope)
+        expired = self._drop_expired(dry_run=dry_run, scope=scope)
         rows = confirm(self.store, [*ids], dry_run=dry_run, allow_conflict=allow_conflict, supersedes=[*supersedes],
-                       settings=self.runtime.settings)
+                       settings=self.runtime.settings, scope=scope)
         return Reviewed("confirmed", rows, expired)
 
-    def reject(self, ids: Iterable[str], *, dry_run: bool = False) -> Reviewed:
-        """Drop pending memories without writing them (all or nothing)."""
+    def reject(self, ids: Iterable[str], *, dry_run: bool = False, scope: str | None = None) -> Reviewed:
+        """Drop pending memories without writing them (all or nothing); `scope`: an id of another is unknown."""
         from memctl.governance.review import reject
 
-        expired = self._drop_expired(dry_run=dry_run)
-        return Reviewed("rejected", reject(self.store, [*ids], dry_run=dry_run), expired)
+        checked_scope(scope)
+        expired = self._drop_expired(dry_run=dry_run, scope=scope)
+        return Reviewed("rejected", reject(self.store, [*ids], dry_run=dry_run, scope=scope), expired)
 
     def lifecycle(self, *, dry_run: bool = False, hard: bool = False) -> Lifecycle:
         """Demote, archive and delete memories by health score (G5)."""
@@ -288,11 +295,11 @@ class ReviewRoom:
         return review(self.store, dry_run=dry_run, llm_command=command, settings=self.runtime.settings,
                       progress=progress)
 
-    def _drop_expired(self, *, dry_run: bool = False) -> list[dict[str, Any]]:
-        """Remove pending memories whose time ran out: every review step does this first."""
+    def _drop_expired(self, *, dry_run: bool = False, scope: str | None = None) -> list[dict[str, Any]]:
+        """Remove pending memories (of `scope`) whose time ran out: every review step does this first."""
         from memctl.governance.review import drop_expired
 
-        dropped = drop_expired(self.store, dry_run=dry_run)
+        dropped = drop_expired(self.store, dry_run=dry_run, scope=scope)
         verb = "would drop" if dry_run else "dropped"
         for item in dropped:  # said now: the review step after this may still fail
             self.say(f"memctl: {verb} expired pending memory '{item['id']}' (expired {item['expires_at']})")
@@ -398,6 +405,7 @@ class CacheRoom:
     def search(self, query: str, *, scope: str | None = None, tools: Iterable[str] = (), agents: Iterable[str] = (),
                k: int = 5) -> list["Result"]:
         """What the run's agents already found: the consolidated tool results (design 004)."""
+        need_query(query)
         return self.opened.search(query, scope=scope, tools=(*tools,), agents=(*agents,), k=k)
 
     def stats(self, scope: str | None = None) -> CacheStats:
@@ -414,23 +422,32 @@ class CacheRoom:
 def scope_looked_into(store: "Store", session: str | None, scope: str | None) -> str | None:
     """The scope a topics call looks into: the session's (InputError if `scope` says another),
     else `scope` (checked), else None: every scope."""
-    from memctl.errors import InputError
-    from memctl.store.memoryfile import check_field
     from memctl.topics.split import scope_of_session, session_messages
 
     if session is not None:
         with store.reading():
             return scope_of_session(store, session, session_messages(store, session), scope)
+    return checked_scope(scope)
+
+
+def checked_scope(scope: str | None) -> str | None:
+    """A --scope as given, checked (InputError naming the flag)."""
+    from memctl.errors import InputError
+    from memctl.store.memoryfile import check_field
+
     if scope is not None and check_field("scope", scope):
         raise InputError(check_field("scope", scope), source="--scope")
     return scope
 
 
-def need_query(query: str | None) -> None:
+def need_query(query: str | None, source: str = "query") -> None:
+    """A text to search for: not empty, and within the one bound of every face (text/bounds.py)."""
     from memctl.errors import InputError
+    from memctl.text.bounds import within_bound
 
     if not query or not query.strip():
-        raise InputError("give a query", source="query")
+        raise InputError(f"give a {source}", source=source)
+    within_bound(query, source)
 
 
 def given_or(given: Any, configured: Any) -> Any:

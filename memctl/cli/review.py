@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from memctl.api.params import REVIEW_SCOPE, click_options
 from memctl.cli.output import EXIT_NOTHING, EXIT_OK, dry_run_note, hours, json_lines, say
 from memctl.text.clip import clip
 
@@ -20,6 +21,7 @@ def review():
     \b
     Examples:
       memctl review pending                     what waits for confirmation
+      memctl review pending --scope user:bob    what waits for bob
       memctl review confirm mem-3f2a9c0d1e      write it to MEMORY.md
       memctl review reject mem-3f2a9c0d1e
       memctl review lifecycle --dry-run         what demotion/archiving would do
@@ -39,8 +41,9 @@ def _print_reviewed(rows: list[dict], as_json: bool, dry_run: bool, what: str) -
 @review.command("pending")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object a line: {"id", "line", "section", '
               '"summary", "text", "pending_since", "expires_at", "age_hours", "left_hours"}.')
+@click_options(REVIEW_SCOPE)
 @click.pass_obj
-def review_pending(memory, as_json):
+def review_pending(memory, as_json, scope):
     """List pending memories with their age and the time left to confirm them.
 
     Prints one line a memory: id, age, time left, [section] summary.
@@ -51,7 +54,7 @@ def review_pending(memory, as_json):
       memctl review pending
       memctl review pending --json | jq -r 'select(.left_hours < 2) | .id'
     """
-    reviewed = memory.review.pending()
+    reviewed = memory.review.pending(scope=scope)
     rows = reviewed.rows
     if as_json:
         json_lines(rows)
@@ -71,8 +74,9 @@ def review_pending(memory, as_json):
 @click.option("-n", "--dry-run", is_flag=True, help="Check and report; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object a line: {"id", "status": '
               '"confirmed"|"duplicate", "file", "supersedes"?, "conflicts"?, "similar"?}.')
+@click_options(REVIEW_SCOPE)
 @click.pass_obj
-def review_confirm(memory, ids, allow_conflict, supersedes, dry_run, as_json):
+def review_confirm(memory, ids, allow_conflict, supersedes, dry_run, as_json, scope):
     """Write pending memories to MEMORY.md and take them off the pending list.
 
     All or nothing, in one transaction: an unknown or expired id, a bad
@@ -86,7 +90,8 @@ def review_confirm(memory, ids, allow_conflict, supersedes, dry_run, as_json):
       memctl review confirm mem-3f2a9c0d1e --supersedes mem-kestrel-db
       memctl review pending --json | jq -r .id | xargs memctl review confirm
     """
-    reviewed = memory.review.confirm(ids, dry_run=dry_run, allow_conflict=allow_conflict, supersedes=supersedes)
+    reviewed = memory.review.confirm(ids, dry_run=dry_run, allow_conflict=allow_conflict, supersedes=supersedes,
+                                     scope=scope)
     rows = reviewed.rows
     for row in rows:
         if row.get("conflicts"):
@@ -100,8 +105,9 @@ def review_confirm(memory, ids, allow_conflict, supersedes, dry_run, as_json):
 @click.argument("ids", nargs=-1, required=True, metavar="ID...")
 @click.option("-n", "--dry-run", is_flag=True, help="Check and report; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object a line: {"id", "status": "rejected"}.')
+@click_options(REVIEW_SCOPE)
 @click.pass_obj
-def review_reject(memory, ids, dry_run, as_json):
+def review_reject(memory, ids, dry_run, as_json, scope):
     """Drop pending memories without writing them to MEMORY.md.
 
     An unknown or expired id stops with exit 2 and changes nothing. Prints
@@ -111,7 +117,7 @@ def review_reject(memory, ids, dry_run, as_json):
     Examples:
       memctl review reject mem-3f2a9c0d1e
     """
-    reviewed = memory.review.reject(ids, dry_run=dry_run)
+    reviewed = memory.review.reject(ids, dry_run=dry_run, scope=scope)
     _print_reviewed(reviewed.rows, as_json, dry_run, "rejected")
 
 

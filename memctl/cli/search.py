@@ -26,7 +26,8 @@ from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
 @click.option("--budget", type=click.IntRange(min=1), default=2000, show_default=True, metavar="TOKENS",
               help="Token budget of --layered.")
 @click.option("--history", "history_id", metavar="ID", help="Print the version chain of memory ID, oldest "
-              "first (supersedes links), instead of searching.")
+              "first (supersedes links), instead of searching; with --scope, only a memory of that scope or "
+              "a global one.")
 @click.option("--explain", is_flag=True, help="Show each ranking stage's factor and score for each result.")
 @click.pass_obj
 def search(memory, query, as_json, batch, plan_message, adaptive, layered, budget, history_id, explain, **declared):
@@ -58,10 +59,10 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
       memctl search --mode bm25 --kind memory 淡水分店
       memctl search --json "what did we decide" | memctl state record -
       memctl search --batch queries.jsonl > answers.jsonl
-      memctl search --adaptive "$USER_MESSAGE" || echo "no memory needed"
+      memctl search --adaptive -- "$USER_MESSAGE" || echo "no memory needed"
     """
     if history_id:
-        _print_history(memory, history_id, as_json)
+        _print_history(memory, history_id, as_json, declared["scope"])
         return
     if batch:
         if query or plan_message:
@@ -90,8 +91,8 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
     sys.exit(EXIT_OK if found else EXIT_NOTHING)
 
 
-def _print_history(memory, memory_id: str, as_json: bool) -> None:
-    found = memory.history(memory_id)
+def _print_history(memory, memory_id: str, as_json: bool, scope: str | None) -> None:
+    found = memory.history(memory_id, scope=scope)
     if as_json:
         json_lines(link.as_dict() for link in found.links)
     else:

@@ -20,9 +20,9 @@ def state():
 
     \b
     The loop an agent runs every turn:
-      memctl state plan "$MESSAGE"                   # start: sections to search
-      memctl search "$MESSAGE" --section ... --json  # search those sections
-      memctl search ... --json | memctl state record -   # end: record the turn
+      memctl state plan -- "$MESSAGE"                   # start: sections to search
+      memctl search --section ... --json -- "$MESSAGE"  # search those sections
+      memctl search ... --json | memctl state record -  # end: record the turn
 
     \b
     Examples:
@@ -115,7 +115,7 @@ def state_plan(memory, message, as_json):
     Examples:
       memctl state plan "上次的重要決定是什麼？"
       memctl state plan --json "what is left on the todo list?"
-      for s in $(memctl state plan "$MSG"); do memctl search "$MSG" --section "$s"; done
+      for s in $(memctl state plan -- "$MSG"); do memctl search --section "$s" -- "$MSG"; done
     """
     if message == "-":
         from memctl.store.jsonl import decode

@@ -265,6 +265,26 @@ def chain(doc: Document, memory_id: str, deleted: Iterable[Entry] = ()) -> Chain
     return Graph(doc.entries, deleted).chain(memory_id)
 
 
+def chain_seen_from(found: Chain, memory_id: str, scope: str) -> Chain:
+    """The chain as `scope` sees it (G7, as search does: its own memories and global ones): the
+    versions of other scopes left out, and the links and problems naming them. An id of another
+    scope (or one found nowhere) is no memory there: InputError, as for an id no store holds."""
+    from memctl.store.memoryfile import note_scope
+
+    seen = {link.id for link in found.links if link.entry is not None and note_scope(link.entry.fields) in
+            (scope, "global")}
+    if memory_id not in seen:
+        raise InputError(f"no memory with id '{memory_id}' in scope {scope}", source="MEMORY.md")
+    # an id found nowhere stays when a version of the scope names it (it shows a link is broken)
+    seen |= {other for link in found.links if link.id in seen for other in link.supersedes + link.superseded_by
+             if other not in found.ids}
+    links = [Link(link.id, link.entry, [o for o in link.supersedes if o in seen],
+                  [n for n in link.superseded_by if n in seen], link.deleted)
+             for link in found.links if link.id in seen]
+    hidden = set(found.ids) - seen
+    return Chain(links, [p for p in found.problems if not hidden & set(re.findall(r"[\w.:@+-]+", p))])
+
+
 def topic_conflicts(doc: Document) -> dict[str, list[str]]:
     """canonical_topic -> ids, for every topic with more than one current entry that is a chain tail."""
     tails = set(active_tails(doc))

@@ -8,6 +8,12 @@ Confirming writes the note to MEMORY.md exactly as `ingest --kind memory`
 would (supersedes links applied, canonical_topic conflicts refused unless
 allowed) and removes its line from pending.jsonl, in one transaction. Every
 other line of pending.jsonl is kept byte for byte, hand edits included.
+
+A pending note is in a scope, its `fields.scope` (written at ingest from
+--scope or the note's own; global without one), as it will be in MEMORY.md.
+Given a scope, each step sees only that scope's notes (global ones too belong
+to nobody in particular, so they are not one user's to confirm): another
+scope's id is unknown there.
 """
 
 from __future__ import annotations
@@ -65,6 +71,16 @@ class Pending:
                 "left_hours": None if left is None else round(left, 2)}
 
 
+def pending_scope(item: dict[str, Any]) -> str:
+    """The scope of a pending note (a line of pending.jsonl, parsed)."""
+    fields = item.get("fields")
+    return memoryfile.note_scope(fields if isinstance(fields, dict) else {})
+
+
+def _in_scope(p: Pending, scope: str | None) -> bool:
+    return scope is None or (p.item is not None and pending_scope(p.item) == scope)
+
+
 def read(store: Store) -> list[Pending]:
     """Every non-blank line of pending.jsonl, parsed where possible (a last line without newline too)."""
     return [Pending(line.number, line.raw, line.value if line.value is not None
@@ -78,14 +94,16 @@ def _rewrite(store: Store, tx, items: list[Pending], drop: set[int]) -> None:
     tx.replace(store.pending_file, b"".join(kept))
 
 
-def drop_expired(store: Store, *, dry_run: bool = False, now: datetime | None = None) -> list[dict]:
-    """Remove every expired pending memory, in one transaction; returns what was (or would be) dropped."""
+def drop_expired(store: Store, *, dry_run: bool = False, now: datetime | None = None,
+                 scope: str | None = None) -> list[dict]:
+    """Remove every expired pending memory (of `scope`, if given), in one transaction; returns what was
+    (or would be) dropped."""
     now = now or clock.now()
     if not store.pending_file.exists():
         return []
     with store.transaction(dry_run=dry_run) as tx:
         items = read(store)
-        gone = [p for p in items if p.expired(now)]
+        gone = [p for p in items if p.expired(now) and _in_scope(p, scope)]
         if gone:
             _rewrite(store, tx, items, {p.line for p in gone})
             stamp = clock.format_ts(now)
@@ -94,25 +112,28 @@ def drop_expired(store: Store, *, dry_run: bool = False, now: datetime | None = 
     return [{"id": p.id, "line": p.line, "expires_at": p.item["expires_at"]} for p in gone]
 
 
-def listing(store: Store, now: datetime | None = None) -> list[dict]:
-    """Pending memories that have not expired, in file order, with age and time left (hours)."""
+def listing(store: Store, now: datetime | None = None, scope: str | None = None) -> list[dict]:
+    """Pending memories (of `scope`, if given) that have not expired, in file order, with age and time
+    left (hours)."""
     now = now or clock.now()
     store.require()
     with store.reading():
         items = read(store)
-    return [p.as_dict(now) for p in items if p.item is not None and not p.expired(now)]
+    return [p.as_dict(now) for p in items if p.item is not None and not p.expired(now) and _in_scope(p, scope)]
 
 
-def _pick(items: list[Pending], ids: list[str], now: datetime) -> list[Pending]:
+def _pick(items: list[Pending], ids: list[str], now: datetime, scope: str | None = None) -> list[Pending]:
     by_id: dict[str, Pending] = {}
     for p in items:
-        if p.id is not None:
+        if p.id is not None and _in_scope(p, scope):  # another scope's note is not there for this one
             by_id.setdefault(p.id, p)
     picked = []
     for memory_id in dict.fromkeys(ids):
         p = by_id.get(memory_id)
         if p is None:
-            raise InputError(f"no pending memory with id '{memory_id}' (see: memctl review pending)", source=SOURCE)
+            where = f" in scope {scope}" if scope is not None else ""
+            raise InputError(f"no pending memory with id '{memory_id}'{where} (see: memctl review pending)",
+                             source=SOURCE)
         if p.expired(now):
             raise InputError(f"pending memory '{memory_id}' expired at {p.item['expires_at']}",
                              source=SOURCE, line=p.line)
@@ -122,7 +143,7 @@ def _pick(items: list[Pending], ids: list[str], now: datetime) -> list[Pending]:
 
 def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_conflict: bool = False,
             supersedes: list[str] | None = None, now: datetime | None = None,
-            settings: config.Settings | None = None) -> list[dict]:
+            settings: config.Settings | None = None, scope: str | None = None) -> list[dict]:
     """Write pending memories to MEMORY.md and remove them from pending.jsonl, all in one transaction.
 
     Raises InputError (nothing written) for an unknown or expired id, a bad
@@ -135,10 +156,10 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
     if supersedes and len(set(ids)) != 1:
         raise InputError("names what one memory replaces; confirm one id with it", source="--supersedes")
     if not store.pending_file.exists():
-        _pick([], ids, now)  # raises: nothing is pending (and no store is created to say so)
+        _pick([], ids, now, scope)  # raises: nothing is pending (and no store is created to say so)
     with store.transaction(dry_run=dry_run) as tx:
         items = read(store)
-        picked = _pick(items, ids, now)
+        picked = _pick(items, ids, now, scope)
         doc = memoryfile.load(store.memory_md)
         notes, out = [], []
         for p in picked:
@@ -155,7 +176,8 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
                                               now=now, gov=every.governance)
         if notes:
             tx.replace(store.memory_md, doc.render().encode("utf-8"))
-        _rewrite(store, tx, items, {p.line for p in items if p.id in {q.id for q in picked}})
+        names = {p.id for p in picked}
+        _rewrite(store, tx, items, {p.line for p in items if p.id in names and _in_scope(p, scope)})
         stamp = clock.format_ts(now)
         log += [{"ts": stamp, "action": "confirm", "id": p.id} for p in picked]
         tx.append(governance.log_path(store), governance.log_records(log))
@@ -191,16 +213,18 @@ def note_of(p: Pending, settings: config.Ingest, supersedes: list[str] | tuple =
     return complete_note(fields, text.strip(), section.strip(), settings, SOURCE, p.line)
 
 
-def reject(store: Store, ids: list[str], *, dry_run: bool = False, now: datetime | None = None) -> list[dict]:
-    """Remove pending memories without writing them anywhere (logged). Unknown or expired id: InputError."""
+def reject(store: Store, ids: list[str], *, dry_run: bool = False, now: datetime | None = None,
+           scope: str | None = None) -> list[dict]:
+    """Remove pending memories without writing them anywhere (logged). Unknown or expired id, or one of
+    another scope than `scope`: InputError."""
     now = now or clock.now()
     if not store.pending_file.exists():
-        _pick([], ids, now)
+        _pick([], ids, now, scope)
     with store.transaction(dry_run=dry_run) as tx:
         items = read(store)
-        picked = _pick(items, ids, now)
+        picked = _pick(items, ids, now, scope)
         names = {p.id for p in picked}
-        _rewrite(store, tx, items, {p.line for p in items if p.id in names})
+        _rewrite(store, tx, items, {p.line for p in items if p.id in names and _in_scope(p, scope)})
         stamp = clock.format_ts(now)
         tx.append(governance.log_path(store), governance.log_records(
             [{"ts": stamp, "action": "reject", "id": p.id} for p in picked]))

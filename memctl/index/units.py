@@ -16,7 +16,7 @@ from typing import Any, Container, Iterator
 import orjson
 
 from memctl.store import memoryfile
-from memctl.store.sessions import LOG_HEADING, iter_messages, message_scope
+from memctl.store.sessions import LOG_HEADING, iter_messages, log_scope, message_scope
 from memctl.store.store import Store
 from memctl.text.tokens import count_tokens, estimate_tokens, last_tokens, truncate_tokens
 
@@ -139,19 +139,21 @@ def log_units(store: Store, skip: Container[str], paths: list[Path] | None = Non
     A daily log repeats what users said; only its entries whose id is not in
     `skip`, the stored messages, (written by hand, or from elsewhere) are units of their own.
     """
+    session_scopes: dict[str, str] = {}
     for path in store.daily_logs() if paths is None else paths:
         day = path.stem
         read = entries[path] if entries is not None and path in entries else _log_entries(path.read_bytes())
-        for start, (clock, speaker, session, record_id), body in read:
+        for start, (clock, speaker, session, record_id, scope), body in read:
             if record_id not in skip and "\n".join(body).strip():
                 text = memoryfile.unescape_body("\n".join(body).strip("\n"))
                 yield from _chunks(Unit(
                     id=record_id, record_id=record_id, kind="log", text=text, source=store.relative(path),
                     line_start=start, line_end=start + len(body), session=session, speaker=speaker,
-                    ts=f"{day}T{clock}"))
+                    ts=f"{day}T{clock}", scope=log_scope(store, scope, session, session_scopes)))
 
 
-LogEntry = tuple[int, tuple[str, str, str, str], list[str]]  # heading's line, (clock, speaker, session, id), body
+# heading's line, (clock, speaker, session, id, scope or None: written before scopes), body
+LogEntry = tuple[int, tuple[str, str, str, str, str | None], list[str]]
 # Where a daily log's last entry begins: its byte offset, its line number, and the sha1 of the
 # bytes before it. A log only appended to since is read from there (read_logs).
 LogTail = tuple[int, int, str]
@@ -198,7 +200,7 @@ def _tail(known) -> LogTail:
 
 def log_ids(entries: dict[Path, list[LogEntry]]) -> list[str]:
     """The record ids the entries of these daily logs name in their headings."""
-    return [record_id for found in entries.values() for _, (_, _, _, record_id), _ in found]
+    return [record_id for found in entries.values() for _, (_, _, _, record_id, _), _ in found]
 
 
 def _log_entries(data: bytes, first_line: int = 1) -> Iterator[LogEntry]:

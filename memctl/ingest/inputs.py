@@ -140,7 +140,7 @@ def read_claude(text: str, source: str) -> list[Record]:
         messages = value["chat_messages"]
         if not isinstance(messages, list):
             raise InputError("must be a list of messages", source=source, line=line, field="chat_messages")
-        for message in messages:
+        for number, message in enumerate(messages):
             if not isinstance(message, dict):
                 raise InputError(f"expected message objects, got {json_type(message)}", source=source, line=line,
                                  field="chat_messages")
@@ -149,6 +149,9 @@ def read_claude(text: str, source: str) -> list[Record]:
             if role is None:
                 continue
             body = message.get("text")
+            if body is not None and not isinstance(body, str):  # said, as the JSON-lines reader says it
+                raise InputError(f"must be text, got {json_type(body)}", source=source, line=line,
+                                 field=f"chat_messages[{number}].text")
             if not isinstance(body, str) or not body.strip():
                 blocks = message.get("content") if isinstance(message.get("content"), list) else []
                 body = "\n".join(b["text"] for b in blocks

@@ -26,7 +26,7 @@ each one thread with a Memory of its own, one call at a time:
 
 Each call's work is bounded too: a request is at most [mcp] max_request_bytes
 (memctl/mcp/wire.py), and a text a search reads at most MAX_QUERY_CHARS
-characters (memctl/mcp/tools.py), so no search takes minutes.
+characters (memctl/text/bounds.py, the bound of every face), so no search takes minutes.
 
 When the client goes (its stdin ends, or it stops reading), the session ends:
 calls still waiting for a lane are dropped, a call under way gets LEAVE_GRACE

@@ -18,8 +18,9 @@ from typing import Any, Callable
 
 from memctl.api import Memory
 from memctl.api import params
-from memctl.api.params import (ACTIVATE, CONTEXT, FORGET, INGEST, MAX_QUERY_CHARS, SEARCH, TOPICS_SCOPE,
+from memctl.api.params import (ACTIVATE, CONTEXT, FORGET, HISTORY_SCOPE, INGEST, REVIEW_SCOPE, SEARCH, TOPICS_SCOPE,
                                 json_schema, keywords)
+from memctl.text.bounds import MAX_QUERY_CHARS
 
 
 @dataclass(frozen=True)
@@ -124,9 +125,9 @@ def layered_search(memory: Memory, query: str, **options) -> dict[str, Any]:
     "deleted", "supersedes", "superseded_by", "summary"?, "created_at"?, "section"?,
     "text"?}], "current": [ids of the current versions], "problems": [text]}.
     """, required=("id",), read_only=True,
-      id=text("The memory's id (as search results give it).", minLength=1))
-def history(memory: Memory, id: str) -> dict[str, Any]:
-    chain = memory.history(id)
+      id=text("The memory's id (as search results give it).", minLength=1), **json_schema(HISTORY_SCOPE))
+def history(memory: Memory, id: str, scope: str | None = None) -> dict[str, Any]:
+    chain = memory.history(id, scope=scope)
     return {"links": [link.as_dict() for link in chain.links], "current": chain.tails, "problems": chain.problems}
 
 
@@ -169,9 +170,9 @@ def index(memory: Memory, rebuild: bool = False) -> dict[str, Any]:
     dropping those whose time ran out. Call it to show the user what to confirm or
     reject. Returns {"pending": [{"id", "line", "section", "summary", "text",
     "pending_since", "expires_at", "age_hours", "left_hours"}], "expired": [dropped]}.
-    """)
-def review_pending(memory: Memory) -> dict[str, Any]:
-    return memory.review.pending().as_dict()
+    """, **json_schema(REVIEW_SCOPE))
+def review_pending(memory: Memory, scope: str | None = None) -> dict[str, Any]:
+    return memory.review.pending(scope=scope).as_dict()
 
 
 @tool("confirm", """
@@ -181,7 +182,7 @@ def review_pending(memory: Memory) -> dict[str, Any]:
     """, required=("ids",), ids=IDS,
       supersedes=texts("Ids of memories the (one) confirmed note replaces."),
       allow_conflict=flag("Write even when the note's canonical_topic has a current memory."),
-      dry_run=DRY_RUN)
+      dry_run=DRY_RUN, **json_schema(REVIEW_SCOPE))
 def confirm(memory: Memory, ids: list[str], **options) -> dict[str, Any]:
     return memory.review.confirm(ids, **options).as_dict()
 
@@ -189,9 +190,9 @@ def confirm(memory: Memory, ids: list[str], **options) -> dict[str, Any]:
 @tool("reject", """
     Drop pending notes the user does not want kept (all or nothing). Returns
     {"rejected": [{"id", ...}], "expired": [pending notes dropped because their time ran out]}.
-    """, required=("ids",), ids=IDS, dry_run=DRY_RUN)
-def reject(memory: Memory, ids: list[str], dry_run: bool = False) -> dict[str, Any]:
-    return memory.review.reject(ids, dry_run=dry_run).as_dict()
+    """, required=("ids",), ids=IDS, dry_run=DRY_RUN, **json_schema(REVIEW_SCOPE))
+def reject(memory: Memory, ids: list[str], dry_run: bool = False, scope: str | None = None) -> dict[str, Any]:
+    return memory.review.reject(ids, dry_run=dry_run, scope=scope).as_dict()
 
 
 @tool("forget", """

@@ -10,6 +10,7 @@ from typing import Any
 from memctl import clock
 from memctl.errors import InputError
 from memctl.index.filters import Filters
+from memctl.text.bounds import within_bound
 
 MODES = ("hybrid", "bm25", "vector")
 RANKS = ("pipeline", "mera")
@@ -89,6 +90,7 @@ def parse_batch(data: bytes, source: str, default: dict[str, Any]) -> tuple[list
         query = item.get("query")
         if not isinstance(query, str) or not query.strip():
             raise InputError("must be non-empty text", source=source, line=line, field="query")
+        within_bound(query, source, line=line, field="query")
         options = dict(default)
         if "k" in item:
             if not isinstance(item["k"], int) or isinstance(item["k"], bool) or item["k"] < 1:

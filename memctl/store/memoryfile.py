@@ -66,6 +66,13 @@ _FENCE = re.compile(r"^[ ]{0,3}(```|~~~)")
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
 
 
+def note_scope(fields: dict) -> str:
+    """A note's scope (a MEMORY.md entry's, a pending note's): its `scope` field; global without one,
+    as search takes it (a field that is no scope is an error health reports)."""
+    scope = fields.get("scope")
+    return scope if isinstance(scope, str) and check_field("scope", scope) is None else "global"
+
+
 def check_field(name: str, value: Any) -> str | None:
     """Why `value` is not valid for schema field `name`, or None if it is."""
     def is_number(v: Any) -> bool:

@@ -7,12 +7,19 @@ A daily log holds what users said that day (the day of the message's own
 time), one heading a message, so a person can read a day at a glance and the
 index can cite a line range:
 
-    ### 10:03:12 Caroline · conv-26 · m-3f2a9c0d1e2f4a5b
+    ### 10:03:12 Caroline · conv-26 · m-3f2a9c0d1e2f4a5b · user:alice
     I moved to Taipei last month.
 
 A session is in one scope (SPEC X3: a user's or a project's conversation),
 written on each of its messages as `"scope": "user:alice"`; a message without
 it, as every message stored before scopes, is global.
+
+A log entry carries its message's scope at the end of its heading (global too),
+so that it stays in that scope when its session file is gone. An entry written
+before scopes names none: it is in its stored session's scope, and, with that
+session gone, in NO_SCOPE, which no scoped look asks for (only a look at the
+whole store sees it): whose words it holds can no longer be told, and taking
+them for global showed one person's words to everyone.
 """
 
 from __future__ import annotations
@@ -26,10 +33,12 @@ import orjson
 
 from memctl.store import memoryfile
 from memctl.store import jsonl
-from memctl.errors import StoreError
+from memctl.errors import MemctlError, StoreError
 from memctl.store.store import Store
 
-LOG_HEADING = re.compile(r"^### (\d\d:\d\d:\d\d) (.*) · (\S+) · (\S+)$")
+# time, speaker, session, id and (written since scopes) scope; the speaker may hold " · " itself
+LOG_HEADING = re.compile(r"^### (\d\d:\d\d:\d\d) (.*?) · (\S+) · (\S+)(?: · (global|(?:project|lang|user):\S+))?$")
+NO_SCOPE = "none"  # not a scope name (memoryfile.check_field): no scope filter admits it
 
 
 def message_line(message: dict) -> bytes:
@@ -77,6 +86,22 @@ def stored_session_scope(store: Store, session: str) -> str | None:
     return session_scope([message for _, _, message in iter_messages(store, [path])], store.relative(path))
 
 
+def log_scope(store: Store, named: str | None, session: str, known: dict[str, str]) -> str:
+    """The scope of a daily-log entry: the one its heading names; for an entry written before scopes,
+    its stored session's (`known`: session -> scope, filled as sessions are read), and NO_SCOPE
+    when that session is gone or is in no one scope."""
+    if named is not None:
+        return named
+    if session not in known:
+        try:
+            path = store.session_file(session)
+            scope = stored_session_scope(store, session) if path.is_file() else None
+        except (MemctlError, OSError):
+            scope = None  # not a session name, unreadable, or in two scopes: whose it is cannot be told
+        known[session] = scope or NO_SCOPE
+    return known[session]
+
+
 def iter_pending(store: Store) -> Iterator[tuple[int, dict]]:
     for line in jsonl.read(store.pending_file):
         if line.value is not None and isinstance(line.value.get("id"), str):
@@ -102,7 +127,8 @@ def append_daily_log(store: Store, tx, messages: list[dict]) -> None:
         day, clock_time = message["ts"][:10], message["ts"][11:19]
         speaker = " ".join(str(message.get("speaker") or message.get("role") or "user").split())
         body = memoryfile.escape_body(message["text"])
-        by_day[day].append(f"### {clock_time} {speaker} · {message['session']} · {message['id']}\n{body}\n\n")
+        by_day[day].append(f"### {clock_time} {speaker} · {message['session']} · {message['id']} · "
+                           f"{message_scope(message)}\n{body}\n\n")
     for day, chunks in sorted(by_day.items()):
         path = store.daily_log(day)
         header = "" if path.exists() else f"# {day}\n\n"

@@ -338,8 +338,12 @@ class Transaction:
         if not data:
             return
         if path.suffix == ".jsonl":
-            mended = _mended_tail(path)
+            mended = mended_tail(path)
             if mended is not None:
+                cut = path.stat().st_size - len(mended)
+                if cut > 0:
+                    print(f"memctl: warning: {path}: cut a torn last line ({cut} bytes) before appending",
+                          file=sys.stderr)
                 self.replace(path, mended + data)
                 return
         key = self._key(path)
@@ -428,7 +432,7 @@ class Transaction:
         self.commit()
 
 
-def _mended_tail(path: Path) -> bytes | None:
+def mended_tail(path: Path) -> bytes | None:
     """The content of a JSON-lines file with its unterminated last line ended or cut; None if it is whole."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -446,8 +450,6 @@ def _mended_tail(path: Path) -> bytes | None:
         orjson.loads(data[keep:])
         return data + b"\n"
     except orjson.JSONDecodeError:
-        print(f"memctl: warning: {path}: cut a torn last line ({size - keep} bytes) before appending",
-              file=sys.stderr)
         return data[:keep]
 
 
