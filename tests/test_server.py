@@ -451,3 +451,24 @@ def test_an_edited_source_file_anywhere_in_the_package_moves_the_stamp(tmp_path,
     deep = copy / "index" / "index.py"
     os.utime(deep, ns=(before + 10**9, before + 10**9))
     assert serve._sources_stamp() == before + 10**9
+
+
+def test_each_clients_environment_drives_its_own_call(servers, tmp_path):
+    """Two clients with different environments, alternating through one server: each call prints
+    what the same call prints in a process of its own (a token encoding the first caller named
+    once stayed the server's for every later call; an embedding model named by a path relative to
+    the caller's directory, or under its $HOME, was the first caller's)."""
+    store = tmp_path / "store"
+    make_store(servers, store)
+    start(servers, store)
+    plain = dict(servers)
+    bogus = {**servers, "MEMCTL_TOKEN_ENCODING": "no_such_encoding"}
+    argv = ["context", "--json", "--session", "s1", "--message", "what database does Kestrel use?"]
+    expected = {name: memctl(env, store, *argv, server=False) for name, env in (("plain", plain), ("bogus", bogus))}
+    assert expected["plain"].stdout != expected["bogus"].stdout  # the two environments count tokens apart
+    before = status(servers, store)["calls"]
+    for name in ("bogus", "plain", "bogus", "plain"):
+        done = memctl(plain if name == "plain" else bogus, store, *argv)
+        want = expected[name]
+        assert (done.returncode, done.stdout, done.stderr) == (want.returncode, want.stdout, want.stderr), name
+    assert status(servers, store)["calls"] == before + 4

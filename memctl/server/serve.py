@@ -403,8 +403,10 @@ class Server:
 
     def _run_command(self, argv: list[str]) -> int:
         from memctl.config import say_notes_again
+        from memctl.text.tokens import say_warnings_again
 
         say_notes_again()  # a call is a process to its user: the once-a-process notes are said again
+        say_warnings_again()
         self._in_command = True
         try:
             self.command.main(args=argv, prog_name="memctl", obj=self._memory)
