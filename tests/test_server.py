@@ -472,3 +472,47 @@ def test_each_clients_environment_drives_its_own_call(servers, tmp_path):
         want = expected[name]
         assert (done.returncode, done.stdout, done.stderr) == (want.returncode, want.stdout, want.stderr), name
     assert status(servers, store)["calls"] == before + 4
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie has ended: only its exit status waits to be read)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_server_killed_during_cache_run_leaves_no_orphan_of_the_command(servers, tmp_path):
+    store = tmp_path / "store"
+    make_store(servers, store)
+    running = start(servers, store)
+    call = subprocess.Popen([*memctl_command(), "--store", str(store), "cache", "run", "--scope", "job", "--tool",
+                             "sleepy", "--", "sleep", "300"], env={**servers, "MEMCTL_SERVER": "on"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not children_of(running["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    [command] = children_of(running["pid"])
+    assert Path(f"/proc/{command}/cmdline").read_bytes() == b"sleep\x00300\x00"
+    try:
+        os.kill(running["pid"], signal.SIGKILL)
+        call.communicate(timeout=60)
+        deadline = time.monotonic() + 10
+        while alive(command) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(command)
+    finally:
+        if alive(command):
+            os.kill(command, signal.SIGKILL)
