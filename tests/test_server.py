@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import kill_servers_under, memctl_command
+from conftest import kill_servers_of, kill_servers_under, memctl_command
 
 from memctl import __version__
 from memctl.cli import cli
@@ -41,11 +41,7 @@ def servers(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
     env.update({"XDG_RUNTIME_DIR": runtime, "MEMCTL_NOW": NOW})
     yield env
-    for lock in Path(runtime, "memctl").glob("*.lock"):
-        try:
-            os.kill(int(lock.read_text()), signal.SIGKILL)
-        except (ValueError, OSError):
-            pass
+    kill_servers_of(Path(runtime))
     kill_servers_under(tmp_path)
     shutil.rmtree(runtime, ignore_errors=True)
 
