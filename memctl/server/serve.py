@@ -112,7 +112,9 @@ class Server:
         self._warm()
         signal.signal(signal.SIGINT, self._on_interrupt)
         listener = self._listen()
-        self.say(f"serving {self.root} (pid {os.getpid()}, idle limit {self.idle_seconds / 60:g} min)")
+        self.last_call = self.began = time.monotonic()  # idle from now: opening the model can take a minute
+        self.say(f"serving {self.root} (pid {os.getpid()}, idle limit {self.first_idle_seconds / 60:g} to "
+                 f"{self.idle_seconds / 60:g} min, as long as it is used)")
         threading.Thread(target=self._accept, args=(listener,), daemon=True, name="accept").start()
         try:
             while not self.leaving:
