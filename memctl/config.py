@@ -297,6 +297,13 @@ class Server(Table):
     # A server's memory (the model, the vectors: ~300 MB at 50k messages) is held this long after its last
     # call; an agent's turns come seconds to minutes apart.
     idle_minutes: float = limited(30.0, POSITIVE)
+    # ... but only once its store is used again and again: a server waits, idle, as long as it has been
+    # used (its first to its last call), at least this and at most idle_minutes. A one-off call (a cron
+    # line, a test, a try) leaves its server for this long, not half an hour (bench/README.md).
+    first_idle_minutes: float = limited(2.0, POSITIVE)
+    # Servers running at once from one runtime directory (a user's: $XDG_RUNTIME_DIR/memctl); a store
+    # whose call finds this many starts none (its calls run in their own processes) until one leaves.
+    max_running: int = limited(4, WHOLE)
 
 
 @dataclass(frozen=True)

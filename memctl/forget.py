@@ -53,7 +53,7 @@ KINDS = ("message", "memory", "pending", "log")
 MIN_MATCH_CHARS = 2     # a shorter match would reach nearly every record
 RESIDUE_MIN_CHARS = 8   # a forgotten text shorter than this is looked for nowhere else: it would be found by chance
 PREVIEW_CHARS = 80
-_NOT_SEARCHED = (".index", ".journal", ".lock")  # derived (scrubbed), the transaction's own, the lock
+_NOT_SEARCHED = (".index", ".journal", ".lock", ".server")  # derived (scrubbed), the transaction's own, the locks
 
 
 @dataclass

@@ -8,6 +8,8 @@ stdin, the answer on stdout, bounded in time and in size.
 - stdout is read as it arrives and refused past OUTPUT_LIMIT bytes, so no
   answer grows without bound in memory or in what parses it afterwards.
 - stderr keeps only its tail, for the one line that says why a program failed.
+- It dies with the memctl process that started it (dies_with_this_process): a resident
+  server killed during a call leaves no program of that call running.
 
 Which programs run is the user's choice alone (config.PROGRAM_SETTINGS).
 This module sits beside config.py and errors.py, under every package: the
@@ -60,7 +62,7 @@ def run_program(argv: list[str], stdin: bytes, timeout: float, output_limit: int
     deadline = time.monotonic() + timeout
     try:
         process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   start_new_session=True)
+                                   start_new_session=True, preexec_fn=dies_with_this_process())
     except OSError as exc:
         raise ProgramFailed(argv[0], f"cannot be run: {exc.strerror or exc}") from None
     finished = False
@@ -80,6 +82,27 @@ def run_program(argv: list[str], stdin: bytes, timeout: float, output_limit: int
         said = stderr.decode(errors="replace").strip().splitlines()
         raise ProgramFailed(argv[0], f"exited with status {status}" + (f": {said[-1]}" if said else ""))
     return stdout
+
+
+def dies_with_this_process():
+    """The preexec_fn that has a program killed (SIGKILL) when the memctl process that started it
+    dies, even by SIGKILL (PR_SET_PDEATHSIG; Linux): a resident server killed during a `cache
+    run` left its command running, reparented to init, for as long as it ran. None where there is
+    no prctl. (A program that starts its own children in a session of theirs is its own affair.)"""
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the forked child
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def tie() -> None:
+        prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # it died before the tie was made
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return tie
 
 
 def _exchange(process: subprocess.Popen, stdin: bytes, deadline: float, output_limit: int, program: str,

@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"
 store=$(mktemp -d)/memory
+# The first search starts the store's resident server (README "The resident server"); the demo
+# stops it as it ends, however it ends, and leaves no process behind.
+trap 'memctl --store "$store" server stop >/dev/null 2>&1 || true' EXIT
 set -x
 memctl --store "$store" ingest fixtures/demo/chat.jsonl
 memctl --store "$store" ingest fixtures/demo/MEMORY.md

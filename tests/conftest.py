@@ -34,7 +34,7 @@ os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="memctl-test-config-")
 # No memctl process of a test starts a resident server (tests/test_server.py turns it on, in a
 # runtime directory of its own), nor finds the developer's.
 os.environ["MEMCTL_SERVER"] = "off"
-os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="memctl-test-run-")
+RUNTIME = os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="memctl-test-run-")
 
 
 def kill_servers_under(folder: Path) -> None:
@@ -55,10 +55,23 @@ def kill_servers_under(folder: Path) -> None:
                     pass
 
 
+def kill_servers_of(runtime: Path) -> None:
+    """Kill every resident server that runs from the runtime directory `runtime` (XDG_RUNTIME_DIR):
+    each holds a lock file there naming its pid."""
+    for lock in Path(runtime, "memctl").glob("*.lock"):
+        try:
+            os.kill(int(lock.read_text()), signal.SIGKILL)
+        except (ValueError, OSError):
+            pass
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_server_left(tmp_path_factory):
+    """The suite leaves no server running: those of its stores, and those started from its runtime
+    directory (a store outside the test's folders)."""
     yield
     kill_servers_under(tmp_path_factory.getbasetemp())
+    kill_servers_of(Path(RUNTIME))
 
 
 def memctl_command() -> list[str]:

@@ -104,3 +104,26 @@ def test_several_texts_run_on_threads_and_one_on_query_threads_with_the_same_vec
     alone = embedding.Embedder(directory, threads=1, precision="int8")
     assert np.array_equal(batch, alone.embed(TEXTS))  # a batch's vectors do not depend on its threads
     assert np.array_equal(one, queries[0]) and threads == [1, 2, 1]
+
+
+def test_a_model_named_by_a_relative_path_is_the_one_under_the_working_directory(tmp_path, monkeypatch):
+    """Embedders are kept for the process's life (a resident server's), and its calls come from
+    many directories: `model = "./model"` in two of them is two models."""
+    from memctl.index import embedders
+
+    class Opened:
+        pass
+
+    made = []
+    bundled = replace(embedders.BACKENDS[embedders.BUNDLED], open=lambda embedding: made.append(os.getcwd()) or Opened())
+    monkeypatch.setitem(embedders.BACKENDS, embedders.BUNDLED, bundled)
+    monkeypatch.setattr(embedders, "_OPENED", {})
+    from memctl.config import Embedding
+
+    opened = []
+    for folder in ("one", "two", "one"):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        monkeypatch.chdir(tmp_path / folder)
+        opened.append(embedders.open_embedder(Embedding(model="./model")))
+    assert opened[0] is opened[2] and opened[0] is not opened[1]
+    assert made == [str(tmp_path / "one"), str(tmp_path / "two")]

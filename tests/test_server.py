@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import kill_servers_under, memctl_command
+from conftest import kill_servers_of, kill_servers_under, memctl_command
 
 from memctl import __version__
 from memctl.cli import cli
@@ -41,11 +41,7 @@ def servers(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
     env.update({"XDG_RUNTIME_DIR": runtime, "MEMCTL_NOW": NOW})
     yield env
-    for lock in Path(runtime, "memctl").glob("*.lock"):
-        try:
-            os.kill(int(lock.read_text()), signal.SIGKILL)
-        except (ValueError, OSError):
-            pass
+    kill_servers_of(Path(runtime))
     kill_servers_under(tmp_path)
     shutil.rmtree(runtime, ignore_errors=True)
 
@@ -451,3 +447,190 @@ def test_an_edited_source_file_anywhere_in_the_package_moves_the_stamp(tmp_path,
     deep = copy / "index" / "index.py"
     os.utime(deep, ns=(before + 10**9, before + 10**9))
     assert serve._sources_stamp() == before + 10**9
+
+
+def test_each_clients_environment_drives_its_own_call(servers, tmp_path):
+    """Two clients with different environments, alternating through one server: each call prints
+    what the same call prints in a process of its own (a token encoding the first caller named
+    once stayed the server's for every later call; an embedding model named by a path relative to
+    the caller's directory, or under its $HOME, was the first caller's)."""
+    store = tmp_path / "store"
+    make_store(servers, store)
+    start(servers, store)
+    plain = dict(servers)
+    bogus = {**servers, "MEMCTL_TOKEN_ENCODING": "no_such_encoding"}
+    argv = ["context", "--json", "--session", "s1", "--message", "what database does Kestrel use?"]
+    expected = {name: memctl(env, store, *argv, server=False) for name, env in (("plain", plain), ("bogus", bogus))}
+    assert expected["plain"].stdout != expected["bogus"].stdout  # the two environments count tokens apart
+    before = status(servers, store)["calls"]
+    for name in ("bogus", "plain", "bogus", "plain"):
+        done = memctl(plain if name == "plain" else bogus, store, *argv)
+        want = expected[name]
+        assert (done.returncode, done.stdout, done.stderr) == (want.returncode, want.stdout, want.stderr), name
+    assert status(servers, store)["calls"] == before + 4
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie has ended: only its exit status waits to be read)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_server_killed_during_cache_run_leaves_no_orphan_of_the_command(servers, tmp_path):
+    store = tmp_path / "store"
+    make_store(servers, store)
+    running = start(servers, store)
+    call = subprocess.Popen([*memctl_command(), "--store", str(store), "cache", "run", "--scope", "job", "--tool",
+                             "sleepy", "--", "sleep", "300"], env={**servers, "MEMCTL_SERVER": "on"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not children_of(running["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    [command] = children_of(running["pid"])
+    assert Path(f"/proc/{command}/cmdline").read_bytes() == b"sleep\x00300\x00"
+    try:
+        os.kill(running["pid"], signal.SIGKILL)
+        call.communicate(timeout=60)
+        deadline = time.monotonic() + 10
+        while alive(command) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(command)
+    finally:
+        if alive(command):
+            os.kill(command, signal.SIGKILL)
+
+
+def servers_of(store: Path) -> list[int]:
+    """The pids of this user's `memctl --store STORE server run` processes (answering or still starting)."""
+    tail = ["--store", os.path.realpath(store), "server", "run"]
+    return [int(cmdline.parent.name) for cmdline in Path("/proc").glob("[0-9]*/cmdline")
+            if _argv(cmdline)[-4:] == tail and alive(int(cmdline.parent.name))]
+
+
+def _argv(cmdline: Path) -> list[str]:
+    try:
+        return cmdline.read_bytes().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def test_a_call_with_another_runtime_directory_finds_the_stores_server(servers, tmp_path):
+    """A login shell and cron have different $XDG_RUNTIME_DIR: the store, which both share, says
+    where its server listens, and no second server starts."""
+    store = tmp_path / "store"
+    make_store(servers, store)
+    running = start(servers, store)
+    cron = {**servers, "XDG_RUNTIME_DIR": tempfile.mkdtemp(prefix="mr-", dir="/tmp")}
+    try:
+        done = memctl(cron, store, "search", "Kestrel database")
+        assert done.returncode == 0 and b"PostgreSQL" in done.stdout
+        assert status(servers, store)["calls"] == running["calls"] + 1  # it ran there
+        assert servers_of(store) == [running["pid"]]  # and started none beside it
+        assert memctl(cron, store, "server", "start").returncode == 0
+        assert status(cron, store)["pid"] == running["pid"] and servers_of(store) == [running["pid"]]
+        assert memctl(cron, store, "server", "stop").returncode == 0
+        assert servers_of(store) == [] and status(servers, store) is None
+    finally:
+        kill_servers_under(tmp_path)
+        shutil.rmtree(cron["XDG_RUNTIME_DIR"], ignore_errors=True)
+
+
+def test_a_crafted_record_sends_no_call_anywhere(servers, tmp_path):
+    """The record is the store's, and a store is anyone's data: one naming another store's server,
+    or a FIFO in its place, is passed over (the call runs in-process), and a server refuses a call
+    for a store that is not its own."""
+    import fcntl
+
+    from memctl.server import client
+
+    mine, crafted = tmp_path / "mine", tmp_path / "crafted"
+    make_store(servers, mine)
+    make_store(servers, crafted)
+    running = start(servers, mine)
+    other = {**servers, "XDG_RUNTIME_DIR": tempfile.mkdtemp(prefix="mr-", dir="/tmp")}
+    expected = memctl(servers, crafted, "search", "--mode", "bm25", "Kestrel", server=False)
+    try:
+        socket_of_mine = (mine / ".server").read_text().split("\n")[1]
+        with open(crafted / ".server", "w") as record:
+            record.write(f"{running['pid']}\n{socket_of_mine}\n")
+            record.flush()
+            fcntl.flock(record, fcntl.LOCK_EX)  # as a live server holds it
+            done = memctl(other, crafted, "search", "--mode", "bm25", "Kestrel")
+            assert (done.returncode, done.stdout) == (expected.returncode, expected.stdout)
+            assert status(servers, mine)["calls"] == running["calls"]  # never reached the other store's server
+            # ... and that server, asked straight for a call on another store, declines it
+            connection, _ = client._connect(socket_of_mine)
+            try:
+                client.send(connection, {"op": "call", "stamp": client.stamp(), "store": str(crafted.resolve()),
+                                         "argv": ["--store", str(crafted), "search", "Kestrel"]}, (0, 1, 2))
+                assert client._frame(connection, 60) == client.FALLBACK
+            finally:
+                connection.close()
+            assert status(servers, mine)["calls"] == running["calls"]
+        (crafted / ".server").unlink()
+        os.mkfifo(crafted / ".server")
+        done = memctl(other, crafted, "search", "--mode", "bm25", "Kestrel")  # does not hang on the FIFO
+        assert (done.returncode, done.stdout) == (expected.returncode, expected.stdout)
+    finally:
+        kill_servers_under(tmp_path)
+        shutil.rmtree(other["XDG_RUNTIME_DIR"], ignore_errors=True)
+
+
+def test_a_one_off_calls_server_leaves_after_the_first_idle_time(servers, tmp_path):
+    store = tmp_path / "store"
+    make_store(servers, store)
+    brief = {**servers, "MEMCTL_SERVER_FIRST_IDLE_MINUTES": "0.05"}  # 3 s
+    running = start(brief, store)
+    assert running["idle_limit_minutes"] == 0.05
+    deadline = time.monotonic() + 120
+    while servers_of(store) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert servers_of(store) == [], server_log(servers, store)
+    assert "leaving: idle for 0.05 min" in server_log(servers, store)
+
+
+def test_a_server_waits_as_long_as_its_store_has_been_used(tmp_path, monkeypatch):
+    """The idle limit: [server] first_idle_minutes for a one-off call's server, then as long as the
+    server has been used (its start to its last call), at most idle_minutes."""
+    from memctl.server.serve import Server
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="mr-", dir="/tmp"))
+    server = Server(str(tmp_path), None, idle_minutes=30, first_idle_minutes=2, most=4, make_memory=None)
+    limits = []
+    for used_minutes in (0, 1, 2, 10, 29, 30, 31, 600):
+        server.last_call = server.began + used_minutes * 60
+        limits.append(server._idle_limit() / 60)
+    assert limits == [2, 2, 2, 10, 29, 30, 30, 30]
+    shutil.rmtree(os.environ["XDG_RUNTIME_DIR"])
+
+
+def test_servers_of_one_runtime_directory_are_bounded(servers, tmp_path):
+    first, second = tmp_path / "one", tmp_path / "two"
+    make_store(servers, first)
+    make_store(servers, second)
+    bounded = {**servers, "MEMCTL_SERVER_MAX_RUNNING": "1"}
+    start(bounded, first)
+    refused = memctl(bounded, second, "server", "start")
+    assert refused.returncode == 2 and refused.stderr.count(b"\n") == 1
+    done = memctl(bounded, second, "search", "Kestrel database")
+    assert done.returncode == 0 and b"PostgreSQL" in done.stdout  # in its own process
+    assert servers_of(second) == []
+    # a server run by hand past the bound leaves at once, saying why
+    ran = memctl(bounded, second, "server", "run")
+    assert ran.returncode == 2 and b"max_running" in ran.stderr
+    assert memctl(bounded, first, "server", "stop").returncode == 0
+    assert start(bounded, second) is not None

@@ -184,9 +184,12 @@ class Cache:
             self.backend.count(scope, tool, "misses")
             import subprocess  # here: a hit never needs it (process start matters, see bench/cache.py)
 
+            from memctl.programs import dies_with_this_process
+
             began = time.perf_counter()
             try:
-                done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True)
+                done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                      preexec_fn=dies_with_this_process())
             except OSError as exc:  # no such command: the caller's mistake, not a result to cache
                 raise InputError(exc.strerror or str(exc), source=argv[0], field="COMMAND") from None
             # Killed by a signal: the shell's convention, 128 + the signal's number.

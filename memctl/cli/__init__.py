@@ -216,7 +216,7 @@ def _start_server(made: list) -> None:
     memory = made[0]
     try:
         if memory.store.exists() and memory.runtime.settings.server.enabled:
-            start(str(memory.store.root))
+            start(str(memory.store.root), memory.runtime.settings.server.max_running)
     except (MemctlError, OSError):
         pass
 

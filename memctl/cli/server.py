@@ -21,9 +21,13 @@ def server():
     (else /tmp/memctl-UID), named by a hash of the store's real path, and
     run there: same output, same exit status, milliseconds instead of the
     model's load. Every command is sent but `mcp`, `server` and --help.
-    A server leaves after [server] idle_minutes without a call, and is
-    replaced when it stops answering or another memctl version calls it;
-    a call never fails because of it (it runs in-process instead).
+    A server waits for calls as long as its store has been used, from
+    [server] first_idle_minutes (2: a one-off call's) to idle_minutes (30),
+    and at most [server] max_running (4) run from one runtime directory.
+    The store records its server, so calls with another runtime directory
+    (cron, a login shell) find it. A server is replaced when it stops
+    answering or another memctl version calls it; a call never fails
+    because of it (it runs in-process instead).
     MEMCTL_SERVER=off, or [server] enabled = false, runs every call in its
     own process and starts no server.
 
@@ -69,15 +73,21 @@ def stop(memory):
 
     Exit status: 0 stopped, 1 none ran.
     """
-    from memctl.server.client import ask, held, place
+    from memctl.server.client import ask, recorded, starting
 
     found = ask(_root(memory), "stop")
+    # One still opening its model (started by the call just before, say) listens within seconds:
+    # it is waited for, else a script's last `server stop` would leave it running.
+    for _ in range(600):
+        if found is not None or not starting(_root(memory)):
+            break
+        time.sleep(0.1)
+        found = ask(_root(memory), "stop")
     if found is None:
         say(f"memctl: no server runs for {_root(memory)}")
         sys.exit(EXIT_NOTHING)
-    where = place(_root(memory))
-    for _ in range(300):  # it lets go of its lock as it leaves (after a call it is running)
-        if where is None or not held(where + ".lock"):
+    for _ in range(300):  # it lets go of the store's record as it leaves (after a call it is running)
+        if not recorded(_root(memory)) and not starting(_root(memory)):
             break
         time.sleep(0.1)
     say(f"memctl: stopped the server of {found['store']} (pid {found['pid']})")
@@ -91,17 +101,19 @@ def start(memory):
 
     Exit status: 0 one runs, 2 it could not start (its log names why).
     """
-    from memctl.server.client import ask, place, start as start_server
+    from memctl.server.client import ask, place, start as start_server, starting
 
     memory.store.require()
     if not memory.runtime.settings.server.enabled or os.environ.get("MEMCTL_SERVER", "").lower() in (
             "off", "0", "no", "false"):
         say("memctl: error: the server is turned off ([server] enabled = false or MEMCTL_SERVER=off)")
         sys.exit(EXIT_ERROR)
-    start_server(_root(memory))
+    start_server(_root(memory), memory.runtime.settings.server.max_running)
     for _ in range(600):  # it listens once the model is open: seconds, more on a busy machine
         if ask(_root(memory), "status") is not None:
             sys.exit(EXIT_OK)
+        if not starting(_root(memory)):
+            break  # none started ([server] max_running run), or it left (its log says why)
         time.sleep(0.1)
     say(f"memctl: error: the server did not start; see {place(_root(memory))}.log")
     sys.exit(EXIT_ERROR)
@@ -121,7 +133,7 @@ def run(memory):
     settings = memory.runtime.settings.server
     ctx = click.get_current_context()
     serving = Server(str(memory.store.root), ctx.find_root().command, idle_minutes=settings.idle_minutes,
-                     make_memory=Memory)
+                     first_idle_minutes=settings.first_idle_minutes, most=settings.max_running, make_memory=Memory)
     why = serving.run()
     if not serving.served and why and not serving.leaving:
         say(f"memctl: error: {why}")

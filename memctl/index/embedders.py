@@ -14,6 +14,7 @@ through it, so fusion weights and the minimum mean the same for every model
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol
@@ -76,7 +77,10 @@ def open_embedder(embedding: Embedding, retrieval: Retrieval | None = None) -> T
     floor, ceiling = (retrieval.cosine_floor, retrieval.cosine_ceiling) if retrieval else (-1.0, -1.0)
     floor = floor if floor >= 0 else backend.cosine_floor
     ceiling = ceiling if ceiling >= 0 else backend.cosine_ceiling
-    key = (backend.name, embedding, floor, ceiling)  # a frozen dataclass: hashable
+    # A directory named by a path is where the path leads from this call's working directory and
+    # $HOME: a resident server runs calls from many, and the same words may name two models.
+    where = os.path.realpath(os.path.expanduser(name)) if name and name not in BACKENDS else None
+    key = (backend.name, embedding, where, floor, ceiling)  # a frozen dataclass: hashable
     if key not in _OPENED:
         try:
             embedder = backend.open(embedding)

@@ -101,8 +101,8 @@ class Searcher:
 
     @property
     def embedder(self):
-        if self._embedder is None and self.runtime is not None:
-            self._embedder = self.runtime.embedder
+        if self.runtime is not None:
+            return self.runtime.embedder  # the call's (a resident server hands this Searcher on: Retriever._open)
         if self._embedder is None:
             from memctl.index.embedders import open_embedder
 
@@ -233,6 +233,7 @@ class Retriever:
         if (changed or self._searcher is None or self._searcher.settings != index.settings
                 or self._searcher.manifest != _manifest_stamp(index.dir)):  # another process updated it
             self._searcher = Searcher(self.store, index.settings, self.runtime)
+        self._searcher.runtime = self.runtime  # a Memory that adopted this one's: its model is the call's
         return self._searcher
 
 

@@ -52,25 +52,117 @@ def runtime_dir(create: bool = False) -> str | None:
     try:
         if create:
             os.makedirs(path, mode=0o700, exist_ok=True)
-        info = os.lstat(path)
     except OSError:
         return None
-    # A directory, ours, closed to others: else someone else could put a socket where ours goes.
-    if info.st_mode & 0o170000 != 0o040000 or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        return None
-    return path
+    return path if _private(path) else None
+
+
+def _private(directory: str) -> bool:
+    """A directory (not a link), ours, closed to others: else someone else could put a socket where ours goes."""
+    try:
+        info = os.lstat(directory)
+    except OSError:
+        return False
+    return info.st_mode & 0o170000 == 0o040000 and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
 def place(store_root: str, create: bool = False) -> str | None:
     """The path, without its suffix (.sock, .lock, .log), of the server files of the store at
     `store_root`, named by a hash of its real path."""
-    from _blake2 import blake2b
-
     directory = runtime_dir(create)
     if directory is None:
         return None
-    key = blake2b(os.path.realpath(store_root).encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
-    return os.path.join(directory, key)
+    return os.path.join(directory, _key(store_root))
+
+
+def _key(store_root: str) -> str:
+    from _blake2 import blake2b
+
+    return blake2b(os.path.realpath(store_root).encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
+
+
+# The store's own record of its server: held (flock) by the server while it serves, and naming its
+# socket. A login shell and cron have different runtime directories; the store is what both share,
+# so a second start finds the first server there, wherever it listens.
+RECORD = ".server"
+
+
+def recorded_socket(store_root: str) -> str | None:
+    """The socket the store's record names while a server holds it, if it is one this user's own
+    server could listen on: a store is data anyone may have written, so the path must be the socket
+    a server of this store's real path makes (its hash's name) in a runtime directory (memctl or
+    memctl-UID) that is this user's, 0700; each side then checks the other's uid, and the server
+    that this store is its own."""
+    descriptor = _open_record(store_root)
+    if descriptor is None:
+        return None
+    try:
+        if not _held(descriptor):
+            return None  # a record no server holds (it left): stale
+        lines = os.read(descriptor, 4096).decode("utf-8", "surrogateescape").split("\n")
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+    socket_path = lines[1] if len(lines) > 2 else ""
+    directory, name = os.path.split(socket_path)
+    if (not os.path.isabs(socket_path) or os.path.normpath(socket_path) != socket_path
+            or name != _key(store_root) + ".sock"
+            or os.path.basename(directory) not in ("memctl", f"memctl-{os.getuid()}") or not _private(directory)):
+        return None
+    return socket_path
+
+
+def recorded(store_root: str) -> bool:
+    """Whether a server holds the store's record (it serves, or is starting, from any runtime directory)."""
+    descriptor = _open_record(store_root)
+    if descriptor is None:
+        return False
+    try:
+        return _held(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _open_record(store_root: str) -> int | None:
+    """The record, opened to read: never through a link, never blocking (a FIFO put in its place),
+    only a regular file."""
+    try:
+        descriptor = os.open(os.path.join(store_root, RECORD),
+                             os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        regular = os.fstat(descriptor).st_mode & 0o170000 == 0o100000
+    except OSError:
+        regular = False
+    if not regular:
+        os.close(descriptor)
+        return None
+    return descriptor
+
+
+def _held(descriptor: int) -> bool:
+    import fcntl
+
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(descriptor, fcntl.LOCK_UN)
+    return False
+
+
+def _sockets(store_root: str):
+    """Where the store's server may listen, in turn (a generator: the record is read only when no
+    server answers in this caller's runtime directory): there, else where the store's record says
+    (a server that a call of another runtime directory started)."""
+    where = place(store_root)
+    if where is not None:
+        yield where + ".sock"
+    other = recorded_socket(store_root)
+    if other is not None and (where is None or other != where + ".sock"):
+        yield other
 
 
 def store_of(argv: list[str]) -> tuple[str, str] | None:
@@ -106,17 +198,16 @@ def forward(argv: list[str]) -> int | None:
     routed = store_of(argv)
     if routed is None or not os.path.isdir(routed[1]):
         return None
-    where = place(routed[1])
-    if where is None:
-        return None
-    try:
-        connection, pid = _connect(where + ".sock")
-    except OSError:
-        return None  # no server (or a dead one's socket: the in-process run starts another)
-    try:
-        return _call(connection, pid, argv)
-    finally:
-        connection.close()
+    for socket_path in _sockets(routed[1]):
+        try:
+            connection, pid = _connect(socket_path)
+        except OSError:
+            continue  # no server (or a dead one's socket: the in-process run starts another)
+        try:
+            return _call(connection, pid, argv, os.path.realpath(routed[1]))
+        finally:
+            connection.close()
+    return None
 
 
 def _connect(path: str):
@@ -150,15 +241,15 @@ def send(connection, request: dict, fds: tuple[int, ...] = ()) -> None:
     connection.sendall(header + payload)
 
 
-def _call(connection, pid: int, argv: list[str]) -> int | None:
+def _call(connection, pid: int, argv: list[str], store: str) -> int | None:
     streams = (sys.stdin, sys.stdout, sys.stderr)
     if any(stream is None for stream in streams):
         return None  # a closed descriptor 0, 1 or 2: in-process, as Python itself copes
     umask = os.umask(0o077)
     os.umask(umask)
     try:
-        request = {"op": "call", "stamp": stamp(), "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
-                   "umask": umask, "encodings": [(s.encoding, s.errors) for s in streams]}
+        request = {"op": "call", "stamp": stamp(), "store": store, "argv": argv, "cwd": os.getcwd(),
+                   "env": dict(os.environ), "umask": umask, "encodings": [(s.encoding, s.errors) for s in streams]}
         send(connection, request, (0, 1, 2))
         first = _frame(connection, HELLO_SECONDS)
     except TimeoutError:
@@ -166,7 +257,7 @@ def _call(connection, pid: int, argv: list[str]) -> int | None:
     except OSError:
         return None  # it died
     if first != QUEUED:
-        return None  # OUTDATED (it is leaving), FALLBACK (it will not serve this call), or it died
+        return None  # OUTDATED (it is leaving), FALLBACK (not its store, or it will not serve this call), or it died
     try:
         verdict = _frame(connection, QUEUE_SECONDS + HELLO_SECONDS)
     except TimeoutError:
@@ -229,15 +320,16 @@ def _replace(pid: int) -> None:
     return None
 
 
-def start(store_root: str) -> None:
-    """Start the server of the store at `store_root` in the background, unless one runs (or starts):
-    `memctl --store ROOT server run`, in its own session, its output in the runtime dir's .log; the
-    memctl found on the module path as this one was (PYTHONPATH, the install), never the working
-    directory's."""
+def start(store_root: str, most: int) -> None:
+    """Start the server of the store at `store_root` in the background, unless one runs (or starts),
+    from this runtime directory or another (the store's record), or `most` servers run from this
+    one: `memctl --store ROOT server run`, in its own session, its output in the runtime dir's
+    .log; the memctl found on the module path as this one was (PYTHONPATH, the install), never the
+    working directory's."""
     if os.environ.get(SERVER_ENV, "").lower() in OFF:
         return
     where = place(store_root, create=True)
-    if where is None or held(where + ".lock"):
+    if where is None or held(where + ".lock") or recorded(store_root) or running(os.path.dirname(where)) >= most:
         return
     log = os.open(where + ".log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     quiet = os.open(os.devnull, os.O_RDONLY)
@@ -253,37 +345,59 @@ def start(store_root: str) -> None:
         os.close(quiet)
 
 
+def running(directory: str, but: str = "") -> int:
+    """How many servers run from a runtime directory (each holds its .lock there), `but` one's lock."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    return sum(held(os.path.join(directory, name)) for name in names if name.endswith(".lock") and name != but)
+
+
 def held(lock_path: str) -> bool:
     """Whether a server holds the lock file of its store (it does, as long as it lives)."""
-    import fcntl
-
     try:
-        descriptor = os.open(lock_path, os.O_RDONLY)
-    except FileNotFoundError:
+        descriptor = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return False
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
+        return _held(descriptor)
     finally:
         os.close(descriptor)
+
+
+def starting(store_root: str) -> bool:
+    """Whether a process of this user is a server of the store, answering or not yet (it opens the
+    model before it listens): `memctl --store ROOT server run` as start() runs it."""
+    tail = ["--store", os.path.realpath(store_root), "server", "run"]
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != os.getuid():
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as file:
+                argv = file.read().decode("utf-8", "surrogateescape").split("\0")[:-1]
+        except OSError:
+            continue
+        if argv[-4:] == tail:
+            return True
     return False
 
 
 def ask(store_root: str, op: str) -> dict | None:
     """A request that is not a call (status, stop) to the store's server: its answer, or None when none runs."""
-    where = place(store_root)
-    if where is None:
-        return None
-    try:
-        connection, _ = _connect(where + ".sock")
-    except OSError:
-        return None
-    try:
-        send(connection, {"op": op})
-        size = int.from_bytes(_exactly(connection, 4, HELLO_SECONDS), "big")
-        return marshal.loads(_exactly(connection, size, HELLO_SECONDS))
-    except (OSError, ValueError, EOFError):
-        return None
-    finally:
-        connection.close()
+    for socket_path in _sockets(store_root):
+        try:
+            connection, _ = _connect(socket_path)
+        except OSError:
+            continue
+        try:
+            send(connection, {"op": op, "store": os.path.realpath(store_root)})
+            size = int.from_bytes(_exactly(connection, 4, HELLO_SECONDS), "big")
+            return marshal.loads(_exactly(connection, size, HELLO_SECONDS))
+        except (OSError, ValueError, EOFError):
+            continue
+        finally:
+            connection.close()
+    return None

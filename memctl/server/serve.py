@@ -10,9 +10,12 @@ process instead. A thread per connection reads the request, sends a heartbeat ea
 while the call runs, and turns a client that goes away (Ctrl-C) into KeyboardInterrupt in the
 call, as Ctrl-C does in-process.
 
-The server leaves when idle for [server] idle_minutes, on `memctl server stop`, when its store
-is gone, or when a client of another memctl (version, place, Python) or a changed source file
-shows it is outdated; the client then runs its call in-process and starts a new server.
+The server leaves when idle for as long as it has been used (from [server] first_idle_minutes
+to idle_minutes: _idle_limit), on `memctl server stop`, when its store is gone, or when a client
+of another memctl (version, place, Python) or a changed source file shows it is outdated; the
+client then runs its call in-process and starts a new server. One server a store: it holds the
+store's record (client.RECORD) while it serves, which names its socket for calls made with
+another runtime directory; and at most [server] max_running from one runtime directory.
 """
 
 from __future__ import annotations
@@ -59,12 +62,15 @@ class Server:
     """The server of the store at `root`; `command` is the click group the calls run
     (memctl.cli.cli, passed in: this package lies below the command line)."""
 
-    def __init__(self, root: str, command, *, idle_minutes: float, make_memory: Callable[..., Any]):
+    def __init__(self, root: str, command, *, idle_minutes: float, first_idle_minutes: float, most: int,
+                 make_memory: Callable[..., Any]):
         from memctl.store.store import Store
 
         self.root = os.path.realpath(root)
         self.command = command
         self.idle_seconds = idle_minutes * 60
+        self.first_idle_seconds = min(first_idle_minutes, idle_minutes) * 60
+        self.most = most
         self.make_memory = make_memory
         self.where = client.place(self.root, create=True)
         self.stamp = client.stamp()
@@ -80,7 +86,7 @@ class Server:
         self._written = self.store.written_stamp()  # the store's, after the last call (_embed_ahead)
         self._call_memory = None  # the Memory the running call's command made, if it made one
         self.started = time.time()
-        self.last_call = time.monotonic()
+        self.last_call = self.began = time.monotonic()
         self.served = 0
         self.leaving = ""
         self._running: _Call | None = None
@@ -95,13 +101,20 @@ class Server:
         if self.where is None:
             return "no private runtime directory ($XDG_RUNTIME_DIR or /tmp/memctl-UID)"
         lock = self._lock()
-        if lock is None:
-            return "another server serves this store"
+        if isinstance(lock, str):
+            return lock
+        record = self._claim()
+        if isinstance(record, str):
+            os.close(lock)
+            return record
+        self._written = self.store.written_stamp()  # the record, made at the root, moved it
         os.chdir("/")  # a call runs in its client's directory; between calls none is held
         self._warm()
         signal.signal(signal.SIGINT, self._on_interrupt)
         listener = self._listen()
-        self.say(f"serving {self.root} (pid {os.getpid()}, idle limit {self.idle_seconds / 60:g} min)")
+        self.last_call = self.began = time.monotonic()  # idle from now: opening the model can take a minute
+        self.say(f"serving {self.root} (pid {os.getpid()}, idle limit {self.first_idle_seconds / 60:g} to "
+                 f"{self.idle_seconds / 60:g} min, as long as it is used)")
         threading.Thread(target=self._accept, args=(listener,), daemon=True, name="accept").start()
         try:
             while not self.leaving:
@@ -120,6 +133,9 @@ class Server:
                     self.leaving = "interrupted"
         finally:
             self._unlisten(listener)
+            if record is not None:
+                os.ftruncate(record, 0)  # names no socket once it is gone
+                os.close(record)
             os.close(lock)
         self.say(f"leaving: {self.leaving}")
         return self.leaving
@@ -142,21 +158,70 @@ class Server:
     def say(self, message: str) -> None:
         print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} memctl server: {message}", file=self._log)
 
-    def _lock(self) -> int | None:
-        """The store's server lock, held while serving; another server that holds it is left to serve
-        (one that is leaving lets go within seconds)."""
-        descriptor = os.open(self.where + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        for _ in range(50):
+    def _lock(self) -> int | str:
+        """The store's server lock in the runtime directory, held while serving; or why not: another
+        server holds it (one that is leaving lets go within seconds), or [server] max_running others
+        run from this directory. Counted and taken under the directory's .starting lock, so that
+        servers starting together count each other."""
+        directory, name = os.path.split(self.where)
+        starting = os.open(os.path.join(directory, ".starting"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        descriptor = os.open(self.where + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            for _ in range(50):
+                fcntl.flock(starting, fcntl.LOCK_EX)
+                try:
+                    try:
+                        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        time.sleep(0.1)
+                        continue
+                    others = client.running(directory, but=name + ".lock")
+                    if others >= self.most:
+                        os.close(descriptor)
+                        return (f"{others} servers run from {directory} already, [server] max_running is "
+                                f"{self.most}; calls on this store run in their own processes")
+                finally:
+                    fcntl.flock(starting, fcntl.LOCK_UN)
+                os.ftruncate(descriptor, 0)
+                os.write(descriptor, f"{os.getpid()}\n".encode())
+                return descriptor
+        finally:
+            os.close(starting)
+        os.close(descriptor)
+        return "another server serves this store"
+
+    def _claim(self) -> int | str | None:
+        """The store's record (client.RECORD), held while serving, naming this server's socket: so
+        that a call made with another runtime directory (cron, a login shell) finds this server
+        instead of starting its own. Why not, when another server holds it; None when the store
+        cannot keep one (read-only, a link in its place): served all the same."""
+        from memctl.errors import MemctlError
+        from memctl.store.store import FILE_MODE
+
+        try:
+            path = self.store.path(client.RECORD)  # the store's one path check: no link on the way
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                                 FILE_MODE)
+        except (OSError, MemctlError) as exc:
+            self.say(f"serving without the store's record: {exc}")
+            return None
+        if os.fstat(descriptor).st_mode & 0o170000 != 0o100000:
+            os.close(descriptor)
+            self.say(f"serving without the store's record: {path} is not a regular file")
+            return None
+        for _ in range(50):  # a server leaving lets go within seconds
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
             except BlockingIOError:
                 time.sleep(0.1)
-                continue
-            os.ftruncate(descriptor, 0)
-            os.write(descriptor, f"{os.getpid()}\n".encode())
-            return descriptor
-        os.close(descriptor)
-        return None
+        else:
+            named = os.pread(descriptor, 4096, 0).decode(errors="replace").split("\n")
+            os.close(descriptor)
+            return f"another server (pid {named[0]}) serves this store, at {named[1] if len(named) > 1 else '?'}"
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"{os.getpid()}\n{self.where}.sock\n".encode(), 0)
+        return descriptor
 
     def _listen(self) -> socket.socket:
         """The socket, 0600, made under a temporary name and renamed into place: a client never
@@ -181,9 +246,16 @@ class Server:
             pass
         listener.close()
 
+    def _idle_limit(self) -> float:
+        """How long it waits for a call: as long as it has been used (from its start, which a call
+        made, to its last call), at least first_idle and at most idle_minutes. A one-off call's server
+        leaves after a short wait; an agent's, used turn after turn, waits up to half an hour."""
+        return min(self.idle_seconds, max(self.first_idle_seconds, self.last_call - self.began))
+
     def _check_idle(self) -> None:
-        if time.monotonic() - self.last_call > self.idle_seconds:
-            self.leaving = f"idle for {self.idle_seconds / 60:g} min"
+        limit = self._idle_limit()
+        if time.monotonic() - self.last_call > limit:
+            self.leaving = f"idle for {limit / 60:.3g} min"
         elif not os.path.isdir(self.root):
             self.leaving = "the store is gone"
 
@@ -229,6 +301,8 @@ class Server:
                 if op == "call":
                     self._converse(connection, _Call(request, fds))
                     fds = []  # the call closed them
+                elif request.get("store", self.root) != self.root:
+                    return  # a status or stop meant for another store's server: none runs for it here
                 elif op == "status":
                     _answer(connection, self.status())
                 elif op == "stop":
@@ -245,6 +319,10 @@ class Server:
                 os.close(fd)
 
     def _converse(self, connection: socket.socket, call: _Call) -> None:
+        if call.request.get("store") != self.root:  # found through a record that is not its store's
+            _close_all(call.fds)
+            connection.sendall(client.FALLBACK)
+            return
         if tuple(call.request.get("stamp", ())) != self.stamp or self._sources_changed():
             self._leave(f"outdated: a client of {call.request.get('stamp')} (or a changed source file)")
             _close_all(call.fds)
@@ -326,7 +404,7 @@ class Server:
         return {"pid": os.getpid(), "store": self.root, "version": self.stamp[0], "python": self.stamp[2],
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
                 "calls": self.served, "running": self._running is not None, "idle_seconds": round(time.monotonic() - self.last_call, 1),
-                "idle_limit_minutes": self.idle_seconds / 60, "rss_mb": _rss_mb(), "leaving": self.leaving}
+                "idle_limit_minutes": round(self._idle_limit() / 60, 2), "rss_mb": _rss_mb(), "leaving": self.leaving}
 
     # -- running a call (the main thread) ------------------------------------------------
     def _take(self, call: _Call) -> None:
@@ -403,8 +481,10 @@ class Server:
 
     def _run_command(self, argv: list[str]) -> int:
         from memctl.config import say_notes_again
+        from memctl.text.tokens import say_warnings_again
 
         say_notes_again()  # a call is a process to its user: the once-a-process notes are said again
+        say_warnings_again()
         self._in_command = True
         try:
             self.command.main(args=argv, prog_name="memctl", obj=self._memory)

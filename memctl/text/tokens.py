@@ -24,17 +24,36 @@ _SYMBOLS = re.compile(r"[!-/:-@\[-`{-~]")  # ASCII punctuation
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
-@lru_cache(maxsize=1)
 def _encoding():
+    """The encoding $MEMCTL_TOKEN_ENCODING names, read at each use: a resident server runs the calls
+    of clients with different environments, and each call counts as its own process would."""
     name = os.environ.get("MEMCTL_TOKEN_ENCODING", DEFAULT_ENCODING)
+    encoding, failure = _loaded(name)
+    if failure is not None and name not in _warned:
+        _warned.add(name)
+        print(f"memctl: warning: token encoding {name} unavailable ({failure}); "
+              "estimating token counts from characters", file=sys.stderr)
+    return encoding
+
+
+@lru_cache(maxsize=4)
+def _loaded(name: str):
+    """(the encoding, None), or (None, why it cannot load): loaded once a process for each name."""
     try:
         import tiktoken
 
-        return tiktoken.get_encoding(name)
+        return tiktoken.get_encoding(name), None
     except Exception as exc:  # any failure to load means: estimate instead
-        print(f"memctl: warning: token encoding {name} unavailable ({exc}); "
-              "estimating token counts from characters", file=sys.stderr)
-        return None
+        return None, exc
+
+
+_warned: set[str] = set()  # the encodings whose failure this process has said (once a process)
+
+
+def say_warnings_again() -> None:
+    """Let the once-a-process warning be said again: a resident server's next call is a new process
+    to the person who made it."""
+    _warned.clear()
 
 
 def estimate_tokens(text: str) -> int:
