@@ -37,7 +37,6 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections import defaultdict
 from pathlib import Path
 
 import orjson
