@@ -2,8 +2,10 @@
 
     python bench/retrieval.py locomo [--data ../shared/bench] [-- extra search flags]
     python bench/retrieval.py madial [--data ../shared/bench] [-- extra search flags]
+    python bench/retrieval.py madial_en [--data ../shared/bench] [-- extra search flags]
+    python bench/retrieval.py madial_cross [--data ../shared/bench] [-- extra search flags]
     python bench/retrieval.py lme [--data ../shared/bench] [-- extra search flags]
-    python bench/retrieval.py all   (the three, one after the other)
+    python bench/retrieval.py all   (all five, one after the other)
 
 Every table comes first with memctl's default settings (no environment
 overrides, no flags, the real clock), then once relevance-only, labelled so:
@@ -26,6 +28,11 @@ Then the same queries written in Traditional characters (zhconv's zh-tw
 conversion) over the memories as they are (Simplified), default settings:
 what a user writing the other script finds.
 
+MADial-Bench (English side, `madial_en`): the same protocol over the English
+memories and dialogues (the same ids). `madial_cross`: recall across
+languages, the Chinese dialogues over the English memories, then the English
+dialogues over the Chinese memories.
+
 The data stays in shared/bench; nothing is copied into the repository.
 Extra flags after `--` go to every `memctl search` (e.g. -- --mode bm25).
 """
@@ -47,7 +54,11 @@ from pathlib import Path
 
 import orjson
 
-MEMCTL = str(Path(sys.executable).parent / "memctl")
+# This checkout's memctl: the venv's `memctl` script imports the package of the editable install
+# (another worktree's code), and `-P` keeps the working directory's memctl/ off the path. The
+# server is off: each store lives only for its run, and a server would outlive it by its idle time.
+MEMCTL = [sys.executable, "-P", "-m", "memctl"]
+CHECKOUT_ENV = {"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "MEMCTL_SERVER": "off"}
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "bench"
 KS = (5, 10, 25, 50)
 VARIANTS = (  # (label, extra search flags, environment)
@@ -60,8 +71,8 @@ NEGATIVES_PER_KIND = 40
 
 
 def memctl(store: Path, *args: str, stdin: bytes = b"", env: dict | None = None) -> bytes:
-    done = subprocess.run([MEMCTL, "--store", str(store), *args], input=stdin, capture_output=True,
-                          env={**os.environ, **(env or {})})
+    done = subprocess.run([*MEMCTL, "--store", str(store), *args], input=stdin, capture_output=True,
+                          env={**os.environ, **CHECKOUT_ENV, **(env or {})})
     if done.returncode not in (0, 1):
         sys.exit(f"memctl {' '.join(args)} failed:\n{done.stderr.decode()}")
     return done.stdout
@@ -143,15 +154,45 @@ def unrelated_queries(data: Path, conversations: list[dict], sample_id: str) -> 
 
 
 def run_madial(data: Path, extra: list[str]) -> None:
-    import zhconv
+    hits = madial_recall(data, "zh", "zh", extra, traditional=True)
+    for label, _, _ in VARIANTS:
+        report(f"MADial-Bench zh, {label}", hits[label], {0: "all"})
+    report("MADial-Bench zh, queries in Traditional characters, default settings", hits["traditional"], {0: "all"})
 
+
+def run_madial_en(data: Path, extra: list[str]) -> None:
+    hits = madial_recall(data, "en", "en", extra)
+    for label, _, _ in VARIANTS:
+        report(f"MADial-Bench en, {label}", hits[label], {0: "all"})
+
+
+def run_madial_cross(data: Path, extra: list[str]) -> None:
+    """Recall across languages: each side's dialogues over the other side's memories (the same ids)."""
+    for dialogues, memories in (("zh", "en"), ("en", "zh")):
+        hits = madial_recall(data, memories, dialogues, extra)
+        for label, _, _ in VARIANTS:
+            report(f"MADial-Bench, {dialogues} dialogues over {memories} memories, {label}", hits[label], {0: "all"})
+
+
+def madial_recall(data: Path, memory_lang: str, dialogue_lang: str, extra: list[str],
+                  traditional: bool = False) -> dict:
+    """recall@k of the `dialogue_lang` dev dialogues over the `memory_lang` memories, per variant (and,
+    with `traditional`, the queries written in Traditional characters, default settings). A relevant
+    memory the archive lacks (the English side has 160 of the 171) is left out of its dialogue's
+    gold; a dialogue left with none is not counted."""
     notes = []
-    for line in (data / "madial_zh_memory.jsonl").read_text().splitlines():
+    for line in (data / f"madial_{memory_lang}_memory.jsonl").read_text().splitlines():
         for memory in json.loads(line).values():
             notes.append({"id": f"madial-{memory['id']}", "text": memory["event"],
                           "section": memory["scene"], "scope": f"project:user-{memory['user-id']}",
                           "created_at": memory["time"] + "T12:00:00Z", "memory_class": "episodic"})
-    dialogues = [json.loads(line) for line in (data / "madial_zh_dialogues_dev.jsonl").read_text().splitlines()]
+    stored = {note["id"] for note in notes}
+    dialogues = []
+    for line in (data / f"madial_{dialogue_lang}_dialogues_dev.jsonl").read_text().splitlines():
+        dialogue = json.loads(line)
+        dialogue["relevant"] = {f"madial-{r}" for r in dialogue["relevant-id"]} & stored
+        if dialogue["relevant"]:
+            dialogues.append(dialogue)
     hits = {label: defaultdict(list) for label in [*(label for label, _, _ in VARIANTS), "traditional"]}
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "store"
@@ -160,21 +201,19 @@ def run_madial(data: Path, extra: list[str]) -> None:
         memctl(store, "index")
         queries = [{"id": d["id"], "query": "".join(d["dialogue"][:d["test-turn"][0]]),
                     "scope": f"project:user-{d['user-id']}", "kind": "memory"} for d in dialogues]
-        for label, flags, env in VARIANTS:
-            answers = batch_search(store, queries, [*flags, *extra], env)
+        runs = [(label, queries, [*flags, *extra], env) for label, flags, env in VARIANTS]
+        if traditional:
+            import zhconv
+
+            runs.append(("traditional", [{**q, "query": zhconv.convert(q["query"], "zh-tw")} for q in queries],
+                         extra, {}))
+        for label, asked, flags, env in runs:
+            answers = batch_search(store, asked, flags, env)
             for dialogue in dialogues:
-                relevant = {f"madial-{r}" for r in dialogue["relevant-id"]}
                 ranked = answers.get(dialogue["id"], [])
-                hits[label][0].append([len(relevant & set(ranked[:k])) / len(relevant) for k in KS])
-        traditional = [{**query, "query": zhconv.convert(query["query"], "zh-tw")} for query in queries]
-        answers = batch_search(store, traditional, extra, {})
-        for dialogue in dialogues:
-            relevant = {f"madial-{r}" for r in dialogue["relevant-id"]}
-            ranked = answers.get(dialogue["id"], [])
-            hits["traditional"][0].append([len(relevant & set(ranked[:k])) / len(relevant) for k in KS])
-    for label, _, _ in VARIANTS:
-        report(f"MADial-Bench zh, {label}", hits[label], {0: "all"})
-    report("MADial-Bench zh, queries in Traditional characters, default settings", hits["traditional"], {0: "all"})
+                hits[label][0].append([len(dialogue["relevant"] & set(ranked[:k])) / len(dialogue["relevant"])
+                                       for k in KS])
+    return hits
 
 
 def run_lme(data: Path, extra: list[str]) -> None:
@@ -231,7 +270,8 @@ def report(name: str, hits: dict, labels: dict, columns: list[str] | None = None
         print(f"| {label} | {len(values)} | " + " | ".join(f"{m:.3f}" for m in means) + " |")
 
 
-RUNS = {"locomo": run_locomo, "lme": run_lme, "madial": run_madial}
+RUNS = {"locomo": run_locomo, "lme": run_lme, "madial": run_madial, "madial_en": run_madial_en,
+        "madial_cross": run_madial_cross}
 
 
 def main() -> None:
