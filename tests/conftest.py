@@ -87,6 +87,58 @@ def store_dir(tmp_path: Path) -> Path:
 def pytest_configure(config):
     config.addinivalue_line("markers", "real_model: [embedding] model is memctl's own default, the bundled "
                                        "MiniLM, not the fake (tests of recall by meaning, and of the defaults)")
+    config.addinivalue_line("markers", "process: starts a real process (memctl, a server, redis-server, a program "
+                                       "memctl runs), for what only a process shows: exits, kills, concurrency")
+    config.addinivalue_line("markers", "quick: neither process nor real_model (set by conftest): the inner loop")
+
+
+# The quick loop (`pytest -m quick`, README) leaves out the tests that start processes or load the real
+# model: each test that starts a process says so with @pytest.mark.process, and one that does without
+# it fails, so the quick loop cannot quietly start running processes again.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _no_unmarked_process(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _no_unmarked_process(item))
+
+
+def _no_unmarked_process(item):
+    if item.get_closest_marker("process") is not None:
+        return (yield)
+    started: list = []
+    execute = subprocess.Popen._execute_child
+
+    def recorded(self, args, *rest, **named):
+        started.append(args)
+        return execute(self, args, *rest, **named)
+
+    subprocess.Popen._execute_child = recorded
+    try:
+        result = yield
+    finally:
+        subprocess.Popen._execute_child = execute
+    if started:
+        raise AssertionError(f"{item.nodeid} started a process ({started[0]!r}) but is not marked "
+                             "@pytest.mark.process")
+    return result
+
+
+# Fixtures that start a process: a test that takes one is marked process by taking it.
+PROCESS_FIXTURES = {"run_process", "redis_server", "own_redis_server"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark process the tests that take a process fixture (or the cache's Redis backend), and quick
+    the tests that neither start a process nor load the real model (`pytest -m quick`)."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if PROCESS_FIXTURES & set(item.fixturenames) or params.get("cache_backend") == "redis":
+            item.add_marker(pytest.mark.process)
+        if item.get_closest_marker("process") is None and item.get_closest_marker("real_model") is None:
+            item.add_marker(pytest.mark.quick)
 
 
 # Embed with tests/fake_embedder.py in this process, module-scoped fixtures included. Set as the

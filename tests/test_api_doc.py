@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 
@@ -18,6 +20,7 @@ def example_code() -> str:
     return match.group(1)
 
 
+@pytest.mark.process
 def test_api_example_runs(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
     done = subprocess.run([sys.executable, "-c", example_code()], cwd=tmp_path, env=env, capture_output=True,

@@ -39,6 +39,7 @@ def cache_run(run, cache_backend):
     return _run
 
 
+@pytest.mark.process
 def test_second_agent_gets_the_first_agents_output_without_a_second_run(cache_run, tmp_path):
     effect = tmp_path / "effect"
     command = tool_command(effect, output="TSMC 1032\n")
@@ -55,6 +56,7 @@ def test_second_agent_gets_the_first_agents_output_without_a_second_run(cache_ru
                       "negative_keys": 0, "bytes": 10, "consolidated": 0}]
 
 
+@pytest.mark.process
 def test_failed_and_empty_results_are_cached_with_their_own_ttl(cache_run, tmp_path):
     effect = tmp_path / "effect"
     failing = tool_command(effect, output="", status=3)
@@ -75,6 +77,7 @@ def test_failed_and_empty_results_are_cached_with_their_own_ttl(cache_run, tmp_p
     assert runs(effect) == 3
 
 
+@pytest.mark.process
 def test_refresh_runs_again_and_replaces_the_output(cache_run, tmp_path):
     effect = tmp_path / "effect"
     cache_run("run", "--scope", "s", "--tool", "t", "--", *tool_command(effect))
@@ -101,6 +104,7 @@ def test_canonical_form_ignores_key_order_number_form_and_whitespace():
     assert key_of("t", ["ls", "a  b"]) != key_of("t", ["ls", "a b"])  # argv is kept exactly
 
 
+@pytest.mark.process
 def test_concurrent_misses_run_the_command_once(cache_backend, store_dir, tmp_path):
     effect = tmp_path / "effect"
     command = tool_command(effect, output="slow answer", sleep=0.6)
@@ -114,6 +118,7 @@ def test_concurrent_misses_run_the_command_once(cache_backend, store_dir, tmp_pa
     assert sum(not a["hit"] for a in answers) == 1 and sum(a["waited"] for a in answers) >= 1
 
 
+@pytest.mark.process
 def test_a_dead_runner_leaves_nothing_stuck(cache_backend, store_dir, tmp_path):
     effect = tmp_path / "effect"
     env = {**os.environ, "MEMCTL_CACHE_BACKEND": cache_backend, "MEMCTL_CACHE_LOCK_TTL": "1"}
@@ -130,6 +135,7 @@ def test_a_dead_runner_leaves_nothing_stuck(cache_backend, store_dir, tmp_path):
     assert after.returncode == 0 and after.stdout == b"second try" and runs(effect) == 2
 
 
+@pytest.mark.process
 def test_a_waiter_gives_up_after_its_timeout_with_one_line(cache_backend, store_dir, tmp_path):
     effect = tmp_path / "effect"
     env = {**os.environ, "MEMCTL_CACHE_BACKEND": cache_backend}
@@ -150,6 +156,7 @@ def test_a_waiter_gives_up_after_its_timeout_with_one_line(cache_backend, store_
         runner.wait()
 
 
+@pytest.mark.process
 def test_consolidation_writes_useful_items_once_and_search_finds_them(cache_run, run, tmp_path, store_dir):
     effect = tmp_path / "effect"
     shared = tool_command(effect, output="Kestrel inventory service runs on PostgreSQL 16\n")
@@ -179,6 +186,7 @@ def test_consolidation_writes_useful_items_once_and_search_finds_them(cache_run,
     assert cache_run("search", "--scope", "debate-1", "bakery opening time").returncode == 1
 
 
+@pytest.mark.process
 def test_clear_ends_a_run_and_consolidates_first(cache_run, tmp_path, store_dir):
     effect = tmp_path / "effect"
     command = tool_command(effect, output="the answer is 42\n")
@@ -226,6 +234,7 @@ def test_scopes_never_cross(cache_backend, tmp_path, puts, cleared):
         assert stored == {(t, a) for s, t, a in expected if s == scope}
 
 
+@pytest.mark.process
 def test_a_hit_through_the_api_counts_its_access(cache_backend, tmp_path):
     cache = Cache(Store(tmp_path / "store"), backend=cache_backend)
     made = cache.run("s", "echo", [sys.executable, "-c", "print('hi')"])
@@ -234,6 +243,7 @@ def test_a_hit_through_the_api_counts_its_access(cache_backend, tmp_path):
     assert cache.get("s", "echo", [sys.executable, "-c", "print('hi')"]).access_count == 3
 
 
+@pytest.mark.process
 def test_bad_settings_and_names_are_one_line_errors(run, tmp_path):
     bad_backend = run("cache", "stats", env={"MEMCTL_CACHE_BACKEND": "memcached://x"})
     bad_scope = run("cache", "run", "--scope", "../up", "--tool", "t", "--", "true")
@@ -261,6 +271,7 @@ def test_a_dead_redis_server_is_a_one_line_error_and_recovers(run, own_redis_ser
     assert again.returncode == 0 and again.stdout == b"value" and runs(effect) == 2
 
 
+@pytest.mark.process
 def test_consolidate_on_hit_writes_an_item_when_it_reaches_the_threshold(cache_run, tmp_path, store_dir):
     effect = tmp_path / "effect"
     command = tool_command(effect, output="Harbour bakery opens at seven\n")
@@ -293,6 +304,7 @@ def nested(levels: int, leaf=1):
     return value
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("option, value", [
     *[("--ttl", v) for v in ("inf", "-inf", "nan", "0", "-1", "1e308", "315360001", "1" + "0" * 400)],
     *[("--timeout", v) for v in ("nan", "inf", "-1")],
@@ -344,6 +356,7 @@ BAD_ARGS = {
 }
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("text, problem", BAD_ARGS.values(), ids=BAD_ARGS.keys())
 def test_bad_args_are_one_line_errors_and_the_next_call_works(run, tmp_path, text, problem):
     effect = tmp_path / "effect"
@@ -455,6 +468,7 @@ def bad_entry(good: bytes, bad: bytes | dict) -> bytes:
     return text.replace(orjson.dumps(DEEPEST_JSON), DEEPEST_JSON.encode())  # deeper than orjson writes
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("bad, problem", BAD_ENTRIES.values(), ids=BAD_ENTRIES.keys())
 def test_an_entry_edited_into_nonsense_is_a_miss_reported_and_replaced(cache_backend, tmp_path, bad, problem):
     effect = tmp_path / "effect"
@@ -478,6 +492,7 @@ def test_an_entry_edited_into_nonsense_is_a_miss_reported_and_replaced(cache_bac
     assert cache.get("s", "t", command).output == b"fine" and cache_problems(store) == []
 
 
+@pytest.mark.process
 def test_the_command_line_reads_a_nonsense_entry_as_a_miss(run, tmp_path, store_dir):
     effect = tmp_path / "effect"
     command = tool_command(effect, output="fine")
@@ -492,6 +507,7 @@ def test_the_command_line_reads_a_nonsense_entry_as_a_miss(run, tmp_path, store_
     assert orjson.loads(entry_file.read_bytes())["output"] == "fine"
 
 
+@pytest.mark.process
 def test_bad_events_marks_and_folders_are_skipped_and_reported(run, tmp_path, store_dir):
     effect = tmp_path / "effect"
     command = tool_command(effect, output="fine")

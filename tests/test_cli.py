@@ -120,6 +120,7 @@ def test_plain_results_name_who_spoke_and_explain_each_stage(run, store_dir):
     assert re.search(r"recency \+\d\.\d{4} → \d\.\d{4}  importance ×\d\.\d{3} → \d\.\d{4}  length ×", stages)
 
 
+@pytest.mark.process
 def test_store_from_environment_and_flag(tmp_path):
     env_store, flag_store = tmp_path / "env", tmp_path / "flag"
     base = [*memctl_command()]
@@ -140,12 +141,14 @@ def test_split_without_a_session_is_a_usage_error(run):
     assert b"--session" in result.stderr
 
 
+@pytest.mark.process
 def test_man_pages_and_completions_are_up_to_date():
     check = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_docs.py"), "--check"],
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
 
 
+@pytest.mark.process
 def test_completion_script_completes_subcommands(tmp_path):
     import os
     env = {**os.environ, "_MEMCTL_COMPLETE": "bash_complete", "COMP_WORDS": "memctl ing", "COMP_CWORD": "1"}

@@ -469,6 +469,7 @@ def reviewer(python_command):
     return lambda kind: python_command(f"review_{kind}", REVIEWS[kind])
 
 
+@pytest.mark.process
 def test_llm_review_merges_links_and_compresses_dry_run_first(run, store_dir, reviewer):
     run("ingest", "-", input=session_lines(WEATHER))
     three_topics(store_dir)
@@ -489,6 +490,7 @@ def test_llm_review_merges_links_and_compresses_dry_run_first(run, store_dir, re
                                                                                ("related", "t-rain")}
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind, said", [
     ("malformed", "no <topic_review>…</topic_review> element"), ("unknown_id", "topic_id='t-404' is not one of"),
     ("merged_twice", "t-rain is merged away twice"),
@@ -552,6 +554,7 @@ def activate_json(run, *args, env=FEW_RECENT):
     return done.returncode, json.loads(done.stdout), done.stderr.decode()
 
 
+@pytest.mark.process
 def test_llm_routing_activates_the_topic_it_matches(run, store_dir, router):
     ids = split_three_subjects(run, store_dir)
     make_dormant(store_dir, ids["hotel"])
@@ -564,6 +567,7 @@ def test_llm_routing_activates_the_topic_it_matches(run, store_dir, router):
     assert topic_files(store_dir)[ids["hotel"]][-1]["state"] == "active"
 
 
+@pytest.mark.process
 def test_llm_routing_that_matches_nothing_activates_nothing(run, store_dir, router):
     ids = split_three_subjects(run, store_dir)
     make_dormant(store_dir, ids["hotel"])
@@ -572,6 +576,7 @@ def test_llm_routing_that_matches_nothing_activates_nothing(run, store_dir, rout
     assert "nothing about pets" in said and topic_files(store_dir)[ids["hotel"]][-1]["state"] == "dormant"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind, said", [
     ("malformed", "no <topic_routing>…</topic_routing> element"), ("unknown_id", "id 't-404' is not one of the listed"),
     ("bad_relevance", "relevance='very' must be one of high, medium, low"), ("empty", "it was empty"),

@@ -47,6 +47,7 @@ def invoke(store, args):
     return CliRunner().invoke(cli, ["--store", str(store), *args], prog_name="memctl")
 
 
+@pytest.mark.process
 @settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(name=st.sampled_from(sorted(CASES)), command=st.sampled_from(crafted_cases.COMMANDS))
@@ -65,6 +66,7 @@ def test_a_crafted_store_gives_no_traceback_and_nothing_outside(tmp_path_factory
     assert snapshot(victim.parent) == outside, what
 
 
+@pytest.mark.process  # topic_store is made by memctl processes (bench/torture.py)
 @pytest.mark.parametrize("name", [case.name for case in crafted_cases.CASES if case.health])
 def test_health_names_every_crafted_file(tmp_path, topic_store, name):
     store, _ = crafted(tmp_path, topic_store, name)
@@ -76,6 +78,7 @@ def test_health_names_every_crafted_file(tmp_path, topic_store, name):
     assert any(f.startswith(wanted) or wanted.startswith(f) for f in files if f != "."), (wanted, files)
 
 
+@pytest.mark.process  # topic_store is made by memctl processes (bench/torture.py)
 def test_a_topic_header_naming_a_session_deletes_nothing(tmp_path, topic_store):
     """The attack of issue 19: a header id of ../sessions/<s>, then the daily review."""
     store, _ = crafted(tmp_path, topic_store, "topic-id-dotdot-session")
@@ -85,6 +88,7 @@ def test_a_topic_header_naming_a_session_deletes_nothing(tmp_path, topic_store):
     assert snapshot(store / "sessions") == sessions
 
 
+@pytest.mark.process  # topic_store is made by memctl processes (bench/torture.py)
 def test_a_torn_topic_line_is_mended_before_the_next_append(tmp_path, topic_store):
     store, _ = crafted(tmp_path, topic_store, "topic-torn-last-line")
     path = sorted((store / "topics").glob("t-*.jsonl"))[0]

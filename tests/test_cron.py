@@ -89,6 +89,7 @@ def test_readme_has_an_hourly_and_a_nightly_job_that_name_the_store():
             assert step.split()[:2] == ["$MEMCTL", "-q"] and "--store" in step.split(), step
 
 
+@pytest.mark.process
 def test_cron_lines_are_silent_when_every_step_succeeds(cron):
     write_export(cron.home, ["Mei's demo for the Kestrel team is on December 12th",
                              "Noted: the Kestrel demo is on December 12th"])
@@ -107,6 +108,7 @@ def test_cron_lines_are_silent_when_every_step_succeeds(cron):
     assert "status: archived" in (store / "MEMORY.md").read_text()  # the lifecycle step did its work
 
 
+@pytest.mark.process
 def test_hourly_line_fails_with_one_line_when_the_import_fails(cron):
     failed = cron(HOURLY)  # no export this hour
     assert failed.returncode == 2 and failed.stdout == b""
@@ -114,6 +116,7 @@ def test_hourly_line_fails_with_one_line_when_the_import_fails(cron):
     assert not (cron.home / "agent" / ".memory" / ".index").exists()  # `&&` stopped the line
 
 
+@pytest.mark.process
 def test_nightly_line_fails_with_one_line_when_the_check_finds_a_problem(cron):
     write_export(cron.home, ["Mei's demo for the Kestrel team is on December 12th"])
     assert cron(HOURLY).returncode == 0
@@ -125,6 +128,7 @@ def test_nightly_line_fails_with_one_line_when_the_check_finds_a_problem(cron):
     assert line.startswith("memctl: health: 1 error(s)") and "sessions/telegram_42.jsonl:2" in line
 
 
+@pytest.mark.process
 def test_nightly_line_fails_at_the_lifecycle_with_its_own_error_and_checks_nothing_after(cron):
     store = cron.home / "agent" / ".memory"
     write_export(cron.home, ["Mei's demo for the Kestrel team is on December 12th"])
@@ -138,12 +142,14 @@ def test_nightly_line_fails_at_the_lifecycle_with_its_own_error_and_checks_nothi
     assert line.startswith("memctl: error: ") and "journal" in line and "health" not in line
 
 
+@pytest.mark.process
 def test_nightly_line_fails_when_the_named_store_is_not_there(cron):
     failed = cron(NIGHTLY)
     assert failed.returncode == 2
     assert one_line(failed.stderr) == f"memctl: error: no store at {cron.home}/agent/.memory"
 
 
+@pytest.mark.process
 def test_a_store_nobody_named_is_said_even_under_quiet(tmp_path):
     (tmp_path / "n.jsonl").write_text('{"role": "user", "content": "a plain chat line, long enough"}\n')
     env = {k: v for k, v in os.environ.items() if k != "MEMCTL_STORE"}

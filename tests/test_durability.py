@@ -7,6 +7,8 @@ import random
 import textwrap
 from collections import Counter
 
+import pytest
+
 import orjson
 
 from conftest import killed_after
@@ -81,6 +83,7 @@ WRITER_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.process
 def test_writer_killed_at_random_points_keeps_every_acknowledged_write(tmp_path):
     root = tmp_path / "store"
     rng = random.Random(20261122)

@@ -87,6 +87,7 @@ def test_topic_conflicts_are_warnings_unless_strict(run, demo):
     assert run("health", "check", "--strict").returncode == 1
 
 
+@pytest.mark.process
 def test_fix_repairs_what_is_safe_and_dry_run_does_not(run, demo):
     (demo / "MEMORY.md").chmod(0o644)
     (demo / "sessions").chmod(0o755)
@@ -184,6 +185,7 @@ def test_every_review_and_health_subcommand_has_help_with_examples(run):
             assert "Examples:" in text and f"memctl {group} {name}" in text.split("Examples:")[1]
 
 
+@pytest.mark.process
 def test_governance_commands_start_without_heavy_imports():
     # The click group, not main(): main() ends the process once the command is done.
     code = ("import sys\nfrom memctl.cli import cli\n"

@@ -401,6 +401,7 @@ INDEXER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.process
 def test_an_update_killed_at_any_point_is_repaired_by_the_next(store, tmp_path):
     """Vectors appended while Tantivy commits, the table after both, the manifest last, daily
     logs read from their tails: wherever a kill lands, the next update leaves the index a

@@ -116,6 +116,7 @@ def half_write(root: Path, line: bytes, cwd: Path) -> None:
     assert (root / ".journal" / "journal.json").exists()
 
 
+@pytest.mark.process
 def test_reader_never_sees_a_killed_writers_half_batch(run, store, tmp_path):
     """The killer case of the torture run: a search after a SIGKILL showed the unacknowledged batch."""
     original = (store / "sessions" / "s1.jsonl").read_bytes()
@@ -133,6 +134,7 @@ def test_reader_never_sees_a_killed_writers_half_batch(run, store, tmp_path):
     assert run("search", "--mode", "bm25", "heron").returncode == 0
 
 
+@pytest.mark.process
 def test_copied_store_rolls_back_itself_not_the_original(run, store, tmp_path):
     half = orjson.dumps({**MESSAGE, "id": "m-unacked", "text": "half a batch"})
     half_write(store, half, cwd=tmp_path)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -16,12 +18,14 @@ def test_imports_run_one_way_with_no_cycle():
     assert check_layers.problems(REPO / "memctl") == []
 
 
+@pytest.mark.process
 def test_ruff_finds_nothing():
     done = subprocess.run([sys.executable, "-m", "ruff", "check", "memctl", "tests", "bench", "scripts"],
                           cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.process
 def test_the_library_imports_where_fcntl_does_not_exist():
     """Windows has no fcntl: importing memctl (the API, the CLI and the store) must still work."""
     code = ("import builtins\nreal = builtins.__import__\n"

@@ -50,6 +50,7 @@ def payload(result) -> dict:
     return data
 
 
+@pytest.mark.process
 def test_tools_ingest_search_and_errors(store_dir):
     async def body(session):
         tools = {t.name: t for t in (await session.list_tools()).tools}
@@ -96,6 +97,7 @@ def test_tools_ingest_search_and_errors(store_dir):
     assert listed.returncode == 0 and b"Tamsui" in listed.stdout
 
 
+@pytest.mark.process
 def test_an_ingest_is_embedded_ahead_and_the_search_after_it_writes_the_vectors_a_process_writes(tmp_path):
     """After an ingest, `memctl mcp` embeds the new messages in a thread (Memory.embed_ahead); the
     search that follows takes them: byte for byte the vectors an update in a process of its own
@@ -127,6 +129,7 @@ def test_an_ingest_is_embedded_ahead_and_the_search_after_it_writes_the_vectors_
     assert vectors[0] == vectors[1]
 
 
+@pytest.mark.process
 def test_pending_review_and_state_through_the_server(store_dir):
     async def body(session):
         held = payload(await session.call_tool("ingest", {"text": "Mei's demo is on December 12th",
@@ -152,12 +155,14 @@ def test_pending_review_and_state_through_the_server(store_dir):
     assert "Mei's demo" in (store_dir / "MEMORY.md").read_text()
 
 
+@pytest.mark.process
 def test_plain_cli_does_not_import_the_sdk():
     probe = "import sys; from memctl.cli import cli; print(any(m == 'mcp' or m.startswith('mcp.') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.process
 def test_cache_tools_share_a_call_between_agents(store_dir, run):
     call = {"scope": "debate-7", "tool": "quote", "args": {"symbol": "2330"}}
     # Another agent stored a call through the command line, its arguments written otherwise.
@@ -185,6 +190,7 @@ def test_cache_tools_share_a_call_between_agents(store_dir, run):
     assert (rows["quote"]["hits"], rows["quote"]["misses"]) == (1, 2)
 
 
+@pytest.mark.process
 def test_context_and_topic_tools_through_the_server(store_dir, run):
     from test_topics import HOTEL, TAXI, WEATHER, session_lines
 
@@ -379,6 +385,7 @@ def error_of(reply: dict, request_id) -> int:
     return reply["error"]["code"]
 
 
+@pytest.mark.process
 def test_malformed_requests_get_a_json_rpc_error_and_the_server_goes_on(wire):
     server_process = wire()
     server_process.initialize()
@@ -413,6 +420,7 @@ def test_malformed_requests_get_a_json_rpc_error_and_the_server_goes_on(wire):
     assert server_process.exited() == 0
 
 
+@pytest.mark.process
 def test_oversize_request_and_argument_get_an_error_and_the_next_call_is_served(wire):
     server_process = wire()
     server_process.initialize()
@@ -437,6 +445,7 @@ def test_oversize_request_and_argument_get_an_error_and_the_next_call_is_served(
     assert "Tamsui" in found["result"]["structuredContent"]["results"][0]["text"]
 
 
+@pytest.mark.process
 def test_request_limit_is_a_setting(wire, run):
     small = wire({"MEMCTL_MCP_MAX_REQUEST_BYTES": "8192"})
     small.initialize()
@@ -474,6 +483,7 @@ def wait_until_blocked_on(lock, pid: int) -> None:
     pytest.fail(f"process {pid} never waited for {lock}")
 
 
+@pytest.mark.process
 def test_a_read_only_call_is_answered_while_a_long_call_runs(wire, store_dir):
     server_process = wire()
     server_process.initialize()
@@ -493,6 +503,7 @@ def test_a_read_only_call_is_answered_while_a_long_call_runs(wire, store_dir):
     assert long["id"] == "long" and long["result"]["isError"] is False
 
 
+@pytest.mark.process
 def test_the_server_exits_when_its_client_goes_mid_call(wire, store_dir):
     server_process = wire()
     server_process.initialize()
@@ -510,6 +521,7 @@ def test_the_server_exits_when_its_client_goes_mid_call(wire, store_dir):
     assert status is not None, "the server outlived its client"
 
 
+@pytest.mark.process
 def test_the_server_exits_when_its_client_stops_reading(wire):
     server_process = wire()
     server_process.initialize()

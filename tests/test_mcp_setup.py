@@ -118,6 +118,7 @@ def test_an_unreadable_config_is_left_alone(run, store_dir, home):
     assert run("mcp", "install", "--client", "cursor", "--name", "../x").returncode == 2
 
 
+@pytest.mark.process
 def test_the_written_server_really_starts_for_the_store(run, store_dir, home):
     """The entry's command, run as the client runs it, answers an MCP initialize for this store."""
     import subprocess

@@ -60,6 +60,7 @@ def test_the_mcp_kind_list_has_every_kind_a_search_finds():
         "memory", "message", "log", "topic"]  # the drift that made one declaration worth it
 
 
+@pytest.mark.process
 def test_declarations_import_nothing_heavy():
     code = ("import sys, memctl.api.params; "
             "print(sorted(m for m in ('numpy', 'tantivy', 'onnxruntime', 'click') if m in sys.modules))")

@@ -80,6 +80,7 @@ def test_daily_review_says_what_it_would_change_then_what_it_changed(run, store_
     assert again.stderr.decode().splitlines()[-1] == "memctl: review daily: nothing changed"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("stdin_is_terminal", [True, False])
 def test_ingest_from_a_terminal_says_how_to_end(store_dir, stdin_is_terminal):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}

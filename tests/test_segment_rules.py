@@ -40,6 +40,7 @@ def test_the_segmenter_reads_every_list_and_only_those():
     assert rules.yes_or_no <= rules.acknowledges  # a yes acknowledges too
 
 
+@pytest.mark.process
 def test_the_rules_are_read_at_the_first_split_not_at_import():
     code = "import memctl.topics.segment as s; print(s._rules.cache_info().currsize)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -266,6 +266,7 @@ def _result(section, n=1):
             "section": section, "session": None, "ts": NOW}
 
 
+@pytest.mark.process
 def test_piped_search_output_is_recorded(store):
     producer_lines = [_result("待辦", 1), _result(None, 2), _result("重要決定", 3), _result("待辦", 4),
                       {"query_id": "q2", "results": [_result("", 5), _result("About Bob", 6)]},
@@ -326,6 +327,7 @@ def _record_many(args):
     return [S.record(store, [f"w{worker}"], settings=None).turn.turn_id for _ in range(count)]
 
 
+@pytest.mark.process
 def test_concurrent_records_lose_no_turn(store):
     S.configure(store, window=10)
     env = {**os.environ, "PYTHONPATH": WORKTREE}
@@ -582,6 +584,7 @@ def test_every_command_has_help_with_examples(tmp_path, command):
     assert b"Examples:" in result.stdout and b"memctl state " + command.encode() in result.stdout
 
 
+@pytest.mark.process
 def test_state_commands_do_not_import_heavy_modules(store):
     S.record(store, ["待辦"])
     code = ("import sys\nsys.argv = ['memctl', '--store', sys.argv[1], 'state', 'plan', '待辦']\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import tiktoken
 
 from memctl.text import tokens
@@ -54,6 +55,7 @@ print(tokens.truncate_tokens(text, 10))
 """
 
 
+@pytest.mark.process
 def test_fallback_when_the_encoding_cannot_load_says_so_once():
     env = {"MEMCTL_TOKEN_ENCODING": "no_such_encoding", "PATH": "/usr/bin:/bin"}
     result = subprocess.run([sys.executable, "-c", FALLBACK], capture_output=True, text=True, env=env)

@@ -247,6 +247,7 @@ def summary_answer(python_command):
     return lambda kind: python_command(f"summary_{kind}", SPLIT_WELL + "    " + SUMMARIES[kind] + "\n")
 
 
+@pytest.mark.process
 def test_llm_answer_is_applied(run, store_dir, answer):
     run("ingest", "-", input=session_lines(WEATHER + HOTEL))
     done = run("split", "--session", "s1", "--force", "--keep-recent", "0", "--json", "--llm", answer("good"),
@@ -267,6 +268,7 @@ def test_llm_answer_is_applied(run, store_dir, answer):
     assert headers["hotel"]["summary"] == "About hotel. 4 messages. 2 messages." and headers["hotel"]["messages"] == 6
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind, said", [
     ("malformed", "malformed"), ("unknown_message", "msg_id 'nope' is not a message of this batch"),
     ("unknown_topic", "topic_id 't-404' is not a known topic"), ("partial", "assigns 1 of 8 messages"),
@@ -289,6 +291,7 @@ def refused_split(run, store_dir, llm: str, timeout: int) -> str:
     return message
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind, said", [
     ("malformed", "no <topic>…</topic> element"), ("unclosed_summary", "exactly one non-empty <summary>"),
     ("two_names", "exactly one <name>"),
@@ -300,6 +303,7 @@ def test_bad_llm_summaries_change_nothing(run, store_dir, summary_answer, kind, 
     assert "LLM summary of topic t-" in message and said in message and message.endswith("; nothing was split")
 
 
+@pytest.mark.process
 def test_prompt_template_can_be_overridden_from_the_store(run, store_dir, tmp_path):
     run("ingest", "-", input=session_lines(WEATHER))
     (store_dir / "prompts").mkdir()
@@ -431,6 +435,7 @@ def test_a_summary_is_sentences_that_keep_the_decision_its_date_and_who():
     assert "User: 確認了，訊息額度已經用完。我們決定升級到中用量方案，每月八百元。" in summary.splitlines()
 
 
+@pytest.mark.process
 def test_naming_english_topics_does_not_load_the_chinese_segmenter():
     code = ("import sys\nfrom memctl.topics.summary import background_of, summarise\n"
             "g = [[{'text': 'Book the Acorn Guest House for Friday.'}, {'text': 'Booked the Acorn Guest House.'}]]\n"

@@ -8,6 +8,8 @@ import subprocess
 import textwrap
 from collections import Counter
 
+import pytest
+
 import orjson
 
 from conftest import killed_after, memctl_command
@@ -25,6 +27,7 @@ def placed(root) -> Counter:
     return counts
 
 
+@pytest.mark.process
 def test_concurrent_splits_of_one_session_never_duplicate_a_message(run, store_dir):
     data = "".join(json.dumps({"id": f"m{n}", "session": "s1", "role": ("user", "assistant")[n % 2],
                                "text": f"question {n // 8} about subject {n // 8}: detail {n}",
@@ -61,6 +64,7 @@ SPLITTER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.process
 def test_split_killed_at_random_points_leaves_every_message_in_one_place(tmp_path):
     root = tmp_path / "store"
     rng = random.Random(20261122)

@@ -58,6 +58,7 @@ def store_with_topics(run, store_dir: Path) -> None:
 
 # -- programs come only from the user ---------------------------------------------------------
 
+@pytest.mark.process
 def test_a_program_named_in_the_store_is_never_run(run, store_dir, planter):
     command, mark = planter
     store_with_topics(run, store_dir)
@@ -87,6 +88,7 @@ def test_a_program_named_in_the_store_is_never_run(run, store_dir, planter):
     assert all(str(config.user_config_file()) in w["message"] for w in warned)
 
 
+@pytest.mark.process
 def test_the_same_program_runs_from_the_environment_or_the_users_config(run, store_dir, planter, python_command,
                                                                         user_config_dir):
     command, mark = planter
@@ -104,6 +106,7 @@ def test_the_same_program_runs_from_the_environment_or_the_users_config(run, sto
     assert mark.read_text() == "ran\nran\n"
 
 
+@pytest.mark.process
 def test_the_summary_command_runs_from_the_users_config(run, store_dir, python_command, user_config_dir):
     summariser = python_command("summarise", "import sys; print('SUMMARY of ' + sys.stdin.read().strip())")
     write_user_config(user_config_dir, f"[cache]\nsummary_command = {toml_string(summariser)}\n")
@@ -138,6 +141,7 @@ def test_a_model_directory_is_the_users_to_name_a_model_name_is_not(tmp_path, mo
     assert bool(config.programs_named(store_file)) is not from_store
 
 
+@pytest.mark.process
 def test_a_cache_server_is_the_users_to_name(run, store_dir, user_config_dir, tmp_path):
     """A store naming a Redis server would have every output of the user's tools handed to it; the
     listener stands in for such a server and must never be reached."""
@@ -210,6 +214,7 @@ def refused(run, store_dir, llm: str, timeout: float = 200) -> str:
     return message
 
 
+@pytest.mark.process
 def test_an_answer_over_the_limit_is_refused_without_waiting_for_the_rest(run, store_dir, python_command,
                                                                             tmp_path):
     # Had memctl waited for the program's own end, the program would have lived to write `slept`.
@@ -226,6 +231,7 @@ def test_an_answer_over_the_limit_is_refused_without_waiting_for_the_rest(run, s
     assert f"printed more than {OUTPUT_LIMIT} bytes" in message and not slept.exists()
 
 
+@pytest.mark.process
 def test_an_answer_just_under_the_limit_is_read_in_linear_time(run, store_dir, python_command):
     # Unclosed tags: the regexes rescanned the rest of the answer from each (84 KB took half a minute).
     nested = python_command("nested", """
@@ -238,6 +244,7 @@ def test_an_answer_just_under_the_limit_is_read_in_linear_time(run, store_dir, p
     assert "no <topic>…</topic> element" in refused(run, store_dir, nested)
 
 
+@pytest.mark.process
 def test_an_answer_declaring_entities_is_refused(run, store_dir, python_command):
     laughs = python_command("laughs", """
         import re, sys
@@ -278,6 +285,7 @@ def gone(pid: int, within: float = 10.0) -> bool:
     return False
 
 
+@pytest.mark.process
 def test_a_timeout_kills_the_wrappers_children_too(run, store_dir, python_command, tmp_path):
     argv, pid_file, slept = sleeper(python_command, tmp_path)
     message = refused(run, store_dir, shlex.join(argv), timeout=2)
@@ -285,6 +293,7 @@ def test_a_timeout_kills_the_wrappers_children_too(run, store_dir, python_comman
     assert gone(int(pid_file.read_text()))
 
 
+@pytest.mark.process
 def test_the_runner_kills_the_whole_group_and_returns_at_the_deadline(python_command, tmp_path):
     argv, pid_file, slept = sleeper(python_command, tmp_path)
     with pytest.raises(ProgramFailed, match="gave no answer within 1 s") as failed:
