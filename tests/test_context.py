@@ -376,6 +376,7 @@ def evaluator(python_command):
     return lambda kind: python_command(f"evaluate_{kind}", EVALUATIONS[kind])
 
 
+@pytest.mark.process
 @pytest.mark.real_model
 def test_llm_evaluation_answer_is_used(run, store_dir, evaluator):
     ids = split_three_subjects(run, store_dir)
@@ -385,6 +386,7 @@ def test_llm_evaluation_answer_is_used(run, store_dir, evaluator):
     assert "not used" not in said
 
 
+@pytest.mark.process
 @pytest.mark.real_model
 @pytest.mark.parametrize("kind, said", [("malformed", "relevance_score"), ("timeout", "no answer within 2 s")])
 def test_bad_llm_evaluation_falls_back_to_the_builtin_score_per_topic(run, store_dir, evaluator, kind, said):
