@@ -17,6 +17,11 @@ if ! command -v redis-server >/dev/null; then
     echo "bootstrap: no redis-server and no root apt-get; the Redis cache tests will be skipped" >&2
   fi
 fi
+# groff, for the man pages' lint (tests/test_cli.py); skipped without it.
+if ! command -v groff >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq groff-base >/dev/null) \
+    || echo "bootstrap: could not install groff; the man page lint will be skipped" >&2
+fi
 # The MCP Inspector (npm), a real MCP client that runs without a model, for tests/test_mcp_inspector.py
 # (skipped without it). Pinned: its command line is what the test speaks.
 if [ ! -x .tools/node_modules/.bin/mcp-inspector ]; then

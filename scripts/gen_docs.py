@@ -68,13 +68,46 @@ def run_cog(*options: str) -> int:
     return subprocess.run(argv, cwd=REPO).returncode
 
 
+# click-man writes the help text into roff as it is: a backslash starts an escape (`%APPDATA%\\Claude`,
+# jq's "\\(.key)"), a line starting with "." or "'" is a request ("...", "'global'."), and
+# groff without preconv reads UTF-8 (…, 待辦) as invalid bytes; the command list cut each summary at
+# 45 characters ("kept in..."). groff -ww -z checks every page (tests/test_cli.py).
+
+
+def roff_text(text: str) -> str:
+    """Help text as roff shows it verbatim: backslashes escaped, no line read as a request."""
+    lines = text.replace("\\", "\\e").split("\n")
+    return "\n".join("\\&" + line if line.startswith((".", "'")) else line for line in lines)
+
+
+def roff_ascii(page: str) -> str:
+    """The page in ASCII: every other character as its \\[uXXXX] escape (no preconv needed)."""
+    return "".join(c if ord(c) < 128 else f"\\[u{ord(c):04X}]" for c in page)
+
+
+def write_pages(target: Path) -> None:
+    from click_man import core, man
+
+    plain_blank_lines = man.ManPage.replace_blank_lines
+    plain_short_help = core.get_short_help_str
+    man.ManPage.replace_blank_lines = lambda self, s: plain_blank_lines(self, roff_text(s))
+    core.get_short_help_str = lambda command, limit=45: plain_short_help(command, limit=1000)  # its first sentence, whole
+    try:
+        # A fixed date keeps the pages reproducible: they change when the commands do.
+        write_man_pages("memctl", cli, version=__version__, target_dir=str(target), date="2026-11-22")
+    finally:
+        man.ManPage.replace_blank_lines = plain_blank_lines
+        core.get_short_help_str = plain_short_help
+    for page in target.glob("*.1"):
+        page.write_text(roff_ascii(page.read_text(encoding="utf-8")), encoding="ascii")
+
+
 def generate(target: Path) -> None:
     for name in cli.list_commands(None):  # click-man reads `commands`: load the lazy ones first
         cli.get_command(None, name)
     (target / "man").mkdir(parents=True, exist_ok=True)
     (target / "completions").mkdir(parents=True, exist_ok=True)
-    # A fixed date keeps the pages reproducible: they change when the commands do.
-    write_man_pages("memctl", cli, version=__version__, target_dir=str(target / "man"), date="2026-11-22")
+    write_pages(target / "man")
     for shell, name in SHELLS.items():
         source = get_completion_class(shell)(cli, {}, "memctl", "_MEMCTL_COMPLETE").source()
         (target / "completions" / name).write_text(source)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 
@@ -142,6 +143,19 @@ def test_man_pages_and_completions_are_up_to_date():
     check = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_docs.py"), "--check"],
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
+
+
+@pytest.mark.skipif(shutil.which("groff") is None, reason="no groff (scripts/bootstrap.sh installs groff-base)")
+def test_every_man_page_renders_without_a_troff_warning():
+    """As man shows it on a UTF-8 terminal: every warning (-ww) is a page that renders other than written
+    (a backslash taken for an escape, a line for a request, a character dropped)."""
+    pages = sorted((REPO / "man").glob("*.1"))
+    assert pages
+    for page in pages:
+        lint = subprocess.run(["groff", "-ww", "-z", "-man", "-Tutf8", str(page)], capture_output=True, text=True)
+        assert (lint.returncode, lint.stderr) == (0, ""), page.name
+    text = (REPO / "man" / "memctl.1").read_text()
+    assert "..." not in text.split(".SH COMMANDS")[1]  # every command's summary whole
 
 
 def test_completion_script_completes_subcommands(tmp_path):
