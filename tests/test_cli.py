@@ -119,6 +119,22 @@ def test_plain_results_name_who_spoke_and_explain_each_stage(run, store_dir):
     assert re.search(r"recency \+\d\.\d{4} → \d\.\d{4}  importance ×\d\.\d{3} → \d\.\d{4}  length ×", stages)
 
 
+@pytest.mark.parametrize("args, why", [
+    (["--mode", "bm25", "zzzqqq"], "no unit matched the query's words or meaning"),
+    (["--kind", "log", "--mode", "bm25", "Kestrel"], "no unit matched the query's words or meaning within the filters"),
+    (["--min-score", "0.999", "Kestrel database"], "is under --min-score 0.999"),
+    (["quantum chromodynamics on a lattice"], "the store does not seem to know the subject"),
+])
+def test_explain_says_why_nothing_passed(run, store_dir, args, why):
+    """--explain on a search that finds nothing printed nothing at all."""
+    run("ingest", str(FIXTURES / "demo" / "chat.jsonl"))
+    run("index")
+    done = run("search", "--explain", *args)
+    assert done.returncode == 1 and done.stdout == b""
+    assert done.stderr.decode().startswith("memctl: nothing passed: ") and why in done.stderr.decode(), done.stderr
+    assert b"nothing passed" not in run("search", *args).stderr  # said for --explain only
+
+
 def test_store_from_environment_and_flag(tmp_path):
     env_store, flag_store = tmp_path / "env", tmp_path / "flag"
     base = [*memctl_command()]

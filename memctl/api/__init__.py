@@ -40,6 +40,7 @@ class Found:
 
     results: list["Result"] = field(default_factory=list)
     skipped: str | None = None
+    why_none: str | None = None  # the search ran and nothing passed: why (--explain says it)
 
     def __iter__(self):
         return iter(self.results)
@@ -183,9 +184,9 @@ class Memory:
         filters = self.filters(kinds=kinds, scope=scope, sections=sections, sources=sources, sessions=sessions,
                                tools=tools, agents=agents, since=since, until=until,
                                include_archived=include_archived)
-        (results,) = self._retrieve([Query(text=query, k=k, mode=mode, filters=filters, min_score=min_score,
-                                           rank=rank)])
-        return Found(results)
+        asked = Query(text=query, k=k, mode=mode, filters=filters, min_score=min_score, rank=rank)
+        (results,) = self._retrieve([asked])
+        return Found(results, why_none=asked.why_none)
 
     def search_batch(self, data: bytes | str, *, source: str = "<input>", **defaults: Any) -> list[Answer]:
         """Many queries, one JSON object a line (`memctl search --batch`); every line is checked
