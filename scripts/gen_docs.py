@@ -58,6 +58,57 @@ def mcp_tool_names() -> str:
     return ", ".join(f"`{name}`" for name in TOOLS) + f" ({len(TOOLS)} tools).\n"
 
 
+# -- examples run on the demo store -------------------------------------------------------------------
+# The README's examples print what they print: a cog block runs each against the bundled demo store
+# (fixtures/demo, ingested fresh) with memctl's default model, at a fixed time, and writes the command
+# and its output. A change that alters an output fails `gen_docs.py --check` until the docs are made
+# again. Run in processes of their own, without the server, as a user at a terminal runs them.
+DEMO_NOW = "2026-11-20T10:00:00+08:00"
+_demo: dict[str, Path] = {}
+
+
+def _demo_env() -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
+    if "config" not in _demo:
+        _demo["config"] = Path(tempfile.mkdtemp(prefix="memctl-docs-config-"))  # no settings of the user's
+    env.update({"MEMCTL_SERVER": "off", "MEMCTL_NOW": DEMO_NOW, "PYTHONPATH": str(REPO),
+                "XDG_CONFIG_HOME": str(_demo["config"])})
+    return env
+
+
+def demo_store() -> Path:
+    """The demo store of this cog run: fixtures/demo's chat and MEMORY.md, ingested once."""
+    if "store" not in _demo:
+        _demo["store"] = Path(tempfile.mkdtemp(prefix="memctl-docs-")) / "memory"
+        for source in ("chat.jsonl", "MEMORY.md"):
+            demo_run(["ingest", str(REPO / "fixtures" / "demo" / source)])
+    return _demo["store"]
+
+
+def demo_run(args: list[str], stdin: str | None = None) -> str:
+    """What `memctl --store DEMO ARGS` prints on stdout (a failure raises: an example must run)."""
+    store = _demo.get("store") or demo_store()
+    done = subprocess.run([sys.executable, "-P", "-m", "memctl", "--store", str(store), *args], cwd=REPO,
+                          input=stdin.encode() if stdin is not None else None, capture_output=True,
+                          env=_demo_env())
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"memctl {' '.join(args)}: exit {done.returncode}: {done.stderr.decode()}")
+    return done.stdout.decode()
+
+
+def example(command: str, stdin: str | None = None) -> str:
+    """A shell block with `command` (memctl ..., after `echo STDIN |` when it reads stdin), then a
+    block with what it prints on the demo store."""
+    import shlex
+
+    argv = shlex.split(command)
+    assert argv[0] == "memctl", command
+    shown = f"echo {shlex.quote(stdin.rstrip(chr(10)))} | {command}" if stdin is not None else command
+    return f"```sh\n{shown}\n```\n```\n{demo_run(argv[1:], stdin)}```\n"
+
+
 def run_cog(*options: str) -> int:
     """cog over COGGED, its blocks able to `import gen_docs`; cog's exit status.
 
