@@ -27,7 +27,7 @@ from memctl.cli import cli
 REPO = Path(__file__).resolve().parent.parent
 SHELLS = {"bash": "memctl.bash", "zsh": "_memctl", "fish": "memctl.fish"}
 # files whose cog blocks print from the code
-COGGED = [REPO / "docs" / "cli.md", REPO / "docs" / "api.md", REPO / "README.md"]
+COGGED = [REPO / "docs" / "cli.md", REPO / "docs" / "api.md", REPO / "README.md", REPO / "docs" / "governance.md"]
 
 
 def cli_reference(command: click.Command = cli, parent: click.Context | None = None, name: str = "memctl") -> str:
@@ -78,19 +78,21 @@ def _demo_env() -> dict[str, str]:
     return env
 
 
-def demo_store() -> Path:
-    """The demo store of this cog run: fixtures/demo's chat and MEMORY.md, ingested once."""
-    if "store" not in _demo:
-        _demo["store"] = Path(tempfile.mkdtemp(prefix="memctl-docs-")) / "memory"
+def demo_store(name: str = "demo") -> Path:
+    """A demo store of this cog run, by name: fixtures/demo's chat and MEMORY.md, ingested once. An
+    example that writes uses a store of its own name, so that no other example's output depends on
+    the order the files are made in."""
+    if name not in _demo:
+        _demo[name] = Path(tempfile.mkdtemp(prefix="memctl-docs-")) / "memory"
         for source in ("chat.jsonl", "MEMORY.md"):
-            demo_run(["ingest", str(REPO / "fixtures" / "demo" / source)])
-    return _demo["store"]
+            demo_run(["ingest", str(REPO / "fixtures" / "demo" / source)], store=name)
+    return _demo[name]
 
 
-def demo_run(args: list[str], stdin: str | None = None) -> str:
-    """What `memctl --store DEMO ARGS` prints on stdout (a failure raises: an example must run)."""
-    store = _demo.get("store") or demo_store()
-    done = subprocess.run([sys.executable, "-P", "-m", "memctl", "--store", str(store), *args], cwd=REPO,
+def demo_run(args: list[str], stdin: str | None = None, store: str = "demo") -> str:
+    """What `memctl --store STORE ARGS` prints on stdout (a failure raises: an example must run)."""
+    path = _demo.get(store) or demo_store(store)
+    done = subprocess.run([sys.executable, "-P", "-m", "memctl", "--store", str(path), *args], cwd=REPO,
                           input=stdin.encode() if stdin is not None else None, capture_output=True,
                           env=_demo_env())
     if done.returncode not in (0, 1):
@@ -98,15 +100,15 @@ def demo_run(args: list[str], stdin: str | None = None) -> str:
     return done.stdout.decode()
 
 
-def example(command: str, stdin: str | None = None) -> str:
+def example(command: str, stdin: str | None = None, store: str = "demo") -> str:
     """A shell block with `command` (memctl ..., after `echo STDIN |` when it reads stdin), then a
-    block with what it prints on the demo store."""
+    block with what it prints on the demo store `store` (demo_store)."""
     import shlex
 
     argv = shlex.split(command)
     assert argv[0] == "memctl", command
     shown = f"echo {shlex.quote(stdin.rstrip(chr(10)))} | {command}" if stdin is not None else command
-    return f"```sh\n{shown}\n```\n```\n{demo_run(argv[1:], stdin)}```\n"
+    return f"```sh\n{shown}\n```\n```\n{demo_run(argv[1:], stdin, store)}```\n"
 
 
 def run_cog(*options: str) -> int:
