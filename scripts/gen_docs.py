@@ -111,6 +111,33 @@ def example(command: str, stdin: str | None = None, store: str = "demo") -> str:
     return f"```sh\n{shown}\n```\n```\n{demo_run(argv[1:], stdin, store)}```\n"
 
 
+def console(lines: list[str], place: str = "/tmp/d") -> str:
+    """A console block: each line run in turn by bash, as a user types it (`memctl` this checkout's,
+    in the repository, no server), shown after "$ " with what it prints, stdout and stderr as a
+    terminal interleaves them. `export` lines set the variables of the lines after them. `place`
+    stands for a fresh directory of this run: in the commands as shown, and in what they print."""
+    import os
+    import shlex
+
+    where = tempfile.mkdtemp(prefix="memctl-docs-console-")
+    bin_dir = Path(where) / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "memctl").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -P -m memctl "$@"\n')
+    (bin_dir / "memctl").chmod(0o755)
+    env = {**_demo_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    out = []
+    for line in lines:
+        run = line.replace(place, where)
+        out.append(f"$ {line}")
+        if run.startswith("export "):
+            env.update(dict(pair.split("=", 1) for pair in shlex.split(run)[1:]))
+            continue
+        done = subprocess.run(["bash", "-c", run], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
+        out.append(done.stdout.decode().replace(where, place).rstrip("\n"))
+    return "```console\n" + "\n".join(o for o in out if o) + "\n```\n"
+
+
 def run_cog(*options: str) -> int:
     """cog over COGGED, its blocks able to `import gen_docs`; cog's exit status.
 
