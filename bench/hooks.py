@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -81,6 +82,8 @@ def main() -> None:
         subprocess.run([*memctl, "--store", str(store), "server", "stop"], env=env, capture_output=True)
     cold = [timed([*memctl, "--store", str(store), "hooks", "run", "claude-code"],
                   {**env, "MEMCTL_SERVER": "off"}, event(PROMPTS[n]))[0] for n in range(3)]
+    shutil.rmtree(store.parent, ignore_errors=True)
+    shutil.rmtree(runtime, ignore_errors=True)
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} ({os.cpu_count()} cores); "
           f"{args.runs} prompts; server calls {served}")
     print(f"hooks run claude-code, warm server: p50 {percentile(hook, .5):.0f} ms, p95 {percentile(hook, .95):.0f} ms")

@@ -67,12 +67,22 @@ DEMO_NOW = "2026-11-20T10:00:00+08:00"
 _demo: dict[str, Path] = {}
 
 
+def _scratch(prefix: str) -> Path:
+    """A directory of this run, removed when it ends."""
+    import atexit
+    import shutil
+
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def _demo_env() -> dict[str, str]:
     import os
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
     if "config" not in _demo:
-        _demo["config"] = Path(tempfile.mkdtemp(prefix="memctl-docs-config-"))  # no settings of the user's
+        _demo["config"] = _scratch("memctl-docs-config-")  # no settings of the user's
     env.update({"MEMCTL_SERVER": "off", "MEMCTL_NOW": DEMO_NOW, "PYTHONPATH": str(REPO),
                 "XDG_CONFIG_HOME": str(_demo["config"])})
     return env
@@ -83,7 +93,7 @@ def demo_store(name: str = "demo") -> Path:
     example that writes uses a store of its own name, so that no other example's output depends on
     the order the files are made in."""
     if name not in _demo:
-        _demo[name] = Path(tempfile.mkdtemp(prefix="memctl-docs-")) / "memory"
+        _demo[name] = _scratch("memctl-docs-") / "memory"
         for source in ("chat.jsonl", "MEMORY.md"):
             demo_run(["ingest", str(REPO / "fixtures" / "demo" / source)], store=name)
     return _demo[name]
@@ -119,7 +129,7 @@ def console(lines: list[str], place: str = "/tmp/d") -> str:
     import os
     import shlex
 
-    where = tempfile.mkdtemp(prefix="memctl-docs-console-")
+    where = str(_scratch("memctl-docs-console-"))
     bin_dir = Path(where) / "bin"
     bin_dir.mkdir()
     (bin_dir / "memctl").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -P -m memctl "$@"\n')
