@@ -307,6 +307,20 @@ class Server(Table):
 
 
 @dataclass(frozen=True)
+class Hooks(Table):
+    """Agent clients' hooks (memctl hooks run, memctl/hooks/): the context each prompt gets, unasked."""
+
+    NAME = "hooks"
+    # Tokens (cl100k) of what a prompt is given: the core rules, the memories and earlier messages
+    # found for it. Smaller than [topics] context_budget: the client already holds the conversation,
+    # and a hook's text goes in front of every prompt.
+    context_budget: int = limited(2000, WHOLE)
+    # A hook that has not answered in this long gives up (a store lock held by a long rebuild, a cold
+    # model under load) and the prompt goes on without memory: the user is waiting.
+    timeout_seconds: float = limited(10.0, POSITIVE)
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every table: `settings.retrieval.candidates`. Made by load(); Settings() is the defaults."""
 
@@ -319,10 +333,11 @@ class Settings:
     cache: Cache = field(default_factory=Cache)
     mcp: Mcp = field(default_factory=Mcp)
     server: Server = field(default_factory=Server)
+    hooks: Hooks = field(default_factory=Hooks)
 
 
 TABLES: dict[str, type] = {t.NAME: t for t in (Embedding, Retrieval, Ingest, State, Governance, Topics, Cache, Mcp,
-                                               Server)}
+                                               Server, Hooks)}
 
 
 def _defaults_of(table: type) -> dict[str, Any]:

@@ -201,9 +201,9 @@ def status(store: Store, settings: config.Settings) -> Status:
 
 def _model_name(settings: config.Settings) -> str:
     """The [embedding] model a search and the next update use: the setting, or the default's name."""
-    from memctl.index.embedders import BUNDLED
+    from memctl.index.embedders import DEFAULT
 
-    return settings.embedding.model or BUNDLED
+    return settings.embedding.model or DEFAULT
 
 
 def _expired(item: dict, now) -> bool:

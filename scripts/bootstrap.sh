@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Create .venv (once) and install memctl with its test tools into it, and a
+# Create .venv (once) and install memctl with its test tools into it, a
 # redis-server binary for the cache's Redis tests (Debian's package; they
-# start their own server on a loopback port, and skip only without a binary).
+# start their own server on a loopback port, and skip only without a binary)
+# and the MCP Inspector into .tools/ (npm) for the MCP server's client test.
 # torch is installed first and pinned, so sentence-transformers does not pick
 # another. Pinning does not choose CPU or CUDA: from PyPI on Linux this is the
 # CUDA build (gigabytes); a torch 2.13.0 already in .venv (e.g. the CPU build
@@ -14,6 +15,21 @@ if ! command -v redis-server >/dev/null; then
       || echo "bootstrap: could not install redis-server; the Redis cache tests will be skipped" >&2
   else
     echo "bootstrap: no redis-server and no root apt-get; the Redis cache tests will be skipped" >&2
+  fi
+fi
+# groff, for the man pages' lint (tests/test_cli.py); skipped without it.
+if ! command -v groff >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq groff-base >/dev/null) \
+    || echo "bootstrap: could not install groff; the man page lint will be skipped" >&2
+fi
+# The MCP Inspector (npm), a real MCP client that runs without a model, for tests/test_mcp_inspector.py
+# (skipped without it). Pinned: its command line is what the test speaks.
+if [ ! -x .tools/node_modules/.bin/mcp-inspector ]; then
+  if command -v npm >/dev/null; then
+    npm install --silent --no-audit --no-fund --prefix .tools @modelcontextprotocol/inspector@2.12.0 >/dev/null \
+      || echo "bootstrap: could not install the MCP Inspector; its tests will be skipped" >&2
+  else
+    echo "bootstrap: no npm; the MCP Inspector tests will be skipped" >&2
   fi
 fi
 if [ ! -x .venv/bin/python ]; then

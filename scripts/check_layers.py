@@ -20,7 +20,7 @@ ORDER = [
     ["errors", "clock"],
     ["text"],
     ["store"],
-    ["config", "programs"],
+    ["config", "programs", "configfiles"],  # configfiles: an agent client's own config file, read and written
     ["runtime"],                # settings (read on first use), clock and embedder of one Memory
     ["index"],
     ["search"],
@@ -28,6 +28,7 @@ ORDER = [
     ["check", "forget", "overview"],  # forget: out of every file; overview: show, status
     ["context"],                # the per-turn context: governance layers, search, topics and window together
     ["ingest"],
+    ["hooks"],                  # agent clients' hooks: their events and transcripts, through context and ingest
     ["api", "memctl"],          # memctl/__init__.py, the package's face, is the API
     ["server"],                 # the resident server: runs the command line it is handed
     ["cli", "mcp"],

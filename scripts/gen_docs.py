@@ -27,7 +27,8 @@ from memctl.cli import cli
 REPO = Path(__file__).resolve().parent.parent
 SHELLS = {"bash": "memctl.bash", "zsh": "_memctl", "fish": "memctl.fish"}
 # files whose cog blocks print from the code
-COGGED = [REPO / "docs" / "cli.md", REPO / "docs" / "api.md", REPO / "README.md", REPO / "memctl" / "search" / "stages.py"]
+COGGED = [REPO / "docs" / "cli.md", REPO / "docs" / "api.md", REPO / "README.md", REPO / "docs" / "governance.md",
+          REPO / "memctl" / "search" / "stages.py"]
 
 
 def cli_reference(command: click.Command = cli, parent: click.Context | None = None, name: str = "memctl") -> str:
@@ -68,6 +69,96 @@ def stage_table() -> str:
                                  subsequent_indent=" " * 14) + "\n" for stage in STAGES)
 
 
+# -- examples run on the demo store -------------------------------------------------------------------
+# The README's examples print what they print: a cog block runs each against the bundled demo store
+# (fixtures/demo, ingested fresh) with memctl's default model, at a fixed time, and writes the command
+# and its output. A change that alters an output fails `gen_docs.py --check` until the docs are made
+# again. Run in processes of their own, without the server, as a user at a terminal runs them.
+DEMO_NOW = "2026-11-20T10:00:00+08:00"
+_demo: dict[str, Path] = {}
+
+
+def _scratch(prefix: str) -> Path:
+    """A directory of this run, removed when it ends."""
+    import atexit
+    import shutil
+
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def _demo_env() -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
+    if "config" not in _demo:
+        _demo["config"] = _scratch("memctl-docs-config-")  # no settings of the user's
+    env.update({"MEMCTL_SERVER": "off", "MEMCTL_NOW": DEMO_NOW, "PYTHONPATH": str(REPO),
+                "XDG_CONFIG_HOME": str(_demo["config"])})
+    return env
+
+
+def demo_store(name: str = "demo") -> Path:
+    """A demo store of this cog run, by name: fixtures/demo's chat and MEMORY.md, ingested once. An
+    example that writes uses a store of its own name, so that no other example's output depends on
+    the order the files are made in."""
+    if name not in _demo:
+        _demo[name] = _scratch("memctl-docs-") / "memory"
+        for source in ("chat.jsonl", "MEMORY.md"):
+            demo_run(["ingest", str(REPO / "fixtures" / "demo" / source)], store=name)
+    return _demo[name]
+
+
+def demo_run(args: list[str], stdin: str | None = None, store: str = "demo") -> str:
+    """What `memctl --store STORE ARGS` prints on stdout (a failure raises: an example must run)."""
+    path = _demo.get(store) or demo_store(store)
+    done = subprocess.run([sys.executable, "-P", "-m", "memctl", "--store", str(path), *args], cwd=REPO,
+                          input=stdin.encode() if stdin is not None else None, capture_output=True,
+                          env=_demo_env())
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"memctl {' '.join(args)}: exit {done.returncode}: {done.stderr.decode()}")
+    return done.stdout.decode()
+
+
+def example(command: str, stdin: str | None = None, store: str = "demo") -> str:
+    """A shell block with `command` (memctl ..., after `echo STDIN |` when it reads stdin), then a
+    block with what it prints on the demo store `store` (demo_store)."""
+    import shlex
+
+    argv = shlex.split(command)
+    assert argv[0] == "memctl", command
+    shown = f"echo {shlex.quote(stdin.rstrip(chr(10)))} | {command}" if stdin is not None else command
+    return f"```sh\n{shown}\n```\n```\n{demo_run(argv[1:], stdin, store)}```\n"
+
+
+def console(lines: list[str], place: str = "/tmp/d") -> str:
+    """A console block: each line run in turn by bash, as a user types it (`memctl` this checkout's,
+    in the repository, no server), shown after "$ " with what it prints, stdout and stderr as a
+    terminal interleaves them. `export` lines set the variables of the lines after them. `place`
+    stands for a fresh directory of this run: in the commands as shown, and in what they print."""
+    import os
+    import shlex
+
+    where = str(_scratch("memctl-docs-console-"))
+    bin_dir = Path(where) / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "memctl").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -P -m memctl "$@"\n')
+    (bin_dir / "memctl").chmod(0o755)
+    env = {**_demo_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    out = []
+    for line in lines:
+        run = line.replace(place, where)
+        out.append(f"$ {line}")
+        if run.startswith("export "):
+            env.update(dict(pair.split("=", 1) for pair in shlex.split(run)[1:]))
+            continue
+        done = subprocess.run(["bash", "-c", run], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
+        out.append(done.stdout.decode().replace(where, place).rstrip("\n"))
+    return "```console\n" + "\n".join(o for o in out if o) + "\n```\n"
+
+
 def run_cog(*options: str) -> int:
     """cog over COGGED, its blocks able to `import gen_docs`; cog's exit status.
 
@@ -78,13 +169,46 @@ def run_cog(*options: str) -> int:
     return subprocess.run(argv, cwd=REPO).returncode
 
 
+# click-man writes the help text into roff as it is: a backslash starts an escape (`%APPDATA%\\Claude`,
+# jq's "\\(.key)"), a line starting with "." or "'" is a request ("...", "'global'."), and
+# groff without preconv reads UTF-8 (…, 待辦) as invalid bytes; the command list cut each summary at
+# 45 characters ("kept in..."). groff -ww -z checks every page (tests/test_cli.py).
+
+
+def roff_text(text: str) -> str:
+    """Help text as roff shows it verbatim: backslashes escaped, no line read as a request."""
+    lines = text.replace("\\", "\\e").split("\n")
+    return "\n".join("\\&" + line if line.startswith((".", "'")) else line for line in lines)
+
+
+def roff_ascii(page: str) -> str:
+    """The page in ASCII: every other character as its \\[uXXXX] escape (no preconv needed)."""
+    return "".join(c if ord(c) < 128 else f"\\[u{ord(c):04X}]" for c in page)
+
+
+def write_pages(target: Path) -> None:
+    from click_man import core, man
+
+    plain_blank_lines = man.ManPage.replace_blank_lines
+    plain_short_help = core.get_short_help_str
+    man.ManPage.replace_blank_lines = lambda self, s: plain_blank_lines(self, roff_text(s))
+    core.get_short_help_str = lambda command, limit=45: plain_short_help(command, limit=1000)  # its first sentence, whole
+    try:
+        # A fixed date keeps the pages reproducible: they change when the commands do.
+        write_man_pages("memctl", cli, version=__version__, target_dir=str(target), date="2026-11-22")
+    finally:
+        man.ManPage.replace_blank_lines = plain_blank_lines
+        core.get_short_help_str = plain_short_help
+    for page in target.glob("*.1"):
+        page.write_text(roff_ascii(page.read_text(encoding="utf-8")), encoding="ascii")
+
+
 def generate(target: Path) -> None:
     for name in cli.list_commands(None):  # click-man reads `commands`: load the lazy ones first
         cli.get_command(None, name)
     (target / "man").mkdir(parents=True, exist_ok=True)
     (target / "completions").mkdir(parents=True, exist_ok=True)
-    # A fixed date keeps the pages reproducible: they change when the commands do.
-    write_man_pages("memctl", cli, version=__version__, target_dir=str(target / "man"), date="2026-11-22")
+    write_pages(target / "man")
     for shell, name in SHELLS.items():
         source = get_completion_class(shell)(cli, {}, "memctl", "_MEMCTL_COMPLETE").source()
         (target / "completions" / name).write_text(source)

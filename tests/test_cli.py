@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -120,6 +121,22 @@ def test_plain_results_name_who_spoke_and_explain_each_stage(run, store_dir):
     assert re.search(r"recency \+\d\.\d{4} → \d\.\d{4}  importance ×\d\.\d{3} → \d\.\d{4}  length ×", stages)
 
 
+@pytest.mark.parametrize("args, why", [
+    (["--mode", "bm25", "zzzqqq"], "no unit matched the query's words or meaning"),
+    (["--kind", "log", "--mode", "bm25", "Kestrel"], "no unit matched the query's words or meaning within the filters"),
+    (["--min-score", "0.999", "Kestrel database"], "is under --min-score 0.999"),
+    (["quantum chromodynamics on a lattice"], "the store does not seem to know the subject"),
+])
+def test_explain_says_why_nothing_passed(run, store_dir, args, why):
+    """--explain on a search that finds nothing printed nothing at all."""
+    run("ingest", str(FIXTURES / "demo" / "chat.jsonl"))
+    run("index")
+    done = run("search", "--explain", *args)
+    assert done.returncode == 1 and done.stdout == b""
+    assert done.stderr.decode().startswith("memctl: nothing passed: ") and why in done.stderr.decode(), done.stderr
+    assert b"nothing passed" not in run("search", *args).stderr  # said for --explain only
+
+
 @pytest.mark.process
 def test_store_from_environment_and_flag(tmp_path):
     env_store, flag_store = tmp_path / "env", tmp_path / "flag"
@@ -146,6 +163,20 @@ def test_man_pages_and_completions_are_up_to_date():
     check = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_docs.py"), "--check"],
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
+
+
+@pytest.mark.process
+@pytest.mark.skipif(shutil.which("groff") is None, reason="no groff (scripts/bootstrap.sh installs groff-base)")
+def test_every_man_page_renders_without_a_troff_warning():
+    """As man shows it on a UTF-8 terminal: every warning (-ww) is a page that renders other than written
+    (a backslash taken for an escape, a line for a request, a character dropped)."""
+    pages = sorted((REPO / "man").glob("*.1"))
+    assert pages
+    for page in pages:
+        lint = subprocess.run(["groff", "-ww", "-z", "-man", "-Tutf8", str(page)], capture_output=True, text=True)
+        assert (lint.returncode, lint.stderr) == (0, ""), page.name
+    text = (REPO / "man" / "memctl.1").read_text()
+    assert "..." not in text.split(".SH COMMANDS")[1]  # every command's summary whole
 
 
 @pytest.mark.process

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def chat(session: str, texts: list[str], scope: str | None = None) -> str:
     return "".join(json.dumps({"session": session, "role": "user", "ts": f"2026-11-10T10:{i:02d}:00Z", "text": t,
@@ -60,6 +62,15 @@ def test_status_counts_by_kind_and_scope(run, store_dir):
     assert data["index"]["built"] and data["index"]["fresh"] and data["index"]["units"] >= 5
     assert data["sizes"]["total_bytes"] > data["sizes"]["index_bytes"] > 0
     assert "3 in 2 session(s)" in run("status").stdout.decode()
+
+
+@pytest.mark.real_model
+def test_status_names_the_model_the_index_is_built_with(run, store_dir):
+    """With no [embedding] model set, status named "minilm" while the index said "minilm-usem3"."""
+    run("ingest", "-", input=chat("a", ["alice talks about her garden roses"]))
+    run("index")
+    data = json.loads(run("status", "--json").stdout)
+    assert data["model"] == data["index"]["model"] == "minilm-usem3"
 
 
 def test_config_says_where_each_value_came_from(run, store_dir, tmp_path):

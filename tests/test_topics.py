@@ -114,6 +114,18 @@ def test_a_question_that_points_back_returns_to_the_subject_it_points_to(run, st
     assert rows["m2"] == rows["m3"] != rows["m0"]
 
 
+def test_a_split_that_keep_recent_holds_back_says_so(run, store_dir):
+    """Forced, or over the threshold, with every unsplit message among the last keep_recent: the
+    size is not why nothing moved (it said "context N tokens (split above M)")."""
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL))
+    unsplit = len(WEATHER + HOTEL)
+    for args, env in ((["--force"], None), ([], {"MEMCTL_TOPICS_CONTEXT_LIMIT": "10"})):
+        done = run("split", "--session", "s1", "--dry-run", "--keep-recent", str(unsplit), *args, env=env)
+        assert done.returncode == 1
+        assert (f"{unsplit} unsplit message(s) are all among the last {unsplit} kept".encode() in done.stderr
+                and b"split above" not in done.stderr), done.stderr
+
+
 def test_split_waits_until_the_context_is_over_the_threshold(run, store_dir):
     run("ingest", "-", input=session_lines(WEATHER + HOTEL))
     quiet = run("split", "--session", "s1")

@@ -4,7 +4,7 @@ The command line and the MCP server call nothing else: they parse, call a
 method and print what it returns. The per-call operations (ingest, index,
 search, context, history) are methods; the rest live in rooms, one small
 class a part of memctl (memctl/api/rooms.py): `memory.topics`, `memory.state`,
-`memory.review`, `memory.health`, `memory.cache`. Every result is a dataclass
+`memory.review`, `memory.health`, `memory.cache`, `memory.hooks`. Every result is a dataclass
 whose `as_dict()` is the documented JSON schema (docs/api.md).
 
 Every heavy import happens inside the method that needs it, so that making a
@@ -19,8 +19,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from memctl.api.rooms import (CacheRoom, HealthRoom, ReviewRoom, Say, StateRoom, TopicsRoom, checked_scope,
-                              given_or, need_query)
+from memctl.api.rooms import (CacheRoom, HealthRoom, HooksRoom, ReviewRoom, Say, StateRoom, TopicsRoom,
+                              checked_scope, given_or, need_query)
 from memctl.store.store import Store
 from memctl.text.bounds import within_bound
 
@@ -41,6 +41,7 @@ class Found:
 
     results: list["Result"] = field(default_factory=list)
     skipped: str | None = None
+    why_none: str | None = None  # the search ran and nothing passed: why (--explain says it)
 
     def __iter__(self):
         return iter(self.results)
@@ -90,6 +91,7 @@ class Memory:
         self.review = ReviewRoom(self.store, self.runtime, self._say)
         self.health = HealthRoom(self.store, self.runtime)
         self.cache = CacheRoom(self.store, self.runtime)  # on [cache] backend; memory.cache.on("redis://...") another
+        self.hooks = HooksRoom(self.store, self.runtime, self.context, self.ingest)
 
     @property
     def path(self):
@@ -184,9 +186,9 @@ class Memory:
         filters = self.filters(kinds=kinds, scope=scope, sections=sections, sources=sources, sessions=sessions,
                                tools=tools, agents=agents, since=since, until=until,
                                include_archived=include_archived)
-        (results,) = self._retrieve([Query(text=query, k=k, mode=mode, filters=filters, min_score=min_score,
-                                           rank=rank)])
-        return Found(results)
+        asked = Query(text=query, k=k, mode=mode, filters=filters, min_score=min_score, rank=rank)
+        (results,) = self._retrieve([asked])
+        return Found(results, why_none=asked.why_none)
 
     def search_batch(self, data: bytes | str, *, source: str = "<input>", **defaults: Any) -> list[Answer]:
         """Many queries, one JSON object a line (`memctl search --batch`); every line is checked
@@ -248,13 +250,17 @@ class Memory:
 
     # -- the per-turn call -----------------------------------------------------------
     def context(self, session: str, message: str, *, system_text: str = "", budget: int | None = None,
-                no_record: bool = False, llm_command: str | None = None, scope: str | None = None) -> "Context":
+                no_record: bool = False, llm_command: str | None = None, scope: str | None = None,
+                new_session: bool = False, leave_out: Iterable[str] = ()) -> "Context":
         """The context for the next turn (T5, G1; docs/context.md): the system prompt, the core
         memories, the scope's memories and those the search finds for `message`, the session's
         messages it finds, the relevant topics, the unsplit and recent messages, within `budget`
         tokens ([topics] context_budget). Records the topics' round (activation, T6, T11) unless
         `no_record` (a preview: nothing is written). Only the
-        session's scope is read; `scope`, if given, is the scope the session must be in (else InputError)."""
+        session's scope is read; `scope`, if given, is the scope the session must be in (else InputError).
+        `new_session`: a session not stored yet is one without messages (else InputError);
+        `leave_out`: kinds of parts not given (e.g. "recent", "unsplit": a client holding the
+        conversation), their budget going to the rest."""
         from memctl.context.turn import build
 
         within_bound(message, "message")
@@ -262,7 +268,8 @@ class Memory:
         command = given_or(llm_command, settings.topics.llm_command)
         return build(self.store, self._retriever_open(), session, message, system_text=system_text,
                      budget=given_or(budget, settings.topics.context_budget), record=not no_record,
-                     llm_command=command, say=self.say, scope=scope, settings=settings)
+                     llm_command=command, say=self.say, scope=scope, settings=settings, new_session=new_session,
+                     leave_out=frozenset(leave_out))
 
     def warm(self) -> None:
         """Open what a search needs before the first one comes, for a process that serves many

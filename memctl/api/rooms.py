@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from memctl.topics.daily import DailyReport
     from memctl.topics.split import SplitReport
     from memctl.window.state import Plan, RecordResult, ResetResult, State
+    from memctl.hooks.claude_code import Answer as HookAnswer, Setup as HookSetup
 
 Say = Callable[[str], None]
 
@@ -417,6 +418,58 @@ class CacheRoom:
 
     def clear(self, scope: str, *, dry_run: bool = False) -> Cleared:
         return Cleared(**self.opened.clear(scope, dry_run=dry_run))
+
+
+# -- agent clients' hooks (memctl/hooks/, README "Hooks") ----------------------------------------------
+class HooksRoom:
+    """Memory given to each prompt and the conversation kept, by a client's hooks, without the model
+    calling a tool. `context` and `ingest` are its Memory's."""
+
+    def __init__(self, store: "Store", runtime: "Runtime", context: Callable[..., Any], ingest: Callable[..., Any]):
+        self.store = store
+        self.runtime = runtime
+        self._context = context
+        self._ingest = ingest
+
+    def run(self, client: str, event: bytes) -> "HookAnswer":
+        """Handle one hook event of `client` (its JSON, as the client gives it on stdin): a prompt gets
+        the context memory has for it, within [hooks] context_budget tokens; the end of a turn, a
+        compaction or the end of a session stores the transcript's new messages. Raises MemctlError
+        (or OSError): a client's hook must then print nothing and let the agent go on."""
+        from memctl.hooks import claude_code
+
+        _client(client)
+        settings = self.runtime.settings
+        return claude_code.run(event, store=self.store, budget=settings.hooks.context_budget,
+                               timeout=settings.hooks.timeout_seconds, max_text_bytes=settings.ingest.max_text_bytes,
+                               context=self._context, ingest=self._ingest)
+
+    def install(self, client: str, *, settings: str | None = None, project: bool = False,
+                dry_run: bool = False) -> "HookSetup":
+        """Add the hooks that run `memctl hooks run CLIENT` on this store to the client's settings
+        (the user's, the project's, or the file `settings`), keeping everything else in it."""
+        from memctl.hooks import claude_code
+
+        _client(client)
+        return claude_code.install(claude_code.settings_path(settings=settings, project=project), self.store.root,
+                                   dry_run=dry_run)
+
+    def uninstall(self, client: str, *, settings: str | None = None, project: bool = False,
+                  dry_run: bool = False) -> "HookSetup":
+        """Take out of the client's settings exactly the hooks `install` added for this store."""
+        from memctl.hooks import claude_code
+
+        _client(client)
+        return claude_code.install(claude_code.settings_path(settings=settings, project=project), self.store.root,
+                                   dry_run=dry_run, remove=True)
+
+
+def _client(client: str) -> None:
+    from memctl.errors import InputError
+    from memctl.hooks import CLIENTS
+
+    if client not in CLIENTS:
+        raise InputError(f"no hooks for client {client!r:.40}; one of {', '.join(CLIENTS)}", source="CLIENT")
 
 
 def scope_looked_into(store: "Store", session: str | None, scope: str | None) -> str | None:

@@ -40,6 +40,7 @@ _COMMANDS = {
     "mcp": ("memctl.cli.mcp", "mcp"), "forget": ("memctl.cli.forget", "forget"),
     "show": ("memctl.cli.overview", "show"), "status": ("memctl.cli.overview", "status"),
     "config": ("memctl.cli.overview", "config"), "server": ("memctl.cli.server", "server"),
+    "hooks": ("memctl.cli.hooks", "hooks"),
 }
 
 
@@ -110,7 +111,7 @@ class MemctlGroup(click.Group):
             usage = getattr(exc, "ctx", None)
             hint = f" (see '{usage.command_path} --help')" if usage is not None else ""
             alert(f"memctl: error: {exc.format_message()}{hint}")
-            sys.exit(exc.exit_code)
+            sys.exit(EXIT_OK if _hook_call(args) else exc.exit_code)
         except click.exceptions.Abort:
             alert("memctl: aborted")
             sys.exit(EXIT_NOTHING)
@@ -132,6 +133,15 @@ class MemctlGroup(click.Group):
             where = f"{exc.filename}: " if exc.filename else ""
             alert(f"memctl: error: {where}{exc.strerror or exc}")
             ctx.exit(EXIT_ERROR)
+
+
+def _hook_call(args) -> bool:
+    """Whether the call is `memctl [--store DIR] [-q] hooks run ...`: an agent client's hook, which exits 0
+    whatever fails, a bad --store too (exit 2 would block the agent's prompt; memctl/cli/hooks.py)."""
+    args = list(sys.argv[1:] if args is None else args)
+    while args and args[0] in ("--store", "-q", "--quiet") or args and args[0].startswith("--store="):
+        del args[:2 if args[0] == "--store" else 1]
+    return args[:2] == ["hooks", "run"]
 
 
 @click.group(cls=MemctlGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -83,6 +83,8 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
     found = memory.search(query, plan=plan_message, adaptive=adaptive, **declared)
     if found.skipped:
         say(f"memctl: {found.skipped}")
+    elif explain and not found:
+        say(f"memctl: nothing passed: {found.why_none}")
     if as_json:
         json_lines(r.as_dict(explain) for r in found)
     else:

@@ -49,8 +49,12 @@ def split(memory, session, system_file, keep_recent, force, dry_run, llm_command
         report = memory.topics.split(session, system_text=system_text, keep_recent=keep_recent, force=force,
                                      dry_run=dry_run, llm_command=llm_command, scope=scope, progress=advance)
     if not report.assignments:
-        say(f"memctl: nothing to split: session {session} context {report.context_tokens} tokens "
-            f"(split above {report.threshold}), {report.unsplit} unsplit messages")
+        if (force or report.context_tokens > report.threshold) and report.unsplit <= report.keep_recent:
+            say(f"memctl: nothing to split: session {session}'s {report.unsplit} unsplit message(s) are all "
+                f"among the last {report.keep_recent} kept in the main context (--keep-recent, [topics] keep_recent)")
+        else:
+            say(f"memctl: nothing to split: session {session} context {report.context_tokens} tokens "
+                f"(split above {report.threshold}), {report.unsplit} unsplit messages")
         sys.exit(EXIT_NOTHING)
     if as_json:
         json_lines(a.as_dict() for a in report.assignments)

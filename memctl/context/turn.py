@@ -245,10 +245,14 @@ def render_memory(section: dict, text: str) -> str:
 
 def build(store: Store, retriever, session: str, message: str, *, system_text: str = "", budget: int,
           record: bool = True, llm_command: str = "", say=None, scope: str | None = None,
-          settings: config.Settings | None = None) -> Context:
+          settings: config.Settings | None = None, new_session: bool = False,
+          leave_out: frozenset[str] = frozenset()) -> Context:
     """The context of the session's next turn. `record`: the topics' round is recorded (activation,
     the log); off, nothing is written. `scope`: the session must
-    be in it. `settings`: the store's, as its Memory loaded them."""
+    be in it. `settings`: the store's, as its Memory loaded them. `new_session`: a session not
+    stored yet has no messages (topic_round). `leave_out`: kinds of parts not given at all (a client
+    that holds the conversation itself needs no "recent" nor "unsplit" messages); the budget goes
+    to the rest."""
     from memctl.governance.layers import core_and_scope
     from memctl.index.filters import Filters
     from memctl.search.queries import Query
@@ -284,10 +288,10 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
                                    filters=Filters(kinds=("memory", "log"), scopes=(workspace or "global",))))
 
     turn = topic_round(store, retriever, session, message, record=record, llm_command=llm_command, say=say,
-                       scope=scope, settings=settings.topics, more=memory_query)
+                       scope=scope, settings=settings.topics, more=memory_query, new_session=new_session)
     memories, found = _memories_and_found(store, doc, turn, message, settings, core_and_scope_of(turn.scope))
     context = Context(budget, activated=turn.activated, made_dormant=turn.made_dormant, ambiguous=turn.ambiguous)
-    _assemble(context, turn, system_text, memories, found, budget)
+    _assemble(context, turn, system_text, memories, found, budget, leave_out)
     return context
 
 
@@ -341,7 +345,7 @@ def _memory_section(kind: str, entry, found_by: str, score: float | None) -> dic
 
 
 def _assemble(context: Context, turn, system_text: str, memories: list[dict], found: list[tuple[dict, float, str]],
-              budget: int) -> None:
+              budget: int, leave_out: frozenset[str] = frozenset()) -> None:
     sections: list[dict] = []
     parts: list[Part] = []
     system_text = system_text.rstrip()  # a file's last newline; the blank line between sections is ours
@@ -430,6 +434,8 @@ def _assemble(context: Context, turn, system_text: str, memories: list[dict], fo
                           held["priority"], held["section"], message, held["topic_id"], order=held["order"],
                           day=day, minute=minute))
 
+    # Left out after the claims: a message the client holds (the last exchange) is not given as found either.
+    parts = [p for p in parts if p.kind not in leave_out]
     for part in parts:
         part.tokens = count_tokens(part.text)
         part.short_tokens = count_tokens(part.short) if part.short else 0

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memctl import clock
+from memctl import configfiles
 from memctl.errors import InputError
 
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "codex")
@@ -68,52 +68,29 @@ def config_path(client: str, home: Path | None = None) -> Path:
 
 
 def server_entry(store: Path) -> dict[str, Any]:
-    """How a client starts memctl's server for `store`: by absolute paths, since a client starts
-    it with its own PATH and working directory. The install's console script when there is one,
-    else this Python with -P -m (not the client's working directory first on the module path:
-    a `memctl` folder there would run instead)."""
-    script = Path(sys.executable).parent / ("memctl.exe" if sys.platform == "win32" else "memctl")
-    store_args = ["--store", str(Path(os.path.abspath(store))), "mcp"]
-    if script.is_file():
-        return {"command": str(script), "args": store_args}
-    return {"command": sys.executable, "args": ["-P", "-m", "memctl", *store_args]}
+    """How a client starts memctl's MCP server for `store` (configfiles.memctl_argv)."""
+    argv = configfiles.memctl_argv(store, "mcp")
+    return {"command": argv[0], "args": argv[1:]}
 
 
 def install(client: str, store: Path, *, name: str = "memctl", force: bool = False, dry_run: bool = False,
             home: Path | None = None) -> Setup:
     """Add (or with `force`, replace) server `name` for `store` in `client`'s config."""
-    import shutil  # imported here: `memctl --help` loads this module for the client names only
-
     if not SERVER_NAME.fullmatch(name):
         raise InputError(f"must be 1-64 letters, digits, - or _, got {name!r:.80}", source="--name")
     path = config_path(client, home)
     entry = server_entry(store)
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    old = configfiles.read_text(path)
     if client == "codex":
         new, status = _merged_toml(old, str(path), name, entry, force)
         snippet = _toml_table(name, entry)
     else:
         new, status = _merged_json(old, str(path), name, entry, force)
-        snippet = json.dumps({"mcpServers": {name: entry}}, indent=2, ensure_ascii=False) + "\n"
+        snippet = configfiles.json_text({"mcpServers": {name: entry}})
     setup = Setup(client, path, name, entry, snippet, status)
     if dry_run or status == "unchanged":
         return setup
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = 0o600
-    if path.exists():
-        mode = path.stat().st_mode & 0o777
-        stamp = clock.format_ts(clock.now()).replace(":", "").replace("-", "")
-        setup.backup = path.with_name(f"{path.name}.{stamp}.bak")
-        count = 1
-        while setup.backup.exists():  # two installs in one second: the first backup is the one to keep
-            count += 1
-            setup.backup = path.with_name(f"{path.name}.{stamp}-{count}.bak")
-        shutil.copy2(path, setup.backup)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(new)
-    os.replace(partial, path)
+    setup.backup = configfiles.replace(path, new)
     return setup
 
 
@@ -132,20 +109,13 @@ def _decided(existing: Any, entry: dict[str, Any], name: str, source: str, force
 
 def _merged_json(old: str, source: str, name: str, entry: dict[str, Any], force: bool) -> tuple[str, str]:
     """A JSON config (Claude Code, Claude Desktop, Cursor) with the entry under "mcpServers"."""
-    try:
-        document = json.loads(old) if old.strip() else {}
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg}); fix it first, nothing was written", source=source,
-                         line=exc.lineno) from None
-    if not isinstance(document, dict) or not isinstance(document.get("mcpServers", {}), dict):
-        raise InputError("expected a JSON object whose \"mcpServers\" is an object; nothing was written",
-                         source=source)
+    document = configfiles.json_object(old, source, container="mcpServers")
     servers = document.setdefault("mcpServers", {})
     status = _decided(servers.get(name), entry, name, source, force)
     # Keys a client keeps beside command and args (env, "type", "disabled") stay as they were.
     servers[name] = {**(servers.get(name) or {}), **entry} if status == "replaced" else \
         servers.get(name) or dict(entry)
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n", status
+    return configfiles.json_text(document), status
 
 
 def _toml_string(value: str) -> str:

@@ -26,6 +26,7 @@ class Query:
     min_score: float | None = None  # None: the subject test and [retrieval] hard_min_score
     rank: str = "pipeline"          # one of RANKS: pipeline, the ranking stages; mera, the governance's retrieval score
     neighbours: bool = True  # False: no neighbours and date stages (a caller that sums a run's hits itself)
+    why_none: str | None = field(default=None, compare=False)  # set by the search when nothing passed: why
 
     def __post_init__(self):
         # Tantivy takes the limit as a 32-bit count: 1e20 overflowed it.

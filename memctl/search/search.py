@@ -137,7 +137,33 @@ class Searcher:
         rank(found, query, run)
         results = [self._result(found, at) for at in found.best_of_each_record(query.k)]
         self._snippets(results)
+        if not results:
+            query.why_none = self._why_none(found, query)
         return results
+
+    def _why_none(self, found: Candidates, query: Query) -> str:
+        """Why a search returned nothing, for --explain: no candidate, the minimum, or the noise filter."""
+        cfg = self.retrieval
+        if not len(found.relevance):
+            return ("no unit matched the query's words or meaning" + (" within the filters" if query.filters != Filters()
+                                                                      else ""))
+        best = float(found.relevance.max())
+        if query.min_score is not None:
+            if best < query.min_score:
+                return f"the best relevance, {best:.3f}, is under --min-score {query.min_score:g}"
+            return f"every candidate at or over --min-score {query.min_score:g} was noise (a refusal, a greeting)"
+        trust = found.vector_weight / cfg.vector_weight if cfg.vector_weight > 0 else 0.0
+        meaning = float((found.relevance_cosine * min(1.0, trust)).max())
+        coverage = float(found.coverage.max())
+        if best < cfg.min_best_relevance and meaning < cfg.subject_min_cosine and coverage < cfg.subject_min_coverage:
+            return (f"the store does not seem to know the subject ([retrieval] minimum): of {len(found.relevance)} "
+                    f"candidates the best calibrated cosine is {meaning:.3f} (subject_min_cosine {cfg.subject_min_cosine:g}), "
+                    f"the best share of the query's words {coverage:.3f} (subject_min_coverage "
+                    f"{cfg.subject_min_coverage:g}), the best relevance {best:.3f} (min_best_relevance "
+                    f"{cfg.min_best_relevance:g}), and no two units hold subject_min_words "
+                    f"({cfg.subject_min_words:g}) of its words")
+        return (f"every one of {len(found.relevance)} candidates was noise (a refusal, a greeting) or under "
+                f"[retrieval] hard_min_score ({cfg.hard_min_score:g})")
 
     def _weights(self, query: Query) -> tuple[float, float, float | None]:
         cfg = self.retrieval

@@ -25,6 +25,11 @@ SERVER_ENV = "MEMCTL_SERVER"   # off (0, no, false): every call in-process, no s
 OFF = ("off", "0", "no", "false")
 # Not sent: `mcp` serves its own stdin and stdout for hours; `server` manages the servers.
 IN_PROCESS = frozenset({"mcp", "server"})
+# Run again in-process when their server dies during the call, not exit 2 ("outcome unknown"),
+# which for `hooks` would block the agent's prompt. Running a hook twice is harmless (a
+# transcript's lines are stored once each, by id); the event on stdin was read by the server, so
+# the second run fails as any hook does: one line on stderr, exit 0.
+RUN_AGAIN = frozenset({"hooks"})
 # Generous: at load 29 on 2 cores a warm search's whole round trip took 173 ms at p90 (bench/server.py); one taken for
 # wedged is killed, failing any call it was running for another client.
 HELLO_SECONDS = 5.0     # a server that has not taken a call in this long is wedged: killed, replaced
@@ -204,7 +209,7 @@ def forward(argv: list[str]) -> int | None:
         except OSError:
             continue  # no server (or a dead one's socket: the in-process run starts another)
         try:
-            return _call(connection, pid, argv, os.path.realpath(routed[1]))
+            return _call(connection, pid, argv, os.path.realpath(routed[1]), rerun=routed[0] in RUN_AGAIN)
         finally:
             connection.close()
     return None
@@ -241,7 +246,7 @@ def send(connection, request: dict, fds: tuple[int, ...] = ()) -> None:
     connection.sendall(header + payload)
 
 
-def _call(connection, pid: int, argv: list[str], store: str) -> int | None:
+def _call(connection, pid: int, argv: list[str], store: str, *, rerun: bool = False) -> int | None:
     streams = (sys.stdin, sys.stdout, sys.stderr)
     if any(stream is None for stream in streams):
         return None  # a closed descriptor 0, 1 or 2: in-process, as Python itself copes
@@ -278,6 +283,8 @@ def _call(connection, pid: int, argv: list[str], store: str) -> int | None:
         _replace(pid)
     except OSError:
         pass
+    if rerun:
+        return None
     # The call ran, wrote who knows what, and its server is gone: running it again could do it twice.
     print(f"memctl: error: the memctl server (pid {pid}) stopped during the call; its outcome is unknown, "
           f"run it again (MEMCTL_SERVER=off runs it in this process)", file=sys.stderr)

@@ -57,14 +57,16 @@ class TopicRound:
 
 def topic_round(store: Store, retriever, session: str, message: str, *, record: bool = True,
                 llm_command: str = "", say=None, scope: str | None = None,
-                settings: config.Topics | None = None, more=None) -> TopicRound:
+                settings: config.Topics | None = None, more=None, new_session: bool = False) -> TopicRound:
     """`scope`: the session must be in it (split.scope_of_session). `settings`: [topics] as the
     store's Memory loaded them (else read from memctl.toml). `more`: given the session's scope, more
-    queries to run in the same search batch (their answers: `more_hits`)."""
+    queries to run in the same search batch (their answers: `more_hits`). `new_session`: a session
+    not stored yet is one without messages (a client's first prompt), not an error."""
     from memctl.topics.split import scope_of_session, session_messages
 
     settings = settings or config.load(store.config_file).topics
-    messages = session_messages(store, session)
+    unknown = new_session and not store.session_file(session).exists()
+    messages = [] if unknown else session_messages(store, session)
     scope = scope_of_session(store, session, messages, scope)
     if not message.strip():
         raise InputError("give the new message (--message TEXT, or on stdin)", source="--message")

@@ -45,6 +45,7 @@ class SplitReport:
     context_tokens: int
     threshold: int
     unsplit: int
+    keep_recent: int = 0  # the last messages left in the main context, however far over the threshold
     assignments: list[Assignment] = field(default_factory=list)
     topics: dict[str, str] = field(default_factory=dict)   # topic id -> name, of the topics touched
     subtopics: list[str] = field(default_factory=list)
@@ -110,7 +111,7 @@ def split(store: Store, session: str, *, system_text: str = "", keep_recent: int
         unsplit = [m for m in messages if m["id"] not in placed]
         tokens = context_tokens(system_text, topics, unsplit)
         threshold = int(settings.context_limit * settings.split_at)
-        report = SplitReport(session, tokens, threshold, len(unsplit))
+        report = SplitReport(session, tokens, threshold, len(unsplit), keep)
         if not (force or tokens > threshold):
             return report
         older = unsplit[:len(unsplit) - keep] if keep else unsplit
