@@ -229,6 +229,7 @@ def test_install_keeps_every_other_hook_and_key_and_is_idempotent(run, store_dir
     assert json.loads(run("hooks", "uninstall", "claude-code", "--json").stdout)["status"] == "unchanged"
 
 
+@pytest.mark.process
 def test_the_installed_command_is_what_claude_code_would_run(run, store_dir, tmp_path):
     """The command written runs as the client runs it (a shell, another working directory, the
     event on stdin) and gives the prompt its context."""
@@ -262,6 +263,7 @@ def test_project_settings_are_the_working_directorys(run, store_dir, tmp_path, m
         "UserPromptSubmit", "Stop", "PreCompact", "SessionEnd"}
 
 
+@pytest.mark.process
 def test_a_prompt_through_the_resident_server(servers, tmp_path):  # noqa: F811 -- the fixture
     store = tmp_path / "store"
     make_store(servers, store)

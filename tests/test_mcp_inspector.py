@@ -19,7 +19,8 @@ from conftest import REPO
 NOTES = "## Decisions\n- Kestrel uses PostgreSQL 16 for its main database\n"
 INSPECTOR = next((str(p) for p in (REPO / ".tools" / "node_modules" / ".bin" / "mcp-inspector",)
                   if p.is_file()), None) or shutil.which("mcp-inspector")
-pytestmark = pytest.mark.skipif(INSPECTOR is None, reason="no MCP Inspector (scripts/bootstrap.sh installs it with npm)")
+pytestmark = [pytest.mark.process,
+              pytest.mark.skipif(INSPECTOR is None, reason="no MCP Inspector (scripts/bootstrap.sh installs it with npm)")]
 
 
 @pytest.fixture
