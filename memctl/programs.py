@@ -23,6 +23,7 @@ import select
 import selectors
 import signal
 import subprocess
+import sys
 import time
 
 from memctl.errors import MemctlError
@@ -31,6 +32,7 @@ from memctl.errors import MemctlError
 # summary or review it asks for, and small enough to parse at once.
 OUTPUT_LIMIT = 1 << 20
 _STDERR_TAIL = 4096
+WAIT_NOTE_SECONDS = 3.0  # a program still silent this long: say on a terminal what memctl waits for
 _CHUNK = 65536
 
 
@@ -110,6 +112,10 @@ def _exchange(process: subprocess.Popen, stdin: bytes, deadline: float, output_l
     """Write stdin and read stdout and stderr until both end: (stdout, the tail of stderr)."""
     stdout, stderr = bytearray(), bytearray()
     written = 0
+    # A person at a terminal is told once what the call waits for when the program is slow to
+    # answer (an LLM command can take its whole timeout); elsewhere (cron, an agent's pipe) the
+    # line would only be noise, as progress is.
+    note_at = time.monotonic() + WAIT_NOTE_SECONDS if _stderr_is_a_terminal() else None
     with selectors.DefaultSelector() as selector:
         if stdin:
             selector.register(process.stdin, selectors.EVENT_WRITE)
@@ -118,10 +124,16 @@ def _exchange(process: subprocess.Popen, stdin: bytes, deadline: float, output_l
         selector.register(process.stdout, selectors.EVENT_READ)
         selector.register(process.stderr, selectors.EVENT_READ)
         while selector.get_map():
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 raise ProgramFailed(program, f"gave no answer within {timeout:g} s", timed_out=True)
-            for key, _ in selector.select(left):
+            if note_at is not None and now >= note_at:
+                note_at = None
+                if not stdout:
+                    print(f"memctl: waiting for '{program}' to answer (it is given {timeout:g} s in all)",
+                          file=sys.stderr, flush=True)
+            for key, _ in selector.select(left if note_at is None else min(left, note_at - now)):
                 if key.fileobj is process.stdin:
                     try:  # at most PIPE_BUF: a write the selector found room for never blocks
                         written += os.write(key.fd, stdin[written:written + select.PIPE_BUF])
@@ -142,6 +154,13 @@ def _exchange(process: subprocess.Popen, stdin: bytes, deadline: float, output_l
                 else:
                     stderr = (stderr + data)[-_STDERR_TAIL:]
     return bytes(stdout), bytes(stderr)
+
+
+def _stderr_is_a_terminal() -> bool:
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except ValueError:  # closed
+        return False
 
 
 def _kill_group(process: subprocess.Popen) -> None:

@@ -301,3 +301,34 @@ def test_the_runner_kills_the_whole_group_and_returns_at_the_deadline(python_com
     # subprocess.run(timeout=) killed sh alone and then waited for the sleeper's end of the pipe.
     assert failed.value.timed_out and not slept.exists()
     assert gone(int(pid_file.read_text()))
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("terminal", [True, False])
+def test_a_slow_program_is_named_on_a_terminal_while_memctl_waits(monkeypatch, terminal):
+    """An --llm command that does not answer held a person's terminal for its whole timeout with no
+    word; on a terminal memctl says once what it waits for, and elsewhere (cron, a pipe) nothing."""
+    import os
+    import pty
+
+    from memctl import programs
+
+    monkeypatch.setattr(programs, "WAIT_NOTE_SECONDS", 0.2)
+    controller, terminal_end = pty.openpty()
+    read_end, write_end = os.pipe()
+    stderr = os.fdopen(terminal_end if terminal else write_end, "w")
+    monkeypatch.setattr(sys, "stderr", stderr)
+    answer = run_program([sys.executable, "-c", "import time; time.sleep(1); print('done')"], b"", 30)
+    stderr.close()
+    os.close(write_end if terminal else terminal_end)
+    said = b""
+    for fd in (controller, read_end):
+        os.set_blocking(fd, False)
+        try:
+            said += os.read(fd, 4096)
+        except OSError:  # nothing written: a pty's controller reads EIO once its other end is closed
+            pass
+        os.close(fd)
+    assert answer == b"done\n"
+    note = f"memctl: waiting for '{sys.executable}' to answer (it is given 30 s in all)".encode()
+    assert (note in said) == terminal, said
