@@ -326,6 +326,8 @@ def _memories_and_found(store: Store, doc, turn, message: str, settings: config.
             if entry is None or entry.id not in tails:
                 continue  # superseded or gone since the index was written: never shown
             sections.append(_memory_section("memory", entry, "search", result.score))
+        elif result.scope != turn.scope:
+            continue  # what was said in another scope's session, a global one's too: its own context's
         else:
             sections.append({"kind": "memory", "id": result.record_id, "section": None, "scope": result.scope,
                              "source": result.source, "score": round(result.score, 4), "summary": None,
