@@ -36,7 +36,7 @@ from memctl.store import locking
 from memctl import clock
 from memctl import config
 from memctl.errors import MemctlError
-from memctl.store.store import KeptWhileUnchanged, Store, atomic_write
+from memctl.store.store import KeptWhileUnchanged, NotRegularFile, Store, atomic_write, open_file, read_file
 
 if TYPE_CHECKING:
     from memctl.index.units import Unit
@@ -68,7 +68,7 @@ _MANIFESTS = KeptWhileUnchanged()  # manifest.json's path -> its data (kept_mani
 
 def _read_manifest(index_dir: Path) -> dict | None:
     try:
-        data = orjson.loads((index_dir / "manifest.json").read_bytes())
+        data = orjson.loads(read_file(index_dir / "manifest.json"))
     except (FileNotFoundError, orjson.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
@@ -542,7 +542,7 @@ class Index:
         """The index's own lock; while held, new files are private (Tantivy and SQLite create
         theirs with the process umask, which left .index/tantivy 0755 and its files 0644)."""
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_file(self.dir / ".lock", os.O_RDWR | os.O_CREAT)
         old_umask = os.umask(0o077)
         try:
             locking.flock(fd, operation)
@@ -813,9 +813,10 @@ class _Table:
 
 
 def _refuse_links(store: Store, folder: Path) -> None:
-    """StoreError (from Store.confine, naming it) for a link anywhere under `folder`. An entry's
-    kind comes with the directory listing: a confine() of each of Tantivy's files cost every
-    search ~1 ms (6,000-message store, 2026-11-24)."""
+    """StoreError (from Store.confine, naming it) for a link anywhere under `folder`, NotRegularFile
+    for a FIFO, socket or device (SQLite, Tantivy and numpy would wait at a FIFO's opening). An
+    entry's kind comes with the directory listing: a confine() of each of Tantivy's files cost
+    every search ~1 ms (6,000-message store, 2026-11-24)."""
     try:
         with os.scandir(folder) as entries:
             for entry in entries:
@@ -823,6 +824,8 @@ def _refuse_links(store: Store, folder: Path) -> None:
                     store.confine(Path(entry.path))
                 elif entry.is_dir():
                     _refuse_links(store, Path(entry.path))
+                elif not entry.is_file():
+                    raise NotRegularFile.of_kind(entry.path, entry.stat(follow_symlinks=False).st_mode)
     except (FileNotFoundError, NotADirectoryError):
         pass
 
