@@ -75,13 +75,10 @@ class NotRegularFile(StoreError):
     @classmethod
     def of_kind(cls, path, mode: int) -> "NotRegularFile":
         """The refusal of a file whose st_mode is `mode`: a FIFO, a socket, a device, a folder."""
-        for test, name in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
-                           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                           (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link")):
-            if test(mode):
-                break
-        else:
-            name = "a file of no kind memctl knows"
+        kinds = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+                 (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                 (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"))
+        name = next((name for test, name in kinds if test(mode)), "a file of no kind memctl knows")
         return cls(path, f"{name}, not a regular file; memctl opens only regular files (README: Trust): "
                          "remove it, or put a regular file there")
 
