@@ -117,6 +117,32 @@ def _link_file(rel: str):
     return apply
 
 
+def _first(store: Path, pattern: str) -> Path:
+    """The first file of the store matching `pattern` (a glob), the place a case plants at."""
+    return sorted(store.glob(pattern))[0] if "*" in pattern else store / pattern
+
+
+def _fifo(pattern: str):
+    """A FIFO where a store file is (or would be): every command waited forever at its opening (#31)."""
+    def apply(store: Path, victim: Path) -> None:
+        path = _first(store, pattern)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        os.mkfifo(path, 0o600)
+    return apply
+
+
+def _hard_link(pattern: str):
+    """A store file replaced by a hard link to the file outside (holding the store file's bytes, so
+    that what is read through it is the store's own): an append through it wrote outside (#31)."""
+    def apply(store: Path, victim: Path) -> None:
+        path = _first(store, pattern)
+        victim.write_bytes(path.read_bytes() if path.exists() else b"")
+        path.unlink(missing_ok=True)
+        os.link(victim, path)
+    return apply
+
+
 def _cache_entry(change: Callable[[dict], object]):
     def apply(store: Path, victim: Path) -> None:
         path = sorted((store / "cache").glob("*/entries/*.json"))[0]
@@ -185,6 +211,18 @@ CASES: list[Case] = [
     Case("memory-md-symlink", _link_file("MEMORY.md"), "MEMORY.md", victim=True, tags={"link"}),
     Case("lock-symlink", _link_file(".lock"), ".lock", victim=True, tags={"link"}),
     Case("index-file-symlink", _link_file(".index/units.db"), ".index/units.db", victim=True, tags={"link"}),
+    # -- what is no regular file, or a file of two names (#31) ---------------------
+    *[Case(f"fifo-{name}", _fifo(pattern), file, tags={"fifo"}) for name, pattern, file in (
+        ("new-session", "sessions/zz.jsonl", "sessions/zz.jsonl"), ("session", "sessions/*.jsonl", "sessions/"),
+        ("lock", ".lock", ".lock"), ("memory-md", "MEMORY.md", "MEMORY.md"), ("config", "memctl.toml", "memctl.toml"),
+        ("pending", "pending.jsonl", "pending.jsonl"), ("daily-log", "memory/*.md", "memory/"),
+        ("topic", "topics/t-*.jsonl", "topics/"), ("access-log", "access.log", "access.log"),
+        ("state", "index_state.json", "index_state.json"), ("manifest", ".index/manifest.json", ".index/manifest.json"),
+        ("vectors", ".index/vectors.npy", ".index/vectors.npy"), ("cache-events", "cache/run1/events", "cache/"))],
+    *[Case(f"hard-link-{name}", _hard_link(pattern), file, victim=True, tags={"hard-link"}) for name, pattern, file in (
+        ("session", "sessions/*.jsonl", "sessions/"), ("daily-log", "memory/*.md", "memory/"),
+        ("access-log", "access.log", "access.log"), ("pending", "pending.jsonl", "pending.jsonl"),
+        ("topic-log", "topics/activation_log.jsonl", "topics/"), ("cache-events", "cache/run1/events", "cache/"))],
     # -- topic files ------------------------------------------------------------
     Case("topic-header-id-number", _edit_header(_first_topic, _set("id", 7)), "topics/"),
     Case("topic-header-no-id", _edit_header(_first_topic, _drop("id")), "topics/"),

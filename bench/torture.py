@@ -3,6 +3,7 @@
     python bench/torture.py                 # everything, the sizes of issue 8
     python bench/torture.py --only kill --kill-trials 30
     python bench/torture.py --only fuzz --fuzz 10000
+    python bench/torture.py --only crafted --crafted-tag fifo --crafted-tag hard-link
 
 Every part prints its figures; the exit status is 1 if any target was missed:
 
@@ -473,8 +474,8 @@ def topic_store(root: Path) -> Path:
     return store
 
 
-def crafted(root: Path, base: Path, commands: int | None, timeout: float) -> dict:
-    """Every crafted store of bench/crafted_cases.py under every command, as real processes."""
+def crafted(root: Path, base: Path, commands: int | None, timeout: float, tags: list[str] | None = None) -> dict:
+    """Every crafted store of bench/crafted_cases.py (or those of `tags`) under every command, as real processes."""
     import crafted_cases
 
     counts = {"cases": 0, "runs": 0, "tracebacks": 0, "hangs": 0, "not_one_line": 0, "outside_touched": 0,
@@ -482,6 +483,8 @@ def crafted(root: Path, base: Path, commands: int | None, timeout: float) -> dic
     failures: list[str] = []
     chosen = crafted_cases.COMMANDS[:commands] if commands else crafted_cases.COMMANDS
     for number, case in enumerate(crafted_cases.CASES):
+        if tags and not case.tags & set(tags):
+            continue
         folder = root / f"crafted-{number}"
         store, victim = folder / "store", folder / "outside" / "victim.txt"
         shutil.copytree(base, store, symlinks=True)
@@ -611,6 +614,8 @@ def main() -> None:
     parser.add_argument("--fuzz", type=int, default=10000)
     parser.add_argument("--seed", type=int, default=8)
     parser.add_argument("--crafted-commands", type=int, help="Only the first N commands of each crafted case.")
+    parser.add_argument("--crafted-tag", action="append", help="Only the crafted cases of this tag (repeatable): "
+                        "fifo, hard-link, link, cache.")
     parser.add_argument("--hang", type=float, default=10.0, help="Seconds after which a crafted run is a hang.")
     parser.add_argument("--llm-timeout", type=float, default=5.0, help="[topics] llm_timeout of the sizes part.")
     options = parser.parse_args()
@@ -636,7 +641,7 @@ def main() -> None:
                 result = huge_input(root, base)
             elif part in ("crafted", "store-commands", "sizes"):
                 topics = topics or topic_store(root)
-                result = (crafted(root, topics, options.crafted_commands, options.hang) if part == "crafted"
+                result = (crafted(root, topics, options.crafted_commands, options.hang, options.crafted_tag) if part == "crafted"
                           else store_commands(root, topics) if part == "store-commands"
                           else sizes(root, topics, options.llm_timeout))
             else:

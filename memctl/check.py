@@ -43,7 +43,7 @@ from memctl.store import memoryfile
 from memctl.governance import review as pending
 from memctl.errors import InputError, MemctlError, StoreError
 from memctl.store import counters, jsonl
-from memctl.store.store import DIR_MODE, FILE_MODE, Store, load_journal, mended_tail
+from memctl.store.store import DIR_MODE, FILE_MODE, NotRegularFile, Store, load_journal, mended_tail, read_file
 
 _TEMP = re.compile(r"^\..+\.(\d+)\.tmp$")
 _TOML_LINE = re.compile(r"at line (\d+)")
@@ -56,8 +56,8 @@ class Problem:
     message: str
     code: str               # stable: parse, field, duplicate-id, dangling-link, cycle, fork, superseded-current,
                             # topic-conflict, missing-field, pending-expired, permissions, journal, temp-file,
-                            # config, program, index, symlink, store (a link or a file where a folder should
-                            # be), cache, unterminated
+                            # config, program, index, symlink, special-file (a FIFO, socket or device),
+                            # hard-link, store (a link or a file where a folder should be), cache, unterminated
     severity: str = "error"  # error | warning
     fixable: bool = False
 
@@ -75,9 +75,9 @@ def check(store: Store, now: datetime | None = None) -> list[Problem]:
     """Every problem in the store, in a stable order (by file, then line)."""
     store.require()
     now = now or clock.now()
-    problems: list[Problem] = _check_links(store)
-    if any(p.file == ".lock" for p in problems):
-        return problems  # without its lock the store cannot be read consistently: the link comes first
+    problems: list[Problem] = _check_files(store)
+    if any(p.file == ".lock" and p.code != "hard-link" for p in problems):
+        return problems  # without its lock the store cannot be read consistently: that comes first
     with store.reading(recover=False):  # report an unfinished transaction, don't undo it
         settings = _guarded(problems, lambda: _check_config(store, problems))  # memctl.toml read once
         problems += _guarded(problems, lambda: _check_programs(store)) or []
@@ -106,6 +106,9 @@ def _guarded(problems: list[Problem], check):
     file) is a problem of its own, and the other checks still run."""
     try:
         return check()
+    except NotRegularFile as exc:
+        if not any(p.code in _FILE_KINDS and exc.path.as_posix().endswith("/" + p.file) for p in problems):
+            problems.append(Problem(".", None, str(exc), "special-file"))  # outside the store: the user's config
     except InputError as exc:
         problems.append(Problem(exc.source or ".", exc.line, _message_of(exc), "field"))
     except MemctlError as exc:
@@ -126,16 +129,37 @@ def _message_of(exc: InputError) -> str:
     return (f"field '{exc.field}': " if exc.field else "") + exc.message
 
 
-def _check_links(store: Store) -> list[Problem]:
-    """Every symbolic link inside the store: memctl follows none (README: Trust), so each is
-    named here and refused by every command that meets it."""
+_FILE_KINDS = ("symlink", "special-file", "hard-link")
+
+
+def _check_files(store: Store) -> list[Problem]:
+    """Every file inside the store that memctl will not open as it is (store.open_file), each named
+    here and refused by every command that meets it: a symbolic link (memctl follows none), what is
+    no regular file (a FIFO waited forever at its opening), and a file of several hard links (an
+    append through one reached a file outside the store). The journal's backups are links by
+    design (Transaction: the old version of a file replaced), they and their files are not named."""
     out = []
+    journal = store.root / ".journal"
+    backups = set()
+    if journal.is_dir() and not journal.is_symlink():
+        backups = {(info.st_dev, info.st_ino) for entry in os.scandir(journal)
+                   if entry.is_file(follow_symlinks=False) for info in (entry.stat(follow_symlinks=False),)}
     for dirpath, dirnames, filenames in os.walk(store.root):  # os.walk does not descend into links
         for name in dirnames + filenames:
             path = Path(dirpath) / name
-            if path.is_symlink():
-                out.append(Problem(store.relative(path), None, f"a symbolic link (to {os.readlink(path)}); "
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            where = store.relative(path)
+            if stat.S_ISLNK(info.st_mode):
+                out.append(Problem(where, None, f"a symbolic link (to {os.readlink(path)}); "
                                    "memctl follows none: replace it with the real folder or file", "symlink"))
+            elif not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+                out.append(Problem(where, None, NotRegularFile.of_kind(where, info.st_mode).what, "special-file"))
+            elif (stat.S_ISREG(info.st_mode) and info.st_nlink > 1
+                  and (info.st_dev, info.st_ino) not in backups):
+                out.append(Problem(where, None, NotRegularFile.of_links(where, info.st_nlink).what, "hard-link"))
     return out
 
 
@@ -216,8 +240,9 @@ def _check_cache(store: Store, problems: list[Problem]) -> None:
     takes each as a miss (the next run replaces it) and nothing remembered is lost."""
     from memctl.cache import cache_problems
 
+    named = {p.file for p in problems if p.code in _FILE_KINDS}  # a FIFO among them: said once, by _check_files
     problems += [Problem(file, line, message, "cache", "warning") for file, line, message in cache_problems(store)
-                 if not _is_link_refusal(message)]  # _check_links names each link
+                 if file not in named and not _is_link_refusal(message)]  # _check_links names each link
 
 
 def index_problems(store: Store, settings: config.Settings | None = None) -> list[Problem]:
@@ -240,6 +265,8 @@ def _check_config(store: Store, problems: list[Problem]) -> config.Settings | No
         # Settings come from the user's config.toml and the environment too: name the one at fault.
         outside = exc.source not in (None, str(store.config_file))
         problems.append(Problem(exc.source if outside else "memctl.toml", line, exc.message, "config"))
+    except NotRegularFile:
+        raise  # named by _check_files
     except MemctlError as exc:
         problems.append(Problem("memctl.toml", None, str(exc).removeprefix(f"{store.config_file}: "), "config"))
     return None
@@ -263,6 +290,8 @@ def _check_leftovers(store: Store) -> list[Problem]:
     if (store.root / ".journal").exists():
         try:
             load_journal(store)
+        except NotRegularFile:
+            pass  # named by _check_files
         except StoreError as exc:
             out.append(Problem(".journal/journal.json", None, str(exc).split(": ", 1)[1], "journal-invalid"))
         else:
@@ -332,6 +361,8 @@ def _check_memory_md(store: Store, problems: list[Problem], ids: dict[str, str])
         return memoryfile.Document()
     try:
         doc = memoryfile.load(store.memory_md)
+    except NotRegularFile:
+        raise  # named by _check_files
     except StoreError as exc:
         match = re.search(r":(\d+): (.*)$", str(exc))
         problems.append(Problem("MEMORY.md", int(match.group(1)) if match else None,
@@ -362,7 +393,11 @@ def _note_id(ids: dict[str, str], memory_id: str, file: str, line: int, problems
 def _jsonl(store: Store, path: Path, problems: list[Problem], what: str) -> Iterator[tuple[int, dict]]:
     """Parse a JSON-lines file line by line, reporting every bad line; yields (line, object)."""
     rel = store.relative(path)
-    for line in jsonl.read(path):
+    try:
+        lines = list(jsonl.read(path))
+    except NotRegularFile:
+        return  # named by _check_files
+    for line in lines:
         if line.problem == jsonl.UNTERMINATED:  # --fix ends it (or cuts it) as the next append would
             problems.append(Problem(rel, line.number, f"{line.problem} ({what})", "unterminated", fixable=True))
         elif line.problem:
@@ -429,7 +464,9 @@ def _check_json(store: Store, problems: list[Problem], settings: config.Settings
         if not path.exists():
             continue
         try:
-            data = orjson.loads(path.read_bytes())
+            data = orjson.loads(read_file(path))
+        except NotRegularFile:
+            continue  # named by _check_files
         except orjson.JSONDecodeError as exc:
             problems.append(Problem(what, None, f"not valid JSON ({exc})", "parse"))
             continue
@@ -452,7 +489,7 @@ def _check_state(store: Store, problems: list[Problem], settings: config.State) 
     """index_state.json, parsed as `memctl state` parses it: what it would refuse is an error here."""
     from memctl.window.state import parse_state
 
-    data = store.state_file.read_bytes()
+    data = read_file(store.state_file)
     try:
         parse_state(data, "index_state.json", settings)
     except InputError as exc:
@@ -467,7 +504,10 @@ def _check_state(store: Store, problems: list[Problem], settings: config.State) 
 
 def _check_daily_logs(store: Store, problems: list[Problem]) -> None:
     for path in store.listing(store.daily_dir, "*.md"):
-        data = path.read_bytes()
+        try:
+            data = read_file(path)
+        except NotRegularFile:
+            continue  # named by _check_files
         try:
             data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -481,6 +521,8 @@ def _check_deleted(store: Store, problems: list[Problem]) -> list[memoryfile.Ent
         rel = store.relative(path)
         try:
             doc = memoryfile.load(path)
+        except NotRegularFile:
+            continue  # named by _check_files
         except StoreError as exc:
             problems.append(Problem(rel, None, str(exc).split(": ", 1)[-1], "parse"))
             continue

@@ -412,9 +412,10 @@ def _load_key(config_file: Path) -> tuple:
 
 
 def _bytes_of(path: Path) -> bytes | None:
+    from memctl.store.store import read_file
+
     try:
-        with open(path, "rb") as file:
-            return file.read()
+        return read_file(path)
     except OSError:
         return None
 
@@ -532,8 +533,10 @@ def _say_ignored_once(config_file: Path, table: str, key: str) -> None:
 
 
 def _text_of(config_file: Path) -> str:
+    from memctl.store.store import read_file
+
     try:
-        return config_file.read_text(encoding="utf-8")
+        return read_file(config_file).decode("utf-8")
     except FileNotFoundError:
         return ""
     except UnicodeDecodeError as exc:

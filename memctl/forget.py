@@ -46,7 +46,7 @@ from memctl.store import jsonl, memoryfile, topicfile
 from memctl.store.memoryfile import Document
 from memctl.store.sessions import LOG_HEADING, iter_messages, iter_pending, log_scope, message_scope
 from memctl.store.status import supersedes_of
-from memctl.store.store import Store, check_name
+from memctl.store.store import Store, check_name, read_file
 from memctl.text.clip import clip
 
 KINDS = ("message", "memory", "pending", "log")
@@ -244,7 +244,7 @@ def _unique(records: list[Record]) -> list[Record]:
 
 def _log_entries(path: Path) -> list[_LogEntry]:
     """The entries of a daily log, as the index reads them (memctl/index/units.py log_units)."""
-    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+    lines = read_file(path).decode("utf-8", errors="replace").split("\n")
     out, heading, body = [], None, []
     for number, line in enumerate(lines + ["### end"], 1):
         if line.startswith("### ") or number == len(lines) + 1:
@@ -262,7 +262,7 @@ def _log_entries(path: Path) -> list[_LogEntry]:
 def _without_log_entries(path: Path, ids: set[str]) -> bytes | None:
     """A daily log without the entries of `ids` (heading to the next heading), None if it holds none;
     b"" when nothing but its title would be left."""
-    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+    lines = read_file(path).decode("utf-8", errors="replace").split("\n")
     kept, dropping, dropped, entries_left = [], False, False, 0
     for line in lines:
         if line.startswith("### "):

@@ -21,7 +21,7 @@ from memctl.governance.lifecycle import DELETED_DIR, load_deleted
 from memctl.store import memoryfile, topicfile
 from memctl.store.sessions import LOG_HEADING, iter_messages, iter_pending, log_scope, message_scope
 from memctl.store.status import status_of
-from memctl.store.store import Store, check_name
+from memctl.store.store import Store, check_name, read_file
 
 
 @dataclass
@@ -107,7 +107,7 @@ def _pending(store: Store, record_id: str) -> Shown | None:
 
 def _log_entry(store: Store, record_id: str) -> Shown | None:
     for path in store.daily_logs():
-        lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+        lines = read_file(path).decode("utf-8", errors="replace").split("\n")
         for number, line in enumerate(lines, 1):
             match = LOG_HEADING.match(line) if line.startswith("### ") else None
             if match and match.group(4) == record_id:
@@ -239,7 +239,7 @@ def _sizes(store: Store) -> dict[str, int]:
 def _index(store: Store, settings: config.Settings) -> dict[str, Any]:
     """The index's manifest as status shows it (reading it costs no model)."""
     try:
-        manifest = orjson.loads((store.index_dir / "manifest.json").read_bytes())
+        manifest = orjson.loads(read_file(store.index_dir / "manifest.json"))
     except (FileNotFoundError, orjson.JSONDecodeError):
         return {"built": False, "updated_at": None, "units": 0, "model": None, "fresh": False}
     from memctl.index.index import Index

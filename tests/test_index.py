@@ -141,16 +141,20 @@ def test_a_manifest_changed_after_it_was_kept_is_read_again(store):
 
 def test_an_update_reads_only_the_changed_files_each_once(store, monkeypatch):
     chat(store, "beta", 4, 3, day="2026-11-19")
+    from memctl.store import store as store_module
+
     read = []
-    real = pathlib.Path.read_bytes
+    real = store_module.open_file
 
-    def reading(path):
-        read.append(store.relative(path))
-        return real(path)
+    def reading(path, flags=os.O_RDONLY, *args):  # every store file is read through open_file (read_file)
+        if flags == os.O_RDONLY:
+            read.append(store.relative(pathlib.Path(path)))
+        return real(path, flags, *args)
 
-    monkeypatch.setattr(pathlib.Path, "read_bytes", reading)
+    monkeypatch.setattr(store_module, "open_file", reading)
     Index(store).update()
-    assert sorted(name for name in read if not name.startswith(".index/")) == [
+    sources = ("sessions/", "memory/", "topics/", "MEMORY.md")  # not the lock, the settings, the index
+    assert sorted(name for name in read if name.startswith(sources)) == [
         "memory/2026-11-19.md", "sessions/beta.jsonl"]
 
 

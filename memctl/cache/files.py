@@ -31,7 +31,7 @@ import orjson
 from memctl.clock import Clock
 from memctl.store import locking
 from memctl.errors import InputError, StoreError
-from memctl.store.store import FILE_MODE, NAME_RULE, Store, _make_dirs, atomic_write, is_name
+from memctl.store.store import NAME_RULE, NotRegularFile, Store, _make_dirs, atomic_write, is_name, open_file, read_file
 from memctl.cache.backend import EVENTS, Entry, wait_for
 
 _EVENT_CODES = {"hits": b"h", "misses": b"m", "negative_hits": b"n"}
@@ -71,7 +71,7 @@ class FileBackend:
         """The entry in `path`, which must be scope's entry of key; InputError naming the file if not."""
         source = self.store.relative(path)
         try:
-            data = orjson.loads(path.read_bytes())
+            data = orjson.loads(read_file(path))
         except orjson.JSONDecodeError as exc:
             raise InputError(f"not valid JSON ({exc})", source=source) from None
         entry = Entry.from_json(data, source)
@@ -87,8 +87,8 @@ class FileBackend:
         """The memory id an entry became, if its mark is there and one; a missing or unreadable
         mark (even a folder) costs consolidation a no-op ingest, never a duplicate (consolidate.py)."""
         try:
-            mark = path.read_bytes().decode("utf-8")
-        except (OSError, UnicodeDecodeError):
+            mark = read_file(path).decode("utf-8")
+        except (OSError, UnicodeDecodeError, NotRegularFile):
             return None
         return mark if is_name(mark) else None
 
@@ -108,7 +108,7 @@ class FileBackend:
     def single_run(self, scope: str, key: str, timeout: float) -> Iterator[bool]:
         path = self._path(scope, "locks", key)
         _make_dirs(path.parent)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+        fd = open_file(path, os.O_RDWR | os.O_CREAT)
         try:
             yield wait_for(lambda: _try_flock(fd), timeout=timeout, scope=scope, key=key)
         finally:
@@ -128,7 +128,7 @@ class FileBackend:
 
     def counters(self, scope: str) -> dict[str, dict[str, int]]:
         try:
-            data = self.store.path("cache", scope, "events").read_bytes()
+            data = read_file(self.store.path("cache", scope, "events"))
         except FileNotFoundError:
             return {}
         counts, _ = _tally_events(data)
@@ -172,6 +172,8 @@ class FileBackend:
                                   f"{what}; read as a miss, replaced by the next run"))
                 except OSError as exc:
                     found.append((self.store.relative(path), None, _reason(exc)))
+                except NotRegularFile as exc:
+                    found.append((self.store.relative(path), None, exc.what))
         for name in self._names(found, "cache", scope, "consolidated"):
             path = self._checked(found, "cache", scope, "consolidated", name)
             if path is not None and self._read_mark(path) is None:
@@ -179,11 +181,13 @@ class FileBackend:
         events = self._checked(found, "cache", scope, "events")
         data = b""
         try:
-            data = events.read_bytes() if events is not None else b""
+            data = read_file(events) if events is not None else b""
         except FileNotFoundError:
             pass
         except OSError as exc:
             found.append((f"cache/{scope}/events", None, _reason(exc)))
+        except NotRegularFile as exc:
+            found.append((f"cache/{scope}/events", None, exc.what))
         _, bad = _tally_events(data)
         found += [(f"cache/{scope}/events", number, f"{what}; not counted") for number, what in bad]
         return found
@@ -254,12 +258,12 @@ def _tally_events(data: bytes) -> tuple[dict[str, dict[str, int]], list[tuple[in
 
 def _append(path: Path, data: bytes, *, replace: bool = False) -> int:
     """Append in one write (atomic with O_APPEND), or replace the content; returns the file's size after it."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if replace else os.O_APPEND)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if replace else os.O_APPEND)
     try:
-        fd = os.open(path, flags, FILE_MODE)
+        fd = open_file(path, flags)
     except FileNotFoundError:
         _make_dirs(path.parent)
-        fd = os.open(path, flags, FILE_MODE)
+        fd = open_file(path, flags)
     try:
         os.write(fd, data)
         return os.fstat(fd).st_size

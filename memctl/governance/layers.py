@@ -25,7 +25,7 @@ from memctl.errors import StoreError
 from memctl.store import memoryfile
 from memctl.search.scores import Scorer, governance_settings, is_core
 from memctl.store.status import active_tails
-from memctl.store.store import Store, atomic_write
+from memctl.store.store import Store, atomic_write, read_file
 from memctl.text.words import MEMORY_WORDS
 
 COUNTER_FILE = "search_state.json"
@@ -153,7 +153,7 @@ def _place(result: Layered, layer: str, item: dict[str, Any], count_tokens) -> N
 def _turns(store: Store) -> int:
     """Layered searches counted so far; the count lives in the store, so every 5th turn is known."""
     try:
-        state = orjson.loads(store.path(COUNTER_FILE).read_bytes())
+        state = orjson.loads(read_file(store.path(COUNTER_FILE)))
     except (FileNotFoundError, orjson.JSONDecodeError):
         return 0
     turns = state.get("layered_turns", 0) if isinstance(state, dict) else 0

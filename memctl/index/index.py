@@ -36,7 +36,7 @@ from memctl.store import locking
 from memctl import clock
 from memctl import config
 from memctl.errors import MemctlError
-from memctl.store.store import KeptWhileUnchanged, Store, atomic_write
+from memctl.store.store import KeptWhileUnchanged, NotRegularFile, Store, atomic_write, open_file, read_file
 
 if TYPE_CHECKING:
     from memctl.index.units import Unit
@@ -64,7 +64,44 @@ AHEAD_MOST = 512
 CHUNK = 500  # SQLite parameters a statement (select_in; search walks its chunks the same way)
 
 
-_MANIFESTS = KeptWhileUnchanged()  # manifest.json's path -> its data (Index._kept_manifest)
+_MANIFESTS = KeptWhileUnchanged()  # manifest.json's path -> its data (kept_manifest)
+
+
+def _read_manifest(index_dir: Path) -> dict | None:
+    try:
+        data = orjson.loads(read_file(index_dir / "manifest.json"))
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def manifest_stamp(index_dir: Path) -> tuple[int, int, int, int] | None:
+    """manifest.json's device, inode, size and change time: every update writes it anew (a new
+    file), last; None when there is none."""
+    try:
+        info = os.stat(index_dir / "manifest.json")
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino, info.st_size, info.st_ctime_ns
+
+
+def kept_manifest(index_dir: Path) -> tuple[tuple[int, int, int, int] | None, dict | None]:
+    """manifest.json's stamp and data, the data kept while it is the same file as it was: the
+    freshness check before each search read and parsed its ~8 KB (110 files' stamps), ~0.15 ms
+    of a resident server's warm search (6k store, 2026-11-24). An update writes it anew (a new
+    file); one changed in place is told by its size and change time (KeptWhileUnchanged).
+    Read-only: the caller may not change it."""
+    stamp = manifest_stamp(index_dir)
+    if stamp is None:
+        return None, None
+    path = str(index_dir / "manifest.json")
+    manifest = _MANIFESTS.get(path, stamp)
+    if manifest is None:
+        read_at = time.time_ns()
+        manifest = _read_manifest(index_dir)
+        if manifest is not None:
+            _MANIFESTS.keep(path, stamp, manifest, [stamp[3]], read_at)
+    return stamp, manifest
 
 
 class IndexCorrupt(Exception):
@@ -122,41 +159,17 @@ class Index:
                 for name in self.store.source_names() for info in (stat(prefix + name),)}
 
     def manifest(self) -> dict | None:
-        try:
-            data = orjson.loads((self.dir / "manifest.json").read_bytes())
-        except (FileNotFoundError, orjson.JSONDecodeError):
-            return None
-        return data if isinstance(data, dict) else None
+        return _read_manifest(self.dir)
 
     def is_fresh(self) -> bool:
         """True when the index reflects the files as they are now (one stat a file)."""
         return self._fresh(self.stamps())
 
     def _fresh(self, stamps: dict[str, list[int]]) -> bool:
-        manifest = self._kept_manifest()
+        manifest = kept_manifest(self.dir)[1]
         return bool(manifest and manifest.get("format") == FORMAT and manifest.get("stamps") == stamps
                     and manifest.get("embedding") == self._embedding_settings()
                     and manifest.get("lexical", 1) == LEXICAL)
-
-    def _kept_manifest(self) -> dict | None:
-        """manifest(), kept while manifest.json is the same file as it was: the freshness check
-        before each search read and parsed its ~8 KB (110 files' stamps), ~0.15 ms of a resident
-        server's warm search (6k store, 2026-11-24). An update writes it anew (a new file); one
-        changed in place is told by its size and change time (KeptWhileUnchanged). Read-only: the
-        caller may not change it."""
-        path = str(self.dir / "manifest.json")
-        try:
-            info = os.stat(path)
-        except OSError:
-            return None
-        stamp = (info.st_dev, info.st_ino, info.st_size, info.st_ctime_ns)
-        manifest = _MANIFESTS.get(path, stamp)
-        if manifest is None:
-            read_at = time.time_ns()
-            manifest = self.manifest()
-            if manifest is not None:
-                _MANIFESTS.keep(path, stamp, manifest, [info.st_ctime_ns], read_at)
-        return manifest
 
     def _embedding_settings(self) -> dict:
         """The settings that change what is embedded: a change means re-indexing."""
@@ -519,14 +532,21 @@ class Index:
             raise IndexCorrupt(f"tantivy: {exc}") from None
 
     @contextmanager
-    def _lock(self) -> Iterator[None]:
+    def unchanging(self) -> Iterator[None]:
+        """No update of the index runs while this is held (its lock, shared): what a search that
+        met one update after another reads under (search.Retriever); searches share it."""
+        with self._lock(locking.LOCK_SH):
+            yield
+
+    @contextmanager
+    def _lock(self, operation: int = locking.LOCK_EX) -> Iterator[None]:
         """The index's own lock; while held, new files are private (Tantivy and SQLite create
         theirs with the process umask, which left .index/tantivy 0755 and its files 0644)."""
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_file(self.dir / ".lock", os.O_RDWR | os.O_CREAT)
         old_umask = os.umask(0o077)
         try:
-            locking.flock(fd, locking.LOCK_EX)
+            locking.flock(fd, operation)
             yield
         finally:
             os.umask(old_umask)
@@ -794,9 +814,10 @@ class _Table:
 
 
 def _refuse_links(store: Store, folder: Path) -> None:
-    """StoreError (from Store.confine, naming it) for a link anywhere under `folder`. An entry's
-    kind comes with the directory listing: a confine() of each of Tantivy's files cost every
-    search ~1 ms (6,000-message store, 2026-11-24)."""
+    """StoreError (from Store.confine, naming it) for a link anywhere under `folder`, NotRegularFile
+    for a FIFO, socket or device (SQLite, Tantivy and numpy would wait at a FIFO's opening). An
+    entry's kind comes with the directory listing: a confine() of each of Tantivy's files cost
+    every search ~1 ms (6,000-message store, 2026-11-24)."""
     try:
         with os.scandir(folder) as entries:
             for entry in entries:
@@ -804,6 +825,8 @@ def _refuse_links(store: Store, folder: Path) -> None:
                     store.confine(Path(entry.path))
                 elif entry.is_dir():
                     _refuse_links(store, Path(entry.path))
+                elif not entry.is_file():
+                    raise NotRegularFile.of_kind(entry.path, entry.stat(follow_symlinks=False).st_mode)
     except (FileNotFoundError, NotADirectoryError):
         pass
 

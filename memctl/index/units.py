@@ -17,7 +17,7 @@ import orjson
 
 from memctl.store import memoryfile
 from memctl.store.sessions import LOG_HEADING, iter_messages, log_scope, message_scope
-from memctl.store.store import Store
+from memctl.store.store import Store, read_file
 from memctl.text.tokens import count_tokens, estimate_tokens, last_tokens, truncate_tokens
 
 CHUNK_TOKENS = 200    # the embedding model reads 256 word pieces; cl100k tokens run a little longer
@@ -142,7 +142,7 @@ def log_units(store: Store, skip: Container[str], paths: list[Path] | None = Non
     session_scopes: dict[str, str] = {}
     for path in store.daily_logs() if paths is None else paths:
         day = path.stem
-        read = entries[path] if entries is not None and path in entries else _log_entries(path.read_bytes())
+        read = entries[path] if entries is not None and path in entries else _log_entries(read_file(path))
         for start, (clock, speaker, session, record_id, scope), body in read:
             if record_id not in skip and "\n".join(body).strip():
                 text = memoryfile.unescape_body("\n".join(body).strip("\n"))
@@ -177,7 +177,7 @@ def read_logs(paths: list[Path], tails: dict[Path, LogTail] | None = None) -> Lo
     continue that entry's body."""
     read = LogsRead({}, {}, {})
     for path in paths:
-        data = path.read_bytes()
+        data = read_file(path)
         offset, line, digest = _tail((tails or {}).get(path))
         if not (0 < offset <= len(data) and hashlib.sha1(data[:offset]).hexdigest() == digest):
             offset, line = 0, 1

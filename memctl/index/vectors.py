@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from memctl.store.store import open_file
+
 _FORMAT = np.lib.format
 
 
@@ -72,7 +74,7 @@ def append(path: Path, rows: np.ndarray) -> None:
     header = _header(count + len(rows), dimension)
     if len(header) != offset:  # cannot happen for files written here: numpy leaves room for 21 digits
         raise ValueError(f"{path}: no room in the header for {count + len(rows)} rows")
-    fd = os.open(path, os.O_WRONLY)
+    fd = open_file(path, os.O_WRONLY)
     try:
         os.pwrite(fd, np.ascontiguousarray(rows, dtype="<f4").tobytes(), offset + count * dimension * 4)
         os.fsync(fd)
@@ -89,7 +91,7 @@ def clear(path: Path, rows: list[int]) -> None:
         return
     count, dimension, offset = _layout(path)
     zero = bytes(dimension * 4)
-    fd = os.open(path, os.O_WRONLY)
+    fd = open_file(path, os.O_WRONLY)
     try:
         for row in sorted(rows):
             if row < count:

@@ -15,7 +15,6 @@ at 0.5 and above the model is not even loaded.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,9 @@ import orjson
 from memctl.runtime import Runtime
 from memctl import clock
 from memctl import config
+from memctl.errors import StoreError
 from memctl.index.filters import Filters
+from memctl.index.index import kept_manifest, manifest_stamp
 from memctl.index.units_reader import UnitsReader
 from memctl.search.candidates import Candidates, IndexRows, UnitWords
 from memctl.search.queries import Query
@@ -63,6 +64,16 @@ class Result:
         return out
 
 
+class IndexChanged(StoreError):
+    """Another process changed the index while a Searcher read it (Searcher.__init__)."""
+
+    def __init__(self):
+        super().__init__("the index changed while it was read, again and again; try again")
+
+
+READS_FREE = 3  # reads of changing generations before one with updates held off (Retriever._answers)
+
+
 class Searcher:
     """An open index, reused for every query of one process (see --batch): its BM25 reader, its
     rows (IndexRows: units.db and what is kept of it), its units' words and its vectors; each
@@ -70,6 +81,8 @@ class Searcher:
 
     def __init__(self, store: Store, settings: config.Settings | None = None,
                  runtime: Runtime | None = None):
+        import numpy as np
+
         from memctl.index import lexical
 
         self.store = store
@@ -77,27 +90,45 @@ class Searcher:
         self.settings = settings or config.load(store.config_file)
         self.retrieval = self.settings.retrieval
         index_dir = store.index_dir
-        self.manifest = _manifest_stamp(index_dir)  # every update rewrites the manifest (a new file)
-        # One segment set for as long as this Searcher is used: it is made anew when the index changes
-        # (Retriever._open), and the ids of its documents are kept with it (lexical.Reader).
-        self.tantivy = lexical.Reader(lexical.open_index(index_dir / "tantivy"))
+        # One generation of the index, the table's rows read with the vectors they number: a search
+        # read rows an update had just added against the vectors before them (IndexError, or
+        # scores of neither version). An update patches in place: it appends vectors, then commits
+        # the table; so the table's version is read first, the vectors mapped after it hold every
+        # row of that version, and a search that ends on another version (data_version: a commit
+        # of another connection) is done again on the new one (IndexChanged). A compaction
+        # replaces the files between two manifests, the first saying so: a manifest that changed
+        # while they were opened, or says so, is an open done again.
+        self.manifest, manifest = kept_manifest(index_dir)  # every update rewrites the manifest (a new file)
+        if manifest is not None and manifest.get("compacting"):
+            raise IndexChanged
         self.units = UnitsReader(index_dir / "units.db")
-        self.rows = IndexRows(self.units, lambda: len(self.vectors), self.retrieval)
-        self.words = UnitWords(self.tantivy)
-        self._index_dir = index_dir
-        self._vectors = None
-        self._embedder = None
-
-    # -- the pieces, loaded only when a query needs them -------------------------
-    @property
-    def vectors(self):
-        if self._vectors is None:
-            import numpy as np
-
+        try:
+            self._version = self._table_version()
             # A plain ndarray over the mapped file: products with a np.memmap pay its subclass's
             # wrapping, 1.5 ms of a warm search's 2.7 ms product at 6k.
-            self._vectors = np.asarray(np.load(self._index_dir / "vectors.npy", mmap_mode="r"))
-        return self._vectors
+            self.vectors = np.asarray(np.load(index_dir / "vectors.npy", mmap_mode="r"))
+            # One segment set for as long as this Searcher is used: it is made anew when the index
+            # changes (Retriever._open), and the ids of its documents are kept with it (lexical.Reader).
+            # Its ids are looked up in the table: one it lacks (or a newer hit) is no candidate.
+            self.tantivy = lexical.Reader(lexical.open_index(index_dir / "tantivy"))
+            if manifest_stamp(index_dir) != self.manifest:
+                raise IndexChanged
+        except BaseException:
+            self.units.db.close()
+            raise
+        self.rows = IndexRows(self.units, lambda: len(self.vectors), self.retrieval)
+        self.words = UnitWords(self.tantivy)
+        self._embedder = None
+
+    def _table_version(self) -> int:
+        (version,) = self.units.db.execute("PRAGMA data_version").fetchone()
+        return version
+
+    def current(self) -> bool:
+        """Whether every read of the table so far read the version this Searcher opened."""
+        return self._table_version() == self._version
+
+    # -- the pieces, loaded only when a query needs them -------------------------
 
     @property
     def embedder(self):
@@ -112,6 +143,19 @@ class Searcher:
 
     # -- search ------------------------------------------------------------------
     def search(self, query: Query) -> list[Result]:
+        """The results of one query; IndexChanged when the table changed while it was read (what it
+        read may mix two versions: an error, or scores of neither)."""
+        try:
+            results = self._search(query)
+        except Exception:
+            if not self.current():
+                raise IndexChanged from None
+            raise
+        if not self.current():
+            raise IndexChanged
+        return results
+
+    def _search(self, query: Query) -> list[Result]:
         from memctl.index import lexical
 
         cfg = self.retrieval
@@ -240,12 +284,12 @@ class Retriever:
         index = Index(self.store, self.runtime.settings if self.runtime else None)
         report = index.refresh(self.say)
         try:
-            answers = [self._open(index, report.touched).search(q) for q in queries]
+            answers = self._answers(index, queries, report.touched)
         except (ValueError, OSError, sqlite3.Error) as exc:
             if self.say:
                 self.say(f"memctl: the index is unreadable ({exc}); rebuilding it")
             index.update(rebuild=True)
-            answers = [self._open(index, True).search(q) for q in queries]
+            answers = self._answers(index, queries, True)
         if count_access:
             counters.record(self.store, [r.record_id or r.id for results in answers for r in results
                                          if r.kind == "memory"])
@@ -253,11 +297,28 @@ class Retriever:
 
     def learn_ahead(self, rows: int) -> bool:
         """The open index's rows learned ahead (IndexRows.learn_ahead); True when there is nothing (more) to learn."""
-        return self._searcher is None or self._searcher.rows.learn_ahead(rows)
+        if self._searcher is None or not self._searcher.current():  # a newer table: the next search opens it anew
+            return True
+        return self._searcher.rows.learn_ahead(rows)
+
+    def _answers(self, index, queries: list[Query], changed: bool) -> list[list[Result]]:
+        """Each query's results, all read from one generation of the index (Searcher): when another
+        process changed it meanwhile, the update under way is waited for and the queries read
+        again; after READS_FREE such reads, once more with updates held off."""
+        for _ in range(READS_FREE):
+            try:
+                return [self._open(index, changed).search(q) for q in queries]
+            except IndexChanged:
+                self._searcher = None
+                changed = True
+                index.refresh(self.say)  # waits for the update under way (its lock), indexes what is new
+        with index.unchanging():
+            return [self._open(index, True).search(q) for q in queries]
 
     def _open(self, index, changed: bool) -> Searcher:
         if (changed or self._searcher is None or self._searcher.settings != index.settings
-                or self._searcher.manifest != _manifest_stamp(index.dir)):  # another process updated it
+                or self._searcher.manifest != manifest_stamp(index.dir)):  # another process updated it
+            self._searcher = None
             self._searcher = Searcher(self.store, index.settings, self.runtime)
         self._searcher.runtime = self.runtime  # a Memory that adopted this one's: its model is the call's
         return self._searcher
@@ -267,14 +328,6 @@ def search_store(store: Store, queries: list[Query], *, say=None, count_access: 
                  runtime: Runtime | None = None) -> list[list[Result]]:
     """One search of a store by a fresh Retriever (a command's single run)."""
     return Retriever(store, say=say, runtime=runtime).search(queries, count_access=count_access)
-
-
-def _manifest_stamp(index_dir) -> tuple[int, int] | None:
-    try:
-        info = os.stat(index_dir / "manifest.json")
-    except OSError:
-        return None
-    return info.st_ino, info.st_mtime_ns
 
 
 def _query_lines(text: str, split: bool) -> list[str]:

@@ -23,7 +23,7 @@ import orjson
 from memctl import clock
 from memctl.errors import StoreError
 from memctl.store import jsonl
-from memctl.store.store import FILE_MODE, Store
+from memctl.store.store import NotRegularFile, Store, open_file, read_file
 
 FILE_NAME = "access.json"
 LOG_NAME = "access.log"
@@ -32,7 +32,7 @@ LOG_NAME = "access.log"
 def load(store: Store) -> dict[str, dict]:
     """The compacted counts plus every access logged since."""
     try:
-        data = orjson.loads(store.path(FILE_NAME).read_bytes())
+        data = orjson.loads(read_file(store.path(FILE_NAME)))
     except (FileNotFoundError, orjson.JSONDecodeError):
         data = {}  # a damaged counter file costs counts, never a search; health reports it
     counts = data if isinstance(data, dict) else {}
@@ -61,13 +61,15 @@ def record(store: Store, memory_ids: list[str]) -> None:
     line = orjson.dumps({"at": clock.format_ts(clock.now()), "ids": list(dict.fromkeys(memory_ids))}) + b"\n"
     try:
         with store.reading():
-            fd = os.open(store.path(LOG_NAME), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
+            fd = open_file(store.path(LOG_NAME), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             try:
                 os.write(fd, line)  # one write of a short line: appended whole, never interleaved
             finally:
                 os.close(fd)
+    except NotRegularFile:
+        raise  # a FIFO, or a hard link that would carry the count elsewhere: named, as every command names it
     except (StoreError, OSError):
-        return  # a link, or a disk that refuses: the read goes on uncounted (health names a link)
+        return  # a disk that refuses: the read goes on uncounted
 
 
 def compact(store: Store, tx) -> None:

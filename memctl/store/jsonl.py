@@ -15,6 +15,7 @@ from typing import Any, AnyStr, Iterator
 import orjson
 
 from memctl.errors import InputError
+from memctl.store.store import read_file
 
 # orjson writes at most 254 levels: a 1,000-deep value read fine and failed only when stored.
 MAX_DEPTH = 100
@@ -98,7 +99,7 @@ def checked_record(line: int, value: dict, source: str, defaults: dict[str, Any]
 def read(path: Path, *, unterminated: bool = False) -> Iterator[Line]:
     """The lines of a store file (none if it does not exist); bad lines come with their problem."""
     try:
-        data = path.read_bytes()
+        data = read_file(path)
     except FileNotFoundError:
         return
     yield from parse(data, unterminated=unterminated)

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from memctl.errors import StoreError
-from memctl.store.store import is_name
+from memctl.store.store import is_name, read_file
 from memctl.text.clip import clip
 
 META_OPEN = "<!-- memory"
@@ -336,7 +336,7 @@ def parse(text: str) -> Document:
 def load(path: Path) -> Document:
     """Parse the MEMORY.md at `path` (empty if missing), keeping its exact bytes."""
     try:
-        data = path.read_bytes()
+        data = read_file(path)
     except FileNotFoundError:
         return Document()
     try:

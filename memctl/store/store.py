@@ -16,6 +16,7 @@ never executed.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import re
@@ -60,6 +61,75 @@ def check_name(value, what: str, *, source: str | None = None, line: int | None 
         raise InputError(f"must be {NAME_RULE}, got {shown!r:.80}", source=source or f"--{what}", line=line,
                          field=what)
     return value
+
+
+class NotRegularFile(StoreError):
+    """A file memctl will not open (open_file): not a regular file, or one of several hard links
+    to write through. `path` is the file as it was given."""
+
+    def __init__(self, path, what: str):
+        self.path = Path(path)
+        self.what = what
+        super().__init__(f"{path}: {what}")
+
+    @classmethod
+    def of_kind(cls, path, mode: int) -> "NotRegularFile":
+        """The refusal of a file whose st_mode is `mode`: a FIFO, a socket, a device, a folder."""
+        kinds = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+                 (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                 (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"))
+        name = next((name for test, name in kinds if test(mode)), "a file of no kind memctl knows")
+        return cls(path, f"{name}, not a regular file; memctl opens only regular files (README: Trust): "
+                         "remove it, or put a regular file there")
+
+    @classmethod
+    def of_links(cls, path, links: int) -> "NotRegularFile":
+        return cls(path, f"a file of {links} hard links; memctl writes through none, as another name may lie "
+                         "outside the store (README: Trust): make it a file of its own "
+                         "(cp FILE FILE.own && mv FILE.own FILE)")
+
+
+_WRITING = os.O_WRONLY | os.O_RDWR
+
+
+def open_file(path: str | os.PathLike, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> int:
+    """The one way memctl opens a file of a store (and its own settings): a descriptor of a regular
+    file, opened through no symbolic link, without waiting, and, when it may write in place, of a
+    file with no other name. Anything else is NotRegularFile naming it in one line; a file that
+    is not there raises FileNotFoundError, as os.open does.
+
+    A FIFO planted in a store made every command, `health check` included, wait forever for a
+    writer at its open (and a resident server's search 10 minutes): O_NONBLOCK opens it at once
+    (for reading; for writing it fails, ENXIO) and fstat says what it is. A hard link to a file
+    outside the store carried appends there (#31): an append, a truncation or a write in place
+    goes through a file of one link only. Replacing a file (atomic_write) makes a new one and
+    never writes through the old."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno not in (errno.ENXIO, errno.ELOOP, errno.EISDIR, errno.ENODEV, errno.EOPNOTSUPP):
+            raise
+        try:
+            kind = os.lstat(path).st_mode
+        except OSError:
+            raise exc from None
+        raise NotRegularFile.of_kind(path, kind) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFile.of_kind(path, info.st_mode)
+        if flags & _WRITING and info.st_nlink > 1:
+            raise NotRegularFile.of_links(path, info.st_nlink)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_file(path: str | os.PathLike) -> bytes:
+    """A whole file's bytes, opened as open_file opens it (FileNotFoundError if it is not there)."""
+    with open(open_file(path), "rb", closefd=True) as file:
+        return file.read()
 
 
 class Store:
@@ -236,7 +306,7 @@ class Store:
     def lock(self) -> Iterator[None]:
         """Hold the store's exclusive lock; repairs an unfinished transaction."""
         _make_dirs(self.root)
-        fd = os.open(self.path(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+        fd = open_file(self.path(".lock"), os.O_RDWR | os.O_CREAT)
         try:
             locking.flock(fd, locking.LOCK_EX)
             self._recover()
@@ -255,7 +325,7 @@ class Store:
         creates nothing in a store memctl never wrote to.
         """
         try:
-            fd = os.open(self.path(".lock"), os.O_RDONLY | os.O_NOFOLLOW)
+            fd = open_file(self.path(".lock"))
         except FileNotFoundError:
             yield  # no memctl writer ever took the lock here: nothing to wait for
             return
@@ -347,17 +417,23 @@ class Transaction:
                 self.replace(path, mended + data)
                 return
         key = self._key(path)
-        if key not in self._seen:
-            size = path.stat().st_size if path.exists() else -1
-            self._record({"op": "append", "path": key, "size": size})
-        _make_dirs(path.parent)
-        # O_NOFOLLOW: a symlink planted in a store must not redirect a write outside it
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
+        # Never through a link (symbolic or hard) that may lead a write outside the store (open_file),
+        # refused before the journal names the file: its undo would be refused as well.
         try:
+            fd = open_file(path, os.O_WRONLY | os.O_APPEND)
+        except (FileNotFoundError, NotADirectoryError):
+            fd = None
+        try:
+            if key not in self._seen:
+                self._record({"op": "append", "path": key, "size": os.fstat(fd).st_size if fd is not None else -1})
+            if fd is None:
+                _make_dirs(path.parent)
+                fd = open_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             _write_all(fd, data)
             os.fsync(fd)
         finally:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
 
     def replace(self, path: Path, data: bytes) -> None:
         """Replace a file's whole content atomically (temp file, fsync, rename)."""
@@ -426,16 +502,17 @@ class Transaction:
                     _fsync_dir(path.parent)
                 else:
                     _unlink_if_there(path)
-            except OSError as exc:
+            except (OSError, NotRegularFile) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
                 raise StoreError(f"{self.dir}: an unfinished change to {op['path']} cannot be undone "
-                                 f"({exc.strerror or exc}); check that file, then remove {self.dir}") from None
+                                 f"({why}); check that file, then remove {self.dir}") from None
         self.commit()
 
 
 def mended_tail(path: Path) -> bytes | None:
     """The content of a JSON-lines file with its unterminated last line ended or cut; None if it is whole."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_file(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     try:
@@ -483,7 +560,7 @@ def load_journal(store: Store) -> list[dict]:
     journal = store.root / _JOURNAL_DIR / _JOURNAL_FILE
     advice = f"nothing was rolled back; inspect it, then remove {journal.parent}"
     try:
-        data = orjson.loads(journal.read_bytes())
+        data = orjson.loads(read_file(journal))
     except FileNotFoundError:
         return []  # killed before the first record: nothing was changed
     except orjson.JSONDecodeError as exc:  # torn journal: written atomically, so only by hand
@@ -525,7 +602,7 @@ def _journal_op_problem(store: Store, op) -> str | None:
 def _truncate(path: Path, size: int) -> None:
     """Cut a file back to its old size; never follows a symlink."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+        fd = open_file(path, os.O_WRONLY)
     except (FileNotFoundError, NotADirectoryError):
         return
     try:
@@ -539,7 +616,7 @@ def atomic_write(path: Path, data: bytes, *, lasting: bool = True) -> None:
     """Write a whole file so that readers see the old or the new, never a mix; `lasting`: the
     new name also outlives a power cut (its directory synced), not only a crash of the process."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
+    fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         _write_all(fd, data)
         os.fsync(fd)

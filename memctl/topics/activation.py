@@ -48,7 +48,7 @@ import orjson
 
 from memctl import config
 from memctl.errors import InputError
-from memctl.store.store import Store
+from memctl.store.store import Store, read_file
 
 # Amnesia cues (T7): the user says the agent should know this already.
 AMNESIA_CUES = re.compile(
@@ -157,7 +157,7 @@ def load_part(store: Store) -> dict[str, Any]:
     path = store.path("topics", FILE_NAME)
     for source, pick in ((path, lambda data: data), (store.path(_FORMER_HOME), _former_part)):
         try:
-            data = orjson.loads(source.read_bytes())
+            data = orjson.loads(read_file(source))
         except FileNotFoundError:
             continue
         except orjson.JSONDecodeError as exc:

@@ -45,7 +45,7 @@ from xml.sax.saxutils import escape, quoteattr, unescape
 
 from memctl.errors import MemctlError
 from memctl.programs import ProgramFailed, program_argv, run_program
-from memctl.store.store import Store
+from memctl.store.store import Store, read_file
 from memctl.store.topicfile import Topic
 
 KINDS = ("existing_active", "existing_inactive", "new")
@@ -63,7 +63,7 @@ def command_argv(command: str) -> list[str]:
 def template(store: Store, name: str) -> str:
     override = store.path("prompts", f"{name}.md")
     if override.exists():
-        return override.read_text(encoding="utf-8")
+        return read_file(override).decode("utf-8")
     return resources.files(__package__).joinpath("prompts", f"{name}.md").read_text(encoding="utf-8")
 
 

@@ -54,7 +54,7 @@ import orjson
 from memctl import clock
 from memctl import config
 from memctl.errors import InputError, StoreError
-from memctl.store.store import Store, Transaction
+from memctl.store.store import Store, Transaction, read_file
 from memctl.text.cjk import CJK
 from memctl.text.words import STOPWORDS
 
@@ -240,7 +240,7 @@ def load_state(store: Store, settings: config.State | None = None) -> State | No
     """The store's state, or None when index_state.json does not exist yet."""
     path = store.state_file
     try:
-        data = path.read_bytes()
+        data = read_file(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
