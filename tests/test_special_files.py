@@ -85,6 +85,7 @@ def test_a_fifo_in_the_store_is_named_never_waited_on(run, base, place):
                                                    "file there"]
 
 
+@pytest.mark.process
 def test_a_search_in_a_real_process_does_not_wait_at_a_fifo(base):
     # the case as a user met it: a process that waited at the FIFO until killed
     os.mkfifo(base / "sessions" / "zz.jsonl", 0o600)
