@@ -60,7 +60,7 @@ def status(env: dict, store: Path) -> dict | None:
 
 def start(env: dict, store: Path) -> dict:
     done = memctl(env, store, "server", "start")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, (done.stderr, server_log(env, store))
     return status(env, store)
 
 

@@ -108,12 +108,13 @@ def start(memory):
             "off", "0", "no", "false"):
         say("memctl: error: the server is turned off ([server] enabled = false or MEMCTL_SERVER=off)")
         sys.exit(EXIT_ERROR)
-    start_server(_root(memory), memory.runtime.settings.server.max_running)
+    started = start_server(_root(memory), memory.runtime.settings.server.max_running)
     for _ in range(600):  # it listens once the model is open: seconds, more on a busy machine
         if ask(_root(memory), "status") is not None:
             sys.exit(EXIT_OK)
-        if not starting(_root(memory)):
-            break  # none started ([server] max_running run), or it left (its log says why)
+        if started is not None and os.waitpid(started, os.WNOHANG)[0] or started is None and not starting(
+                _root(memory)):
+            break  # it left (its log says why), or none started and none starts ([server] max_running run)
         time.sleep(0.1)
     say(f"memctl: error: the server did not start; see {place(_root(memory))}.log")
     sys.exit(EXIT_ERROR)

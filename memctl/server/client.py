@@ -327,26 +327,26 @@ def _replace(pid: int) -> None:
     return None
 
 
-def start(store_root: str, most: int) -> None:
+def start(store_root: str, most: int) -> int | None:
     """Start the server of the store at `store_root` in the background, unless one runs (or starts),
     from this runtime directory or another (the store's record), or `most` servers run from this
     one: `memctl --store ROOT server run`, in its own session, its output in the runtime dir's
     .log; the memctl found on the module path as this one was (PYTHONPATH, the install), never the
-    working directory's."""
+    working directory's. The pid of the process started, if one was."""
     if os.environ.get(SERVER_ENV, "").lower() in OFF:
-        return
+        return None
     where = place(store_root, create=True)
     if where is None or held(where + ".lock") or recorded(store_root) or running(os.path.dirname(where)) >= most:
-        return
+        return None
     log = os.open(where + ".log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     quiet = os.open(os.devnull, os.O_RDONLY)
     try:
         # -P: `python -m` puts the working directory first on the module path, and the call's is
         # the user's: a `memctl` folder there (a checkout, a download) would have run as the server.
-        os.posix_spawn(sys.executable, [sys.executable, "-P", "-m", "memctl", "--store",
-                                        os.path.realpath(store_root), "server", "run"], os.environ,
-                       file_actions=[(os.POSIX_SPAWN_DUP2, quiet, 0), (os.POSIX_SPAWN_DUP2, log, 1),
-                                     (os.POSIX_SPAWN_DUP2, log, 2)], setsid=True)
+        return os.posix_spawn(sys.executable, [sys.executable, "-P", "-m", "memctl", "--store",
+                                               os.path.realpath(store_root), "server", "run"], os.environ,
+                              file_actions=[(os.POSIX_SPAWN_DUP2, quiet, 0), (os.POSIX_SPAWN_DUP2, log, 1),
+                                            (os.POSIX_SPAWN_DUP2, log, 2)], setsid=True)
     finally:
         os.close(log)
         os.close(quiet)
@@ -375,7 +375,9 @@ def held(lock_path: str) -> bool:
 
 def starting(store_root: str) -> bool:
     """Whether a process of this user is a server of the store, answering or not yet (it opens the
-    model before it listens): `memctl --store ROOT server run` as start() runs it."""
+    model before it listens): `memctl --store ROOT server run` as start() runs it. Not at once
+    after start() returns: the kernel lets the starter go on before the new program's arguments
+    are in place (False 2 times in 15 at load 20)."""
     tail = ["--store", os.path.realpath(store_root), "server", "run"]
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
