@@ -23,6 +23,9 @@ from conftest import kill_servers_of, kill_servers_under, memctl_command
 from memctl import __version__
 from memctl.cli import cli
 
+# Nearly every test here starts servers and memctl processes (the few that do not are quick anyway).
+pytestmark = pytest.mark.process
+
 NOW = "2026-11-20T10:00:00Z"
 MESSAGES = "\n".join(json.dumps(m) for m in [
     {"id": "m1", "session": "s1", "role": "user", "text": "We moved the Kestrel database to PostgreSQL 16"},
@@ -118,7 +121,6 @@ def every_call() -> list[list[str]]:
     return calls + CALLS["bogus"]
 
 
-@pytest.mark.process
 @pytest.mark.parametrize("argv", every_call(), ids=" ".join)
 def test_a_call_prints_and_exits_as_in_process(servers, tmp_path, argv):
     """Byte for byte the same stdout and stderr, and the same exit status, with the server and without;
@@ -138,7 +140,6 @@ def test_a_call_prints_and_exits_as_in_process(servers, tmp_path, argv):
     assert status(servers, store)["calls"] == before + 1
 
 
-@pytest.mark.process
 def test_the_first_call_starts_a_server_and_later_calls_use_it(servers, tmp_path):
     store = tmp_path / "store"
     make_store(servers, store)
@@ -158,7 +159,6 @@ def test_the_first_call_starts_a_server_and_later_calls_use_it(servers, tmp_path
     assert [oct(p.stat().st_mode & 0o777) for p in runtime.glob("*.sock")] == ["0o600"]
 
 
-@pytest.mark.process
 def test_a_memctl_folder_in_the_working_directory_never_runs_as_the_server(servers, tmp_path):
     """`python -m` puts the working directory first on the module path, and a server starts from
     the directory of the call that needed it, the user's: a `memctl` folder there (a checkout, a
@@ -181,7 +181,6 @@ def test_a_memctl_folder_in_the_working_directory_never_runs_as_the_server(serve
     assert status(servers, store) is not None, server_log(servers, store)
 
 
-@pytest.mark.process
 def test_an_ingest_then_an_index_through_the_server_write_what_in_process_calls_write(servers, tmp_path):
     """The server embeds an ingest's new messages ahead of the index that follows (Index.embed_ahead):
     the same output, and byte for byte the same vectors (an int8 vector depends on its batch-mates)."""
@@ -205,7 +204,6 @@ def test_an_ingest_then_an_index_through_the_server_write_what_in_process_calls_
     assert status(servers, tmp_path / "store-True")["calls"] == 2
 
 
-@pytest.mark.process
 def test_off_runs_everything_in_process(servers, tmp_path):
     store = tmp_path / "store"
     make_store(servers, store)
@@ -218,7 +216,6 @@ def test_off_runs_everything_in_process(servers, tmp_path):
     assert refused.returncode == 2 and refused.stderr.count(b"\n") == 1
 
 
-@pytest.mark.process
 def test_a_setting_turned_off_sends_calls_back_in_process(servers, tmp_path):
     store = tmp_path / "store"
     make_store(servers, store)
@@ -229,7 +226,6 @@ def test_a_setting_turned_off_sends_calls_back_in_process(servers, tmp_path):
     assert status(servers, store)["calls"] == running["calls"]
 
 
-@pytest.mark.process
 def test_a_hand_edit_is_seen_on_the_next_call(servers, tmp_path):
     store = tmp_path / "store"
     make_store(servers, store)
@@ -248,7 +244,6 @@ def test_a_hand_edit_is_seen_on_the_next_call(servers, tmp_path):
     assert status(servers, store)["calls"] == 3
 
 
-@pytest.mark.process
 def test_settings_variables_and_new_files_are_the_calls_own(servers, tmp_path):
     """What a server keeps between calls (settings, the store's listing) never hides a change: an
     edit of memctl.toml, a variable of one call, a session file made by hand."""
@@ -273,7 +268,6 @@ def test_settings_variables_and_new_files_are_the_calls_own(servers, tmp_path):
     assert status(servers, store)["calls"] == 7  # every call above, in the server
 
 
-@pytest.mark.process
 def test_two_stores_two_servers(servers, tmp_path):
     first, second = tmp_path / "one", tmp_path / "two"
     make_store(servers, first)
@@ -288,7 +282,6 @@ def test_two_stores_two_servers(servers, tmp_path):
     assert status(servers, first) is None and status(servers, second)["pid"] == b["pid"], server_log(servers, second)
 
 
-@pytest.mark.process
 def test_a_server_of_another_version_is_replaced(servers, tmp_path):
     store = tmp_path / "store"
     make_store(servers, store)
@@ -312,7 +305,6 @@ def test_a_server_of_another_version_is_replaced(servers, tmp_path):
         old.wait()
 
 
-@pytest.mark.process
 def test_a_server_killed_mid_call_fails_the_call_in_one_line(servers, tmp_path):
     store = tmp_path / "store"
     make_store(servers, store)
@@ -333,7 +325,6 @@ def test_a_server_killed_mid_call_fails_the_call_in_one_line(servers, tmp_path):
     assert done.returncode == 0 and b"PostgreSQL" in done.stdout
 
 
-@pytest.mark.process
 def test_a_wedged_server_is_replaced(servers, tmp_path):
     store = tmp_path / "store"
     make_store(servers, store)
@@ -356,7 +347,6 @@ def test_a_wedged_server_is_replaced(servers, tmp_path):
             pass
 
 
-@pytest.mark.process
 def test_concurrent_clients_each_get_their_own_answer(servers, tmp_path):
     store = tmp_path / "store"
     make_store(servers, store)
@@ -379,7 +369,6 @@ def test_concurrent_clients_each_get_their_own_answer(servers, tmp_path):
     assert status(servers, store)["calls"] >= 1
 
 
-@pytest.mark.process
 def test_stdin_is_read_only_when_the_command_reads_it(servers, tmp_path):
     """A call whose stdin never closes (an agent's shell tool) does not hang: stdin is the client's
     own descriptor, read by the command if and when it reads it."""
@@ -396,7 +385,6 @@ def test_stdin_is_read_only_when_the_command_reads_it(servers, tmp_path):
     assert done.returncode == 0 and b"PostgreSQL" in done.stdout
 
 
-@pytest.mark.process
 def test_the_client_imports_neither_click_nor_the_api(servers, tmp_path):
     store = tmp_path / "store"
     make_store(servers, store)
@@ -409,7 +397,6 @@ def test_the_client_imports_neither_click_nor_the_api(servers, tmp_path):
     assert not imported & {"click", "memctl.api", "memctl.cli", "numpy", "socket"}
 
 
-@pytest.mark.process
 def test_ctrl_c_stops_the_command_in_the_server_as_in_process(servers, tmp_path):
     store = tmp_path / "store"
     make_store(servers, store)
