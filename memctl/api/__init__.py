@@ -329,6 +329,21 @@ class Memory:
         return self._retriever_open().search(queries)
 
 
+def read_input(name: str) -> tuple[bytes, str]:
+    """The bytes of a file, or of stdin for "-", with the name errors will use (what `ingest`,
+    `search --batch` and `state record` are handed); over 256 MiB is an InputError."""
+    from memctl.ingest.inputs import read_source
+
+    return read_source(name)
+
+
+def read_text(name: str) -> str:
+    """read_input as UTF-8 text; binary or non-UTF-8 input is an InputError naming the byte's line."""
+    from memctl.store.jsonl import decode
+
+    return decode(*read_input(name))
+
+
 def _query_embedder(settings):
     """The embedder a search uses (a query runs on [embedding] query_threads), calibrated by [retrieval]."""
     from memctl.index.embedders import open_embedder

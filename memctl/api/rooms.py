@@ -380,6 +380,21 @@ class CacheRoom:
     def on(self, backend: str | None) -> "CacheRoom":
         return self if backend == self.backend else CacheRoom(self.store, self.runtime, backend)
 
+    @staticmethod
+    def parse_args(text: str) -> Any:
+        """A call's arguments as JSON text (`--args`), checked and in the canonical form the key is made of."""
+        from memctl.cache.keys import parse_args
+
+        return parse_args(text)
+
+    @staticmethod
+    def json_args(value: Any) -> Any:
+        """A call's arguments already JSON (an MCP call's), checked and canonical: they meet the same
+        call made with `memctl cache get/put --args` (keys sorted, 1.0 = 1, spaces collapsed)."""
+        from memctl.cache.keys import json_args
+
+        return json_args(value)
+
     @property
     def opened(self) -> "ToolCache":
         if self._opened is None:

@@ -140,7 +140,5 @@ def _print_result(result, explain: bool) -> None:
     snippet = " ".join(result.text.split())
     click.echo("    " + (snippet if len(snippet) <= 300 else snippet[:299] + "…"))
     if explain:
-        from memctl.search.explain import explain_lines
-
-        for line in explain_lines(result.explain):
+        for line in result.explain_lines():
             click.echo("    " + line)

@@ -269,7 +269,7 @@ CALL = {"scope": text("The run the agents share (a debate, a job): its agents sh
     {{"hit": false, "entry": null}}: then call the tool and store its result with cache_put.
     """, required=("scope", "tool", "args"), **CALL)
 def cache_get(memory: Memory, scope: str, tool: str, args: Any) -> dict[str, Any]:
-    entry = memory.cache.get(scope, tool, _json_args(args))
+    entry = memory.cache.get(scope, tool, memory.cache.json_args(args))
     return {"hit": entry is not None, "entry": None if entry is None else entry.as_dict()}
 
 
@@ -284,16 +284,7 @@ def cache_get(memory: Memory, scope: str, tool: str, args: Any) -> dict[str, Any
       agent=text("Who made the call (kept with the result and in long-term memory)."),
       ttl={"type": "number", "exclusiveMinimum": 0, "description": "Seconds to keep it (default: [cache] ttl)."})
 def cache_put(memory: Memory, scope: str, tool: str, args: Any, output: str, **options) -> dict[str, Any]:
-    return {"entry": memory.cache.put(scope, tool, _json_args(args), output, **options).as_dict()}
-
-
-def _json_args(args: Any) -> Any:
-    """An MCP call's arguments are JSON, never a command's argv: in their canonical form they meet
-    the same call made by `memctl cache get/put --args` (keys sorted, 1.0 = 1, spaces collapsed)."""
-    from memctl.cache import canonical
-    from memctl.cache.keys import check_args
-
-    return canonical(check_args(args))
+    return {"entry": memory.cache.put(scope, tool, memory.cache.json_args(args), output, **options).as_dict()}
 
 
 @tool("cache_search", f"""

@@ -62,6 +62,12 @@ class Result:
             out["explain"] = self.explain
         return out
 
+    def explain_lines(self) -> list[str]:
+        """`--explain` for a person: each ranking stage's own factor beside the running score."""
+        from memctl.search.explain import explain_lines
+
+        return explain_lines(self.explain)
+
 
 class Searcher:
     """An open index, reused for every query of one process (see --batch): its BM25 reader, its
