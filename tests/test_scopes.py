@@ -537,7 +537,8 @@ def test_history_by_id_answers_only_inside_the_asked_scope(run, store_dir, tmp_p
     assert asked.stderr.decode() == f"memctl: error: MEMORY.md: no memory with id '{ids['alice']}' in scope user:bob\n"
     own = run("search", "--history", ids["bob-new"], "--scope", "user:bob", "--json")
     assert own.returncode == 0 and owners_in(own.stdout.decode()) == {"bob"}
-    assert [json.loads(line)["id"] for line in own.stdout.splitlines()] == [ids["bob"], ids["bob-new"]]
+    (chain,) = [json.loads(line) for line in own.stdout.splitlines()]
+    assert [link["id"] for link in chain["links"]] == [ids["bob"], ids["bob-new"]]
     memory = Memory(store_dir)
     with pytest.raises(InputError, match="in scope user:bob$"):
         TOOLS["history"].run(memory, id=ids["alice"], scope="user:bob")

@@ -26,7 +26,8 @@ from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
 @click.option("--budget", type=click.IntRange(min=1), default=2000, show_default=True, metavar="TOKENS",
               help="Token budget of --layered.")
 @click.option("--history", "history_id", metavar="ID", help="Print the version chain of memory ID, oldest "
-              "first (supersedes links), instead of searching; with --scope, only a memory of that scope or "
+              "first (supersedes links), instead of searching (--json: one object, {\"links\", \"current\", "
+              "\"problems\"}, as the MCP history tool returns); with --scope, only a memory of that scope or "
               "a global one.")
 @click.option("--explain", is_flag=True, help="Show each ranking stage's factor and score for each result.")
 @click.pass_obj
@@ -96,7 +97,7 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
 def _print_history(memory, memory_id: str, as_json: bool, scope: str | None) -> None:
     found = memory.history(memory_id, scope=scope)
     if as_json:
-        json_lines(link.as_dict() for link in found.links)
+        json_lines([found.as_dict()])
     else:
         for link in found.links:
             summary = (link.entry.get("summary") or "") if link.entry is not None else ""

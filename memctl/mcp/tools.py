@@ -127,8 +127,7 @@ def layered_search(memory: Memory, query: str, **options) -> dict[str, Any]:
     """, required=("id",), read_only=True,
       id=text("The memory's id (as search results give it).", minLength=1), **json_schema(HISTORY_SCOPE))
 def history(memory: Memory, id: str, scope: str | None = None) -> dict[str, Any]:
-    chain = memory.history(id, scope=scope)
-    return {"links": [link.as_dict() for link in chain.links], "current": chain.tails, "problems": chain.problems}
+    return memory.history(id, scope=scope).as_dict()
 
 
 # -- writing ---------------------------------------------------------------------------
