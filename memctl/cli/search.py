@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from memctl.api.params import SEARCH, click_options
+from memctl.api.params import SEARCH, Filters, click_options
 from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
 
 
@@ -62,14 +62,15 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
       memctl search --batch queries.jsonl > answers.jsonl
       memctl search --adaptive -- "$USER_MESSAGE" || echo "no memory needed"
     """
+    where = Filters.take(declared)
     if history_id:
-        _print_history(memory, history_id, as_json, declared["scope"])
+        _print_history(memory, history_id, as_json, where.scope)
         return
     if batch:
         if query or plan_message:
             raise click.UsageError("give either QUERY or --batch, not both")
         data, source = read_input(batch)
-        answers = memory.search_batch(data, source=source, **declared)
+        answers = memory.search_batch(data, source=source, where=where, **declared)
         json_lines(answer.as_dict(explain) for answer in answers)
         sys.exit(EXIT_OK if any(answer.results for answer in answers) else EXIT_NOTHING)
     if not (query or plan_message) or not (query or plan_message).strip():
@@ -79,9 +80,9 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
         if reason:
             say(f"memctl: no search needed: {reason}")
             sys.exit(EXIT_NOTHING)
-        _print_layered(memory, query, declared["scope"], budget, as_json)
+        _print_layered(memory, query, where.scope, budget, as_json)
         return
-    found = memory.search(query, plan=plan_message, adaptive=adaptive, **declared)
+    found = memory.search(query, where=where, plan=plan_message, adaptive=adaptive, **declared)
     if found.skipped:
         say(f"memctl: {found.skipped}")
     elif explain and not found:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from memctl.api import Memory
 from memctl.api import params
 from memctl.api.params import (ACTIVATE, CONTEXT, FORGET, HISTORY_SCOPE, INGEST, REVIEW_SCOPE, SEARCH, TOPICS_SCOPE,
-                                json_schema, keywords)
+                                Filters, json_schema, keywords)
 from memctl.text.bounds import MAX_QUERY_CHARS
 
 
@@ -98,7 +98,8 @@ RESULT = ('{"id", "kind": "memory"|"message"|"log"|"topic", "text", "score", "so
       **json_schema(SEARCH))
 def search(memory: Memory, query: str, plan: str | None = None, adaptive: bool = False, explain: bool = False,
            **declared) -> dict[str, Any]:
-    found = memory.search(query, plan=plan, adaptive=adaptive, **keywords(SEARCH, declared))
+    options = keywords(SEARCH, declared)
+    found = memory.search(query, where=Filters.take(options), plan=plan, adaptive=adaptive, **options)
     return {"results": [r.as_dict(explain) for r in found], "skipped": found.skipped}
 
 
