@@ -13,12 +13,12 @@ from memctl import Filters, Memory
 from memctl.api import params
 from memctl.errors import InputError
 from memctl.api.rooms import ReviewRoom, TopicsRoom
-from memctl.cli.context import activate, context
+from memctl.cli.context import context
 from memctl.cli.forget import forget
 from memctl.cli.ingest import ingest
 from memctl.cli.review import review_confirm, review_pending, review_reject
 from memctl.cli.search import search
-from memctl.cli.topics import list_topics, show_topic
+from memctl.cli.topics import activate, list_topics, show_topic
 
 # (Memory method, click command, MCP tool, declaration)
 OPERATIONS = [
