@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from memctl.api.params import Filters
-from memctl.api.rooms import (CacheRoom, HealthRoom, HooksRoom, ReviewRoom, Say, StateRoom, TopicsRoom,
-                              checked_scope, given_or, need_query)
-from memctl.store.store import Store
+from memctl.api.rooms import (CacheRoom, HealthRoom, HooksRoom, ReviewRoom, Say, StateRoom, TopicsRoom, given_or,
+                              need_query)
+from memctl.store.store import Store, check_scope
 from memctl.text.bounds import within_bound
 
 if TYPE_CHECKING:
@@ -230,7 +230,7 @@ class Memory:
         from memctl.governance.lifecycle import load_deleted
         from memctl.store import memoryfile
 
-        checked_scope(scope)
+        check_scope(scope)
         self.store.require()
         with self.store.reading():
             found = chain(memoryfile.load(self.store.memory_md), memory_id, load_deleted(self.store))
