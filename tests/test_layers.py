@@ -123,6 +123,9 @@ def test_cli_history_and_rank_mera(run, tmp_path):
     from memctl.mcp.tools import TOOLS
 
     assert chain == TOOLS["history"].run(Memory(store.root), id="v2")
+    command = run("history", "v2", "--json", store=store.root, env={"MEMCTL_NOW": NOW})
+    assert (command.returncode, command.stdout) == (0, history.stdout)  # the old flag works one more release
+    assert run("history", "nope", store=store.root).returncode == 2
     assert run("search", "--history", "nope", store=store.root).returncode == 2
     mera = run("search", "--rank", "mera", "--explain", "--json", "--min-score", "0", "standup time",
                store=store.root, env={"MEMCTL_NOW": NOW})

@@ -17,7 +17,7 @@ from memctl.cli.context import context
 from memctl.cli.forget import forget
 from memctl.cli.ingest import ingest
 from memctl.cli.review import review_confirm, review_pending, review_reject
-from memctl.cli.search import search
+from memctl.cli.search import history, search
 from memctl.cli.topics import activate, list_topics, show_topic
 
 # (Memory method, click command, MCP tool, declaration)
@@ -29,6 +29,7 @@ OPERATIONS = [
     (TopicsRoom.list, list_topics, "topics_list", params.TOPICS_SCOPE),
     (TopicsRoom.show, show_topic, "topics_show", params.TOPICS_SCOPE),
     (Memory.forget, forget, "forget", params.FORGET),
+    (Memory.history, history, "history", params.HISTORY_SCOPE),
     (ReviewRoom.pending, review_pending, "review_pending", params.REVIEW_SCOPE),
     (ReviewRoom.confirm, review_confirm, "confirm", params.REVIEW_SCOPE),
     (ReviewRoom.reject, review_reject, "reject", params.REVIEW_SCOPE),

@@ -1,4 +1,4 @@
-"""`memctl search`: hybrid, layered, batch and history searches."""
+"""`memctl search` (hybrid, layered and batch searches) and `memctl history`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from memctl.api.params import SEARCH, Filters, click_options
+from memctl.api.params import HISTORY_SCOPE, SEARCH, Filters, click_options
 from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
 
 
@@ -25,10 +25,8 @@ from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
               "within --budget tokens.")
 @click.option("--budget", type=click.IntRange(min=1), default=2000, show_default=True, metavar="TOKENS",
               help="Token budget of --layered.")
-@click.option("--history", "history_id", metavar="ID", help="Print the version chain of memory ID, oldest "
-              "first (supersedes links), instead of searching (--json: one object, {\"links\", \"current\", "
-              "\"problems\"}, as the MCP history tool returns); with --scope, only a memory of that scope or "
-              "a global one.")
+@click.option("--history", "history_id", metavar="ID", help="Deprecated, kept for one release: `memctl history "
+              "ID` prints the same.")
 @click.option("--explain", is_flag=True, help="Show each ranking stage's factor and score for each result.")
 @click.pass_obj
 def search(memory, query, as_json, batch, plan_message, adaptive, layered, budget, history_id, explain, **declared):
@@ -93,6 +91,29 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
         for result in found:
             _print_result(result, explain)
     sys.exit(EXIT_OK if found else EXIT_NOTHING)
+
+
+@click.command()
+@click.argument("memory_id", metavar="ID")
+@click_options(HISTORY_SCOPE)
+@click.option("--json", "as_json", is_flag=True, help='One JSON object: {"links": [{"id", "status", "supersedes", '
+              '"superseded_by", "summary"?, "created_at"?, "section"?, "text"?}], "current": [ids of the current '
+              'versions], "problems": [text]}, as the MCP history tool returns.')
+@click.pass_obj
+def history(memory, memory_id, scope, as_json):
+    """The version chain of memory ID, oldest first: every version that
+    supersedes or is superseded by it (G6), with its status and summary.
+
+    What is wrong with the chain (a fork, a cycle) goes to stderr.
+
+    \b
+    Examples:
+      memctl history mem-kestrel-db
+      memctl history mem-kestrel-db --scope project:kestrel --json
+
+    Exit status: 0 printed, 2 error (no memory with that id, in the scope).
+    """
+    _print_history(memory, memory_id, as_json, scope)
 
 
 def _print_history(memory, memory_id: str, as_json: bool, scope: str | None) -> None:
