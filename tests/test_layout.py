@@ -20,9 +20,10 @@ def test_imports_run_one_way_with_no_cycle():
 
 
 # What a face may import besides memctl.api: itself, the other face and the resident server that runs
-# them, and the bottom layers that hold no store (errors, text, the clock).
+# them, the bottom layers that hold no store (errors, text), and the agent client's own config files
+# (configfiles: `mcp install`, `hooks install`), which are no part of a store.
 FACE_MAY_IMPORT = ("memctl.api", "memctl.cli", "memctl.mcp", "memctl.server", "memctl.errors", "memctl.text",
-                   "memctl.clock")
+                   "memctl.configfiles")
 
 
 def memctl_imports(path) -> list[tuple[int, str]]:
