@@ -14,14 +14,14 @@ command line and the MCP server are front ends over it.
 
 __version__ = "0.1.0"
 
-__all__ = ["Memory", "Found", "__version__"]
+__all__ = ["Memory", "Found", "Filters", "__version__"]
 
 
 def __getattr__(name: str):
     """`Memory` and `Found` are imported on first use: a `memctl` call that a resident server
     answers (memctl/server/) imports this package for its version and nothing more; importing
     the API here cost it ~5 ms of its ~25."""
-    if name in ("Memory", "Found"):
+    if name in ("Memory", "Found", "Filters"):
         from memctl import api
 
         return getattr(api, name)

@@ -46,7 +46,7 @@ from memctl.store import jsonl, memoryfile, topicfile
 from memctl.store.memoryfile import Document
 from memctl.store.sessions import LOG_HEADING, iter_messages, iter_pending, log_scope, message_scope
 from memctl.store.status import supersedes_of
-from memctl.store.store import Store, check_name, read_file
+from memctl.store.store import Store, check_name, check_scope, read_file
 from memctl.text.clip import clip
 
 KINDS = ("message", "memory", "pending", "log")
@@ -110,8 +110,7 @@ def forget(store: Store, ids: list[str] = (), *, session: str | None = None, mat
         check_name(one, "id")
     if session is not None:
         check_name(session, "session")
-    if scope is not None and memoryfile.check_field("scope", scope):
-        raise InputError(f"must be {memoryfile.SCOPE_RULE}, got {scope!r}", source="--scope")
+    check_scope(scope)
     if match is not None and len(match.strip()) < MIN_MATCH_CHARS:
         raise InputError(f"must be at least {MIN_MATCH_CHARS} characters: a shorter text would match nearly "
                          "everything", source="--match")

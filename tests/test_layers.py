@@ -14,6 +14,7 @@ from memctl.index.filters import Filters
 from memctl.search.queries import Query
 from memctl.search.search import search_store
 from memctl.store.store import Store
+from memctl.api import Memory
 
 NOW = "2026-11-22T12:00:00Z"
 
@@ -116,7 +117,15 @@ def test_cli_history_and_rank_mera(run, tmp_path):
     notes(store, {"id": "v2", "text": "Standup moved to 9:30", "canonical_topic": "standup"}, supersedes=["v1"])
     history = run("search", "--history", "v2", "--json", store=store.root, env={"MEMCTL_NOW": NOW})
     assert history.returncode == 0, history.stderr
-    assert [orjson.loads(line)["id"] for line in history.stdout.splitlines()] == ["v1", "v2"]
+    (chain,) = [orjson.loads(line) for line in history.stdout.splitlines()]
+    assert [link["id"] for link in chain["links"]] == ["v1", "v2"] and chain["current"] == ["v2"]
+    # one shape on both faces: the CLI's --json is the MCP history tool's answer
+    from memctl.mcp.tools import TOOLS
+
+    assert chain == TOOLS["history"].run(Memory(store.root), id="v2")
+    command = run("history", "v2", "--json", store=store.root, env={"MEMCTL_NOW": NOW})
+    assert (command.returncode, command.stdout) == (0, history.stdout)  # the old flag works one more release
+    assert run("history", "nope", store=store.root).returncode == 2
     assert run("search", "--history", "nope", store=store.root).returncode == 2
     mera = run("search", "--rank", "mera", "--explain", "--json", "--min-score", "0", "standup time",
                store=store.root, env={"MEMCTL_NOW": NOW})

@@ -3,6 +3,7 @@ and the linter clean."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
@@ -16,6 +17,38 @@ import check_layers  # noqa: E402  (scripts/ is not a package)
 
 def test_imports_run_one_way_with_no_cycle():
     assert check_layers.problems(REPO / "memctl") == []
+
+
+# What a face may import besides memctl.api: itself, the other face and the resident server that runs
+# them, the bottom layers that hold no store (errors, text), and the agent client's own config files
+# (configfiles: `mcp install`, `hooks install`), which are no part of a store.
+FACE_MAY_IMPORT = ("memctl.api", "memctl.cli", "memctl.mcp", "memctl.server", "memctl.errors", "memctl.text",
+                   "memctl.configfiles")
+
+
+def memctl_imports(path) -> list[tuple[int, str]]:
+    """(line, module) of every memctl module a file imports, at the top or inside a function;
+    `from memctl import clock` is memctl.clock, `from memctl import __version__` memctl."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+            if node.module == "memctl":
+                found += [(node.lineno, f"memctl.{alias.name}") for alias in node.names
+                          if (REPO / "memctl" / alias.name).is_dir() or (REPO / "memctl" / f"{alias.name}.py").exists()]
+    return [(line, name) for line, name in found if name.split(".")[0] == "memctl" and name != "memctl"]
+
+
+def test_the_faces_reach_the_library_only_through_memctl_api():
+    """cli/ and mcp/ call Memory and nothing past it (#32): a face that imports ingest, search or
+    the store can do what Memory does not, and the two faces drift apart."""
+    past = [f"{path.relative_to(REPO)}:{line}: {name}"
+            for face in ("cli", "mcp") for path in sorted((REPO / "memctl" / face).rglob("*.py"))
+            for line, name in memctl_imports(path)
+            if not any(name == allowed or name.startswith(allowed + ".") for allowed in FACE_MAY_IMPORT)]
+    assert past == []
 
 
 @pytest.mark.process

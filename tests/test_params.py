@@ -9,15 +9,16 @@ import sys
 
 import pytest
 
-from memctl import Memory
+from memctl import Filters, Memory
 from memctl.api import params
+from memctl.errors import InputError
 from memctl.api.rooms import ReviewRoom, TopicsRoom
-from memctl.cli.context import activate, context
+from memctl.cli.context import context
 from memctl.cli.forget import forget
 from memctl.cli.ingest import ingest
 from memctl.cli.review import review_confirm, review_pending, review_reject
-from memctl.cli.search import search
-from memctl.cli.topics import list_topics, show_topic
+from memctl.cli.search import history, search
+from memctl.cli.topics import activate, list_topics, show_topic
 
 # (Memory method, click command, MCP tool, declaration)
 OPERATIONS = [
@@ -28,6 +29,7 @@ OPERATIONS = [
     (TopicsRoom.list, list_topics, "topics_list", params.TOPICS_SCOPE),
     (TopicsRoom.show, show_topic, "topics_show", params.TOPICS_SCOPE),
     (Memory.forget, forget, "forget", params.FORGET),
+    (Memory.history, history, "history", params.HISTORY_SCOPE),
     (ReviewRoom.pending, review_pending, "review_pending", params.REVIEW_SCOPE),
     (ReviewRoom.confirm, review_confirm, "confirm", params.REVIEW_SCOPE),
     (ReviewRoom.reject, review_reject, "reject", params.REVIEW_SCOPE),
@@ -36,7 +38,9 @@ OPERATIONS = [
 
 @pytest.mark.parametrize(("method", "command", "tool", "declared"), OPERATIONS, ids=[o[2] for o in OPERATIONS])
 def test_declarations_match_the_method(method, command, tool, declared):
-    signature = inspect.signature(method).parameters
+    signature = dict(inspect.signature(method).parameters)
+    if "where" in signature:  # a search's filters are the fields of its `where`
+        signature.update(inspect.signature(Filters).parameters)
     for param in declared:
         assert param.name in signature, f"{method.__qualname__} has no parameter {param.name}"
         assert signature[param.name].default == (() if param.many else param.default), param.name
@@ -51,6 +55,36 @@ def test_command_and_tool_take_every_declared_parameter(method, command, tool, d
     for param in declared:
         assert options[param.name].multiple == param.many, param.name
         assert schema[param.wire_name] == param.json_schema(), param.name
+
+
+def test_the_search_filters_are_declared_by_the_fields_of_filters_alone():
+    assert [p.name for p in params.SEARCH_FILTERS] == [f for f in inspect.signature(Filters).parameters]
+    assert {p.name for p in params.SEARCH_RANKING} | {"where"} <= set(inspect.signature(Memory.search).parameters)
+    assert not {p.name for p in params.SEARCH_FILTERS} & set(inspect.signature(Memory.search).parameters)
+
+
+def test_a_search_takes_its_filters_as_one_value_or_as_keywords(store_dir):
+    memory = Memory(store_dir)
+    memory.ingest("Kestrel orders run on PostgreSQL\n", kind="memory", section="Decisions", scope="project:kestrel")
+    memory.ingest("Kestrel orders were on MySQL once\n", kind="memory", section="Notes")
+    memory.ingest('{"text": "Kestrel orders are slow today, says the team", "session": "s1"}\n', kind="message")
+
+    def ids(**options):
+        return [r.id for r in memory.search("Kestrel orders", min_score=0, **options)]
+
+    every = ids()
+    assert len(every) == 3
+    where = Filters(kinds=["memory"], sections=("Decisions",))
+    assert ids(where=where) == ids(kinds=["memory"], sections=["Decisions"])
+    assert len(ids(where=where)) == 1 and ids(where=where)[0] in every
+    assert ids(where=where, sections=["Notes"]) == ids(kinds=["memory"], sections=["Notes"])  # a keyword wins
+    assert ids(where=Filters(scope="project:kestrel"), kinds=["memory"]) == ids(scope="project:kestrel",
+                                                                                kinds=["memory"])
+    with pytest.raises(TypeError, match="kind"):
+        memory.search("Kestrel", kind=["memory"])  # not a field: the MCP name is not the API's
+    with pytest.raises(InputError, match="--since"):
+        memory.search("Kestrel", where=Filters(since="yesterday"))
+    assert memory.filters(where) == memory.filters(kinds=["memory"], sections=["Decisions"])
 
 
 def test_the_mcp_kind_list_has_every_kind_a_search_finds():

@@ -537,7 +537,8 @@ def test_history_by_id_answers_only_inside_the_asked_scope(run, store_dir, tmp_p
     assert asked.stderr.decode() == f"memctl: error: MEMORY.md: no memory with id '{ids['alice']}' in scope user:bob\n"
     own = run("search", "--history", ids["bob-new"], "--scope", "user:bob", "--json")
     assert own.returncode == 0 and owners_in(own.stdout.decode()) == {"bob"}
-    assert [json.loads(line)["id"] for line in own.stdout.splitlines()] == [ids["bob"], ids["bob-new"]]
+    (chain,) = [json.loads(line) for line in own.stdout.splitlines()]
+    assert [link["id"] for link in chain["links"]] == [ids["bob"], ids["bob-new"]]
     memory = Memory(store_dir)
     with pytest.raises(InputError, match="in scope user:bob$"):
         TOOLS["history"].run(memory, id=ids["alice"], scope="user:bob")
@@ -616,3 +617,21 @@ def test_a_log_entry_whose_session_is_gone_stays_out_of_other_scopes(run, store_
     assert owners_in(everything.stdout.decode()) == {"alice", "bob"}  # a look at the whole store sees all
     listed = run("forget", "--match", "Acorn", "--scope", "user:bob", "--dry-run", "--json")
     assert "zqalice" not in listed.stdout.decode()
+
+
+def test_every_call_taking_a_scope_refuses_a_bad_one_with_the_one_rule(store_dir):
+    """The scope-name rule lives in one place (store.check_scope, beside check_name): ingest, search,
+    history, forget, review and the topics calls give the same refusal, naming what was given."""
+    memory = Memory(store_dir)
+    memory.ingest('{"text": "Prefers green tea"}\n', kind="memory", scope="user:alice")
+    said = "--scope: must be global, project:<name>, lang:<name> or user:<name>, got 'team:red'"
+    calls = [lambda: memory.ingest("hello there, a long enough line", scope="team:red"),
+             lambda: memory.search("green tea", scope="team:red"),
+             lambda: memory.history("x", scope="team:red"),
+             lambda: memory.forget(match="green", scope="team:red"),
+             lambda: memory.review.pending(scope="team:red"),
+             lambda: memory.topics.list(scope="team:red")]
+    for call in calls:
+        with pytest.raises(InputError) as refused:
+            call()
+        assert str(refused.value) == said

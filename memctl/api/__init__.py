@@ -19,9 +19,10 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from memctl.api.rooms import (CacheRoom, HealthRoom, HooksRoom, ReviewRoom, Say, StateRoom, TopicsRoom,
-                              checked_scope, given_or, need_query)
-from memctl.store.store import Store
+from memctl.api.params import Filters
+from memctl.api.rooms import (CacheRoom, HealthRoom, HooksRoom, ReviewRoom, Say, StateRoom, TopicsRoom, given_or,
+                              need_query)
+from memctl.store.store import Store, check_scope
 from memctl.text.bounds import within_bound
 
 if TYPE_CHECKING:
@@ -160,64 +161,51 @@ class Memory:
         return origins(self.store.config_file)
 
     # -- searching -----------------------------------------------------------------
-    def search(self, query: str, *, k: int = 10, mode: str = "hybrid", kinds: Iterable[str] = (),
-               scope: str | None = None, sections: Iterable[str] = (), sources: Iterable[str] = (),
-               sessions: Iterable[str] = (), tools: Iterable[str] = (), agents: Iterable[str] = (),
-               since: str | None = None, until: str | None = None, min_score: float | None = None,
-               rank: str = "pipeline", include_archived: bool = False, plan: str | None = None,
-               adaptive: bool = False) -> Found:
-        """Hybrid search (P3). `plan`: search the sections `state.plan(plan)` picks (and query
-        defaults to it); `adaptive`: skip messages that need no memory (P7). When nothing is
-        searched, `Found.skipped` says why."""
+    def search(self, query: str, *, where: Filters | None = None, k: int = 10, mode: str = "hybrid",
+               min_score: float | None = None, rank: str = "pipeline", plan: str | None = None,
+               adaptive: bool = False, **filters: Any) -> Found:
+        """Hybrid search (P3) of what `where` admits; a filter may also be given as a keyword
+        (`scope="project:kestrel"`, `kinds=["memory"]`: Filters' fields), in place of where's. `plan`:
+        search the sections `state.plan(plan)` picks (and query defaults to it); `adaptive`: skip
+        messages that need no memory (P7). When nothing is searched, `Found.skipped` says why."""
         from memctl.search.queries import Query
 
-        sections = tuple(sections)
+        where = (where or Filters()).given(**filters)
         if plan is not None:
             within_bound(plan, "plan")
-            sections = tuple(dict.fromkeys((*sections, *self.state.plan(plan).names)))
+            where = where.given(sections=dict.fromkeys((*where.sections, *self.state.plan(plan).names)))
             query = query or plan
-            if not sections:
+            if not where.sections:
                 return Found(skipped="the plan names no section; nothing to search")
         need_query(query)
         if adaptive:
             reason = self.search_needed(query)
             if reason:
                 return Found(skipped=f"no search needed: {reason}")
-        filters = self.filters(kinds=kinds, scope=scope, sections=sections, sources=sources, sessions=sessions,
-                               tools=tools, agents=agents, since=since, until=until,
-                               include_archived=include_archived)
-        asked = Query(text=query, k=k, mode=mode, filters=filters, min_score=min_score, rank=rank)
+        asked = Query(text=query, k=k, mode=mode, filters=where.rendered(), min_score=min_score, rank=rank)
         (results,) = self._retrieve([asked])
         return Found(results, why_none=asked.why_none)
 
     def search_batch(self, data: bytes | str, *, source: str = "<input>", **defaults: Any) -> list[Answer]:
         """Many queries, one JSON object a line (`memctl search --batch`); every line is checked
-        before any runs. `defaults` are search()'s keywords (k, mode, min_score, rank, filters) for
-        lines that name none."""
+        before any runs. `defaults` are search()'s keywords (k, mode, min_score, rank, where or
+        the filters) for lines that name none."""
         from memctl.search.queries import parse_batch
 
         if isinstance(data, str):
             data = data.encode()
         options = {"k": defaults.pop("k", 10), "mode": defaults.pop("mode", "hybrid"),
                    "min_score": defaults.pop("min_score", None), "rank": defaults.pop("rank", "pipeline"),
-                   "filters": self.filters(**defaults)}
+                   "filters": self.filters(defaults.pop("where", None), **defaults)}
         queries, ids = parse_batch(data, source, default=options)
         return [Answer(query_id, results) for query_id, results in zip(ids, self._retrieve(queries))]
 
     @staticmethod
-    def filters(*, kinds: Iterable[str] = (), scope: str | None = None, sections: Iterable[str] = (),
-                sources: Iterable[str] = (), sessions: Iterable[str] = (), tools: Iterable[str] = (),
-                agents: Iterable[str] = (), since: str | None = None, until: str | None = None,
-                include_archived: bool = False):
-        """The one filter definition of a search, from option values (checked: InputError).
+    def filters(where: Filters | None = None, **filters: Any):
+        """The one filter definition both searches apply (memctl/index/filters.py), from `where`
+        and filter keywords as search() takes them (checked: InputError).
         `tools`, `agents`: memories consolidated from the tool cache (H4)."""
-        from memctl.search.queries import filters_from
-
-        filters = filters_from(kinds=kinds, scope=scope, sections=sections, sources=sources,
-                               sessions=sessions, tools=tools, agents=agents, since=since, until=until)
-        if include_archived:  # archived means "not searched by default" (G5), superseded means never
-            filters.exclude_status = tuple(s for s in filters.exclude_status if s != "archived")
-        return filters
+        return (where or Filters()).given(**filters).rendered()
 
     @staticmethod
     def search_needed(message: str) -> str | None:
@@ -242,7 +230,7 @@ class Memory:
         from memctl.governance.lifecycle import load_deleted
         from memctl.store import memoryfile
 
-        checked_scope(scope)
+        check_scope(scope)
         self.store.require()
         with self.store.reading():
             found = chain(memoryfile.load(self.store.memory_md), memory_id, load_deleted(self.store))
@@ -327,6 +315,21 @@ class Memory:
 
     def _retrieve(self, queries) -> list[list["Result"]]:
         return self._retriever_open().search(queries)
+
+
+def read_input(name: str) -> tuple[bytes, str]:
+    """The bytes of a file, or of stdin for "-", with the name errors will use (what `ingest`,
+    `search --batch` and `state record` are handed); over 256 MiB is an InputError."""
+    from memctl.ingest.inputs import read_source
+
+    return read_source(name)
+
+
+def read_text(name: str) -> str:
+    """read_input as UTF-8 text; binary or non-UTF-8 input is an InputError naming the byte's line."""
+    from memctl.store.jsonl import decode
+
+    return decode(*read_input(name))
 
 
 def _query_embedder(settings):

@@ -12,8 +12,11 @@ the command line reads these at start-up.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from memctl.index.filters import Filters as IndexFilters
 
 
 @dataclass(frozen=True)
@@ -104,25 +107,67 @@ def keywords(params: tuple[Param, ...], arguments: dict[str, Any]) -> dict[str, 
 
 
 # -- search (P3) -------------------------------------------------------------------------------
-SEARCH_FILTERS = (
-    Param("kinds", "Only results of these kinds: memory (MEMORY.md notes), message (chat messages), "
-          "log (daily-log entries), topic (topic names and summaries).", many=True,
-          choices=("memory", "message", "log", "topic"), key="kind"),
-    Param("scope", "A workspace such as project:kestrel: only that scope and global are searched (G7).",
-          flags=("--scope", "--workspace"), metavar="SCOPE"),
-    Param("sections", "Only this MEMORY.md section (its heading).", many=True, key="section", metavar="NAME"),
-    Param("sources", "Only this store file, or folder with a trailing '/' (e.g. sessions/).", many=True,
-          key="source", metavar="PATH"),
-    Param("sessions", "Only this session id.", many=True, key="session", metavar="ID"),
-    Param("tools", "Only memories consolidated from this tool's cached calls (see memctl cache).", many=True,
-          key="tool", metavar="NAME"),
-    Param("agents", "Only memories consolidated from the cached calls this agent stored.", many=True,
-          key="agent", metavar="ID"),
-    Param("since", "Only results at or after this ISO 8601 date or time.", metavar="TIME"),
-    Param("until", "Only results at or before this ISO 8601 date or time (a date means its whole day).",
-          metavar="TIME"),
-    Param("include_archived", "Also search memories the lifecycle archived.", type=bool, default=False),
-)
+def _filter(help: str, **declared: Any) -> Any:
+    """A field of Filters, carrying what its Param needs (the name is the field's)."""
+    default = () if declared.get("many") else declared.get("default")
+    return field(default=default, metadata={"param": {"help": help, **declared}})
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which records a search may return, as one value: `memory.search(query, where=Filters(scope=
+    "project:kestrel", kinds=("memory",)))`, as sqlite-utils' `search(q, where=...)`. Its fields
+    declare the filter options of `memctl search` and the MCP search tool (SEARCH_FILTERS); lists
+    mean any of. Checked when a search renders it (InputError naming the option at fault)."""
+
+    kinds: tuple[str, ...] = _filter(
+        "Only results of these kinds: memory (MEMORY.md notes), message (chat messages), log (daily-log "
+        "entries), topic (topic names and summaries).", many=True, choices=("memory", "message", "log", "topic"),
+        key="kind")
+    scope: str | None = _filter("A workspace such as project:kestrel: only that scope and global are searched "
+                                "(G7).", flags=("--scope", "--workspace"), metavar="SCOPE")
+    sections: tuple[str, ...] = _filter("Only this MEMORY.md section (its heading).", many=True, key="section",
+                                        metavar="NAME")
+    sources: tuple[str, ...] = _filter("Only this store file, or folder with a trailing '/' (e.g. sessions/).",
+                                       many=True, key="source", metavar="PATH")
+    sessions: tuple[str, ...] = _filter("Only this session id.", many=True, key="session", metavar="ID")
+    tools: tuple[str, ...] = _filter("Only memories consolidated from this tool's cached calls (see memctl "
+                                     "cache).", many=True, key="tool", metavar="NAME")
+    agents: tuple[str, ...] = _filter("Only memories consolidated from the cached calls this agent stored.",
+                                      many=True, key="agent", metavar="ID")
+    since: str | None = _filter("Only results at or after this ISO 8601 date or time.", metavar="TIME")
+    until: str | None = _filter("Only results at or before this ISO 8601 date or time (a date means its whole "
+                                "day).", metavar="TIME")
+    include_archived: bool = _filter("Also search memories the lifecycle archived.", type=bool, default=False)
+
+    def __post_init__(self) -> None:
+        for name in _MANY:  # any iterable given (a list from JSON, click's tuple) is kept as a tuple
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    def given(self, **options: Any) -> "Filters":
+        """These filters with `options` (search()'s filter keywords) in place; TypeError for an unknown one."""
+        return replace(self, **options) if options else self
+
+    @classmethod
+    def take(cls, options: dict[str, Any]) -> "Filters":
+        """The filters among a command's or a tool's option values, taken out of `options`."""
+        return cls(**{f.name: options.pop(f.name) for f in fields(cls) if f.name in options})
+
+    def rendered(self) -> "IndexFilters":
+        """Checked (InputError naming the option) and made the one filter definition both searches
+        apply (memctl/index/filters.py)."""
+        from memctl.search.queries import filters_from
+
+        found = filters_from(kinds=self.kinds, scope=self.scope, sections=self.sections, sources=self.sources,
+                             sessions=self.sessions, tools=self.tools, agents=self.agents, since=self.since,
+                             until=self.until)
+        if self.include_archived:  # archived means "not searched by default" (G5), superseded means never
+            found.exclude_status = tuple(s for s in found.exclude_status if s != "archived")
+        return found
+
+
+_MANY = tuple(f.name for f in fields(Filters) if f.metadata["param"].get("many"))
+SEARCH_FILTERS = tuple(Param(f.name, **f.metadata["param"]) for f in fields(Filters))
 SEARCH_RANKING = (
     Param("k", "How many results at most.", type=int, default=10, minimum=1, flags=("-k", "--limit")),
     Param("mode", "hybrid: meaning and words; bm25: words only (fastest); vector: meaning only.",

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from memctl.store.store import check_scope
+
 if TYPE_CHECKING:
     from memctl.runtime import Runtime
     from memctl.cache import Cache as ToolCache, Entry, RunResult
@@ -252,7 +254,7 @@ class ReviewRoom:
         from memctl.governance.review import listing
 
         self.store.require()
-        checked_scope(scope)
+        check_scope(scope)
         expired = self._drop_expired(scope=scope)
         return Reviewed("pending", listing(self.store, scope=scope), expired)
 
@@ -261,7 +263,7 @@ class ReviewRoom:
         """Write pending memories to MEMORY.md (all or nothing); `scope`: an id of another is unknown."""
         from memctl.governance.review import confirm
 
-        checked_scope(scope)
+        check_scope(scope)
         expired = self._drop_expired(dry_run=dry_run, scope=scope)
         rows = confirm(self.store, [*ids], dry_run=dry_run, allow_conflict=allow_conflict, supersedes=[*supersedes],
                        settings=self.runtime.settings, scope=scope)
@@ -271,7 +273,7 @@ class ReviewRoom:
         """Drop pending memories without writing them (all or nothing); `scope`: an id of another is unknown."""
         from memctl.governance.review import reject
 
-        checked_scope(scope)
+        check_scope(scope)
         expired = self._drop_expired(dry_run=dry_run, scope=scope)
         return Reviewed("rejected", reject(self.store, [*ids], dry_run=dry_run, scope=scope), expired)
 
@@ -380,6 +382,21 @@ class CacheRoom:
     def on(self, backend: str | None) -> "CacheRoom":
         return self if backend == self.backend else CacheRoom(self.store, self.runtime, backend)
 
+    @staticmethod
+    def parse_args(text: str) -> Any:
+        """A call's arguments as JSON text (`--args`), checked and in the canonical form the key is made of."""
+        from memctl.cache.keys import parse_args
+
+        return parse_args(text)
+
+    @staticmethod
+    def json_args(value: Any) -> Any:
+        """A call's arguments already JSON (an MCP call's), checked and canonical: they meet the same
+        call made with `memctl cache get/put --args` (keys sorted, 1.0 = 1, spaces collapsed)."""
+        from memctl.cache.keys import json_args
+
+        return json_args(value)
+
     @property
     def opened(self) -> "ToolCache":
         if self._opened is None:
@@ -480,17 +497,7 @@ def scope_looked_into(store: "Store", session: str | None, scope: str | None) ->
     if session is not None:
         with store.reading():
             return scope_of_session(store, session, session_messages(store, session), scope)
-    return checked_scope(scope)
-
-
-def checked_scope(scope: str | None) -> str | None:
-    """A --scope as given, checked (InputError naming the flag)."""
-    from memctl.errors import InputError
-    from memctl.store.memoryfile import check_field
-
-    if scope is not None and check_field("scope", scope):
-        raise InputError(check_field("scope", scope), source="--scope")
-    return scope
+    return check_scope(scope)
 
 
 def need_query(query: str | None, source: str = "query") -> None:

@@ -102,6 +102,11 @@ def parse_args(text: str, where: str = "--args") -> Any:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         raise InputError(f"not JSON ({exc})", source=where, field="args") from None
+    return json_args(value, where)
+
+
+def json_args(value: Any, where: str = "--args") -> Any:
+    """Arguments already JSON (an MCP call's), checked and canonicalised as parse_args does text."""
     return canonical(check_args(value, where))
 
 

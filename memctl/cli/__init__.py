@@ -33,7 +33,8 @@ from memctl.cli.output import (EXIT_ERROR, EXIT_NOTHING, EXIT_OK, QUIET_KEY, STD
 # (python -X importtime, a cache hit, 2026-11-22).
 _COMMANDS = {
     "ingest": ("memctl.cli.ingest", "ingest"), "index": ("memctl.cli.ingest", "index"),
-    "search": ("memctl.cli.search", "search"), "split": ("memctl.cli.topics", "split"),
+    "search": ("memctl.cli.search", "search"), "history": ("memctl.cli.search", "history"),
+    "split": ("memctl.cli.topics", "split"),
     "topics": ("memctl.cli.topics", "topics"), "context": ("memctl.cli.context", "context"),
     "review": ("memctl.cli.review", "review"), "health": ("memctl.cli.health", "health"),
     "state": ("memctl.cli.state", "state"), "cache": ("memctl.cli.cache", "cache"),

@@ -33,12 +33,11 @@ def _call_options(func):
     return click.option("--tool", required=True, metavar="NAME", help="The tool's name.")(func)
 
 
-def _call_args(args_json, argv):
-    from memctl.cache import parse_args
+def _call_args(cache, args_json, argv):
     from memctl.errors import InputError
 
     if args_json is not None:
-        return parse_args(args_json)
+        return cache.parse_args(args_json)
     if not argv:
         raise InputError("give --args JSON or the call's argv after --", source="--args", field="args")
     return list(argv)
@@ -107,9 +106,7 @@ def cache_run(cache, scope, tool, args_json, ttl, refresh, agent, timeout, as_js
       memctl cache run --scope job-1 --tool grep --ttl 60 -- grep -rn TODO src/
       memctl cache run --scope debate-7 --tool search --args '{"q": "TSMC"}' -- ./search.py TSMC
     """
-    from memctl.cache import parse_args
-
-    args = parse_args(args_json) if args_json is not None else None
+    args = cache.parse_args(args_json) if args_json is not None else None
     result = cache.run(scope, tool, list(command), args=args, ttl=ttl, refresh=refresh, agent=agent,
                          timeout=timeout)
     entry = result.entry
@@ -140,7 +137,7 @@ def cache_get(cache, scope, tool, args_json, argv, as_json):
       memctl cache get --scope debate-7 --tool search --args '{"q": "TSMC", "limit": 5}' --json
       memctl cache get --scope debate-7 --tool stock -- ./stock.sh 2330
     """
-    entry = cache.get(scope, tool, _call_args(args_json, argv))
+    entry = cache.get(scope, tool, _call_args(cache, args_json, argv))
     if entry is None:
         sys.exit(EXIT_NOTHING)
     if as_json:
@@ -177,7 +174,7 @@ def cache_put(cache, scope, tool, args_json, argv, source, exit_code, error, ttl
           --error "no such company" --input /dev/null
     """
     output, _ = read_input(source)
-    entry = cache.put(scope, tool, _call_args(args_json, argv), output, exit_code=exit_code, error=error,
+    entry = cache.put(scope, tool, _call_args(cache, args_json, argv), output, exit_code=exit_code, error=error,
                         agent=agent, ttl=ttl)
     if as_json:
         json_lines([entry.as_dict()])

@@ -123,11 +123,9 @@ def index(memory, rebuild, as_json):
       memctl index
       memctl index --rebuild --json
     """
-    from memctl.index.index import skipped_notes
-
     with progress() as advance:
         report = memory.index(rebuild=rebuild, progress=advance)
-    for note in skipped_notes(report.skipped):
+    for note in report.skipped_notes():
         say(note)
     if as_json:
         json_lines([report.as_dict()])

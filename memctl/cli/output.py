@@ -43,9 +43,9 @@ def alert(message: str) -> None:
 
 def read_input(file: str) -> tuple[bytes, str]:
     """The bytes of FILE, or of stdin for '-', and the name errors should give them."""
-    from memctl.ingest.inputs import read_source
+    from memctl.api import read_input
 
-    return read_source(file)
+    return read_input(file)
 
 
 def hours(value) -> str:

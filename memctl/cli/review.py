@@ -1,4 +1,4 @@
-"""`memctl review`: pending memories (P5) and the lifecycle (G5)."""
+"""`memctl review`: pending memories (P5), the lifecycle (G5) and the daily topic review (T12)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import click
 
 from memctl.api.params import REVIEW_SCOPE, click_options
-from memctl.cli.output import EXIT_NOTHING, EXIT_OK, dry_run_note, hours, json_lines, say
+from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, dry_run_note, hours, json_lines, progress, say
 from memctl.text.clip import clip
 
 
@@ -162,11 +162,58 @@ def review_lifecycle(memory, dry_run, hard, as_json):
     say(f"memctl: lifecycle: {len(changes)} {verb}" + (", nothing written" if dry_run else ""))
 
 
-def _with_daily_review() -> None:
-    """`review daily` lives with the topic commands of `memctl context` (T12)."""
-    from memctl.cli.context import daily
+@review.command("daily")
+@click.option("-n", "--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option("--llm", "llm_command", metavar="CMD", help="Merge, link and compress with this command (prompts "
+              "review.md and compress.md on stdin); a bad answer changes nothing, exit 2. "
+              "[default: [topics] llm_command, else built-in]")
+@click.option("--json", "as_json", is_flag=True, help='One JSON object: {"dry_run", "compressed": [{"topic_id", '
+              '"importance"}], "archived": [{"topic_id", "reason", "to"}], "merged": [{"topic_id", "into", '
+              '"similarity" | "reason"}], "related": [{"topic_id", "with", "similarity" | "reason"}], '
+              '"idle_summaries": [{"session", "until", "at", "keywords", "summary"}]}.')
+@click.pass_obj
+def daily(memory, dry_run, llm_command, as_json):
+    """Daily topic review, for cron: compress today's topics, archive old dormant ones, merge duplicates.
 
-    review.add_command(daily)
+    Topics dormant more than [topics] archive_after_days (7), or dormant
+    one-off questions, move to topics/archived/YYYY-MM/ as summary only;
+    topics on the same subject are merged (the old id still resolves) and
+    close ones linked as related; sessions idle over [topics] idle_hours get
+    a keyword summary in auto_summaries.jsonl.
 
+    \b
+    Examples:
+      memctl review daily --dry-run                       the plan
+      memctl review daily                                 do it
+      memctl review daily --llm "llm -m gpt-4o-mini" -n   the LLM's plan
 
-_with_daily_review()
+    Exit status: 0 done, 2 error (a bad LLM answer: nothing changed).
+    """
+    with progress() as advance:
+        report = memory.review.daily(dry_run=dry_run, llm_command=llm_command, progress=advance)
+    # A dry run's table is the plan ("would merge"), a run's what it did ("merged").
+    verb = {name: (f"would {name}" if dry_run else done) for name, done in
+            (("merge", "merged"), ("relate", "related"), ("archive", "archived"), ("compress", "compressed"),
+             ("summarise", "summarised"))}
+    if as_json:
+        json_lines([report.as_dict()])
+    else:
+        def why(item: dict) -> str:
+            return f"similarity {item['similarity']:.2f}" if "similarity" in item else clip(item["reason"], 60)
+
+        rows = [("ACTION", "TOPIC", "DETAIL")]
+        rows += [(verb["merge"], m["topic_id"], f"into {m['into']} ({why(m)})") for m in report.merged]
+        rows += [(verb["relate"], r["topic_id"], f"with {r['with']} ({why(r)})") for r in report.related]
+        rows += [(verb["archive"], a["topic_id"], f"{a['reason']} -> {a['to']}") for a in report.archived]
+        rows += [(verb["compress"], c["topic_id"], f"importance {c['importance']:.2f}") for c in report.compressed]
+        rows += [(verb["summarise"], s["session"], ", ".join(s["keywords"])) for s in report.idle_summaries]
+        if len(rows) > 1:
+            click.echo("\n".join(columns(rows)))
+    counts = [(len(report.merged), "merge", "topic(s)"), (len(report.related), "relate", "pair(s)"),
+              (len(report.archived), "archive", "topic(s)"), (len(report.compressed), "compress", "topic(s)"),
+              (len(report.idle_summaries), "summarise", "idle session(s)")]
+    said = ", ".join(f"{verb[name]} {n} {what}" for n, name, what in counts if n)
+    if dry_run:
+        say(f"memctl: review daily: dry run: {said or 'nothing would change'}; nothing written")
+    else:
+        say(f"memctl: review daily: {said or 'nothing changed'}")

@@ -1,4 +1,4 @@
-"""`memctl search`: hybrid, layered, batch and history searches."""
+"""`memctl search` (hybrid, layered and batch searches) and `memctl history`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from memctl.api.params import SEARCH, click_options
+from memctl.api.params import HISTORY_SCOPE, SEARCH, Filters, click_options
 from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
 
 
@@ -25,9 +25,8 @@ from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
               "within --budget tokens.")
 @click.option("--budget", type=click.IntRange(min=1), default=2000, show_default=True, metavar="TOKENS",
               help="Token budget of --layered.")
-@click.option("--history", "history_id", metavar="ID", help="Print the version chain of memory ID, oldest "
-              "first (supersedes links), instead of searching; with --scope, only a memory of that scope or "
-              "a global one.")
+@click.option("--history", "history_id", metavar="ID", help="Deprecated, kept for one release: `memctl history "
+              "ID` prints the same.")
 @click.option("--explain", is_flag=True, help="Show each ranking stage's factor and score for each result.")
 @click.pass_obj
 def search(memory, query, as_json, batch, plan_message, adaptive, layered, budget, history_id, explain, **declared):
@@ -61,14 +60,15 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
       memctl search --batch queries.jsonl > answers.jsonl
       memctl search --adaptive -- "$USER_MESSAGE" || echo "no memory needed"
     """
+    where = Filters.take(declared)
     if history_id:
-        _print_history(memory, history_id, as_json, declared["scope"])
+        _print_history(memory, history_id, as_json, where.scope)
         return
     if batch:
         if query or plan_message:
             raise click.UsageError("give either QUERY or --batch, not both")
         data, source = read_input(batch)
-        answers = memory.search_batch(data, source=source, **declared)
+        answers = memory.search_batch(data, source=source, where=where, **declared)
         json_lines(answer.as_dict(explain) for answer in answers)
         sys.exit(EXIT_OK if any(answer.results for answer in answers) else EXIT_NOTHING)
     if not (query or plan_message) or not (query or plan_message).strip():
@@ -78,9 +78,9 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
         if reason:
             say(f"memctl: no search needed: {reason}")
             sys.exit(EXIT_NOTHING)
-        _print_layered(memory, query, declared["scope"], budget, as_json)
+        _print_layered(memory, query, where.scope, budget, as_json)
         return
-    found = memory.search(query, plan=plan_message, adaptive=adaptive, **declared)
+    found = memory.search(query, where=where, plan=plan_message, adaptive=adaptive, **declared)
     if found.skipped:
         say(f"memctl: {found.skipped}")
     elif explain and not found:
@@ -93,10 +93,33 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
     sys.exit(EXIT_OK if found else EXIT_NOTHING)
 
 
+@click.command()
+@click.argument("memory_id", metavar="ID")
+@click_options(HISTORY_SCOPE)
+@click.option("--json", "as_json", is_flag=True, help='One JSON object: {"links": [{"id", "status", "supersedes", '
+              '"superseded_by", "summary"?, "created_at"?, "section"?, "text"?}], "current": [ids of the current '
+              'versions], "problems": [text]}, as the MCP history tool returns.')
+@click.pass_obj
+def history(memory, memory_id, scope, as_json):
+    """The version chain of memory ID, oldest first: every version that
+    supersedes or is superseded by it (G6), with its status and summary.
+
+    What is wrong with the chain (a fork, a cycle) goes to stderr.
+
+    \b
+    Examples:
+      memctl history mem-kestrel-db
+      memctl history mem-kestrel-db --scope project:kestrel --json
+
+    Exit status: 0 printed, 2 error (no memory with that id, in the scope).
+    """
+    _print_history(memory, memory_id, as_json, scope)
+
+
 def _print_history(memory, memory_id: str, as_json: bool, scope: str | None) -> None:
     found = memory.history(memory_id, scope=scope)
     if as_json:
-        json_lines(link.as_dict() for link in found.links)
+        json_lines([found.as_dict()])
     else:
         for link in found.links:
             summary = (link.entry.get("summary") or "") if link.entry is not None else ""
@@ -140,7 +163,5 @@ def _print_result(result, explain: bool) -> None:
     snippet = " ".join(result.text.split())
     click.echo("    " + (snippet if len(snippet) <= 300 else snippet[:299] + "…"))
     if explain:
-        from memctl.search.explain import explain_lines
-
-        for line in explain_lines(result.explain):
+        for line in result.explain_lines():
             click.echo("    " + line)

@@ -118,9 +118,9 @@ def state_plan(memory, message, as_json):
       for s in $(memctl state plan -- "$MSG"); do memctl search --section "$s" -- "$MSG"; done
     """
     if message == "-":
-        from memctl.store.jsonl import decode
+        from memctl.api import read_text
 
-        message = decode(*read_input("-"))
+        message = read_text("-")
     result = memory.state.plan(message)
     if as_json:
         json_lines(p.as_dict() for p in result.sections)

@@ -1,4 +1,4 @@
-"""`memctl split` and `memctl topics`: parse, call `memctl.Memory`, print."""
+"""`memctl split` and `memctl topics` (list, show, activate, log): parse, call `memctl.Memory`, print."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ import sys
 
 import click
 
+from memctl.api.params import ACTIVATE, TOPICS_SCOPE, click_options
 from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, progress, read_input, say
-from memctl.cli.context import scope_options
 from memctl.text.clip import clip
+
+# --session and --scope of the commands that look into one scope's topics.
+scope_options = click_options(TOPICS_SCOPE)
 
 
 @click.command()
@@ -138,12 +141,71 @@ def show_topic(memory, topic_id, session, scope, as_json):
         click.echo(f"[{message.get('ts', '')}] {who} ({message['id']}): {message.get('text', '')}")
 
 
-def _with_topic_activation() -> None:
-    """`topics activate` and `topics log` live with `memctl context` (issue 12's commands)."""
-    from memctl.cli.context import activate, topics_log
+@topics.command("activate")
+@click.argument("query", metavar="QUERY|ID")
+@click_options(ACTIVATE)
+@click.option("--llm", "llm_command", metavar="CMD", help="Route with this command (design 001 §6.3 prompt on "
+              "stdin); a bad answer falls back to the built-in search. [default: [topics] llm_command, else built-in]")
+@click.option("--json", "as_json", is_flag=True, help='One JSON object: {"activated": [{"topic_id", "name"}], '
+              '"candidates": [{"topic_id", "name", "score", "relevance"?, "reason"?}], "method": "id" | "builtin" | '
+              '"llm", "fallback": why the LLM answer was not used | null, "no_match_reason": the LLM\'s | null}.')
+@click.pass_obj
+def activate(memory, query, include_archived, llm_command, session, scope, as_json):
+    """Activate a topic by id, or the dormant topics whose summaries match QUERY.
 
-    topics.add_command(activate)
-    topics.add_command(topics_log)
+    A built-in match holds at least half of QUERY's words (in its name,
+    summary or messages): a query about something no topic covers
+    activates nothing and exits 1.
+
+    With an LLM command the design 001 §6.3 routing prompt picks among the
+    topics the built-in search ranks highest; if its answer is not valid,
+    the built-in ranking is used and stderr says why.
+
+    \b
+    Examples:
+      memctl topics activate t-9da459f266e0
+      memctl topics activate "the Kyoto trip" --include-archived
+      memctl topics activate "the Kyoto trip" --session alice
+      memctl topics activate "the Kyoto trip" --llm "llm -m gpt-4o-mini"
+
+    Exit status: 0 a topic was activated, 1 none matched, 2 error.
+    """
+    found = memory.topics.activate(query, include_archived=include_archived, llm_command=llm_command,
+                                   scope=scope, session=session)
+    if found.fallback:
+        say(f"memctl: the LLM routing answer was not used ({found.fallback}); built-in search of the topics")
+    if as_json:
+        json_lines([found.as_dict()])
+    else:
+        for item in found.activated:
+            click.echo(f"{item['topic_id']}  {item['name']}")
+    if not found.activated:
+        say(f"memctl: no topic matches '{query}'" + (f": {found.no_match_reason}" if found.no_match_reason else ""))
+        sys.exit(EXIT_NOTHING)
 
 
-_with_topic_activation()
+@topics.command("log")
+@click.option("--since", metavar="DATE", help="Only events at or after this ISO date or time.")
+@click.option("--json", "as_json", is_flag=True, help='One JSON object an event: {"at", "event": "round" | '
+              '"activated" | "dormant" | "archived" | "merged", ...} (docs/topics.md).')
+@click.pass_obj
+def topics_log(memory, since, as_json):
+    """The tuning log: every round's relevance scores and every activation event.
+
+    Exit status: 0 events printed, 1 none, 2 error.
+    """
+    events = memory.topics.log(since=since).events
+    if not events:
+        say("memctl: no events")
+        sys.exit(EXIT_NOTHING)
+    if as_json:
+        json_lines(events)
+        return
+    for event in events:
+        if event["event"] == "round":
+            scores = " ".join(f"{t}={s:.2f}" for t, s in sorted(event["scores"].items(), key=lambda i: -i[1]))
+            click.echo(f"{event['at']}  round    {event.get('session', '')}  {scores}"
+                       + (f"  cue: {event['cue']}" if event.get("cue") else ""))
+        else:
+            click.echo(f"{event['at']}  {event['event']:<9}{event['topic']}  {event.get('reason', '')}"
+                       + (f" -> {event['into']}" if event.get("into") else ""))

@@ -148,6 +148,10 @@ class Chain:
         return chain_tails((link.id, link.entry is not None and not link.deleted and is_current(link.entry),
                             link.supersedes) for link in self.links)
 
+    def as_dict(self) -> dict[str, Any]:
+        """What `search --history --json` prints and the MCP history tool returns: one shape."""
+        return {"links": [link.as_dict() for link in self.links], "current": self.tails, "problems": self.problems}
+
 
 class Graph:
     """The supersedes links of a set of entries (MEMORY.md, plus soft-deleted ones if given)."""

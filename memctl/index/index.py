@@ -128,16 +128,16 @@ class UpdateReport:
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
+    def skipped_notes(self) -> list[str]:
+        """What a person is told of the lines the update passed over: one line each, a few at most."""
+        notes = [f"memctl: skipped {line} (not indexed)" for line in self.skipped[:SKIPPED_SHOWN]]
+        if len(self.skipped) > SKIPPED_SHOWN:
+            notes.append(f"memctl: skipped {len(self.skipped) - SKIPPED_SHOWN} more bad lines; "
+                         "`memctl health` lists them")
+        return notes
+
 
 SKIPPED_SHOWN = 3  # a file of bad lines is said in a few lines; `memctl health` lists them all
-
-
-def skipped_notes(skipped: list[str]) -> list[str]:
-    """What a person is told of the lines an update passed over: one line each, a few at most."""
-    notes = [f"memctl: skipped {line} (not indexed)" for line in skipped[:SKIPPED_SHOWN]]
-    if len(skipped) > SKIPPED_SHOWN:
-        notes.append(f"memctl: skipped {len(skipped) - SKIPPED_SHOWN} more bad lines; `memctl health` lists them")
-    return notes
 
 
 class Index:
@@ -210,7 +210,7 @@ class Index:
             what = f"rebuilt the index ({report.reason})" if report.rebuilt else "updated the index"
             say(f"memctl: {what}: {report.added} added, {report.changed} changed, {report.removed} removed")
         if say:
-            for line in skipped_notes(report.skipped):
+            for line in report.skipped_notes():
                 say(line)
         return report
 

@@ -33,7 +33,7 @@ from memctl.errors import InputError
 from memctl.store.memoryfile import check_field
 from memctl.text.noise import noise_reason
 from memctl.store.sessions import append_daily_log, load_ids, message_line, stored_session_scope
-from memctl.store.store import Store, check_name
+from memctl.store.store import Store, check_name, check_scope
 
 _MESSAGE_KEYS = ("id", "session", "scope", "role", "speaker", "ts", "text")
 _NOTE_KEYS = {"id", "text", "content", "section", "ts"} | set(memoryfile.FIELD_ORDER)
@@ -99,8 +99,7 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
         keep_noise = not settings.filter_noise
     if session is not None:
         check_name(session, "session", source="--session")
-    if scope is not None and check_field("scope", scope):
-        raise InputError(check_field("scope", scope), source="--scope", field="scope")
+    check_scope(scope)
     text = jsonl.decode(data, source)
     if fmt == "auto":
         fmt = inputs.detect_format(text, source)

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from memctl.api import Memory
 from memctl.api import params
 from memctl.api.params import (ACTIVATE, CONTEXT, FORGET, HISTORY_SCOPE, INGEST, REVIEW_SCOPE, SEARCH, TOPICS_SCOPE,
-                                json_schema, keywords)
+                                Filters, json_schema, keywords)
 from memctl.text.bounds import MAX_QUERY_CHARS
 
 
@@ -98,7 +98,8 @@ RESULT = ('{"id", "kind": "memory"|"message"|"log"|"topic", "text", "score", "so
       **json_schema(SEARCH))
 def search(memory: Memory, query: str, plan: str | None = None, adaptive: bool = False, explain: bool = False,
            **declared) -> dict[str, Any]:
-    found = memory.search(query, plan=plan, adaptive=adaptive, **keywords(SEARCH, declared))
+    options = keywords(SEARCH, declared)
+    found = memory.search(query, where=Filters.take(options), plan=plan, adaptive=adaptive, **options)
     return {"results": [r.as_dict(explain) for r in found], "skipped": found.skipped}
 
 
@@ -127,8 +128,7 @@ def layered_search(memory: Memory, query: str, **options) -> dict[str, Any]:
     """, required=("id",), read_only=True,
       id=text("The memory's id (as search results give it).", minLength=1), **json_schema(HISTORY_SCOPE))
 def history(memory: Memory, id: str, scope: str | None = None) -> dict[str, Any]:
-    chain = memory.history(id, scope=scope)
-    return {"links": [link.as_dict() for link in chain.links], "current": chain.tails, "problems": chain.problems}
+    return memory.history(id, scope=scope).as_dict()
 
 
 # -- writing ---------------------------------------------------------------------------
@@ -269,7 +269,7 @@ CALL = {"scope": text("The run the agents share (a debate, a job): its agents sh
     {{"hit": false, "entry": null}}: then call the tool and store its result with cache_put.
     """, required=("scope", "tool", "args"), **CALL)
 def cache_get(memory: Memory, scope: str, tool: str, args: Any) -> dict[str, Any]:
-    entry = memory.cache.get(scope, tool, _json_args(args))
+    entry = memory.cache.get(scope, tool, memory.cache.json_args(args))
     return {"hit": entry is not None, "entry": None if entry is None else entry.as_dict()}
 
 
@@ -284,16 +284,7 @@ def cache_get(memory: Memory, scope: str, tool: str, args: Any) -> dict[str, Any
       agent=text("Who made the call (kept with the result and in long-term memory)."),
       ttl={"type": "number", "exclusiveMinimum": 0, "description": "Seconds to keep it (default: [cache] ttl)."})
 def cache_put(memory: Memory, scope: str, tool: str, args: Any, output: str, **options) -> dict[str, Any]:
-    return {"entry": memory.cache.put(scope, tool, _json_args(args), output, **options).as_dict()}
-
-
-def _json_args(args: Any) -> Any:
-    """An MCP call's arguments are JSON, never a command's argv: in their canonical form they meet
-    the same call made by `memctl cache get/put --args` (keys sorted, 1.0 = 1, spaces collapsed)."""
-    from memctl.cache import canonical
-    from memctl.cache.keys import check_args
-
-    return canonical(check_args(args))
+    return {"entry": memory.cache.put(scope, tool, memory.cache.json_args(args), output, **options).as_dict()}
 
 
 @tool("cache_search", f"""

@@ -10,6 +10,7 @@ from typing import Any
 from memctl import clock
 from memctl.errors import InputError
 from memctl.index.filters import Filters
+from memctl.store.store import check_scope
 from memctl.text.bounds import within_bound
 
 MODES = ("hybrid", "bm25", "vector")
@@ -47,20 +48,11 @@ _KINDS = ("memory", "message", "log", "topic")
 def filters_from(*, kinds=(), scope=None, sections=(), sources=(), sessions=(), since=None, until=None,
                  tools=(), agents=(), where: str = "") -> Filters:
     """Filters from option values; `where` names the flag or line at fault in errors."""
-    if scope is not None and _bad_scope(scope):
-        from memctl.store.memoryfile import SCOPE_RULE
-
-        raise InputError(f"must be {SCOPE_RULE}", source=where or "--scope", field="scope")
+    check_scope(scope, source=where or "--scope")
     return Filters(kinds=tuple(kinds), scopes=(scope,) if scope else (), sections=tuple(sections),
                    sources=tuple(sources), sessions=tuple(sessions), tools=tuple(tools), agents=tuple(agents),
                    since=_time_bound(since, False, where or "--since"),
                    until=_time_bound(until, True, where or "--until"))
-
-
-def _bad_scope(scope: str) -> bool:
-    from memctl.store.memoryfile import check_field
-
-    return check_field("scope", scope) is not None
 
 
 def _time_bound(value: str | None, end_of_day: bool, where: str) -> int | None:

@@ -63,6 +63,12 @@ class Result:
             out["explain"] = self.explain
         return out
 
+    def explain_lines(self) -> list[str]:
+        """`--explain` for a person: each ranking stage's own factor beside the running score."""
+        from memctl.search.explain import explain_lines
+
+        return explain_lines(self.explain)
+
 
 class IndexChanged(StoreError):
     """Another process changed the index while a Searcher read it (Searcher.__init__)."""

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from memctl.errors import StoreError
-from memctl.store.store import is_name, read_file
+from memctl.store.store import SCOPE_RULE, is_name, is_scope, read_file
 from memctl.text.clip import clip
 
 META_OPEN = "<!-- memory"
@@ -56,10 +56,6 @@ FIELD_ORDER = (
     "tool", "agent", "cache_scope",
 )
 FIELD_NAME = re.compile(r"[A-Za-z_][\w-]*")  # a metadata key
-# Design 002 names global, project:<name> and lang:<name>; user:<name> is a person's (SPEC X3:
-# conversations belong to a user or a project; design 003 keeps one session per Telegram user).
-_SCOPE = re.compile(r"global|(project|lang|user):\S+")
-SCOPE_RULE = "global, project:<name>, lang:<name> or user:<name>"
 _HEADING = re.compile(r"^(#{1,6})(?:[ \t]+(.*?))?[ \t#]*$")
 _LIST_ITEM = re.compile(r"^(?:[-*+]|\d{1,9}[.)])[ \t]+")
 _FENCE = re.compile(r"^[ ]{0,3}(```|~~~)")
@@ -87,7 +83,7 @@ def check_field(name: str, value: Any) -> str | None:
         return f"must be at most {SUMMARY_MAX} characters (has {len(value)})"
     if name == "memory_class" and value not in MEMORY_CLASSES:
         return f"must be one of {', '.join(MEMORY_CLASSES)}"
-    if name == "scope" and not (isinstance(value, str) and _SCOPE.fullmatch(value)):
+    if name == "scope" and not is_scope(value):
         return f"must be {SCOPE_RULE}"
     if name == "status" and value not in STATUSES:
         return f"must be one of {', '.join(STATUSES)}"

@@ -44,6 +44,11 @@ _BACKUP_NAME = re.compile(r"^\d+\.bak$")
 # What an id, a session, a scope or a tool may be called: also safe as a file name.
 NAME = re.compile(r"[\w.:@+-]{1,128}")
 NAME_RULE = "1-128 letters, digits or . _ : @ + -, not only dots"
+# What a scope is called. Design 002 names global, project:<name> and lang:<name>; user:<name> is a
+# person's (SPEC X3: conversations belong to a user or a project; design 003 keeps one session per
+# Telegram user).
+SCOPE = re.compile(r"global|(project|lang|user):\S+")
+SCOPE_RULE = "global, project:<name>, lang:<name> or user:<name>"
 
 
 def is_name(value) -> bool:
@@ -130,6 +135,20 @@ def read_file(path: str | os.PathLike) -> bytes:
     """A whole file's bytes, opened as open_file opens it (FileNotFoundError if it is not there)."""
     with open(open_file(path), "rb", closefd=True) as file:
         return file.read()
+
+
+def is_scope(value) -> bool:
+    """Whether `value` names a scope (check_scope's test, for a stored field that is reported, not refused)."""
+    return isinstance(value, str) and SCOPE.fullmatch(value) is not None
+
+
+def check_scope(value, *, source: str = "--scope", line: int | None = None) -> str | None:
+    """The one test of a scope a caller gives (--scope, an MCP call's scope, a --batch line's);
+    None, no scope, passes."""
+    if value is not None and not is_scope(value):
+        shown = value if isinstance(value, str) else type(value).__name__
+        raise InputError(f"must be {SCOPE_RULE}, got {shown!r:.80}", source=source, line=line, field="scope")
+    return value
 
 
 class Store:
