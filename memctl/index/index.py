@@ -37,6 +37,7 @@ from memctl import clock
 from memctl import config
 from memctl.errors import MemctlError
 from memctl.store.store import KeptWhileUnchanged, Store, atomic_write
+from memctl.store.seam import Searchable
 
 if TYPE_CHECKING:
     from memctl.index.units import Unit
@@ -103,7 +104,7 @@ def skipped_notes(skipped: list[str]) -> list[str]:
     return notes
 
 
-class Index:
+class Index(Searchable):
     def __init__(self, store: Store, settings: config.Settings | None = None):
         """`settings`: the store's, as its Memory loaded them; read from memctl.toml if not given."""
         self.store = store

@@ -30,6 +30,7 @@ import orjson
 
 from memctl.errors import InputError, StoreError
 from memctl.store import locking
+from memctl.store.seam import Truth, Writes
 
 DEFAULT_STORE = ".memory"
 STORE_ENV = "MEMCTL_STORE"
@@ -62,7 +63,7 @@ def check_name(value, what: str, *, source: str | None = None, line: int | None 
     return value
 
 
-class Store:
+class Store(Truth):
     """A memory store rooted at a directory; knows where every file lives."""
 
     def __init__(self, root: str | os.PathLike):
@@ -308,7 +309,7 @@ class Store:
         return first not in (_JOURNAL_DIR, ".lock")
 
 
-class Transaction:
+class Transaction(Writes):
     """Changes to store files that land together or not at all.
 
     Before each change the journal records how to undo it: the old size of a
