@@ -72,13 +72,13 @@ LEAVE_GRACE = 3.0
 
 # Rows of the open index learned ahead in one step between calls (Ahead): a request that
 # comes during a step waits for its end. 32 rows took 0.25 ms of thread CPU, 128 0.9 ms (6k store,
-# 2026-11-24); the whole 6k index ~45 ms.
+# bench/README.md "Cited measurements"); the whole 6k index ~45 ms.
 LEARN_ROWS = 32
 
 # How often the warming thread (_warm) hands the GIL over to a call that waits for it, only while
 # it warms. At Python's default, 5 ms, it held a first call that needs no model (an ingest right
 # after the handshake) for about as long as the warming took: 103 ms p50 where main took 46; at
-# 0.5 ms, 66 where main took 39 (0.1 ms no better; 6k store, 2026-11-24).
+# 0.5 ms, 66 where main took 39 (0.1 ms no better; 6k store; bench/README.md "Cited measurements").
 WARM_SWITCH_SECONDS = 0.0005
 
 # An argument error is one line a person can read, whatever the client sent.

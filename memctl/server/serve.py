@@ -39,7 +39,7 @@ from memctl.server.ahead import Ahead
 
 HEARTBEAT_SECONDS = 1.0
 # Rows of the open index learned ahead between two looks for a call (Ahead): 256 rows took 3.6 ms
-# of thread CPU (6k store, 2026-11-24), so that a call waits little behind a step.
+# of thread CPU (6k store; bench/README.md "Cited measurements"), so that a call waits little behind a step.
 LEARN_ROWS = 128
 KEPT_MEMORIES = 4  # open Memory objects kept: one a (store path as given, working directory)
 KEPT_THREADS = 4   # connection threads kept waiting for the next connection
@@ -146,7 +146,8 @@ class Server:
         """Load numpy and the store's model before the first call. numpy now, because a call runs
         in its client's environment, where the OPENBLAS_NUM_THREADS=1 the command line sets is
         missing: imported in a call, numpy started an OpenBLAS thread that spun ~19 ms of CPU a
-        warm search (2 cores, 6k store, 2026-11-24). The model now, so that the first call finds
+        warm search (2 cores, 6k store; bench/README.md "Cited measurements"). The model now, so that the
+        first call finds
         it, its session laid out for many calls (Memory.warm)."""
         import numpy  # noqa: F401
 
@@ -266,7 +267,8 @@ class Server:
         """Each connection to a thread of its own at once (a call waiting its turn must still be
         answered QUEUED, then BUSY): a thread that served one and waits for another if there is
         one (_idle_threads, counted here as they are handed work), else a new one. Starting a
-        thread a call cost ~0.1 ms of CPU and ~0.2 ms before the request was read (2026-11-24)."""
+        thread a call cost ~0.1 ms of CPU and ~0.2 ms before the request was read (bench/README.md "Cited
+        measurements")."""
         while True:
             try:
                 connection, _ = listener.accept()
@@ -564,7 +566,8 @@ def _streams(encodings: list) -> tuple:
 
 def _set_environment(values: dict) -> None:
     """os.environ made `values`, changing only what differs: clearing and filling it (a putenv a
-    variable, twice a call) cost 0.07-0.2 ms of a warm call, the difference ~0.02 (2026-11-24)."""
+    variable, twice a call) cost 0.07-0.2 ms of a warm call, the difference ~0.02 (bench/README.md "Cited
+    measurements")."""
     environment = os.environ
     changed_zone = values.get("TZ") != environment.get("TZ")
     for name in [name for name in environment if name not in values]:
@@ -596,7 +599,7 @@ def _sources_stamp() -> int:
     """The newest modification time of memctl's source files: one edited (or a package installed over
     this one with the same version) makes the server outdated."""
     # os.scandir, not Path.rglob: 0.4 ms instead of 1.1 for ~100 files, looked at once a second
-    # before a call is queued (2026-11-24).
+    # before a call is queued (bench/README.md "Cited measurements").
     newest, folders = 0, [str(Path(__file__).resolve().parents[1])]
     while folders:
         with os.scandir(folders.pop()) as entries:

@@ -116,7 +116,8 @@ class Store(Truth):
         self.confine(folder)
         # One scandir, each entry's kind from the directory itself: Path.glob and a confine()
         # (abspath, relative_to, an lstat a part) per file cost a warm search 3 ms of its ~20 in
-        # a 130-file store (2026-11-24). As glob, a pattern not starting with "." skips hidden names.
+        # a 130-file store (bench/README.md "Cited measurements"). As glob, a pattern not starting with
+        # "." skips hidden names.
         found = []
         try:
             with os.scandir(folder) as entries:
@@ -182,7 +183,8 @@ class Store(Truth):
     def source_names(self) -> list[str]:
         """source_files() as relative() writes them, without a Path made for each: the index's
         freshness check stamps every one before every search (a 50k store: ~800 files, whose
-        Paths cost ~2 ms, 2026-11-24). The list is kept while the store's folders stay as they
+        Paths cost ~2 ms; bench/README.md "Cited measurements"). The list is kept while the store's
+        folders stay as they
         were (_LISTED): a resident server's listing of 945 files cost 1.2 ms a search."""
         root = os.path.abspath(self.root)
         listed_at = time.time_ns()
@@ -205,7 +207,7 @@ class Store(Truth):
     def relative(self, path: Path) -> str:
         """A path as users see it in output: relative to the store root."""
         # A string's prefix first: pathlib's relative_to cost a 50k store's freshness check (a
-        # stamp for each of ~800 files, every search) 15 ms (2026-11-24).
+        # stamp for each of ~800 files, every search) 15 ms (bench/README.md "Cited measurements").
         text, root = str(path), str(self.root)
         if os.sep == "/" and text.startswith(root + "/") and root not in ("", "."):
             return text[len(root) + 1:]
