@@ -385,7 +385,8 @@ def load(config_file: Path, *, notes: bool = True) -> Settings:
 
     The settings are kept for the same contents of both files and the same MEMCTL_* variables
     (the tables are frozen): a resident server makes a Memory, and so loads, every call, and the
-    walk through the layers cost ~0.4 ms of a ~16 ms warm search (2026-11-24). Keyed on the
+    walk through the layers cost ~0.4 ms of a ~16 ms warm search (bench/README.md "Cited measurements").
+    Keyed on the
     files' bytes, not their stamps, so that an edit is seen even within one tick of the clock."""
     key = _load_key(config_file)
     loaded = _loaded.get(key)

@@ -230,19 +230,21 @@ LEARNING_LOG = """
 import os, time
 from pathlib import Path
 import memctl.mcp.server as server
+from memctl.server.ahead import Ahead
 
 log = Path(os.environ["MEMCTL_TEST_LEARNING_LOG"])
-learn, answer = server.Lane._learn, server.Lane._answer
+learn, answer = Ahead._learn, server.Lane._answer
 
 def logged(line):
     with open(log, "a") as out:
         out.write(line + "\\n")
 
 def held_learn(self):
-    if self.tools.memory._retriever is not None and "held" not in log.read_text():
+    opened = any(memory._retriever is not None for memory in self.memories.values())
+    if opened and "held" not in log.read_text():
         logged("held")
         deadline = time.monotonic() + 60
-        while self._jobs.empty() and time.monotonic() < deadline:
+        while self.calls.empty() and time.monotonic() < deadline:
             time.sleep(0.01)
     more = learn(self)
     logged("learn" if more else "learned")
@@ -253,7 +255,7 @@ def logged_answer(self, name, arguments):
     return answer(self, name, arguments)
 
 log.touch()
-server.Lane._learn, server.Lane._answer = held_learn, logged_answer
+Ahead._learn, server.Lane._answer = held_learn, logged_answer
 """
 
 

@@ -262,7 +262,8 @@ class Memory:
     def warm(self) -> None:
         """Open what a search needs before the first one comes, for a process that serves many
         (the resident server, `memctl mcp`): numpy, and the query model with its sessions laid out
-        for many calls (Embedder.warm: a warm query took 2.4 ms instead of 3.1, 2026-11-24). It may
+        for many calls (Embedder.warm: a warm query took 2.4 ms instead of 3.1; bench/README.md "Cited
+        measurements"). It may
         run on a thread of its own beside the calls (Runtime.warm_embedder)."""
         import numpy  # noqa: F401
 

@@ -30,7 +30,7 @@ from memctl.cli.output import (EXIT_ERROR, EXIT_NOTHING, EXIT_OK, QUIET_KEY, STD
 
 # Command -> (module, attribute). A command's module is imported only when that command
 # runs or a help lists it: importing all eleven cost every call about 8 ms
-# (python -X importtime, a cache hit, 2026-11-22).
+# (python -X importtime, a cache hit; bench/README.md "Cited measurements").
 _COMMANDS = {
     "ingest": ("memctl.cli.ingest", "ingest"), "index": ("memctl.cli.ingest", "index"),
     "search": ("memctl.cli.search", "search"), "history": ("memctl.cli.search", "history"),
@@ -235,7 +235,8 @@ def _start_server(made: list) -> None:
 def _exit_at_once(code: int) -> None:
     """End the process without tearing the interpreter down: after a hybrid search, freeing
     every module and object (the ONNX session, numpy) cost 25-30 ms of a ~230 ms process
-    (cold `memctl search`, 6,000 messages, os._exit against a normal exit, 2026-11-22).
+    (cold `memctl search`, 6,000 messages, os._exit against a normal exit; bench/README.md "Cited
+    measurements").
     Everything memctl writes is committed and closed before a command returns; the output
     is flushed and the atexit handlers run here. Anything unusual (another thread still
     running, an output that cannot be flushed) takes the normal way out."""

@@ -66,8 +66,8 @@ FOUND_HITS = 60      # the session's messages the search ranks for the message
 # A found message's priority falls from 0.90 to 0.40 over budget / FALL_TOKENS ranks, about as many hits
 # as the budget holds (was a fixed 45): a fixed fall let the topics' references and the older recent
 # messages in at the same rank whatever the budget, so at 4k they took the places of hits 30-60. Over
-# cached turns of both dev sets, tuned on the even-numbered questions (bench/README.md, 2026-11-24
-# afternoon), context - by-score at 1k/2k/4k/8k, LoCoMo: 45 +.090/+.067/+.069/+.114, budget/30
+# cached turns of both dev sets, tuned on the even-numbered questions (bench/README.md,
+# "`memctl context`, the per-turn call"), context - by-score at 1k/2k/4k/8k, LoCoMo: 45 +.090/+.067/+.069/+.114, budget/30
 # +.100/+.062/+.101/+.114 (/22 +.090/+.068/+.105/+.114, /40 +.094/+.073/+.095/+.114); LongMemEval
 # (24 questions then): 45 -.021/+.042/+.042/+.021, /30 .000/+.062/+.062/+.021.
 FALL_TOKENS = 30

@@ -208,7 +208,8 @@ def _one_script(text: str) -> str:
     """Chinese in its Simplified characters, so that USE reads a sentence written in either
     script alike: the same MADial memory in the two scripts met at cosine 0.83 on average
     (0.56 the least), a Traditional query's dialogue lines found its Simplified memories at
-    dense recall@5 .584 against .590 (2026-11-24). Japanese (text with kana) is read as
+    dense recall@5 .584 against .590 (bench/README.md "Cited measurements"). Japanese (text with kana) is
+    read as
     written: its kanji are the Traditional forms USE learnt Japanese with."""
     return text if KANA_CHAR.search(text) else simplified(text)
 

@@ -184,7 +184,8 @@ class Embedder:
             # the CPU of a batch and, on a busy machine, left its parts waiting for a core held by
             # a spinning thread: 20 chat turns on 2 threads, load 6.5, spinning 258-285 ms wall and
             # 175 ms CPU, not 96-166 ms and 93 ms (1 thread: 148-183 ms, 92 ms); 640 turns 7.3-9.3 s
-            # and 3.8 s CPU, not 4.1-6.2 s and 2.2 s (2026-11-24). The vectors are bit-identical.
+            # and 3.8 s CPU, not 4.1-6.2 s and 2.2 s (bench/README.md "Cited measurements"). The vectors
+            # are bit-identical.
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
         if not prepack:
@@ -209,7 +210,8 @@ class Embedder:
     def warm(self) -> None:
         """Open the sessions for a process that embeds many times (a resident server): prepacked,
         which a query of one line or an update of a few texts otherwise opens without (see
-        _session). A warm query then took 2.4 ms instead of 3.1 (int8 MiniLM, 2026-11-24)."""
+        _session). A warm query then took 2.4 ms instead of 3.1 (int8 MiniLM; bench/README.md "Cited
+        measurements")."""
         for threads in {self.query_threads, self.threads}:
             if threads not in self._sessions:
                 self._sessions[threads] = self._open_session(threads, prepack=True)
@@ -218,7 +220,7 @@ class Embedder:
         """L2-normalised float32 vectors, one row a text; batches sorted by length to cut padding.
         Several texts run on `threads`, one on `query_threads`: a second thread halves a batch's
         wall time when a core is free, and costs a lone short text more than it gains (a query:
-        2.5 -> 5 ms wall without spinning, the same CPU; 2026-11-24)."""
+        2.5 -> 5 ms wall without spinning, the same CPU; bench/README.md "Cited measurements")."""
         return self._embed(texts, self.document_prefix, self.threads if len(texts) > 1 else self.query_threads,
                            progress)
 

@@ -40,7 +40,8 @@ class Filters:
         def any_of(name: str, values) -> tantivy.Query:
             # A union of term queries, not Tantivy's term set query (the same documents): with the
             # default filter (none of three statuses) Tantivy's search of a LoCoMo question on the
-            # 6k store took 0.34-0.43 ms that way, 0.15-0.17 this way (200 questions, 2026-11-24).
+            # 6k store took 0.34-0.43 ms that way, 0.15-0.17 this way (200 questions; bench/README.md
+            # "Cited measurements").
             return tantivy.Query.boolean_query([(tantivy.Occur.Should, tantivy.Query.term_query(schema, name, value))
                                                 for value in values])
 

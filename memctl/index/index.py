@@ -37,6 +37,7 @@ from memctl import clock
 from memctl import config
 from memctl.errors import MemctlError
 from memctl.store.store import KeptWhileUnchanged, NotRegularFile, Store, atomic_write, open_file, read_file
+from memctl.store.seam import Searchable
 
 if TYPE_CHECKING:
     from memctl.index.units import Unit
@@ -88,7 +89,7 @@ def manifest_stamp(index_dir: Path) -> tuple[int, int, int, int] | None:
 def kept_manifest(index_dir: Path) -> tuple[tuple[int, int, int, int] | None, dict | None]:
     """manifest.json's stamp and data, the data kept while it is the same file as it was: the
     freshness check before each search read and parsed its ~8 KB (110 files' stamps), ~0.15 ms
-    of a resident server's warm search (6k store, 2026-11-24). An update writes it anew (a new
+    of a resident server's warm search (6k store; bench/README.md "Cited measurements"). An update writes it anew (a new
     file); one changed in place is told by its size and change time (KeptWhileUnchanged).
     Read-only: the caller may not change it."""
     stamp = manifest_stamp(index_dir)
@@ -140,7 +141,7 @@ class UpdateReport:
 SKIPPED_SHOWN = 3  # a file of bad lines is said in a few lines; `memctl health` lists them all
 
 
-class Index:
+class Index(Searchable):
     def __init__(self, store: Store, settings: config.Settings | None = None):
         """`settings`: the store's, as its Memory loaded them; read from memctl.toml if not given."""
         self.store = store
@@ -255,7 +256,7 @@ class Index:
         # Written last, it says what is done. A power cut that loses its new name leaves the old
         # one, whose vector rows are fewer than the file's, and the next call writes the index
         # anew (no text embedded again): for that the directory is not synced (an fsync, ~4 ms
-        # on this disk, 2026-11-24).
+        # on this disk; bench/README.md "Cited measurements").
         atomic_write(self.dir / "manifest.json", lasting=False, data=orjson.dumps({
             "format": FORMAT, "lexical": LEXICAL, "model": model.identity, "embedding": self._embedding_settings(),
             "units": report.units, "vector_rows": self._vector_rows(), "stamps": stamps,
@@ -411,7 +412,8 @@ class Index:
         embedded, or being embedded while its own process starts. The update still reads, writes
         and reports all it does, and takes the vectors only if it would embed exactly these texts,
         in this order, with the same embedder: a text's int8 vector depends on the texts batched
-        with it (up to 0.04 a component, 2026-11-24), so they are the vectors it would have made.
+        with it (up to 0.04 a component; bench/README.md "Cited measurements"), so they are the vectors
+        it would have made.
         A first build, a rebuild and an update cut short embed on their own. The store's root
         must be absolute: the thread outlives the call that started it."""
         if self.store.exists() and (self.dir / "manifest.json").exists():
@@ -501,7 +503,7 @@ class Index:
 
     def _write_tantivy(self, fresh: list[Unit], gone: list[str], start_over: bool, opened=None) -> None:
         """`opened`: the index as _previous opened it (opening it again, its analyzer built anew,
-        cost an update ~3 ms, 2026-11-24)."""
+        cost an update ~3 ms; bench/README.md "Cited measurements")."""
         from memctl.index import lexical
 
         path = self.dir / "tantivy"
@@ -817,7 +819,7 @@ def _refuse_links(store: Store, folder: Path) -> None:
     """StoreError (from Store.confine, naming it) for a link anywhere under `folder`, NotRegularFile
     for a FIFO, socket or device (SQLite, Tantivy and numpy would wait at a FIFO's opening). An
     entry's kind comes with the directory listing: a confine() of each of Tantivy's files cost
-    every search ~1 ms (6,000-message store, 2026-11-24)."""
+    every search ~1 ms (6,000-message store; bench/README.md "Cited measurements")."""
     try:
         with os.scandir(folder) as entries:
             for entry in entries:

@@ -103,7 +103,8 @@ class Reader:
     """An open index's documents as they were when it was opened (one Tantivy searcher), and the
     unit ids of the documents read from it so far. A search reads its ~200 hits' ids: loading
     their stored documents took 0.25 ms of a warm 6k search, known addresses' ids 0.12 (after
-    80 questions, 95% of the next 100's hits were known; 2026-11-24). An address names a document of
+    80 questions, 95% of the next 100's hits were known; bench/README.md "Cited measurements"). An
+    address names a document of
     one segment set only, so the ids are kept with the searcher that gave them; the search's
     caller opens a Reader anew when the index changed (search.Searcher)."""
 

@@ -168,11 +168,12 @@ class LogsRead:
 
 def read_logs(paths: list[Path], tails: dict[Path, LogTail] | None = None) -> LogsRead:
     """The entries of these daily logs, read once for log_ids and log_units (an update read
-    today's log twice: 2,000 lines, ~8 ms of a 50k store's update, 2026-11-24).
+    today's log twice: 2,000 lines, ~8 ms of a 50k store's update; bench/README.md "Cited measurements").
 
     A log whose bytes before its known tail (`tails`) are those of the last read, their sha1
     says, is parsed from the tail on: the day's log an agent appends to grows all day (7,900
-    lines, 13.5 ms to parse, 2026-11-24), and an edit anywhere before the tail changes the sha1,
+    lines, 13.5 ms to parse; bench/README.md "Cited measurements"), and an edit anywhere before the tail
+    changes the sha1,
     so that the log is read whole. The tail is the last entry's heading, since an append may
     continue that entry's body."""
     read = LogsRead({}, {}, {})

@@ -4,9 +4,11 @@ One `Memory` lives as long as the server, so its index and embedding model are
 loaded once and reused by every later search (a warm search costs milliseconds;
 bench/mcp_latency.py). Work is done ahead of the calls, as the resident server
 does (memctl/server/serve.py): the model is opened at start on a thread of its
-own (_warm: its sessions laid out for many queries), and between calls the
-lane of searches learns the open index ahead (Lane._learn), so that a search
-does not learn its candidates itself. Neither changes a result.
+own (_warm: its sessions laid out for many queries), and the lane of searches
+takes its calls through the resident server's `Ahead` (memctl/server/ahead.py):
+between calls it learns the open index ahead, so that a search does not learn
+its candidates itself, and after an ingest it embeds the new messages ahead of
+the search that follows. Neither changes a result.
 
 Where calls run. A Memory is used by one thread only (its SQLite connection may
 only be used by the thread that opened it), and the event loop never runs a
@@ -61,21 +63,22 @@ from memctl.api import Memory
 from memctl.errors import InputError, MemctlError
 from memctl.mcp.tools import TOOLS, Tool
 from memctl.mcp.wire import note, stdio_wire
+from memctl.server.ahead import Ahead
 from memctl.text.clip import clip
 
 # Seconds a call under way when the client goes may take to finish: an ingest or a
 # confirm commits in well under a second; an index update is only cut short (search resumes it).
 LEAVE_GRACE = 3.0
 
-# Rows of the open index learned ahead in one step between calls (Lane._learn): a request that
+# Rows of the open index learned ahead in one step between calls (Ahead): a request that
 # comes during a step waits for its end. 32 rows took 0.25 ms of thread CPU, 128 0.9 ms (6k store,
-# 2026-11-24); the whole 6k index ~45 ms.
+# bench/README.md "Cited measurements"); the whole 6k index ~45 ms.
 LEARN_ROWS = 32
 
 # How often the warming thread (_warm) hands the GIL over to a call that waits for it, only while
 # it warms. At Python's default, 5 ms, it held a first call that needs no model (an ingest right
 # after the handshake) for about as long as the warming took: 103 ms p50 where main took 46; at
-# 0.5 ms, 66 where main took 39 (0.1 ms no better; 6k store, 2026-11-24).
+# 0.5 ms, 66 where main took 39 (0.1 ms no better; 6k store; bench/README.md "Cited measurements").
 WARM_SWITCH_SECONDS = 0.0005
 
 # An argument error is one line a person can read, whatever the client sent.
@@ -145,16 +148,18 @@ def _in_argument_terms(exc: InputError) -> str:
 
 class Lane:
     """One thread and the Tools of a Memory only it uses: calls run on it one at a time, in order.
-    With `learn_ahead`, while no call waits it learns the open index ahead (Memory.learn_ahead),
-    LEARN_ROWS rows a step: a call that comes meanwhile waits for one step at most; and after a
-    call that wrote the store it starts embedding its new messages (Memory.embed_ahead)."""
+    With `learn_ahead`, it takes them through an Ahead: between calls it learns its Memory's open
+    index ahead, LEARN_ROWS rows a step, and after a call it embeds the store's new messages ahead."""
 
     def __init__(self, name: str, memory: Memory, *, learn_ahead: bool = False):
         self.tools = Tools(memory)
-        self._learn_ahead = learn_ahead
-        self._written = memory.store.written_stamp()  # the store's, after the last call (_embed_ahead)
         self._jobs: queue.SimpleQueue[tuple[concurrent.futures.Future, str, dict[str, Any]] | None] = \
             queue.SimpleQueue()
+        self._ahead = None
+        if learn_ahead:
+            self._ahead = Ahead(self._jobs, rows=LEARN_ROWS, written=memory.store.written_stamp(),
+                                say=note)
+            self._ahead.memories[name] = memory
         self._calls: set[concurrent.futures.Future] = set()
         self._thread = threading.Thread(target=self._work, name=name)
         self._thread.start()
@@ -169,13 +174,8 @@ class Lane:
         return await asyncio.wrap_future(future)
 
     def _work(self) -> None:
-        learning = False
         while True:
-            try:
-                job = self._jobs.get(block=not learning)
-            except queue.Empty:
-                learning = self._learn()
-                continue
+            job = self._jobs.get() if self._ahead is None else self._ahead.next_call()
             if job is None:
                 return
             future, name, arguments = job
@@ -184,27 +184,8 @@ class Lane:
                     future.set_result(self._answer(name, arguments))
                 except Exception as exc:  # a result that would not serialise: the SDK answers with an error
                     future.set_exception(exc)
-            learning = self._learn_ahead  # the call may have opened the index, or opened it anew
-            if self._learn_ahead:
-                self._embed_ahead()
-
-    def _embed_ahead(self) -> None:
-        """After a call that wrote the store (an ingest), embed in a thread what the next index
-        update will embed (Memory.embed_ahead), as the resident server does: the search that
-        follows takes the vectors instead of embedding them on its own time."""
-        try:
-            self._written = self.tools.memory.embed_ahead(self._written)
-        except Exception as exc:  # the next search meets the same trouble and says it as a tool error
-            note(f"embedding ahead failed: {type(exc).__name__}: {exc}")
-
-    def _learn(self) -> bool:
-        """One step of learning ahead; whether there is more to learn."""
-        try:
-            return not self.tools.memory.learn_ahead(LEARN_ROWS)
-        except Exception as exc:  # the next search meets the same trouble and says it as a tool error
-            note(f"learning the index ahead stopped: {type(exc).__name__}: {exc}")
-            self._learn_ahead = False
-            return False
+            if self._ahead is not None:
+                self._ahead.after_call(self.tools.memory)
 
     def _answer(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         try:

@@ -24,7 +24,7 @@ ready (a pipe's writes are made non-blocking for the session): no thread hands
 a message over on the way in or out. With a reading thread and a worker thread a
 write (as the SDK's transport does) the server spent 0.70 ms of CPU on a tool
 call refused at once, 0.54 ms without them, and its round trip took 1.03 ms p50,
-0.84 without (2026-11-24, load 2-2.6). Input that cannot be waited for (a file)
+0.84 without (load 2-2.6; bench/README.md "Cited measurements"). Input that cannot be waited for (a file)
 is read as it is, and output to a terminal or a file is written on a worker
 thread. Like the SDK's
 transport, it takes the client's pipes for itself: fd 0 then reads /dev/null

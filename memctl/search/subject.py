@@ -70,7 +70,7 @@ class SubjectTest:
         meaning for knows_subject. Counted as a set (a word held or not), not by BM25: BM25's
         coverage rewards a short turn that repeats a common word, and a pair of such turns
         covered half of other conversations' questions. Only BM25's candidates can hold a word.
-        Measured (bench/README.md, "The minimum, third pass"): LongMemEval dev keeps the pride
+        Measured (bench/README.md, "Dates, twins and two-turn subjects"): LongMemEval dev keeps the pride
         parade question; unrelated queries returning anything 2.1 % -> 3.3 %.
         """
         weights = evidence.bm25.weights

@@ -3,7 +3,8 @@ for its exit status; and start one in the background.
 
 Every `memctl` call runs this first, so it imports only what Python has already loaded or
 builds in: `_socket` rather than `socket` (whose enums cost 2-5 ms of a ~25 ms call,
-python -X importtime, 2026-11-24), `_blake2` rather than `hashlib` (which loads OpenSSL, ~10 ms),
+python -X importtime; bench/README.md "Cited measurements"), `_blake2` rather than `hashlib` (which loads
+OpenSSL, ~10 ms),
 marshal rather than json. Nothing here may make a call fail: whatever goes wrong before the
 server has started the call, the caller runs it in-process (`forward` returns None).
 

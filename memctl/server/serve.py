@@ -31,14 +31,16 @@ import sys
 import threading
 import time
 import traceback
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 
 from memctl.server import client
+from memctl.server.ahead import Ahead
 
 HEARTBEAT_SECONDS = 1.0
-LEARN_ROWS = 128  # rows of the open index learned ahead between two looks for a call (_learning)
+# Rows of the open index learned ahead between two looks for a call (Ahead): 256 rows took 3.6 ms
+# of thread CPU (6k store; bench/README.md "Cited measurements"), so that a call waits little behind a step.
+LEARN_ROWS = 128
 KEPT_MEMORIES = 4  # open Memory objects kept: one a (store path as given, working directory)
 KEPT_THREADS = 4   # connection threads kept waiting for the next connection
 
@@ -81,9 +83,9 @@ class Server:
         self._connections: queue.Queue[socket.socket] = queue.Queue()  # to the connection threads waiting
         self._idle_threads = 0
         self._threads_lock = threading.Lock()
-        self.memories: OrderedDict[tuple, Any] = OrderedDict()
         self.store = Store(self.root)
-        self._written = self.store.written_stamp()  # the store's, after the last call (_embed_ahead)
+        # The calls, with the open indexes of the kept Memories learned ahead between them
+        self.ahead = Ahead(self.calls, rows=LEARN_ROWS, written=self.store.written_stamp(), say=self.say)
         self._call_memory = None  # the Memory the running call's command made, if it made one
         self.started = time.time()
         self.last_call = self.began = time.monotonic()
@@ -107,7 +109,7 @@ class Server:
         if isinstance(record, str):
             os.close(lock)
             return record
-        self._written = self.store.written_stamp()  # the record, made at the root, moved it
+        self.ahead.written = self.store.written_stamp()  # the record, made at the root, moved it
         os.chdir("/")  # a call runs in its client's directory; between calls none is held
         self._warm()
         signal.signal(signal.SIGINT, self._on_interrupt)
@@ -119,7 +121,7 @@ class Server:
         try:
             while not self.leaving:
                 try:
-                    call = self.calls.get_nowait() if self._learning() else self.calls.get(timeout=HEARTBEAT_SECONDS)
+                    call = self.ahead.next_call(timeout=HEARTBEAT_SECONDS)
                 except queue.Empty:
                     call = None
                 except KeyboardInterrupt:
@@ -144,7 +146,8 @@ class Server:
         """Load numpy and the store's model before the first call. numpy now, because a call runs
         in its client's environment, where the OPENBLAS_NUM_THREADS=1 the command line sets is
         missing: imported in a call, numpy started an OpenBLAS thread that spun ~19 ms of CPU a
-        warm search (2 cores, 6k store, 2026-11-24). The model now, so that the first call finds
+        warm search (2 cores, 6k store; bench/README.md "Cited measurements"). The model now, so that the
+        first call finds
         it, its session laid out for many calls (Memory.warm)."""
         import numpy  # noqa: F401
 
@@ -264,7 +267,8 @@ class Server:
         """Each connection to a thread of its own at once (a call waiting its turn must still be
         answered QUEUED, then BUSY): a thread that served one and waits for another if there is
         one (_idle_threads, counted here as they are handed work), else a new one. Starting a
-        thread a call cost ~0.1 ms of CPU and ~0.2 ms before the request was read (2026-11-24)."""
+        thread a call cost ~0.1 ms of CPU and ~0.2 ms before the request was read (bench/README.md "Cited
+        measurements")."""
         while True:
             try:
                 connection, _ = listener.accept()
@@ -424,8 +428,9 @@ class Server:
                     _send(call.connection, client.EXIT + call.code.to_bytes(4, "big", signed=True))
                 call.done.set()  # after the send: its connection's thread closes the connection then
             self._decide(call, client.FALLBACK)  # if it never started
-            if call.verdict == client.STARTED:
-                self._embed_ahead()  # still in the call's directory and environment
+            # Embedding ahead still in the call's directory and environment: 20 new messages take
+            # ~47 ms of a `memctl index` on two threads, done while the agent behind the call goes on
+            self.ahead.after_call(self._call_memory if call.verdict == client.STARTED else None)
             # The rest of the process's own state back after the exit status: the client's wait is
             # over, and on another core it runs on while this is done.
             os.umask(umask)
@@ -502,51 +507,26 @@ class Server:
             self._in_command = False
         return 0
 
-    def _learning(self) -> bool:
-        """Between calls, learn a little more of the open index (Memory.learn_ahead): LEARN_ROWS at
-        a time, so that a call waits little behind it (256 rows took 3.6 ms of thread CPU, 6k
-        store, 2026-11-24). False when every kept Memory has learned all."""
-        try:
-            return not all(memory.learn_ahead(LEARN_ROWS) for memory in list(self.memories.values()))
-        except Exception as exc:  # the next call meets the same trouble and says it; learning stops
-            self.say(f"learning ahead stopped: {exc}")
-            self.memories.clear()
-            return False
-
-    def _embed_ahead(self) -> None:
-        """After a call that wrote the store, start embedding what the next index update will
-        embed (Memory.embed_ahead), while the agent or script behind the call goes on: 20 new
-        messages take ~47 ms of a `memctl index` on two threads here."""
-        if self._call_memory is None:
-            return
-        try:
-            self._written = self._call_memory.embed_ahead(self._written)
-        except Exception as exc:  # the update meets the same trouble and says it
-            self.say(f"embedding ahead failed: {exc}")
-
     def _memory(self, path, *, say):
         """The Memory a call's command gets: made anew, as in a process of its own (settings, clock),
         with the open index and vectors of the last call on the same store path from the same
         working directory (memctl.Memory.adopt)."""
         memory = self.make_memory(path, say=say)
         key = (str(memory.store.root), os.getcwd())
-        previous = self.memories.pop(key, None)
+        kept = self.ahead.memories
+        previous = kept.pop(key, None)
         if previous is not None:
             memory.adopt(previous)
-        self.memories[key] = memory
+        kept[key] = memory
         self._call_memory = memory
-        while len(self.memories) > KEPT_MEMORIES:
-            self.memories.popitem(last=False)
+        while len(kept) > KEPT_MEMORIES:
+            kept.popitem(last=False)
         return memory
 
 
 def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
     """A request and the descriptors that came with it (client.send)."""
-    fds: list[int] = []
-    first, ancillary, _, _ = connection.recvmsg(1, socket.CMSG_LEN(3 * 4))
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds += [int.from_bytes(data[i:i + 4], sys.byteorder, signed=True) for i in range(0, len(data) - 3, 4)]
+    first, fds, _, _ = socket.recv_fds(connection, 1, 3)
     try:
         if not first:
             raise EOFError("no request")
@@ -586,7 +566,8 @@ def _streams(encodings: list) -> tuple:
 
 def _set_environment(values: dict) -> None:
     """os.environ made `values`, changing only what differs: clearing and filling it (a putenv a
-    variable, twice a call) cost 0.07-0.2 ms of a warm call, the difference ~0.02 (2026-11-24)."""
+    variable, twice a call) cost 0.07-0.2 ms of a warm call, the difference ~0.02 (bench/README.md "Cited
+    measurements")."""
     environment = os.environ
     changed_zone = values.get("TZ") != environment.get("TZ")
     for name in [name for name in environment if name not in values]:
@@ -618,7 +599,7 @@ def _sources_stamp() -> int:
     """The newest modification time of memctl's source files: one edited (or a package installed over
     this one with the same version) makes the server outdated."""
     # os.scandir, not Path.rglob: 0.4 ms instead of 1.1 for ~100 files, looked at once a second
-    # before a call is queued (2026-11-24).
+    # before a call is queued (bench/README.md "Cited measurements").
     newest, folders = 0, [str(Path(__file__).resolve().parents[1])]
     while folders:
         with os.scandir(folders.pop()) as entries:

@@ -31,6 +31,7 @@ import orjson
 
 from memctl.errors import InputError, StoreError
 from memctl.store import locking
+from memctl.store.seam import Truth, Writes
 
 DEFAULT_STORE = ".memory"
 STORE_ENV = "MEMCTL_STORE"
@@ -151,7 +152,7 @@ def check_scope(value, *, source: str = "--scope", line: int | None = None) -> s
     return value
 
 
-class Store:
+class Store(Truth):
     """A memory store rooted at a directory; knows where every file lives."""
 
     def __init__(self, root: str | os.PathLike):
@@ -204,7 +205,8 @@ class Store:
         self.confine(folder)
         # One scandir, each entry's kind from the directory itself: Path.glob and a confine()
         # (abspath, relative_to, an lstat a part) per file cost a warm search 3 ms of its ~20 in
-        # a 130-file store (2026-11-24). As glob, a pattern not starting with "." skips hidden names.
+        # a 130-file store (bench/README.md "Cited measurements"). As glob, a pattern not starting with
+        # "." skips hidden names.
         found = []
         try:
             with os.scandir(folder) as entries:
@@ -270,7 +272,8 @@ class Store:
     def source_names(self) -> list[str]:
         """source_files() as relative() writes them, without a Path made for each: the index's
         freshness check stamps every one before every search (a 50k store: ~800 files, whose
-        Paths cost ~2 ms, 2026-11-24). The list is kept while the store's folders stay as they
+        Paths cost ~2 ms; bench/README.md "Cited measurements"). The list is kept while the store's
+        folders stay as they
         were (_LISTED): a resident server's listing of 945 files cost 1.2 ms a search."""
         root = os.path.abspath(self.root)
         listed_at = time.time_ns()
@@ -293,7 +296,7 @@ class Store:
     def relative(self, path: Path) -> str:
         """A path as users see it in output: relative to the store root."""
         # A string's prefix first: pathlib's relative_to cost a 50k store's freshness check (a
-        # stamp for each of ~800 files, every search) 15 ms (2026-11-24).
+        # stamp for each of ~800 files, every search) 15 ms (bench/README.md "Cited measurements").
         text, root = str(path), str(self.root)
         if os.sep == "/" and text.startswith(root + "/") and root not in ("", "."):
             return text[len(root) + 1:]
@@ -397,7 +400,7 @@ class Store:
         return first not in (_JOURNAL_DIR, ".lock")
 
 
-class Transaction:
+class Transaction(Writes):
     """Changes to store files that land together or not at all.
 
     Before each change the journal records how to undo it: the old size of a

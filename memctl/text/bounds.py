@@ -5,7 +5,7 @@ a --batch line's query: its every line is embedded, and a text of several
 lines whole as well (split_query_lines), so its cost grows with its length.
 10,000 characters in lines of 10 took 1.0 s warm (16,000 messages, 2 cores
 under load), before the whole was embedded too (USE: 0.74 s CPU for 10,000
-characters whole, 0.71 s for them in lines of 10, 2026-11-24); 10 MB held the
+characters whole, 0.71 s for them in lines of 10; bench/README.md "Cited measurements"); 10 MB held the
 server for 124 s, and a 6.5 MB `memctl search --batch` line 39 s and 868 MB.
 A longer text is refused with one line (exit 2), so the agent sends the gist.
 """
