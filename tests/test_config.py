@@ -11,6 +11,7 @@ from memctl import config
 from memctl.runtime import Runtime
 from memctl.clock import Clock, parse_ts
 from memctl.errors import InputError
+from memctl.store.store import Store
 
 
 @pytest.fixture
@@ -127,7 +128,7 @@ def test_a_runtime_reads_the_settings_once_and_pins_the_clock(tmp_path, no_user_
     store_file = tmp_path / "memctl.toml"
     store_file.write_text("[topics]\nllm_batch = 7\n")
     monkeypatch.setenv("MEMCTL_NOW", "2026-11-24T10:00:00Z")
-    runtime = Runtime(store_file)
+    runtime = Runtime(Store(tmp_path))
     assert runtime.settings.topics.llm_batch == 7
     store_file.write_text("[topics]\nllm_batch = 8\n")
     assert runtime.settings.topics.llm_batch == 7  # read once: a new Memory reads the change

@@ -23,14 +23,11 @@ from typing import Any
 import orjson
 
 from memctl.runtime import Runtime
-from memctl import clock
-from memctl import config
 from memctl.index.filters import Filters
 from memctl.index.units_reader import UnitsReader
 from memctl.search.candidates import Candidates, IndexRows, UnitWords
 from memctl.search.queries import Query
 from memctl.search.stages import ROUNDING, SearchRun, rank
-from memctl.store.store import Store
 
 
 @dataclass
@@ -68,13 +65,12 @@ class Searcher:
     rows (IndexRows: units.db and what is kept of it), its units' words and its vectors; each
     search gathers its candidates there and walks the ranking stages (stages.STAGES)."""
 
-    def __init__(self, store: Store, settings: config.Settings | None = None,
-                 runtime: Runtime | None = None):
+    def __init__(self, rt: Runtime):
         from memctl.index import lexical
 
-        self.store = store
-        self.runtime = runtime  # whose query embedder to use, if given
-        self.settings = settings or config.load(store.config_file)
+        self.runtime = rt  # the call's: a resident server hands this Searcher on (Retriever._open)
+        self.store = store = rt.store
+        self.settings = rt.settings
         self.retrieval = self.settings.retrieval
         index_dir = store.index_dir
         self.manifest = _manifest_stamp(index_dir)  # every update rewrites the manifest (a new file)
@@ -86,7 +82,6 @@ class Searcher:
         self.words = UnitWords(self.tantivy)
         self._index_dir = index_dir
         self._vectors = None
-        self._embedder = None
 
     # -- the pieces, loaded only when a query needs them -------------------------
     @property
@@ -101,14 +96,7 @@ class Searcher:
 
     @property
     def embedder(self):
-        if self.runtime is not None:
-            return self.runtime.embedder  # the call's (a resident server hands this Searcher on: Retriever._open)
-        if self._embedder is None:
-            from memctl.index.embedders import open_embedder
-
-            # a query runs on [embedding] query_threads (embedding.py): one embedder a process
-            self._embedder = open_embedder(self.settings.embedding, self.retrieval)
-        return self._embedder
+        return self.runtime.embedder  # the call's (a resident server hands this Searcher on: Retriever._open)
 
     # -- search ------------------------------------------------------------------
     def search(self, query: Query) -> list[Result]:
@@ -131,9 +119,10 @@ class Searcher:
             cosines = _query_cosines(self.vectors, query_vectors)
             vector_rows = self._vector_candidates(cosines, query.filters, limit)
         found = self.rows.gather(bm25, vector_rows, cosines is not None, query.filters)
-        periods = _named_periods(query.text) if cfg.date_weight > 0 and query.neighbours else []
+        now = self.runtime.clock.now()
+        periods = _named_periods(query.text, now) if cfg.date_weight > 0 and query.neighbours else []
         run = SearchRun(self.settings, self.store, self.rows, self.words, self.vectors, bm25, cosines, vector_rows,
-                        weights, periods, self._cosine_calibration)
+                        weights, periods, self._cosine_calibration, now)
         rank(found, query, run)
         results = [self._result(found, at) for at in found.best_of_each_record(query.k)]
         self._snippets(results)
@@ -198,12 +187,11 @@ class Retriever:
     retrieval score reads them).
     """
 
-    def __init__(self, store: Store, *, say=None, runtime: Runtime | None = None):
-        """`runtime`: its Memory's (settings read once, the query embedder shared); without one,
-        each search reads memctl.toml and a change of settings reopens the index."""
-        self.store = store
+    def __init__(self, rt: Runtime, *, say=None):
+        """`rt`: its Memory's (the store, settings read once, the clock, the query embedder shared)."""
+        self.store = rt.store
         self.say = say
-        self.runtime = runtime
+        self.runtime = rt
         self._searcher: Searcher | None = None
 
     def search(self, queries: list[Query], *, count_access: bool = True) -> list[list[Result]]:
@@ -211,7 +199,7 @@ class Retriever:
         from memctl.store import counters
 
         self.store.require()
-        index = Index(self.store, self.runtime.settings if self.runtime else None)
+        index = Index(self.runtime)
         report = index.refresh(self.say)
         try:
             answers = [self._open(index, report.touched).search(q) for q in queries]
@@ -222,7 +210,7 @@ class Retriever:
             answers = [self._open(index, True).search(q) for q in queries]
         if count_access:
             counters.record(self.store, [r.record_id or r.id for results in answers for r in results
-                                         if r.kind == "memory"])
+                                         if r.kind == "memory"], self.runtime.clock.now())
         return answers
 
     def learn_ahead(self, rows: int) -> bool:
@@ -232,15 +220,14 @@ class Retriever:
     def _open(self, index, changed: bool) -> Searcher:
         if (changed or self._searcher is None or self._searcher.settings != index.settings
                 or self._searcher.manifest != _manifest_stamp(index.dir)):  # another process updated it
-            self._searcher = Searcher(self.store, index.settings, self.runtime)
+            self._searcher = Searcher(self.runtime)
         self._searcher.runtime = self.runtime  # a Memory that adopted this one's: its model is the call's
         return self._searcher
 
 
-def search_store(store: Store, queries: list[Query], *, say=None, count_access: bool = True,
-                 runtime: Runtime | None = None) -> list[list[Result]]:
+def search_store(rt: Runtime, queries: list[Query], *, say=None, count_access: bool = True) -> list[list[Result]]:
     """One search of a store by a fresh Retriever (a command's single run)."""
-    return Retriever(store, say=say, runtime=runtime).search(queries, count_access=count_access)
+    return Retriever(rt, say=say).search(queries, count_access=count_access)
 
 
 def _manifest_stamp(index_dir) -> tuple[int, int] | None:
@@ -279,8 +266,8 @@ def _query_cosines(vectors, query_vectors):
     return (products[:, :-1].max(axis=1) + products[:, -1]) / 2
 
 
-def _named_periods(text: str) -> list:
-    """The periods the query names (search/dates.py), read against now."""
+def _named_periods(text: str, now) -> list:
+    """The periods the query names (search/dates.py), read against `now`."""
     from memctl.search.dates import named_periods
 
-    return named_periods(text, clock.now())
+    return named_periods(text, now)

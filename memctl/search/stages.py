@@ -45,11 +45,12 @@ from typing import TYPE_CHECKING, Callable
 
 import orjson
 
-from memctl import clock
 from memctl.search.candidates import Candidates, moment_of, micros
 from memctl.search.subject import Evidence, SubjectTest
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from memctl import config
     from memctl.index import lexical
     from memctl.search.candidates import IndexRows, RowFacts, UnitWords
@@ -69,7 +70,7 @@ class SearchRun:
 
     def __init__(self, settings: config.Settings, store: Store, rows: IndexRows, words: UnitWords, vectors,
                  bm25: lexical.Hits, cosines, vector_rows: list[int], weights: tuple[float, float, float | None],
-                 periods: list, calibration: Callable[[], tuple[float, float]]):
+                 periods: list, calibration: Callable[[], tuple[float, float]], now: datetime):
         self.settings = settings
         self.cfg = settings.retrieval
         self.store = store
@@ -82,6 +83,7 @@ class SearchRun:
         self.vector_weight, self.bm25_weight, self.unknown = weights
         self.periods = periods
         self.calibration = calibration  # the model's cosine floor and ceiling, read when fusing cosines
+        self.now = now  # this search's moment (its runtime's clock): what ages count to
 
         self._facts: RowFacts | None = None
         self._age = None
@@ -98,7 +100,7 @@ class SearchRun:
 
         if self._age is None:
             facts, rows = self.facts(found), found.rows
-            age = np.where(facts.timed[rows], (micros(clock.now()) - facts.micros[rows]) / 1e6 / 86400, 0.0)
+            age = np.where(facts.timed[rows], (micros(self.now) - facts.micros[rows]) / 1e6 / 86400, 0.0)
             self._age = np.maximum(0.0, age)
         return self._age
 
@@ -436,7 +438,7 @@ class Mera(Stage):
     def apply(self, found: Candidates, query: Query, run: SearchRun) -> None:
         from memctl.search.scores import Scorer
 
-        scorer = Scorer(run.store, gov=run.settings.governance)
+        scorer = Scorer(run.store, run.now, run.settings.governance)
         fused = found.explained["fused"][0]
         found.score = found.score.copy()  # the time decay's explain keeps the one it had
         for at in found.order:
