@@ -102,12 +102,12 @@ class Searcher:
     def search(self, query: Query) -> list[Result]:
         from memctl.index import lexical
 
-        cfg = self.retrieval
-        limit = max(cfg.candidates, query.k * 3)
+        retrieval = self.retrieval
+        limit = max(retrieval.candidates, query.k * 3)
         bm25 = lexical.Hits({}, 0.0)
         if query.mode != "vector":
-            bm25 = lexical.search(self.tantivy, query.text, query.filters, limit, cfg.coverage_query_words,
-                                  cfg.context_weight)
+            bm25 = lexical.search(self.tantivy, query.text, query.filters, limit, retrieval.coverage_query_words,
+                                  retrieval.context_weight)
 
         weights = self._weights(query)
         # Every row's cosine to the query, when it is embedded: the candidates', their turns
@@ -115,12 +115,12 @@ class Searcher:
         cosines = None
         vector_rows: list[int] = []
         if weights[0] > 0:
-            query_vectors = self.embedder.embed_queries(_query_lines(query.text, cfg.split_query_lines))
+            query_vectors = self.embedder.embed_queries(_query_lines(query.text, retrieval.split_query_lines))
             cosines = _query_cosines(self.vectors, query_vectors)
             vector_rows = self._vector_candidates(cosines, query.filters, limit)
         found = self.rows.gather(bm25, vector_rows, cosines is not None, query.filters)
         now = self.runtime.clock.now()
-        periods = _named_periods(query.text, now) if cfg.date_weight > 0 and query.neighbours else []
+        periods = _named_periods(query.text, now) if retrieval.date_weight > 0 and query.neighbours else []
         run = SearchRun(self.settings, self.store, self.rows, self.words, self.vectors, bm25, cosines, vector_rows,
                         weights, periods, self._cosine_calibration, now)
         rank(found, query, run)
@@ -129,16 +129,16 @@ class Searcher:
         return results
 
     def _weights(self, query: Query) -> tuple[float, float, float | None]:
-        cfg = self.retrieval
+        retrieval = self.retrieval
         if query.mode == "bm25":
             return 0.0, 1.0, None
         if query.mode == "vector":
             return 1.0, 0.0, None
         unknown = self.embedder.unknown_share(query.text)
-        low, high = cfg.unknown_share_low, cfg.unknown_share_high
+        low, high = retrieval.unknown_share_low, retrieval.unknown_share_high
         confidence = min(1.0, max(0.0, (high - unknown) / (high - low))) if high > low else float(unknown < high)
-        vector_weight = cfg.vector_weight * confidence
-        return vector_weight, cfg.bm25_weight + cfg.vector_weight - vector_weight, unknown
+        vector_weight = retrieval.vector_weight * confidence
+        return vector_weight, retrieval.bm25_weight + retrieval.vector_weight - vector_weight, unknown
 
     def _vector_candidates(self, cosines, filters: Filters, limit: int) -> list[int]:
         """The `limit` rows of the best cosines the filters allow (in no particular order)."""
