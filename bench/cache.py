@@ -28,7 +28,6 @@ MEMCTL = str(Path(sys.executable).parent / "memctl")  # the console script an ag
 
 from memctl.api import Memory  # noqa: E402
 from memctl.cache import Cache, CacheError  # noqa: E402
-from memctl.store.store import Store  # noqa: E402
 from installed import compile_package  # noqa: E402
 
 
@@ -60,7 +59,7 @@ def cold_hit_ms(store: Path, backend: str, runs: int) -> tuple[float, float]:
 
 
 def api_hit_ms(store: Path, backend: str, calls: int) -> float:
-    cache = Cache(Store(store), backend=backend)
+    cache = Cache(Memory(store).runtime, backend=backend)
     argv = ["echo", "hi"]
     cache.run("api", "echo", argv)
     times = []
@@ -72,7 +71,7 @@ def api_hit_ms(store: Path, backend: str, calls: int) -> float:
 
 
 def _worker(store: str, backend: str, effect: str, worker: int, calls: int, keys: int, results) -> None:
-    cache = Cache(Store(store), backend=backend)
+    cache = Cache(Memory(store).runtime, backend=backend)
     wrong = errors = multi_line = 0
     for n in range(calls):
         key = (worker * 7 + n * 13) % keys
@@ -104,7 +103,7 @@ def crowd(store: Path, backend: str, procs: int, calls: int, keys: int, restart=
     seconds = time.perf_counter() - start
     ran = effect.read_text().split() if effect.exists() else []
     per_key = {k: ran.count(str(k)) for k in range(keys)}
-    cache = Cache(Store(store), backend=backend)
+    cache = Cache(Memory(store).runtime, backend=backend)
     stored = {e.args[-1]: e.output for e in cache.entries("crowd")}
     corrupt = sum(1 for k in range(keys) if stored.get(command(effect, k)[-1]) not in (None, f"value-{k}\n".encode()))
     return {"seconds": seconds, "runs": len(ran), "keys_run_once": sum(v == 1 for v in per_key.values()),
@@ -144,7 +143,7 @@ def consolidation(store: Path, backend: str, items: int) -> dict:
     first = cache.consolidate("round", index=False)
     write = time.perf_counter() - start
     start = time.perf_counter()
-    Index(cache.store).update()
+    Index(cache.runtime).update()
     index = time.perf_counter() - start
     again = cache.consolidate("round", index=False)
     memory = (store / "MEMORY.md").read_text()

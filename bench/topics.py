@@ -130,14 +130,14 @@ class CachedModel:
             self.path.write_bytes(pickle.dumps(self.vectors))
 
 
-def split_in_process(conversation: dict, model: CachedModel, settings) -> list:
+def split_in_process(conversation: dict, model: CachedModel, tuning) -> list:
     from memctl.topics import segment
     from memctl.topics.split import readable_by
 
     messages = [{"id": str(n), "role": m["role"], "speaker": m.get("speaker") or m["role"], "text": m["text"]}
                 for n, m in enumerate(conversation["messages"])]
     vectors = model.embed([m["text"] for m in messages])
-    return segment.partition(messages, vectors, [], settings, embed=model.embed, reads=readable_by(model.model))
+    return segment.partition(messages, vectors, [], tuning, embed=model.embed, reads=readable_by(model.model))
 
 
 def texttiling(vectors: np.ndarray, window: int = 2) -> list[int]:
@@ -195,7 +195,7 @@ def split_through_cli(conversation: dict, workdir: Path) -> list:
 METHODS = ("one topic", "each message its own", "TextTiling (same vectors)", "memctl split")
 
 
-def score(conversations: list[dict], model: CachedModel, settings, cli: Path | None) -> dict:
+def score(conversations: list[dict], model: CachedModel, tuning, cli: Path | None) -> dict:
     """Per method, per half ("even", "odd", "all"): mean ARI, Pk, WindowDiff, (returns back, returns)."""
     scores = {method: {half: [] for half in ("even", "odd")} for method in METHODS}
     back = {method: {half: [0, 0] for half in ("even", "odd")} for method in METHODS}
@@ -203,7 +203,7 @@ def score(conversations: list[dict], model: CachedModel, settings, cli: Path | N
         half = ("even", "odd")[number % 2]
         gold = [m["gold"] for m in conversation["messages"]]
         vectors = model.embed([m["text"] for m in conversation["messages"]])
-        predicted = split_through_cli(conversation, cli) if cli else split_in_process(conversation, model, settings)
+        predicted = split_through_cli(conversation, cli) if cli else split_in_process(conversation, model, tuning)
         for method, labels in zip(METHODS, (["t"] * len(gold), list(range(len(gold))), texttiling(vectors),
                                             predicted)):
             scores[method][half].append((ari(gold, labels), pk(gold, labels), window_diff(gold, labels)))
@@ -240,24 +240,24 @@ def speed(count: int, workdir: Path) -> None:
 def main() -> None:
     from dataclasses import replace
 
-    from memctl.topics.segment import Settings
+    from memctl.topics.segment import Tuning
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default=SETS)
     parser.add_argument("--limit", type=int, default=0, help="conversations per data set (0: all)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="a segment.Settings value for this run (tuning)")
+                        help="a segment.Tuning value for this run")
     parser.add_argument("--model", default="", help="an [embedding] model for the split (default: memctl's)")
     parser.add_argument("--cli", action="store_true", help="split through `memctl split` in fresh stores")
     parser.add_argument("--speed", type=int, default=0, metavar="N", help="time the split of N messages instead")
     args = parser.parse_args()
-    settings = Settings()
+    tuning = Tuning()
     for name, value in (assignment.split("=", 1) for assignment in args.set):
         if "." in name:  # new_thresholds.plain=1.25
             table, key = name.split(".", 1)
-            settings = replace(settings, **{table: {**getattr(settings, table), key: float(value)}})
+            tuning = replace(tuning, **{table: {**getattr(tuning, table), key: float(value)}})
         else:
-            settings = replace(settings, **{name: type(getattr(settings, name))(float(value))})
+            tuning = replace(tuning, **{name: type(getattr(tuning, name))(float(value))})
     with tempfile.TemporaryDirectory() as tmp:
         if args.speed:
             speed(args.speed, Path(tmp))
@@ -266,7 +266,7 @@ def main() -> None:
         print("| data | method | ARI | Pk | WindowDiff | returns | ARI even / odd | returns even / odd |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for name in args.data.split(","):
-            result = score(load(name, args.limit), model, settings, Path(tmp) if args.cli else None)
+            result = score(load(name, args.limit), model, tuning, Path(tmp) if args.cli else None)
             for method, halves in result.items():
                 a, p, w, share = halves["all"]
                 print(f"| {name} | {method} | {a:.3f} | {p:.3f} | {w:.3f} | {share} | "

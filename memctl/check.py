@@ -30,7 +30,7 @@ import stat
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import orjson
 
@@ -44,6 +44,10 @@ from memctl.governance import review as pending
 from memctl.errors import InputError, MemctlError, StoreError
 from memctl.store import counters, jsonl
 from memctl.store.store import DIR_MODE, FILE_MODE, NotRegularFile, Store, load_journal, mended_tail, read_file
+
+if TYPE_CHECKING:
+    from memctl.clock import Clock
+    from memctl.runtime import Runtime
 
 _TEMP = re.compile(r"^\..+\.(\d+)\.tmp$")
 _TOML_LINE = re.compile(r"at line (\d+)")
@@ -71,15 +75,16 @@ class Problem:
 
 
 # -- check -------------------------------------------------------------------
-def check(store: Store, now: datetime | None = None) -> list[Problem]:
+def check(rt: Runtime) -> list[Problem]:
     """Every problem in the store, in a stable order (by file, then line)."""
+    store = rt.store
     store.require()
-    now = now or clock.now()
+    now = rt.clock.now()
     problems: list[Problem] = _check_files(store)
     if any(p.file == ".lock" and p.code != "hard-link" for p in problems):
         return problems  # without its lock the store cannot be read consistently: that comes first
     with store.reading(recover=False):  # report an unfinished transaction, don't undo it
-        settings = _guarded(problems, lambda: _check_config(store, problems))  # memctl.toml read once
+        settings = _guarded(problems, lambda: _check_config(rt, problems))  # memctl.toml read once
         problems += _guarded(problems, lambda: _check_programs(store)) or []
         problems += _guarded(problems, lambda: _check_leftovers(store)) or []
         problems += _guarded(problems, lambda: _check_permissions(store)) or []
@@ -91,11 +96,11 @@ def check(store: Store, now: datetime | None = None) -> list[Problem]:
         _guarded(problems, lambda: _check_daily_logs(store, problems))
         deleted = _guarded(problems, lambda: _check_deleted(store, problems)) or []
         _guarded(problems, lambda: _check_topics(store, problems))
-        _guarded(problems, lambda: _check_cache(store, problems))
+        _guarded(problems, lambda: _check_cache(store, problems, rt.clock))
         if doc is not None:
             _check_chains(doc, deleted, problems)
         if settings is not None:  # else the config check said why
-            problems += _guarded(problems, lambda: index_problems(store, settings)) or []
+            problems += _guarded(problems, lambda: index_problems(rt)) or []
     order = {"MEMORY.md": 0}
     problems.sort(key=lambda p: (order.get(p.file, 1), p.file, p.line or 0))
     return problems
@@ -235,30 +240,32 @@ def _check_topic_links(store: Store, links: list[tuple[int, dict]], topics: set[
                                         "dangling-link", "warning"))
 
 
-def _check_cache(store: Store, problems: list[Problem]) -> None:
+def _check_cache(store: Store, problems: list[Problem], clock: Clock) -> None:
     """The files cache backend's entries and event logs: warnings, since reading the cache
     takes each as a miss (the next run replaces it) and nothing remembered is lost."""
     from memctl.cache import cache_problems
 
     named = {p.file for p in problems if p.code in _FILE_KINDS}  # a FIFO among them: said once, by _check_files
-    problems += [Problem(file, line, message, "cache", "warning") for file, line, message in cache_problems(store)
+    problems += [Problem(file, line, message, "cache", "warning")
+                 for file, line, message in cache_problems(store, clock)
                  if file not in named and not _is_link_refusal(message)]  # _check_links names each link
 
 
-def index_problems(store: Store, settings: config.Settings | None = None) -> list[Problem]:
+def index_problems(rt: Runtime) -> list[Problem]:
     """Is .index/ in step with the files? A stale or missing index is a warning, never
     damage: search rebuilds it by itself, and `health --fix` does it now."""
     from memctl.index.index import health_problems
 
     return [Problem(file, None, message, "index", "warning", True)
-            for file, message in health_problems(store, settings)]
+            for file, message in health_problems(rt)]
 
 
-def _check_config(store: Store, problems: list[Problem]) -> config.Settings | None:
+def _check_config(rt: Runtime, problems: list[Problem]) -> config.Settings | None:
     """The store's settings, loaded (and checked: every table, then the governance rule); None,
     with the problem added, when they cannot be."""
+    store = rt.store
     try:
-        return config.load(store.config_file)
+        return rt.settings
     except InputError as exc:
         match = _TOML_LINE.search(exc.message)
         line = exc.line if exc.line is not None else int(match.group(1)) if match else None
@@ -435,16 +442,15 @@ def _is_time(value) -> bool:
 
 
 def _check_pending(store: Store, problems: list[Problem], ids: dict[str, str], now: datetime,
-                   every: config.Settings) -> None:
+                   settings: config.Settings) -> None:
     path = store.pending_file
-    settings = every.ingest
     for number, item in _jsonl(store, path, problems, "a pending memory"):
         if not isinstance(item.get("id"), str):
             problems.append(Problem(pending.SOURCE, number, "pending memory has no text 'id'", "field"))
             continue
         _note_id(ids, item["id"], pending.SOURCE, number, problems)
         try:  # what `review confirm` would refuse
-            pending.note_of(pending.Pending(number, b"", item), settings)
+            pending.note_of(pending.Pending(number, b"", item), settings.ingest, now)
         except InputError as exc:
             what = f"field '{exc.field}': " if exc.field else ""
             problems.append(Problem(pending.SOURCE, number, f"'{item['id']}': {what}{exc.message}", "field"))
@@ -577,9 +583,9 @@ def _end_last_line(store: Store, path: Path, problem: Problem, dry_run: bool) ->
                            f"cut the torn last line ({size - len(mended)} bytes)")
 
 
-def fix(store: Store, problems: list[Problem], *, dry_run: bool = False,
-        now: datetime | None = None) -> list[str]:
+def fix(rt: Runtime, problems: list[Problem], *, dry_run: bool = False) -> list[str]:
     """Repair the fixable problems; returns one line per repair (made, or that would be made)."""
+    store = rt.store
     done: list[str] = []
     codes = {p.code for p in problems if p.fixable}
     if "journal" in codes:
@@ -592,7 +598,7 @@ def fix(store: Store, problems: list[Problem], *, dry_run: bool = False,
             done += [f"{p.file}:{p.line}: drop {p.message.split(' (')[0]}" for p in problems
                      if p.code == "pending-expired"]
         else:
-            for item in pending.drop_expired(store, now=now):
+            for item in pending.drop_expired(rt):
                 done.append(f"{pending.SOURCE}:{item['line']}: dropped '{item['id']}' "
                             f"(expired {item['expires_at']})")
     for problem in problems:
@@ -612,10 +618,10 @@ def fix(store: Store, problems: list[Problem], *, dry_run: bool = False,
         if not dry_run:
             from memctl.index.index import Index
 
-            Index(store).update()
+            Index(rt).update()
         done.append(".index: brought up to date with the files")
     if done and not dry_run:
-        stamp = clock.format_ts(now or clock.now())
+        stamp = clock.format_ts(rt.clock.now())
         with store.transaction() as tx:
             tx.append(governance.log_path(store), governance.log_records(
                 [{"ts": stamp, "action": "fix", "what": line} for line in done]))

@@ -3,7 +3,8 @@
 MEMCTL_NOW pins the clock (ISO 8601), so that ages, TTLs and decay can be
 replayed exactly, in tests and when re-running a cron job for a past day.
 It is read here and nowhere else: `Clock.from_environment()` (a Memory's
-clock, see config.Context) and `now()` (code given no clock).
+clock, runtime.Runtime: every module below the API takes its time from that) and `now()`
+(a face's own stamps, given no Memory).
 """
 
 from __future__ import annotations
@@ -69,9 +70,9 @@ def format_ts(moment: datetime) -> str:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def age_days(then: str | datetime | None, at: datetime | None = None) -> float:
-    """Days from `then` to `at` (default now); 0 when `then` is unknown."""
+def age_days(then: str | datetime | None, at: datetime) -> float:
+    """Days from `then` to `at`; 0 when `then` is unknown."""
     if then is None:
         return 0.0
     moment = parse_ts(then) if not isinstance(then, datetime) else then
-    return max(0.0, ((at or now()) - moment).total_seconds() / 86400)
+    return max(0.0, (at - moment).total_seconds() / 86400)

@@ -456,7 +456,7 @@ def _say_notes(config_file: Path, renamed: list[tuple[str, str, str]], ignored: 
 def _layered(config_file: Path) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, str], str],
                                           list[tuple[str, str, Any]]]:
     """(values by table, where each came from, the program settings memctl.toml named and may not):
-    the one walk through the layers, for load() and origins()."""
+    the one walk through the layers, which load() and origins() share."""
     values = copy.deepcopy(DEFAULTS)
     came_from = {(table, key): "default" for table, keys in DEFAULTS.items() for key in keys}
     for (table, key), value in _file_settings(user_config_file()).items():

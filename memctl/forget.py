@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -48,6 +48,9 @@ from memctl.store.sessions import LOG_HEADING, iter_messages, iter_pending, log_
 from memctl.store.status import supersedes_of
 from memctl.store.store import Store, check_name, check_scope, read_file
 from memctl.text.clip import clip
+
+if TYPE_CHECKING:
+    from memctl.runtime import Runtime
 
 KINDS = ("message", "memory", "pending", "log")
 MIN_MATCH_CHARS = 2     # a shorter match would reach nearly every record
@@ -100,11 +103,11 @@ class Forgotten:
                 "remaining": self.remaining, "index": self.index}
 
 
-def forget(store: Store, ids: list[str] = (), *, session: str | None = None, match: str | None = None,
-           scope: str | None = None, dry_run: bool = False, yes: bool = False,
-           settings: config.Settings | None = None) -> Forgotten:
+def forget(rt: Runtime, ids: list[str] = (), *, session: str | None = None, match: str | None = None,
+           scope: str | None = None, dry_run: bool = False, yes: bool = False) -> Forgotten:
     """Forget what `ids`, `session` or `match` select (see the module doc); InputError for a usage
     mistake, NotFound for an id that is not in the store (or not in `scope`): then nothing is written."""
+    store = rt.store
     ids = list(dict.fromkeys(ids))
     for one in ids:
         check_name(one, "id")
@@ -119,7 +122,7 @@ def forget(store: Store, ids: list[str] = (), *, session: str | None = None, mat
     if not ids and match is None and session is None:
         raise InputError("name what to forget: ids, --session ID or --match TEXT", source="<arguments>")
     store.require()
-    settings = settings or config.load(store.config_file)
+    settings = rt.settings
     with store.reading():
         found = _Found.read(store)
     chosen, broad = found.select(ids, session, match, scope)
@@ -131,10 +134,10 @@ def forget(store: Store, ids: list[str] = (), *, session: str | None = None, mat
         chosen, _ = found.select(ids, session, match, scope)
         report = Forgotten(chosen, applied=True, dry_run=False)
         if chosen:
-            _Forgetting(store, tx, found, chosen, report, settings).run()
+            _Forgetting(store, tx, found, chosen, report, settings, clock.format_ts(rt.clock.now())).run()
             texts = [r.text for r in chosen] + ([match] if match else [])
             report.remaining = residue(store, texts)
-            report.index = _scrub_index(store, settings)
+            report.index = _scrub_index(rt)
     return report
 
 
@@ -281,14 +284,14 @@ class _Forgetting:
     """The edits of one forget, file by file, inside its transaction."""
 
     def __init__(self, store: Store, tx, found: _Found, chosen: list[Record], report: Forgotten,
-                 settings: config.Settings):
+                 settings: config.Settings, now: str):
         self.store, self.tx, self.found, self.report, self.settings = store, tx, found, report, settings
         self.message_ids = {r.id for r in chosen if r.kind in ("message", "log")}
         self.memory_ids = {r.id for r in chosen if r.kind == "memory"}
         self.pending_ids = {r.id for r in chosen if r.kind == "pending"}
         self.chosen = chosen
         self.replaced: dict[str, list[str]] = {}  # forgotten memory id -> what it superseded
-        self.now = clock.format_ts(clock.now())
+        self.now = now  # the stamp of every change this forget logs
 
     def run(self) -> None:
         self._sessions()
@@ -511,10 +514,10 @@ def residue(store: Store, texts: list[str]) -> list[str]:
     return found
 
 
-def _scrub_index(store: Store, settings: config.Settings) -> str:
+def _scrub_index(rt: Runtime) -> str:
     from memctl.index.index import Index
 
-    if not store.index_dir.exists():
+    if not rt.store.index_dir.exists():
         return "none yet"
-    report = Index(store, settings).scrub()
+    report = Index(rt).scrub()
     return report.reason or f"written anew: {report.units} units, {report.removed} removed, {report.changed} changed"

@@ -9,7 +9,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -22,6 +22,9 @@ from memctl.store import memoryfile, topicfile
 from memctl.store.sessions import LOG_HEADING, iter_messages, iter_pending, log_scope, message_scope
 from memctl.store.status import status_of
 from memctl.store.store import Store, check_name, read_file
+
+if TYPE_CHECKING:
+    from memctl.runtime import Runtime
 
 
 @dataclass
@@ -157,9 +160,10 @@ class Status:
         return self.data
 
 
-def status(store: Store, settings: config.Settings) -> Status:
+def status(rt: Runtime) -> Status:
     """Counts by kind and scope, sizes on disk, the index (last update, units, model, fresh) and the
     tool cache."""
+    store, settings = rt.store, rt.settings
     store.require()
     with store.reading():
         messages, sessions = Counter(), set()
@@ -173,7 +177,7 @@ def status(store: Store, settings: config.Settings) -> Status:
             state = status_of(entry)
             memories["superseded" if state == "deprecated" else "archived" if state == "archived" else "current"] += 1
             memory_scopes[str(entry.get("scope", "global"))] += 1
-        now = clock.now()
+        now = rt.clock.now()
         pending = Counter("expired" if _expired(item, now) else "waiting" for _, item in iter_pending(store))
         topics: Counter = Counter()
         topic_scopes: Counter = Counter()
@@ -193,7 +197,7 @@ def status(store: Store, settings: config.Settings) -> Status:
         "scopes": {scope: {"messages": messages[scope], "memories": memory_scopes[scope],
                            "topics": topic_scopes[scope]} for scope in scopes},
         "sizes": _sizes(store),
-        "index": _index(store, settings),
+        "index": _index(rt),
         "model": _model_name(settings),
     }
     return Status(data)
@@ -236,8 +240,9 @@ def _sizes(store: Store) -> dict[str, int]:
     return {"total_bytes": size(store.root), "index_bytes": size(store.index_dir) if store.index_dir.exists() else 0}
 
 
-def _index(store: Store, settings: config.Settings) -> dict[str, Any]:
+def _index(rt: Runtime) -> dict[str, Any]:
     """The index's manifest as status shows it (reading it costs no model)."""
+    store = rt.store
     try:
         manifest = orjson.loads(read_file(store.index_dir / "manifest.json"))
     except (FileNotFoundError, orjson.JSONDecodeError):
@@ -246,4 +251,4 @@ def _index(store: Store, settings: config.Settings) -> dict[str, Any]:
 
     model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
     return {"built": True, "updated_at": manifest.get("updated_at"), "units": manifest.get("units", 0),
-            "model": model.get("name") or None, "fresh": Index(store, settings).is_fresh()}
+            "model": model.get("name") or None, "fresh": Index(rt).is_fresh()}

@@ -15,22 +15,36 @@ from memctl.clock import Clock
 
 if TYPE_CHECKING:
     from memctl.config import Settings
+    from memctl.store.store import Store
 
 
 class Runtime:
-    """What one `Memory` reads once and every module below it shares: the settings (loaded on
-    first use), the clock (MEMCTL_NOW, read when the runtime is made) and the query embedding
-    model (opened on first use by `open_embedder`, which the API passes in: config sits below
-    index). Settings are read once per runtime: a change to memctl.toml takes a new Memory."""
+    """What one `Memory` reads once and every module below it shares: the store, its settings
+    (loaded on first use), the clock (MEMCTL_NOW, read when the runtime is made) and the query
+    embedding model (opened on first use by `open_embedder`, which the API passes in: config
+    sits below index). Every operation takes it first (`ingest(rt, data)`, `split(rt, session)`)
+    and reads the settings and the time from it, nowhere else. Settings are read once per
+    runtime: a change to memctl.toml takes a new Memory."""
 
-    def __init__(self, config_file: Path, *, clock: Clock | None = None,
+    def __init__(self, store: Store, *, clock: Clock | None = None,
                  open_embedder: Callable[[Settings], Any] | None = None):
-        self.config_file = config_file
+        self.store = store
         self.clock = clock or Clock.from_environment()
         self._settings: Settings | None = None
         self._open_embedder = open_embedder
         self._embedder: Any = None
         self._opening = threading.Lock()
+
+    @property
+    def config_file(self) -> Path:
+        return self.store.config_file
+
+    def on(self, store: Store) -> "Runtime":
+        """This runtime's settings and clock over `store`, another Store object of the same store
+        (one by absolute path, for a thread that outlives the call)."""
+        other = Runtime(store, clock=self.clock, open_embedder=self._open_embedder)
+        other._settings = self.settings
+        return other
 
     @property
     def settings(self) -> Settings:

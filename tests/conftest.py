@@ -286,3 +286,12 @@ def cache_backend(request) -> str:
     server = request.getfixturevalue("redis_server")
     server.flush()
     return server.url
+
+
+def runtime_of(store):
+    """The runtime a Memory of `store` makes (its settings, the clock of MEMCTL_NOW, the query
+    model): what every operation below the API takes first."""
+    from memctl.api import _query_embedder
+    from memctl.runtime import Runtime
+
+    return Runtime(store, open_embedder=_query_embedder)

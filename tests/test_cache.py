@@ -19,6 +19,7 @@ from memctl.cache import Cache, cache_problems, canonical, key_of, parse_args
 from memctl.cache.keys import ARGS_MAX_BYTES, ARGS_MAX_DEPTH, INT_MAX, INT_MIN
 from memctl.errors import InputError
 from memctl.store.store import Store
+from conftest import runtime_of
 
 
 def tool_command(side_effect: Path, output: str = "result", status: int = 0, sleep: float = 0.0) -> list[str]:
@@ -202,7 +203,7 @@ def test_clear_ends_a_run_and_consolidates_first(cache_run, tmp_path, store_dir)
 
 
 def _cache(store: Store, backend: str) -> Cache:
-    cache = Cache(store, backend=backend)
+    cache = Cache(runtime_of(store), backend=backend)
     cache.backend.clear("a")
     cache.backend.clear("a:e")
     cache.backend.clear("b")
@@ -236,7 +237,7 @@ def test_scopes_never_cross(cache_backend, tmp_path, puts, cleared):
 
 @pytest.mark.process
 def test_a_hit_through_the_api_counts_its_access(cache_backend, tmp_path):
-    cache = Cache(Store(tmp_path / "store"), backend=cache_backend)
+    cache = Cache(runtime_of(Store(tmp_path / "store")), backend=cache_backend)
     made = cache.run("s", "echo", [sys.executable, "-c", "print('hi')"])
     hit = cache.run("s", "echo", [sys.executable, "-c", "print('hi')"])
     assert (made.hit, hit.hit, hit.entry.output, hit.entry.access_count) == (False, True, b"hi\n", 2)
@@ -420,7 +421,7 @@ def test_the_library_and_mcp_refuse_what_the_command_line_refuses(store_dir):
         with pytest.raises(ToolError, match=f"^argument '{argument}': "):
             tools.call(name, arguments)
     assert tools.call("cache_put", {**call, "output": "x", "ttl": 60})["entry"]["output"] == "x"
-    cache = Cache(Store(store_dir))
+    cache = Cache(runtime_of(Store(store_dir)))
     cycle: list = []
     cycle.append(cycle)
     shared = [1]
@@ -473,7 +474,7 @@ def bad_entry(good: bytes, bad: bytes | dict) -> bytes:
 def test_an_entry_edited_into_nonsense_is_a_miss_reported_and_replaced(cache_backend, tmp_path, bad, problem):
     effect = tmp_path / "effect"
     store = Store(tmp_path / "store")
-    cache = Cache(store, backend=cache_backend)
+    cache = Cache(runtime_of(store), backend=cache_backend)
     command = tool_command(effect, output="fine")
     key = cache.run("s", "t", command).entry.key
     if cache_backend == "files":
@@ -485,11 +486,11 @@ def test_an_entry_edited_into_nonsense_is_a_miss_reported_and_replaced(cache_bac
     assert cache.get("s", "t", command) is None
     assert [row["keys"] for row in cache.stats("s")] == [0]
     if cache_backend == "files":
-        ((file, line, message),) = cache_problems(store)
+        ((file, line, message),) = cache_problems(store, runtime_of(store).clock)
         assert (file, line) == (f"cache/s/entries/{key}.json", None) and problem in message, message
     again = cache.run("s", "t", command)
     assert (again.hit, again.entry.output, runs(effect)) == (False, b"fine", 2)
-    assert cache.get("s", "t", command).output == b"fine" and cache_problems(store) == []
+    assert cache.get("s", "t", command).output == b"fine" and cache_problems(store, runtime_of(store).clock) == []
 
 
 @pytest.mark.process
@@ -524,7 +525,7 @@ def test_bad_events_marks_and_folders_are_skipped_and_reported(run, tmp_path, st
     assert stats.returncode == 0, stats.stderr
     rows = [orjson.loads(line) for line in stats.stdout.splitlines()]
     assert [(r["scope"], r["hits"], r["misses"], r["consolidated"]) for r in rows] == [("s", 1, 2, 0)]
-    problems = cache_problems(Store(store_dir))
+    problems = cache_problems(Store(store_dir), runtime_of(Store(store_dir)).clock)
     assert [(file, line) for file, line, _ in problems] == [
         ("cache/no good", None), (f"cache/s/consolidated/{mark.name}", None),
         *[("cache/s/events", n) for n in (3, 4, 5, 6)]]
@@ -534,7 +535,7 @@ def test_bad_events_marks_and_folders_are_skipped_and_reported(run, tmp_path, st
 
 def test_cache_problems_reports_links_and_folders_one_by_one(tmp_path):
     store = Store(tmp_path / "store")
-    cache = Cache(store)
+    cache = Cache(runtime_of(store))
     for scope in ("s", "u"):
         cache.put(scope, "t", {"q": 1}, "x")
     root = tmp_path / "store" / "cache"
@@ -542,7 +543,7 @@ def test_cache_problems_reports_links_and_folders_one_by_one(tmp_path):
     (root / "s" / "entries" / f"{'a' * 32}.json").mkdir()
     (root / "u" / "entries" / f"{'b' * 32}.json").symlink_to(tmp_path / "elsewhere.json")
     (root / "u" / "events").symlink_to(tmp_path / "elsewhere")
-    problems = cache_problems(store)  # one link does not hide the rest, and nothing raises
+    problems = cache_problems(store, runtime_of(store).clock)  # one link does not hide the rest, and nothing raises
     assert [(file, line) for file, line, _ in problems] == [
         ("cache/linked", None), (f"cache/s/entries/{'a' * 32}.json", None),
         (f"cache/u/entries/{'b' * 32}.json", None), ("cache/u/events", None)]
@@ -553,7 +554,7 @@ def test_cache_problems_reports_links_and_folders_one_by_one(tmp_path):
 def test_redis_values_edited_by_hand_are_misses_and_skipped(redis_server, tmp_path):
     redis_server.flush()
     effect = tmp_path / "effect"
-    cache = Cache(Store(tmp_path / "store"), backend=redis_server.url)
+    cache = Cache(runtime_of(Store(tmp_path / "store")), backend=redis_server.url)
     command = tool_command(effect, output="fine")
     key = cache.run("s", "t", command).entry.key
     client, prefix = cache.backend.client, cache.backend._prefix("s")

@@ -11,6 +11,7 @@ from memctl import config
 from memctl.runtime import Runtime
 from memctl.clock import Clock, parse_ts
 from memctl.errors import InputError
+from memctl.store.store import Store
 
 
 @pytest.fixture
@@ -127,9 +128,32 @@ def test_a_runtime_reads_the_settings_once_and_pins_the_clock(tmp_path, no_user_
     store_file = tmp_path / "memctl.toml"
     store_file.write_text("[topics]\nllm_batch = 7\n")
     monkeypatch.setenv("MEMCTL_NOW", "2026-11-24T10:00:00Z")
-    runtime = Runtime(store_file)
+    runtime = Runtime(Store(tmp_path))
     assert runtime.settings.topics.llm_batch == 7
     store_file.write_text("[topics]\nllm_batch = 8\n")
     assert runtime.settings.topics.llm_batch == 7  # read once: a new Memory reads the change
     assert runtime.clock == Clock(parse_ts("2026-11-24T10:00:00Z"))
     assert runtime.clock.seconds() == parse_ts("2026-11-24T10:00:00Z").timestamp()
+
+
+def test_every_operation_takes_the_time_of_its_memorys_runtime(tmp_path, monkeypatch):
+    """Nothing below the API reads MEMCTL_NOW behind the runtime's back: a Memory made at a pinned
+    time writes that time everywhere, whatever the environment says by the time it writes."""
+    from memctl.api import Memory
+
+    monkeypatch.setenv("MEMCTL_NOW", "2026-11-24T10:00:00Z")
+    memory = Memory(tmp_path / "store")
+    monkeypatch.setenv("MEMCTL_NOW", "2031-01-01T00:00:00Z")  # what a module reading the clock itself would see
+    memory.ingest('{"text": "Kestrel uses PostgreSQL for orders", "section": "Decisions"}\n', kind="memory")
+    memory.ingest('{"text": "Kestrel deploys on Fridays", "section": "Decisions"}\n', kind="memory", pending=True)
+    memory.ingest(b"".join(b'{"session": "s", "role": "user", "text": "which database holds the orders %d"}\n' % n
+                           for n in range(6)), fmt="jsonl")
+    assert memory.search("which database does Kestrel use", k=3, mode="bm25")
+    memory.state.record(["Decisions"])
+    memory.review.confirm([memory.review.pending().rows[0]["id"]])
+    memory.topics.split("s", force=True, keep_recent=0)
+    memory.forget([memory.search("Fridays", k=1, mode="bm25")[0].record_id], yes=True)
+    written = b"".join(path.read_bytes() for path in (tmp_path / "store").rglob("*")
+                       if path.is_file() and path.suffix not in (".db", ".npy", ".lock"))
+    assert b"2031" not in written
+    assert written.count(b"2026-11-24T10:00:00Z") >= 8

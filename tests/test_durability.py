@@ -16,6 +16,7 @@ from memctl.store import memoryfile
 from memctl.ingest.ingest import ingest
 from memctl.store.sessions import iter_messages, iter_pending
 from memctl.store.store import Store
+from conftest import runtime_of
 
 WRITERS, PER_WRITER = 8, 50
 
@@ -27,11 +28,11 @@ def write_many(root: str, writer: int) -> None:
             payload = orjson.dumps({"id": f"note-{writer}-{n}", "text": f"note {n} from writer {writer}",
                                     "section": f"Writer {writer % 3}"})
             # notes of one template are near-duplicates of each other: written as --add would
-            ingest(store, payload, source="<stdin>", kind="memory", allow_conflict=True)
+            ingest(runtime_of(store), payload, source="<stdin>", kind="memory", allow_conflict=True)
         else:
             payload = orjson.dumps({"id": f"msg-{writer}-{n}", "session": f"s{writer % 3}", "role": "user",
                                     "text": f"message {n} from writer {writer}", "ts": "2026-11-20T10:00:00Z"})
-            ingest(store, payload, source="<stdin>", fmt="jsonl")
+            ingest(runtime_of(store), payload, source="<stdin>", fmt="jsonl")
 
 
 def assert_store_parses(root) -> tuple[list[str], list[str]]:
@@ -70,14 +71,16 @@ WRITER_SCRIPT = textwrap.dedent("""
     import sys, orjson
     from memctl.ingest.ingest import ingest
     from memctl.store.store import Store
+    from memctl.runtime import Runtime
     store, run = Store(sys.argv[1]), sys.argv[2]
+    rt = Runtime(store)  # the settings and clock a Memory of the store holds
     print("ready", flush=True)
     for n in range(10_000):
         batch = b"".join(orjson.dumps({"id": f"{run}-{n}-{k}", "session": f"s{k % 4}", "role": "user",
                                        "text": f"run {run} batch {n} message {k} " + "x" * 300,
                                        "ts": "2026-11-20T10:00:00Z"}) + b"\\n" for k in range(40))
-        ingest(store, batch, source="<stdin>", fmt="jsonl")
-        ingest(store, orjson.dumps({"id": f"{run}-{n}-note", "text": f"note of run {run} batch {n}",
+        ingest(rt, batch, source="<stdin>", fmt="jsonl")
+        ingest(rt, orjson.dumps({"id": f"{run}-{n}-note", "text": f"note of run {run} batch {n}",
                                     "section": f"Run {n % 3}"}), source="<stdin>", kind="memory")
         print(f"{run}-{n}", flush=True)  # acknowledged: both transactions committed
 """)
@@ -101,7 +104,7 @@ def test_writer_killed_at_random_points_keeps_every_acknowledged_write(tmp_path)
         # Readers see a consistent store even before any writer repairs it.
         assert_store_parses(root)
         # The next writer rolls back whatever the killed one left half done.
-        ingest(Store(root), f'{{"id": "probe-{run}", "text": "probe after kill {run}"}}\n'.encode(),
+        ingest(runtime_of(Store(root)), f'{{"id": "probe-{run}", "text": "probe after kill {run}"}}\n'.encode(),
                source="<stdin>")
         assert not (root / ".journal").exists()
         messages, memories = assert_store_parses(root)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from conftest import runtime_of
 from memctl.index.index import Index
 from memctl.ingest.ingest import ingest
 from memctl.search import candidates
@@ -25,7 +26,7 @@ def pinned_clock(monkeypatch):
 def turns(store: Store, first: int, count: int) -> None:
     """`count` turns of one session, each answering the one before (so each new turn is a reply
     that a search reads with the turn it answers)."""
-    ingest(store, b"".join(orjson.dumps({"id": f"m{n}", "session": "s1", "speaker": "Ana",
+    ingest(runtime_of(store), b"".join(orjson.dumps({"id": f"m{n}", "session": "s1", "speaker": "Ana",
                                          "ts": f"2026-11-20T10:{n:02d}:00Z",
                                          "text": f"heron survey {n}: counted {n + 3} herons at the lake"}) + b"\n"
                            for n in range(first, first + count)), source="<stdin>", fmt="jsonl", keep_noise=True)
@@ -49,7 +50,7 @@ def update_in_the_middle(monkeypatch, store: Store, where: str) -> list[int]:
         if not ran:
             ran.append(1)
             turns(store, 12, 3)
-            assert Index(store).update().added  # a patch: rows appended, the table changed in place
+            assert Index(runtime_of(store)).update().added  # a patch: rows appended, the table changed in place
         return original(*args, **kwargs)
 
     monkeypatch.setattr(owner, name, meanwhile)
@@ -60,11 +61,11 @@ def update_in_the_middle(monkeypatch, store: Store, where: str) -> list[int]:
 def test_a_search_during_an_update_reads_one_generation(tmp_path, monkeypatch, where):
     store = Store(tmp_path / "s")
     turns(store, 0, 12)
-    Index(store).update()
+    Index(runtime_of(store)).update()
     ran = update_in_the_middle(monkeypatch, store, where)
-    (results,) = search_store(store, [Query(text="heron survey 11", min_score=0)], count_access=False)
+    (results,) = search_store(runtime_of(store), [Query(text="heron survey 11", min_score=0)], count_access=False)
     assert ran
-    (fresh,) = search_store(store, [Query(text="heron survey 11", min_score=0)], count_access=False)
+    (fresh,) = search_store(runtime_of(store), [Query(text="heron survey 11", min_score=0)], count_access=False)
     # what a search after the update returns (the hook runs once): the newer generation, read whole
     assert [(r.id, r.score) for r in results] == [(r.id, r.score) for r in fresh]
 
@@ -73,12 +74,12 @@ def test_a_kept_retriever_reads_one_generation_while_another_updates(tmp_path, m
     # a resident server keeps its Retriever (and its Searcher) from call to call
     store = Store(tmp_path / "s")
     turns(store, 0, 12)
-    retriever = Retriever(store)
+    retriever = Retriever(runtime_of(store))
     retriever.search([Query(text="heron survey 3", min_score=0)], count_access=False)
     ran = update_in_the_middle(monkeypatch, store, "reply cosines")
     (results,) = retriever.search([Query(text="heron survey 11", min_score=0)], count_access=False)
     assert ran
-    (fresh,) = search_store(store, [Query(text="heron survey 11", min_score=0)], count_access=False)
+    (fresh,) = search_store(runtime_of(store), [Query(text="heron survey 11", min_score=0)], count_access=False)
     assert [(r.id, r.score) for r in results] == [(r.id, r.score) for r in fresh]
 
 
@@ -89,7 +90,7 @@ def test_a_compaction_while_the_index_is_opened_is_an_open_done_again(tmp_path, 
 
     store = Store(tmp_path / "s")
     turns(store, 0, 12)
-    Index(store).update()
+    Index(runtime_of(store)).update()
     vectors = store.index_dir / "vectors.npy"
     before = vectors.stat().st_ino
     original = lexical.open_index
@@ -100,11 +101,11 @@ def test_a_compaction_while_the_index_is_opened_is_an_open_done_again(tmp_path, 
             opened.append(path)
             session = store.session_file("s1")
             session.write_bytes(b"".join(session.read_bytes().splitlines(keepends=True)[6:]))
-            Index(store).update()
+            Index(runtime_of(store)).update()
         return original(path)
 
     monkeypatch.setattr(lexical, "open_index", compacting_meanwhile)
-    (results,) = search_store(store, [Query(text="heron survey 11", min_score=0)], count_access=False)
+    (results,) = search_store(runtime_of(store), [Query(text="heron survey 11", min_score=0)], count_access=False)
     assert opened and vectors.stat().st_ino != before  # compacted (new files) while the Searcher opened
-    (fresh,) = search_store(store, [Query(text="heron survey 11", min_score=0)], count_access=False)
+    (fresh,) = search_store(runtime_of(store), [Query(text="heron survey 11", min_score=0)], count_access=False)
     assert [(r.id, r.score) for r in results] == [(r.id, r.score) for r in fresh]

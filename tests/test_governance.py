@@ -8,6 +8,8 @@ from datetime import timedelta
 import pytest
 from hypothesis import given, strategies as st
 
+from conftest import runtime_of
+from memctl import config
 from memctl.store import counters as access
 from memctl import clock
 from memctl.governance import governance
@@ -74,10 +76,10 @@ def test_scorer_adds_access_json_counts_and_reads_settings(tmp_path):
     store = Store(tmp_path / "s")
     store.root.mkdir(mode=0o700)
     (store.root / "memctl.toml").write_text("[governance]\nhealth_weight_user = 0.5\ndefault_user_weight = 10\n")
-    access.record(store, ["a", "a"])   # one search returning it twice counts once
-    access.record(store, ["a"])
+    access.record(store, ["a", "a"], NOW)   # one search returning it twice counts once
+    access.record(store, ["a"], NOW)
     entry = doc_of(block("a", "counted", created_at=days_ago(0), access_count=1)).entries[0]
-    score = scores.Scorer(store, NOW).health(entry)
+    score = scores.Scorer(store, NOW, runtime_of(store).settings.governance).health(entry)
     assert score.access_count == 3      # 1 written in MEMORY.md + 2 searches
     assert score.total == pytest.approx(0.4 + 0.35 * 3 / 20 + 0.5 * 1.0)
 
@@ -87,10 +89,10 @@ def test_settings_out_of_range_are_an_input_error_naming_the_file(tmp_path):
     store.root.mkdir()
     (store.root / "memctl.toml").write_text("[governance]\narchive_below = 0.5\n")
     with pytest.raises(InputError, match="archive_below must not exceed"):
-        scores.governance_settings(store)
+        config.load(store.config_file)
     (store.root / "memctl.toml").write_text("[governance]\nrecency_half_life_days = 0\n")
     with pytest.raises(InputError, match="memctl.toml.*recency_half_life_days"):
-        scores.governance_settings(store)
+        config.load(store.config_file)
 
 
 @given(age=st.floats(0, 3650), later=st.floats(0, 3650), weight=st.floats(0, 10), base=st.integers(0, 100),
@@ -213,11 +215,11 @@ def test_accesses_are_logged_and_folded_by_the_lifecycle(tmp_path):
     store = Store(tmp_path / "store")
     store.memory_md.parent.mkdir(parents=True)
     store.memory_md.write_text("## General\n\nA plain note.\n")
-    counters.record(store, ["a", "b", "a"])
-    counters.record(store, ["a"])
+    counters.record(store, ["a", "b", "a"], NOW)
+    counters.record(store, ["a"], NOW)
     assert {k: v["count"] for k, v in counters.load(store).items()} == {"a": 2, "b": 1}
     assert store.path(counters.LOG_NAME).exists() and not store.path(counters.FILE_NAME).exists()
-    lifecycle.run(store)
+    lifecycle.run(runtime_of(store))
     assert not store.path(counters.LOG_NAME).exists()
-    counters.record(store, ["b"])
+    counters.record(store, ["b"], NOW)
     assert {k: v["count"] for k, v in counters.load(store).items()} == {"a": 2, "b": 2}

@@ -21,6 +21,7 @@ from memctl.index import lexical
 from memctl.index.index import Index
 from memctl.ingest.ingest import ingest
 from memctl.store.store import Store, atomic_write
+from conftest import runtime_of
 
 NOW = "2026-11-22T12:00:00Z"
 TOPICS = ["the boiler in the basement", "a trip to Lisbon", "sourdough starters", "the quarterly budget",
@@ -38,13 +39,13 @@ def chat(store: Store, session: str, start: int, count: int, day: str = "2026-11
                            "ts": f"{day}T10:{n:02d}:00Z",
                            "text": f"Message {n} of {session} is about {TOPICS[n % len(TOPICS)]}."})
              for n in range(start, start + count)]
-    ingest(store, b"\n".join(lines) + b"\n", source="chat.jsonl", fmt="jsonl", keep_noise=True)
+    ingest(runtime_of(store), b"\n".join(lines) + b"\n", source="chat.jsonl", fmt="jsonl", keep_noise=True)
     return [f"{session}-{n}" for n in range(start, start + count)]
 
 
 def notes(store: Store, *texts: str) -> None:
     items = [orjson.dumps({"id": f"note-{n}", "text": text}) + b"\n" for n, text in enumerate(texts)]
-    ingest(store, b"".join(items), source="<stdin>", kind="memory", fmt="jsonl", keep_noise=True)
+    ingest(runtime_of(store), b"".join(items), source="<stdin>", kind="memory", fmt="jsonl", keep_noise=True)
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ def store(tmp_path) -> Store:
     chat(store, "beta", 0, 4, day="2026-11-19")
     chat(store, "gamma", 0, 4)
     notes(store, "Ana's boiler was serviced in October.", "Ana prefers window seats on trains.")
-    Index(store).update()
+    Index(runtime_of(store)).update()
     return store
 
 
@@ -78,7 +79,7 @@ def assert_same_as_rebuilt(store: Store, tmp_path) -> None:
     copy = Store(tmp_path / "rebuilt")
     shutil.rmtree(copy.root, ignore_errors=True)
     shutil.copytree(store.root, copy.root, ignore=shutil.ignore_patterns(".index"))
-    Index(copy).update()
+    Index(runtime_of(copy)).update()
     updated, rebuilt = table(store), table(copy)
     assert {k: v[1:] for k, v in updated.items()} == {k: v[1:] for k, v in rebuilt.items()}
     assert bm25_ids(store) == bm25_ids(copy) == sorted(updated)
@@ -93,7 +94,7 @@ def assert_same_as_rebuilt(store: Store, tmp_path) -> None:
 def test_new_messages_read_one_session_and_one_daily_log(store, tmp_path):
     before = table(store)
     chat(store, "beta", 4, 3, day="2026-11-19")
-    report = Index(store).update()
+    report = Index(runtime_of(store)).update()
     assert (report.added, report.changed, report.removed, report.embedded) == (3, 0, 0, 3)
     assert report.files_read == 2  # sessions/beta.jsonl and memory/2026-11-19.md, of 5 files
     after = table(store)
@@ -106,12 +107,12 @@ def test_files_made_and_removed_are_seen_after_a_kept_listing(store):
     server lists before every search): a file made, removed or renamed in any folder is seen."""
     time.sleep(0.2)  # the folders last changed long enough ago for a listing to be kept
     names = store.source_names()
-    assert Index(store).is_fresh() and store.source_names() == names
+    assert Index(runtime_of(store)).is_fresh() and store.source_names() == names
     for made in ("sessions/delta.jsonl", "memory/2026-11-21.md", "topics/t-1.jsonl", "MEMORY2.md"):
         (store.root / made).parent.mkdir(exist_ok=True)
         (store.root / made).write_text("")
         assert (made in store.source_names()) == (made != "MEMORY2.md"), made
-        assert not Index(store).is_fresh() or made == "MEMORY2.md"
+        assert not Index(runtime_of(store)).is_fresh() or made == "MEMORY2.md"
         time.sleep(0.2)
         assert store.source_names() == store.source_names()  # kept again, and the same
     os.rename(store.root / "sessions/delta.jsonl", store.root / "sessions/epsilon.jsonl")
@@ -125,18 +126,18 @@ def test_a_manifest_changed_after_it_was_kept_is_read_again(store):
     an update's new manifest, and one edited in place by hand (the same size), are each seen."""
     manifest = store.index_dir / "manifest.json"
     time.sleep(0.2)  # written long enough ago for it to be kept
-    assert Index(store).is_fresh() and Index(store).is_fresh()
+    assert Index(runtime_of(store)).is_fresh() and Index(runtime_of(store)).is_fresh()
     chat(store, "beta", 4, 1, day="2026-11-19")
-    assert not Index(store).is_fresh()
-    Index(store).update()  # a new manifest
-    assert Index(store).is_fresh()
+    assert not Index(runtime_of(store)).is_fresh()
+    Index(runtime_of(store)).update()  # a new manifest
+    assert Index(runtime_of(store)).is_fresh()
     time.sleep(0.2)
-    assert Index(store).is_fresh()  # kept
+    assert Index(runtime_of(store)).is_fresh()  # kept
     data = manifest.read_bytes()
     manifest.write_bytes(data.replace(b'"format":', b'"formax":'))  # in place, the same size
-    assert not Index(store).is_fresh()
+    assert not Index(runtime_of(store)).is_fresh()
     manifest.write_bytes(data)
-    assert Index(store).is_fresh()
+    assert Index(runtime_of(store)).is_fresh()
 
 
 def test_an_update_reads_only_the_changed_files_each_once(store, monkeypatch):
@@ -152,7 +153,7 @@ def test_an_update_reads_only_the_changed_files_each_once(store, monkeypatch):
         return real(path, flags, *args)
 
     monkeypatch.setattr(store_module, "open_file", reading)
-    Index(store).update()
+    Index(runtime_of(store)).update()
     sources = ("sessions/", "memory/", "topics/", "MEMORY.md")  # not the lock, the settings, the index
     assert sorted(name for name in read if name.startswith(sources)) == [
         "memory/2026-11-19.md", "sessions/beta.jsonl"]
@@ -162,7 +163,7 @@ def test_a_rewritten_session_file_updates_exactly_its_changed_message(store, tmp
     before = table(store)
     path = store.session_file("gamma")
     path.write_text(path.read_text().replace("Message 2 of gamma", "Message two of gamma"))
-    report = Index(store).update()
+    report = Index(runtime_of(store)).update()
     # The message, and the next one, which is embedded with the turn before it.
     assert (report.added, report.changed, report.removed, report.embedded, report.files_read) == (0, 2, 0, 2, 1)
     after = table(store)
@@ -172,7 +173,7 @@ def test_a_rewritten_session_file_updates_exactly_its_changed_message(store, tmp
 
 def test_a_deleted_session_uncovers_its_daily_log_entries(store, tmp_path):
     store.session_file("alpha").unlink()
-    report = Index(store).update()
+    report = Index(runtime_of(store)).update()
     # The messages go; their copies in the daily log, no longer hidden by them, take their ids.
     assert (report.added, report.changed, report.removed) == (0, 4, 0)
     assert {v[3] for k, v in table(store).items() if k.startswith("alpha-")} == {"memory/2026-11-18.md"}
@@ -181,7 +182,7 @@ def test_a_deleted_session_uncovers_its_daily_log_entries(store, tmp_path):
 
 def test_a_renamed_session_moves_its_units_without_embedding(store, tmp_path):
     store.session_file("beta").rename(store.session_file("delta"))
-    report = Index(store).update()
+    report = Index(runtime_of(store)).update()
     assert (report.added, report.changed, report.removed, report.embedded) == (0, 4, 0, 0)
     assert {v[3] for k, v in table(store).items() if k.startswith("beta-")} == {"sessions/delta.jsonl"}
     assert_same_as_rebuilt(store, tmp_path)
@@ -192,7 +193,7 @@ def test_memory_md_hand_edits(store, tmp_path):
     assert "Ana prefers window seats on trains." in text
     store.memory_md.write_text(text.replace("serviced in October", "serviced in November")
                                .replace("Ana prefers window seats on trains.", ""))
-    report = Index(store).update()
+    report = Index(runtime_of(store)).update()
     assert (report.changed, report.removed, report.embedded, report.files_read) == (1, 1, 1, 1)
     assert_same_as_rebuilt(store, tmp_path)
 
@@ -204,7 +205,7 @@ def test_a_rewrite_of_the_same_size_and_time_is_seen_by_its_inode(store, tmp_pat
     atomic_write(path, path.read_bytes().replace(b"October", b"Octobre"))
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert (path.stat().st_size, path.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
-    report = Index(store).update()
+    report = Index(runtime_of(store)).update()
     assert (report.changed, report.files_read) == (1, 1)
     assert_same_as_rebuilt(store, tmp_path)
 
@@ -212,28 +213,28 @@ def test_a_rewrite_of_the_same_size_and_time_is_seen_by_its_inode(store, tmp_pat
 def test_an_id_in_two_files_is_counted_once_whatever_changes(store, tmp_path):
     copied = store.session_file("alpha").read_text().splitlines()[0]
     store.session_file("zeta").write_text(copied + "\n")
-    report = Index(store).update()
-    assert report.files_read == len(Index(store).stamps())  # read whole while an id sits in two files
+    report = Index(runtime_of(store)).update()
+    assert report.files_read == len(Index(runtime_of(store)).stamps())  # read whole while an id sits in two files
     assert_same_as_rebuilt(store, tmp_path)
     store.session_file("alpha").unlink()  # now the copy in zeta is the one that counts
-    Index(store).update()
+    Index(runtime_of(store)).update()
     assert table(store)["alpha-0"][3] == "sessions/zeta.jsonl"
     assert_same_as_rebuilt(store, tmp_path)
 
 
 @pytest.mark.real_model
 def test_a_changed_embedding_model_embeds_everything_again(store):
-    index = Index(store)
+    index = Index(runtime_of(store))
     units = len(table(store))
     int8 = np.load(store.index_dir / "vectors.npy").copy()
     store.config_file.write_text('[embedding]\nprecision = "float32"\n')
-    report = Index(store).update()
+    report = Index(runtime_of(store)).update()
     assert report.rebuilt and report.reason.startswith("model changed")
     assert report.embedded == report.units == units
     assert index.manifest()["model"]["precision"] == "float32"
     float32 = np.load(store.index_dir / "vectors.npy")
     assert not np.array_equal(int8, float32)  # other weights, other vectors: none of the old ones kept
-    assert Index(store).update().embedded == 0  # and then it is fresh again
+    assert Index(runtime_of(store)).update().embedded == 0  # and then it is fresh again
 
 
 def test_a_compaction_cut_short_is_rebuilt(store):
@@ -252,8 +253,8 @@ def test_a_compaction_cut_short_is_rebuilt(store):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(os, "replace", cut_after_vectors)
         with pytest.raises(KeyboardInterrupt):
-            Index(store).update()
-    report = Index(store).update()
+            Index(runtime_of(store)).update()
+    report = Index(runtime_of(store)).update()
     assert report.rebuilt and report.reason == "corrupt (a compaction was cut short)"
     assert sorted(table(store)) == sorted([f"{s}-{n}" for s in ("alpha", "beta", "gamma") for n in range(4)]
                                           + [f"omega-{n}" for n in range(10)])
@@ -262,8 +263,8 @@ def test_a_compaction_cut_short_is_rebuilt(store):
 def test_a_copied_store_is_read_again_but_not_embedded_again(store, tmp_path):
     copy = Store(tmp_path / "copy")
     shutil.copytree(store.root, copy.root)  # new inodes everywhere
-    report = Index(copy).update()
-    assert not report.rebuilt and report.files_read == len(Index(copy).stamps()) and report.embedded == 0
+    report = Index(runtime_of(copy)).update()
+    assert not report.rebuilt and report.files_read == len(Index(runtime_of(copy)).stamps()) and report.embedded == 0
 
 
 def test_the_default_filter_reads_the_status_index_which_an_old_table_gets_at_its_next_update(store):
@@ -279,7 +280,7 @@ def test_the_default_filter_reads_the_status_index_which_an_old_table_gets_at_it
     finally:
         conn.close()
     chat(store, "gamma", 4, 1)
-    assert Index(store).update().added == 1
+    assert Index(runtime_of(store)).update().added == 1
     conn = sqlite3.connect(store.index_dir / "units.db")
     try:
         assert "COVERING INDEX units_status" in str(conn.execute(plan, params).fetchall())
@@ -296,14 +297,14 @@ def test_a_message_after_a_long_reply_is_read_with_only_the_replys_end(tmp_path)
     lines = [orjson.dumps({"id": "m1", "session": "s", "role": "user", "text": "How do I keep a starter alive?"}),
              orjson.dumps({"id": "m2", "session": "s", "role": "assistant", "text": reply}),
              orjson.dumps({"id": "m3", "session": "s", "role": "user", "text": "Yes please, I bake rye on Sundays."})]
-    ingest(store, b"\n".join(lines) + b"\n", source="chat.jsonl", fmt="jsonl", keep_noise=True)
+    ingest(runtime_of(store), b"\n".join(lines) + b"\n", source="chat.jsonl", fmt="jsonl", keep_noise=True)
     units = {u.id: u for u in message_units(store)}
     # The model reads 256 word pieces of "turn before + message": the whole reply before the user's
     # words left none of them to read.
     assert count_tokens(units["m3"].context) <= CONTEXT_TOKENS < count_tokens(reply)
     assert units["m3"].context.endswith("Shall I list the flours too?")
     assert units["m2"].context == "user: How do I keep a starter alive?"  # a short turn is kept whole
-    Index(store).update()
+    Index(runtime_of(store)).update()
     assert "m3" in table(store)
 
 
@@ -331,17 +332,17 @@ def first_lines_read(monkeypatch) -> list[int]:
 def test_a_daily_log_that_grew_is_read_from_its_last_entry_on(store, tmp_path, monkeypatch):
     read = first_lines_read(monkeypatch)
     log_entry(store, "2026-11-20", "hand-1", "The boiler pressure was 1.5 bar.")
-    assert Index(store).update().added == 1
+    assert Index(runtime_of(store)).update().added == 1
     assert read == [1]  # read whole once: the build before kept no place in it
     log_entry(store, "2026-11-20", "hand-2", "The cello lesson moved to Thursday.")
-    report = Index(store).update()
+    report = Index(runtime_of(store)).update()
     assert (report.added, report.changed, report.removed, report.embedded) == (1, 0, 0, 1)
     assert read[1] > 1  # from hand-1's heading: an append may go on with the last entry
     # and on with the last entry it does: its text changes, nothing else
     with open(store.daily_log("2026-11-20"), "a") as log:
         log.write("Then it was 1.2 bar.\n")
     before = table(store)
-    report = Index(store).update()
+    report = Index(runtime_of(store)).update()
     assert (report.added, report.changed, report.removed) == (0, 1, 0)
     assert read[2] > read[1]
     after = table(store)
@@ -353,19 +354,19 @@ def test_a_daily_log_that_grew_is_read_from_its_last_entry_on(store, tmp_path, m
     manifest["log_tails"]["memory/2026-11-20.md"][0] = "x"
     path.write_bytes(orjson.dumps(manifest))
     log_entry(store, "2026-11-20", "hand-3", "The bicycle needs a new chain.")
-    assert Index(store).update().added == 1 and read[-1] == 1
+    assert Index(runtime_of(store)).update().added == 1 and read[-1] == 1
 
 
 def test_a_hand_edit_before_a_daily_logs_end_is_seen(store, tmp_path, monkeypatch):
     read = first_lines_read(monkeypatch)
     log_entry(store, "2026-11-20", "hand-1", "The boiler pressure was 1.5 bar.")
     log_entry(store, "2026-11-20", "hand-2", "The cello lesson moved to Thursday.")
-    Index(store).update()
+    Index(runtime_of(store)).update()
     path = store.daily_log("2026-11-20")
     # an edit of the same length in an earlier entry, and an entry appended after it
     path.write_bytes(path.read_bytes().replace(b"1.5 bar", b"2.5 bar"))
     log_entry(store, "2026-11-20", "hand-3", "Ana booked the train to Lisbon.")
-    report = Index(store).update()
+    report = Index(runtime_of(store)).update()
     assert (report.added, report.changed, report.removed) == (1, 1, 0)
     assert read[-1] == 1  # read whole: its bytes before the last entry are not those read last time
     units = sqlite3.connect(store.index_dir / "units.db").execute("SELECT text FROM units WHERE id = 'hand-1'")
@@ -375,8 +376,8 @@ def test_a_hand_edit_before_a_daily_logs_end_is_seen(store, tmp_path, monkeypatc
     # ingest appends to the log): the log is read whole
     message = {"id": "hand-1", "session": "gamma", "role": "user", "ts": "2026-11-20T11:00:00Z",
                "text": "The boiler pressure was 2.5 bar."}
-    ingest(store, orjson.dumps(message) + b"\n", source="chat.jsonl", fmt="jsonl", keep_noise=True)
-    Index(store).update()
+    ingest(runtime_of(store), orjson.dumps(message) + b"\n", source="chat.jsonl", fmt="jsonl", keep_noise=True)
+    Index(runtime_of(store)).update()
     assert read[-1] == 1
     assert table(store)["hand-1"][3] == "sessions/gamma.jsonl"
     assert_same_as_rebuilt(store, tmp_path)
@@ -391,16 +392,18 @@ INDEXER = textwrap.dedent("""
     from memctl.index.index import Index
     from memctl.ingest.ingest import ingest
     from memctl.store.store import Store
+    from memctl.runtime import Runtime
     store, run = Store(sys.argv[1]), sys.argv[2]
+    rt = Runtime(store)  # the settings and clock a Memory of the store holds
     print("ready", flush=True)
     for n in range(10_000):
         ids = [f"{run}-{n}-{k}" for k in range(20)]
-        ingest(store, b"".join(orjson.dumps({"id": i, "session": f"s{n % 3}", "role": "user",
+        ingest(rt, b"".join(orjson.dumps({"id": i, "session": f"s{n % 3}", "role": "user",
                                              "ts": "2026-11-20T10:00:00Z", "text": f"message {i} about {n % 7}"})
                                + b"\\n" for i in ids), source="chat.jsonl", fmt="jsonl", keep_noise=True)
         with open(store.daily_log("2026-11-20"), "a") as log:  # and one by hand: a unit of the log
             log.write(f"### 10:00:00 Ana · notes · {run}-{n}-note\\nnote {n} of run {run}\\n")
-        Index(store).update()
+        Index(rt).update()
         print(" ".join(ids), flush=True)  # acknowledged: indexed
 """)
 
@@ -417,7 +420,7 @@ def test_an_update_killed_at_any_point_is_repaired_by_the_next(store, tmp_path):
             break
         acknowledged |= set(killed_after(rng.uniform(0.3, 1.2), INDEXER, str(store.root), f"r{run}",
                                          str(pathlib.Path(__file__).parent)).split())
-        Index(store).update()
+        Index(runtime_of(store)).update()
         assert acknowledged <= set(table(store))
         assert_same_as_rebuilt(store, tmp_path)
     assert len(acknowledged) > 100
@@ -431,13 +434,13 @@ def test_a_manifest_that_counted_no_vector_rows_is_judged_by_its_units(store, tm
     del manifest["vector_rows"]
     path.write_bytes(orjson.dumps(manifest))
     chat(store, "beta", 4, 1, day="2026-11-19")
-    assert Index(store).update().files_read == 2  # as many units as counted: only what changed
+    assert Index(runtime_of(store)).update().files_read == 2  # as many units as counted: only what changed
     manifest = orjson.loads(path.read_bytes())
     del manifest["vector_rows"]
     manifest["units"] -= 1
     path.write_bytes(orjson.dumps(manifest))
     chat(store, "beta", 5, 1, day="2026-11-19")
-    assert Index(store).update().files_read == len(Index(store).stamps())
+    assert Index(runtime_of(store)).update().files_read == len(Index(runtime_of(store)).stamps())
     assert_same_as_rebuilt(store, tmp_path)
 
 
@@ -463,20 +466,20 @@ def test_an_update_takes_the_messages_embedded_ahead_and_nothing_else(store, tmp
     calls = embedding_calls(monkeypatch)
     twin = Store(tmp_path / "twin")
     shutil.copytree(store.root, twin.root)
-    Index(twin).update()  # a copy's files are new to its index (inodes): read once
+    Index(runtime_of(twin)).update()  # a copy's files are new to its index (inodes): read once
     calls.clear()
     for each in (store, twin):
         chat(each, "beta", 4, 3, day="2026-11-19")
-    Index(store).embed_ahead()
-    report = Index(store).update()
+    Index(runtime_of(store)).embed_ahead()
+    report = Index(runtime_of(store)).update()
     assert (report.added, report.embedded) == (3, 3)
     assert calls == [("memctl-index", 3)]  # the thread's; the update embedded nothing itself
-    assert Index(twin).update().as_dict() == report.as_dict()
+    assert Index(runtime_of(twin)).update().as_dict() == report.as_dict()
     assert table(store) == table(twin)
     assert np.array_equal(np.load(store.index_dir / "vectors.npy"), np.load(twin.index_dir / "vectors.npy"))
     # taken once: the next change is embedded by its update
     chat(store, "beta", 7, 1, day="2026-11-19")
-    assert Index(store).update().embedded == 1 and calls[-1] == ("MainThread", 1)
+    assert Index(runtime_of(store)).update().embedded == 1 and calls[-1] == ("MainThread", 1)
 
 
 def test_texts_embedded_ahead_are_not_taken_once_the_files_changed_again(store, tmp_path, monkeypatch):
@@ -485,19 +488,19 @@ def test_texts_embedded_ahead_are_not_taken_once_the_files_changed_again(store, 
     calls = embedding_calls(monkeypatch)
     twin = Store(tmp_path / "twin")
     shutil.copytree(store.root, twin.root)
-    Index(twin).update()  # a copy's files are new to its index (inodes): read once
+    Index(runtime_of(twin)).update()  # a copy's files are new to its index (inodes): read once
     calls.clear()
     from memctl.index import index as index_module
 
     chat(store, "beta", 4, 2, day="2026-11-19")
-    Index(store).embed_ahead()
+    Index(runtime_of(store)).embed_ahead()
     index_module._AHEAD[os.path.realpath(store.index_dir)]._job.wait()  # read and embedded before the next write
     assert calls == [("memctl-index", 2)]
     chat(store, "beta", 6, 1, day="2026-11-19")
     chat(twin, "beta", 4, 3, day="2026-11-19")
-    report = Index(store).update()
+    report = Index(runtime_of(store)).update()
     assert report.embedded == 3 and calls[-1] == ("MainThread", 3)
-    assert Index(twin).update().as_dict() == report.as_dict()
+    assert Index(runtime_of(twin)).update().as_dict() == report.as_dict()
     assert np.array_equal(np.load(store.index_dir / "vectors.npy"), np.load(twin.index_dir / "vectors.npy"))
 
 
@@ -515,9 +518,9 @@ def test_embedding_ahead_that_fails_leaves_the_update_to_embed(store, monkeypatc
         return embed(self, texts, progress)
 
     monkeypatch.setattr(fake_embedder.FakeEmbedder, "embed", failing_in_threads)
-    Index(store).embed_ahead()
-    assert Index(store).update().embedded == 2
-    assert Index(store).is_fresh()
+    Index(runtime_of(store)).embed_ahead()
+    assert Index(runtime_of(store)).update().embedded == 2
+    assert Index(runtime_of(store)).is_fresh()
 
 
 def test_an_update_under_the_stores_lock_never_waits_forever_for_the_embedding_ahead(store):
@@ -531,8 +534,8 @@ def test_an_update_under_the_stores_lock_never_waits_forever_for_the_embedding_a
 
     def scrub_under_the_lock():
         with store.lock():
-            Index(store).embed_ahead()
-            done.append(Index(store).scrub().embedded)
+            Index(runtime_of(store)).embed_ahead()
+            done.append(Index(runtime_of(store)).scrub().embedded)
 
     worker = threading.Thread(target=scrub_under_the_lock, daemon=True)
     worker.start()

@@ -14,6 +14,7 @@ from memctl.errors import InputError
 from memctl.ingest.ingest import ingest
 from memctl.store.sessions import iter_messages
 from memctl.store.store import Store
+from conftest import runtime_of
 
 
 def lines_of(path):
@@ -22,7 +23,7 @@ def lines_of(path):
 
 def test_fixture_chat_lands_in_sessions_and_daily_logs(store_dir):
     store = Store(store_dir)
-    result = ingest(store, (FIXTURES / "demo" / "chat.jsonl").read_bytes(), source="chat.jsonl")
+    result = ingest(runtime_of(store), (FIXTURES / "demo" / "chat.jsonl").read_bytes(), source="chat.jsonl")
     stored = [o.id for o in result.stored]
     assert stored[0] == "s1-01" and len(stored) == 21
     assert {o.reason for o in result.outcomes if o.status == "noise"} == {"greeting", "refusal", "too short"}
@@ -41,7 +42,7 @@ def test_fixture_chat_lands_in_sessions_and_daily_logs(store_dir):
 def test_memory_notes_from_markdown_keep_sections_and_fields(store_dir):
     store = Store(store_dir)
     source = FIXTURES / "demo" / "MEMORY.md"
-    ingest(store, source.read_bytes(), source=str(source))
+    ingest(runtime_of(store), source.read_bytes(), source=str(source))
     doc = memoryfile.load(store.memory_md)
     assert doc.sections() == ["About Mei", "重要決定", "待辦"]
     assert doc.find("mem-kestrel-db").get("canonical_topic") == "database:choice"
@@ -50,7 +51,7 @@ def test_memory_notes_from_markdown_keep_sections_and_fields(store_dir):
                                       "每天早上七點寄 CSV 庫存報表給淡水分店陳小姐。"]
     assert all(e.annotated and e.get("scope") == "global" and e.get("summary") for e in todo)
     # Ingesting the same notes again stores nothing new.
-    again = ingest(store, source.read_bytes(), source=str(source))
+    again = ingest(runtime_of(store), source.read_bytes(), source=str(source))
     assert again.stored == [] and {o.status for o in again.outcomes} == {"duplicate"}
 
 
@@ -66,7 +67,7 @@ def test_memory_notes_from_markdown_keep_sections_and_fields(store_dir):
 ])
 def test_every_message_format(store_dir, payload, fmt):
     store = Store(store_dir)
-    result = ingest(store, payload.encode(), source="<stdin>", fmt=fmt, session="trip")
+    result = ingest(runtime_of(store), payload.encode(), source="<stdin>", fmt=fmt, session="trip")
     assert len(result.stored) == 2
     texts = [m["text"] for _, _, m in iter_messages(store)]
     assert texts == ["I prefer window seats", "Noted, window seats."]
@@ -76,7 +77,7 @@ def test_pcai_session_uses_its_id_and_last_update(store_dir):
     store = Store(store_dir)
     payload = ('{"ID": "telegram_42", "LastUpdate": "2026-11-20T08:00:00Z",\n "Messages": '
                '[{"role": "user", "content": "Remind me about the dentist"}]}')
-    ingest(store, payload.encode(), source="history.json")
+    ingest(runtime_of(store), payload.encode(), source="history.json")
     (message,) = lines_of(store_dir / "sessions" / "telegram_42.jsonl")
     assert message["session"] == "telegram_42" and message["ts"] == "2026-11-20T08:00:00Z"
     assert (store_dir / "memory" / "2026-11-20.md").exists()
@@ -86,7 +87,7 @@ def test_unknown_fields_are_kept_and_openai_parts_joined(store_dir):
     store = Store(store_dir)
     payload = {"role": "user", "content": [{"type": "text", "text": "part one"}, {"type": "text", "text": "two"}],
                "channel": "tg", "meta": {"lang": "en"}}
-    ingest(store, orjson.dumps(payload), source="<stdin>", fmt="jsonl")
+    ingest(runtime_of(store), orjson.dumps(payload), source="<stdin>", fmt="jsonl")
     (message,) = [m for _, _, m in iter_messages(store)]
     assert message["text"] == "part one\ntwo" and message["channel"] == "tg" and message["meta"] == {"lang": "en"}
 
@@ -94,9 +95,9 @@ def test_unknown_fields_are_kept_and_openai_parts_joined(store_dir):
 def test_ids_are_stable_and_reingest_is_a_no_op(store_dir):
     store = Store(store_dir)
     data = (FIXTURES / "demo" / "chat.jsonl").read_bytes().replace(b'"id":', b'"x_id":')
-    first = [o.id for o in ingest(store, data, source="chat.jsonl").stored]
+    first = [o.id for o in ingest(runtime_of(store), data, source="chat.jsonl").stored]
     before = snapshot(store_dir)
-    second = ingest(store, data, source="chat.jsonl")
+    second = ingest(runtime_of(store), data, source="chat.jsonl")
     assert second.stored == []
     assert sorted(o.id for o in second.outcomes if o.status == "duplicate") == sorted(first)
     assert snapshot(store_dir) == before
@@ -104,7 +105,7 @@ def test_ids_are_stable_and_reingest_is_a_no_op(store_dir):
 
 def test_same_text_twice_without_time_is_two_messages(store_dir):
     store = Store(store_dir)
-    result = ingest(store, b"same words here\nsame words here\n", source="<stdin>", fmt="text",
+    result = ingest(runtime_of(store), b"same words here\nsame words here\n", source="<stdin>", fmt="text",
                     keep_noise=True)
     assert len({o.id for o in result.stored}) == 2
 
@@ -112,7 +113,7 @@ def test_same_text_twice_without_time_is_two_messages(store_dir):
 def test_pending_notes_wait_with_a_ttl(store_dir, monkeypatch):
     monkeypatch.setenv("MEMCTL_NOW", "2026-11-20T10:00:00Z")
     store = Store(store_dir)
-    ingest(store, b'{"text": "Likes oolong tea", "section": "About me"}\n', source="<stdin>",
+    ingest(runtime_of(store), b'{"text": "Likes oolong tea", "section": "About me"}\n', source="<stdin>",
            kind="memory", pending=True, ttl_hours=48)
     (item,) = lines_of(store_dir / "pending.jsonl")
     assert item["pending_since"] == "2026-11-20T10:00:00Z" and item["expires_at"] == "2026-11-22T10:00:00Z"
@@ -125,9 +126,9 @@ def test_ttl_default_comes_from_memctl_toml_and_environment(store_dir, monkeypat
     store_dir.mkdir()
     (store_dir / "memctl.toml").write_text("[ingest]\npending_ttl_hours = 2\n")
     store = Store(store_dir)
-    ingest(store, b"note one is here", source="<stdin>", kind="memory", pending=True)
+    ingest(runtime_of(store), b"note one is here", source="<stdin>", kind="memory", pending=True)
     monkeypatch.setenv("MEMCTL_INGEST_PENDING_TTL_HOURS", "3")
-    ingest(store, b"note two is here", source="<stdin>", kind="memory", pending=True)
+    ingest(runtime_of(store), b"note two is here", source="<stdin>", kind="memory", pending=True)
     assert [i["expires_at"] for i in lines_of(store_dir / "pending.jsonl")] == [
         "2026-11-20T12:00:00Z", "2026-11-20T13:00:00Z"]
 
@@ -142,17 +143,17 @@ def test_noise_is_dropped_unless_kept(store_dir):
         {"role": "user", "text": "Hi! I just moved to Taipei."},
         {"role": "user", "text": "I don't have any data on that old laptop"},
     ]).encode()
-    result = ingest(store, payload, source="<stdin>")
+    result = ingest(runtime_of(store), payload, source="<stdin>")
     assert [o.reason for o in result.outcomes if o.status == "noise"] == [
         "greeting", "greeting", "greeting", "meta-question", "meta-question", "refusal", "refusal", "too short"]
     assert [m["text"] for _, _, m in iter_messages(store)] == [
         "Hi! I just moved to Taipei.", "I don't have any data on that old laptop"]
-    kept = ingest(Store(store_dir.parent / "other"), payload, source="<stdin>", keep_noise=True)
+    kept = ingest(runtime_of(Store(store_dir.parent / "other")), payload, source="<stdin>", keep_noise=True)
     assert len(kept.stored) == 10
 
 
 def test_dry_run_writes_nothing(store_dir):
-    result = ingest(Store(store_dir), (FIXTURES / "demo" / "chat.jsonl").read_bytes(), source="chat.jsonl",
+    result = ingest(runtime_of(Store(store_dir)), (FIXTURES / "demo" / "chat.jsonl").read_bytes(), source="chat.jsonl",
                     dry_run=True)
     assert len(result.stored) == 21
     assert not store_dir.exists()
@@ -160,8 +161,8 @@ def test_dry_run_writes_nothing(store_dir):
 
 def test_files_and_folders_are_private(store_dir):
     store = Store(store_dir)
-    ingest(store, (FIXTURES / "demo" / "chat.jsonl").read_bytes(), source="chat.jsonl")
-    ingest(store, (FIXTURES / "demo" / "MEMORY.md").read_bytes(), source="MEMORY.md")
+    ingest(runtime_of(store), (FIXTURES / "demo" / "chat.jsonl").read_bytes(), source="chat.jsonl")
+    ingest(runtime_of(store), (FIXTURES / "demo" / "MEMORY.md").read_bytes(), source="MEMORY.md")
     for path in [store_dir, *store_dir.rglob("*")]:
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode == (0o700 if path.is_dir() else 0o600), path
@@ -199,19 +200,19 @@ BAD_INPUTS = [
 @pytest.mark.parametrize("payload, fmt, kind, message", BAD_INPUTS)
 def test_bad_input_changes_nothing(store_dir, payload, fmt, kind, message):
     store = Store(store_dir)
-    ingest(store, (FIXTURES / "demo" / "chat.jsonl").read_bytes(), source="chat.jsonl")
-    ingest(store, (FIXTURES / "demo" / "MEMORY.md").read_bytes(), source="MEMORY.md")
+    ingest(runtime_of(store), (FIXTURES / "demo" / "chat.jsonl").read_bytes(), source="chat.jsonl")
+    ingest(runtime_of(store), (FIXTURES / "demo" / "MEMORY.md").read_bytes(), source="MEMORY.md")
     before = snapshot(store_dir)
     with pytest.raises(InputError) as caught:
-        ingest(store, payload, source="<stdin>", fmt=fmt, kind=kind)
+        ingest(runtime_of(store), payload, source="<stdin>", fmt=fmt, kind=kind)
     assert message in str(caught.value)
     assert snapshot(store_dir) == before
 
 
 def test_unknown_note_fields_are_kept_and_reported(store_dir):
     store = Store(store_dir)
-    jsonl = ingest(store, b'{"text": "prefers green tea", "colour": "blue"}\n', source="<stdin>", kind="memory")
-    markdown = ingest(store, b"<!-- memory\nmood: calm\n-->\nwalks at dawn\n", source="n.md")
+    jsonl = ingest(runtime_of(store), b'{"text": "prefers green tea", "colour": "blue"}\n', source="<stdin>", kind="memory")
+    markdown = ingest(runtime_of(store), b"<!-- memory\nmood: calm\n-->\nwalks at dawn\n", source="n.md")
     assert jsonl.warnings == ["<stdin>:1: field 'colour': unknown field (kept as written)"]
     assert markdown.warnings == ["n.md:2: field 'mood': unknown field (kept as written)"]
     doc = memoryfile.load(store.memory_md)
@@ -224,35 +225,35 @@ def test_markdown_notes_keep_heading_levels_and_list_items(store_dir):
     store = Store(store_dir)
     notes = (b"# Travel\n\n## Japan\n\n- Book the ryokan in Kyoto\n1. Rail pass: 7 days\n\n### Food\n\n"
              b"Okonomiyaki near the station.\n\n# Work\n\nThe demo is on December 12th.\n")
-    ingest(store, notes, source="notes.md")
+    ingest(runtime_of(store), notes, source="notes.md")
     doc = memoryfile.load(store.memory_md)
     outline = [(b.level, b.title) for b in doc.blocks if isinstance(b, memoryfile.Heading)]
     assert outline == [(1, "Travel"), (2, "Japan"), (3, "Food"), (1, "Work")]
     written = store.memory_md.read_text()
     assert "\n- Book the ryokan in Kyoto\n" in written and "\n1. Rail pass: 7 days\n" in written
     assert [e.text for e in doc.entries][:2] == ["Book the ryokan in Kyoto", "Rail pass: 7 days"]
-    again = ingest(store, store.memory_md.read_bytes(), source="MEMORY.md")  # the round trip: all known
+    again = ingest(runtime_of(store), store.memory_md.read_bytes(), source="MEMORY.md")  # the round trip: all known
     assert {o.status for o in again.outcomes} == {"duplicate"}
 
 
 def test_duplicate_id_with_other_text_is_refused_whole(store_dir):
     store = Store(store_dir)
-    ingest(store, b'{"id": "k1", "text": "the original words"}\n', source="<stdin>")
+    ingest(runtime_of(store), b'{"id": "k1", "text": "the original words"}\n', source="<stdin>")
     before = snapshot(store_dir)
     payload = b'{"id": "k2", "text": "a new message"}\n{"id": "k1", "text": "other words"}\n'
     with pytest.raises(InputError, match=r"<stdin>:2: field 'id': duplicate id 'k1'"):
-        ingest(store, payload, source="<stdin>")
+        ingest(runtime_of(store), payload, source="<stdin>")
     assert snapshot(store_dir) == before
-    dup = ingest(store, b'{"id": "k1", "text": "the original words"}\n', source="<stdin>")
+    dup = ingest(runtime_of(store), b'{"id": "k1", "text": "the original words"}\n', source="<stdin>")
     assert [o.status for o in dup.outcomes] == ["duplicate"]
 
 
 def test_duplicate_inside_one_input(store_dir):
     store = Store(store_dir)
     with pytest.raises(InputError, match=":2: field 'id': duplicate"):
-        ingest(store, b'{"id": "k1", "text": "first words"}\n{"id": "k1", "text": "second words"}\n',
+        ingest(runtime_of(store), b'{"id": "k1", "text": "first words"}\n{"id": "k1", "text": "second words"}\n',
                source="<stdin>")
-    result = ingest(store, b'{"id": "k1", "text": "first words"}\n{"id": "k1", "text": "first words"}\n',
+    result = ingest(runtime_of(store), b'{"id": "k1", "text": "first words"}\n{"id": "k1", "text": "first words"}\n',
                     source="<stdin>")
     assert [o.status for o in result.outcomes] == ["stored", "duplicate"]
 
@@ -261,4 +262,4 @@ def test_bad_memctl_toml_is_named(store_dir):
     store_dir.mkdir()
     (store_dir / "memctl.toml").write_text("[ingest]\npending_ttl_hours = 'soon'\n")
     with pytest.raises(InputError, match="memctl.toml:2: ingest.pending_ttl_hours must be float"):
-        ingest(Store(store_dir), b"text to store", source="<stdin>")
+        ingest(runtime_of(Store(store_dir)), b"text to store", source="<stdin>")

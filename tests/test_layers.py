@@ -15,6 +15,7 @@ from memctl.search.queries import Query
 from memctl.search.search import search_store
 from memctl.store.store import Store
 from memctl.api import Memory
+from conftest import runtime_of
 
 NOW = "2026-11-22T12:00:00Z"
 
@@ -25,7 +26,7 @@ def pinned_clock(monkeypatch):
 
 
 def notes(store: Store, *items: dict, **options) -> None:
-    ingest(store, b"".join(orjson.dumps(i) + b"\n" for i in items), source="<stdin>", kind="memory",
+    ingest(runtime_of(store), b"".join(orjson.dumps(i) + b"\n" for i in items), source="<stdin>", kind="memory",
            fmt="jsonl", keep_noise=True, **options)
 
 
@@ -48,7 +49,7 @@ def governed(tmp_path) -> Store:
 
 
 def test_layers_in_order_with_scope_isolation(governed):
-    result = layered_search(governed, "which queue does the worker use", workspace="project:a", budget=2000)
+    result = layered_search(runtime_of(governed), "which queue does the worker use", workspace="project:a", budget=2000)
     assert [i["id"] for i in result.layers["L0"]] == ["core-lang", "core-weight"]  # not project B's core
     assert {i["id"] for i in result.layers["L1"]} == {"a-db", "a-queue"}
     assert result.trigger == "decision question 'which'"
@@ -63,10 +64,10 @@ def test_tight_budget_falls_back_to_summaries(governed):
     notes(governed, {"id": "core-release", "text": "Before a release: " + "run the tests, tag it, write notes; " * 12,
                      "summary": "The release checklist.", "is_core": True, "memory_class": "policy",
                      "section": "Rules"})
-    roomy = layered_search(governed, "hello", workspace="project:a", budget=2000)
+    roomy = layered_search(runtime_of(governed), "hello", workspace="project:a", budget=2000)
     full = sum(i["tokens"] for i in roomy.layers["L0"])
     # Ten tokens short: the long text no longer fits, its summary does, and so does the next core memory.
-    tight = layered_search(governed, "hello", workspace="project:a", budget=full - 10)
+    tight = layered_search(runtime_of(governed), "hello", workspace="project:a", budget=full - 10)
     assert [(i["id"], i["content"]) for i in tight.layers["L0"]] == [
         ("core-lang", "full"), ("core-release", "summary"), ("core-weight", "full")]
     assert tight.layers["L0"][1]["text"] == "The release checklist."
@@ -74,7 +75,7 @@ def test_tight_budget_falls_back_to_summaries(governed):
 
 
 def test_no_trigger_no_query_layer_and_every_fifth_turn(governed):
-    turns = [layered_search(governed, "tell me the code style", workspace="project:a", budget=500)
+    turns = [layered_search(runtime_of(governed), "tell me the code style", workspace="project:a", budget=500)
              for _ in range(5)]
     assert [t.trigger for t in turns[:4]] == [None] * 4
     assert turns[4].trigger == "every 5th turn (turn 5)"
@@ -99,14 +100,14 @@ def test_search_returns_only_chain_tails_even_after_hand_edits(tmp_path):
     notes(store, {"id": "db-v1", "text": "Kestrel uses MySQL for orders", "canonical_topic": "db"})
     notes(store, {"id": "db-v2", "text": "Kestrel uses PostgreSQL for orders", "canonical_topic": "db"},
           supersedes=["db-v1"])
-    found = [r.record_id for r in search_store(store, [Query(text="Kestrel orders database", min_score=0)],
+    found = [r.record_id for r in search_store(runtime_of(store), [Query(text="Kestrel orders database", min_score=0)],
                                                count_access=False)[0]]
     assert found == ["db-v2"]
     # By hand: v1 made active again, still superseded by v2 -> still hidden.
     text = store.memory_md.read_text().replace("status: deprecated\n", "")
     store.memory_md.write_text(text)
     assert memoryfile.load(store.memory_md).find("db-v1").get("status") is None
-    found = [r.record_id for r in search_store(store, [Query(text="Kestrel orders database", min_score=0)],
+    found = [r.record_id for r in search_store(runtime_of(store), [Query(text="Kestrel orders database", min_score=0)],
                                                count_access=False)[0]]
     assert found == ["db-v2"]
 
@@ -163,8 +164,8 @@ def test_no_search_returns_another_scope(tmp_path_factory, memories, queries):
     scope_of = {f"m{n}": scope for n, (scope, _) in enumerate(memories)}
     batch = [Query(text=" ".join(words), mode=mode, k=20, min_score=0, filters=Filters(scopes=(scope,)))
              for words, scope, mode in queries]
-    for (words, scope, _mode), results in zip(queries, search_store(store, batch, count_access=False)):
+    for (words, scope, _mode), results in zip(queries, search_store(runtime_of(store), batch, count_access=False)):
         assert {scope_of[r.record_id] for r in results} <= {scope, "global"}
-        layered = layered_search(store, " ".join(words), workspace=scope, budget=4000)
+        layered = layered_search(runtime_of(store), " ".join(words), workspace=scope, budget=4000)
         shown = {i["id"] for layer in layered.layers.values() for i in layer}
         assert {scope_of[i] for i in shown} <= {scope, "global"}

@@ -7,6 +7,7 @@ import inspect
 
 import pytest
 
+from conftest import runtime_of
 from memctl.index.index import Index
 from memctl.store import seam
 from memctl.store.store import Store, Transaction
@@ -41,7 +42,7 @@ def test_a_transaction_and_an_index_are_their_parts(store_dir):
         assert isinstance(tx, seam.Writes) and isinstance(tx, Transaction)
     with store.transaction(dry_run=True) as tx:
         assert isinstance(tx, seam.Writes)
-    assert isinstance(Index(store), seam.Searchable)
+    assert isinstance(Index(runtime_of(store)), seam.Searchable)
 
 
 def test_an_object_without_the_operations_is_no_store():

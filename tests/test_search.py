@@ -17,6 +17,7 @@ from memctl.index.filters import Filters
 from memctl.search.queries import Query
 from memctl.search.search import search_store
 from memctl.store.store import Store
+from conftest import runtime_of
 
 NOW = "2026-11-22T12:00:00Z"
 
@@ -29,18 +30,18 @@ def pinned_clock(monkeypatch):
 @pytest.fixture
 def demo(tmp_path) -> Store:
     store = Store(tmp_path / "demo")
-    ingest(store, (FIXTURES / "demo" / "chat.jsonl").read_bytes(), source="chat.jsonl")
-    ingest(store, (FIXTURES / "demo" / "MEMORY.md").read_bytes(), source="MEMORY.md")
+    ingest(runtime_of(store), (FIXTURES / "demo" / "chat.jsonl").read_bytes(), source="chat.jsonl")
+    ingest(runtime_of(store), (FIXTURES / "demo" / "MEMORY.md").read_bytes(), source="MEMORY.md")
     return store
 
 
 def notes(store: Store, *items: dict) -> None:
-    ingest(store, b"".join(orjson.dumps(i) + b"\n" for i in items), source="<stdin>", kind="memory",
+    ingest(runtime_of(store), b"".join(orjson.dumps(i) + b"\n" for i in items), source="<stdin>", kind="memory",
            fmt="jsonl", keep_noise=True)
 
 
 def find(store: Store, text: str, **options) -> list:
-    (results,) = search_store(store, [Query(text=text, **options)], count_access=False)
+    (results,) = search_store(runtime_of(store), [Query(text=text, **options)], count_access=False)
     return results
 
 
@@ -117,11 +118,11 @@ def test_an_index_of_another_lexical_version_gets_its_terms_anew_and_no_vector(t
     store = Store(tmp_path / "s")
     notes(store, {"id": "mem-minutes", "text": "會議紀要：資料庫遷移延後到下週"})
     monkeypatch.setattr(lexical, "simplified", lambda text: text)  # terms as the version before made them
-    Index(store).update()
+    Index(runtime_of(store)).update()
     manifest = store.index_dir / "manifest.json"
     manifest.write_bytes(orjson.dumps({**orjson.loads(manifest.read_bytes()), "lexical": 1}))
     monkeypatch.undo()
-    report = Index(store).update()
+    report = Index(runtime_of(store)).update()
     assert report.embedded == 0 and not report.rebuilt
     assert orjson.loads(manifest.read_bytes())["lexical"] == index_module.LEXICAL
     assert ids(find(store, "会议纪要", mode="bm25")) == ["mem-minutes"]
@@ -177,7 +178,7 @@ def test_filters_kind_section_source_session_and_time(demo):
 def test_missing_stale_and_corrupt_index_are_repaired(demo):
     assert not demo.index_dir.exists()
     assert ids(find(demo, "Miso the cat", k=1)) == ["s3-04"]  # missing: built first
-    ingest(demo, b'{"id": "n1", "text": "The espresso machine on floor 3 is broken"}\n', source="<stdin>")
+    ingest(runtime_of(demo), b'{"id": "n1", "text": "The espresso machine on floor 3 is broken"}\n', source="<stdin>")
     assert ids(find(demo, "espresso machine", k=1)) == ["n1"]  # stale: updated first
     (demo.index_dir / "units.db").write_bytes(b"this is not a database")
     assert ids(find(demo, "espresso machine", k=1)) == ["n1"]  # corrupt: rebuilt
@@ -190,7 +191,7 @@ def test_incremental_index_after_add_edit_delete(tmp_path):
     store = Store(tmp_path / "s")
     notes(store, {"id": "one", "text": "Alpha project uses Redis streams"},
           {"id": "two", "text": "Beta project uses Kafka topics"})
-    index = Index(store)
+    index = Index(runtime_of(store))
     first = index.update()
     assert (first.added, first.embedded) == (2, 2)
     assert index.update().touched is False  # nothing changed: nothing done
@@ -213,7 +214,7 @@ def test_long_text_is_chunked_and_found_by_its_end(tmp_path):
     store = Store(tmp_path / "s")
     filler = " ".join(f"Paragraph {n} talks about ordinary bakery logistics and delivery routes." for n in range(60))
     notes(store, {"id": "long", "text": filler + " The vault code is hidden under the blue teapot."})
-    report = Index(store).update()
+    report = Index(runtime_of(store)).update()
     assert report.units > 3
     found = find(store, "where is the vault code hidden", k=3, min_score=0)
     assert ids(found)[0] == "long"
@@ -222,7 +223,7 @@ def test_long_text_is_chunked_and_found_by_its_end(tmp_path):
 
 def ingest_chat(store: Store, chat: list[tuple[str, str, str]]) -> None:
     """(id, speaker, text) turns of one session, a minute apart, in order."""
-    ingest(store, b"".join(orjson.dumps({"id": i, "session": "s", "speaker": who, "text": text,
+    ingest(runtime_of(store), b"".join(orjson.dumps({"id": i, "session": "s", "speaker": who, "text": text,
                                          "ts": f"2026-11-20T10:0{n}:00Z"}) + b"\n"
                            for n, (i, who, text) in enumerate(chat)),
            source="<stdin>", fmt="jsonl", keep_noise=True)
@@ -268,10 +269,10 @@ def test_a_turn_gains_from_the_reply_that_reads_it(tmp_path):
 
 
 def test_access_is_counted_for_returned_memories(demo):
-    (results,) = search_store(demo, [Query(text="which database does Kestrel use", k=2)])
+    (results,) = search_store(runtime_of(demo), [Query(text="which database does Kestrel use", k=2)])
     memory_ids = [r.record_id for r in results if r.kind == "memory"]
     assert memory_ids
-    Index(demo).update(rebuild=True)  # the counts live outside .index/
+    Index(runtime_of(demo)).update(rebuild=True)  # the counts live outside .index/
     assert access.count(demo, memory_ids[0]) == 1
 
 
@@ -427,7 +428,7 @@ def test_rows_keep_their_place_until_holes_call_for_compaction(tmp_path):
     store = Store(tmp_path / "s")
     notes(store, *({"id": f"n{i}", "text": f"Fact number {i} about project {'ABCDEFGHIJKL'[i]}"}
                    for i in range(12)))
-    index = Index(store)
+    index = Index(runtime_of(store))
     index.update()
 
     def table():
@@ -563,7 +564,7 @@ HARBOR_CHAT = [
 
 
 def chat(store: Store, turns) -> None:
-    ingest(store, b"".join(orjson.dumps({"id": i, "session": s, "role": "user", "ts": ts, "text": text}) + b"\n"
+    ingest(runtime_of(store), b"".join(orjson.dumps({"id": i, "session": s, "role": "user", "ts": ts, "text": text}) + b"\n"
                            for i, s, ts, text in turns), source="chat.jsonl")
 
 
@@ -725,7 +726,7 @@ def test_the_cold_and_the_learned_index_gather_and_rank_alike(demo, monkeypatch,
         return [[r.as_dict(explain=True) for r in memory.search(question, **options)]
                 for options in COLD_AND_WARM for question in questions]
 
-    Index(demo).update()
+    Index(runtime_of(demo)).update()
     twin = demo.root.parent / "twin"  # a search counts its memories' accesses, which --rank mera reads:
     shutil.copytree(demo.root, twin)  # each path searches its own copy, from the same counts
     cold = answers(Memory(demo.root))
@@ -779,7 +780,7 @@ def test_a_memory_searches_an_index_rebuilt_elsewhere_by_its_new_documents(demo,
     while not learned.learn_ahead(8):
         pass
     (demo.root / "sessions" / "2026-11-02-planning.jsonl").unlink()  # the first file: every address moves
-    Index(demo).update(rebuild=True)
+    Index(runtime_of(demo)).update(rebuild=True)
 
     def answers(memory: Memory) -> list:
         return [[(r.id, r.score) for r in memory.search(question, mode="bm25")] for question in questions]

@@ -81,7 +81,7 @@ def test_exchanges_follow_how_they_begin():
              "Hello, I am also looking for a cheap hotel.", "The Acorn is cheap. Thank you, goodbye.",
              "Yes please, book the train.", "Booked. Anything else?"]
     exchanges = [(0, 2), (2, 4), (4, 6), (6, 8)]
-    assert segment._followed(np.zeros((8, 8)), exchanges, texts, segment.Settings()) == [[0, 1, 2, 3, 6, 7], [4, 5]]
+    assert segment._followed(np.zeros((8, 8)), exchanges, texts, segment.Tuning()) == [[0, 1, 2, 3, 6, 7], [4, 5]]
     openings = [segment._opening(texts[start]) for start, _ in exchanges]
     assert openings == [segment.INTRODUCES, segment.REPLY, segment.GREETING, segment.REPLY]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import memctl_command
+from conftest import memctl_command, runtime_of
 
 MESSAGE = {"id": "m1", "session": "s1", "text": "the heron survey counted twelve herons at the lake",
            "ts": "2026-11-20T10:00:00Z"}
@@ -157,5 +157,5 @@ def test_a_killed_writers_backups_are_not_reported_as_hard_links(run, store_dir)
     store = Store(store_dir)
     with store.lock():
         Transaction(store).replace(store.memory_md, b"# gone\n")  # never committed: as if killed
-    codes = {problem.code for problem in check(store)}
+    codes = {problem.code for problem in check(runtime_of(store))}
     assert "journal" in codes and "hard-link" not in codes

@@ -20,6 +20,7 @@ from conftest import run_in_process
 from memctl.window import state as S
 from memctl.errors import InputError
 from memctl.store.store import Store
+from conftest import runtime_of
 
 WORKTREE = str(Path(__file__).resolve().parents[1])
 NOW = "2026-02-08T12:00:00Z"
@@ -118,17 +119,17 @@ def test_worked_example_five_turns(store):
 
 
 def test_no_dominant_section_plans_keyword_matches_only(store):
-    S.record(store, ["重要決定"])
-    S.record(store, ["待辦"])            # 0.5 / 0.5: nothing reaches 0.7
-    assert S.plan(store, "今天天氣好").names == []
-    assert S.plan(store, "about Bob and 待辦").names == ["待辦", "About Bob"]  # MEMORY.md order
+    S.record(runtime_of(store), ["重要決定"])
+    S.record(runtime_of(store), ["待辦"])            # 0.5 / 0.5: nothing reaches 0.7
+    assert S.plan(runtime_of(store), "今天天氣好").names == []
+    assert S.plan(runtime_of(store), "about Bob and 待辦").names == ["待辦", "About Bob"]  # MEMORY.md order
     result = memctl(store, "state", "plan", "今天天氣好")
     assert result.returncode == 1 and result.stdout == b""
     assert b"no section to search" in result.stderr
 
 
 def test_plan_without_state_uses_keywords(store):
-    plan = S.plan(store, "Remind me about Bob")
+    plan = S.plan(runtime_of(store), "Remind me about Bob")
     assert not plan.has_state and plan.dominant == []
     assert [p.as_dict() for p in plan.sections] == [
         {"section": "About Bob", "reason": "keyword", "matched": ["about bob", "bob"], "proportion": None}]
@@ -142,8 +143,8 @@ def test_plan_reads_the_message_from_stdin(store):
 
 def test_dominant_section_gone_from_memory_md_is_not_planned(store):
     for _ in range(3):
-        S.record(store, ["Old section"])
-    plan = S.plan(store, "hello")
+        S.record(runtime_of(store), ["Old section"])
+    plan = S.plan(runtime_of(store), "hello")
     assert plan.dominant == ["Old section"] and plan.names == []
 
 
@@ -151,9 +152,9 @@ def test_dominant_section_gone_from_memory_md_is_not_planned(store):
 
 @pytest.mark.parametrize("window", [3, 5, 10])
 def test_window_keeps_the_last_n_turns(store, window):
-    S.configure(store, window=window)
+    S.configure(runtime_of(store), window=window)
     for i in range(1, 13):
-        result = S.record(store, [f"s{i % 4}"])
+        result = S.record(runtime_of(store), [f"s{i % 4}"])
         assert result.turn.turn_id == i
         assert len(result.state.turns) == min(i, window)
     data = state_json(store)
@@ -169,7 +170,7 @@ def test_window_keeps_the_last_n_turns(store, window):
 def test_new_state_takes_window_and_threshold_from_memctl_toml(store):
     (store.root / "memctl.toml").write_text("[state]\nwindow_size = 3\ndominant_threshold = 0.8\n")
     for _ in range(4):
-        S.record(store, ["待辦"])
+        S.record(runtime_of(store), ["待辦"])
     data = state_json(store)
     assert (data["window_size"], data["dominant_threshold"]) == (3, 0.8)
     assert [t["turn_id"] for t in data["turns"]] == [2, 3, 4]
@@ -177,7 +178,7 @@ def test_new_state_takes_window_and_threshold_from_memctl_toml(store):
 
 def test_config_sets_and_validates(store):
     for i in range(10):
-        S.record(store, ["重要決定" if i < 7 else "待辦"])
+        S.record(runtime_of(store), ["重要決定" if i < 7 else "待辦"])
     assert memctl(store, "state", "config", "--window", "10").returncode == 0
     before = store.state_file.read_bytes()
     for args, message in ((["--window", "4"], b"--window: must be 3, 5 or 10"),
@@ -215,9 +216,9 @@ def test_bad_state_settings_in_memctl_toml_name_the_file_and_line(store):
 def test_miss_count_and_suggestions(store):
     sections = S.memory_sections(store)
     assert sections == ["重要決定", "關於老蔡", "待辦", "關於我", "About Bob", "Decisions"]
-    S.record(store, ["重要決定", "待辦"])
-    S.record(store, ["重要決定"])
-    third = S.record(store, ["重要決定"])
+    S.record(runtime_of(store), ["重要決定", "待辦"])
+    S.record(runtime_of(store), ["重要決定"])
+    third = S.record(runtime_of(store), ["重要決定"])
     assert third.state.miss_count == {"重要決定": 0, "關於老蔡": 3, "待辦": 2, "關於我": 3,
                                       "About Bob": 3, "Decisions": 3}
     assert [s.section for s in third.suggestions] == ["關於老蔡", "關於我", "About Bob", "Decisions"]
@@ -234,11 +235,11 @@ def test_miss_count_and_suggestions(store):
 
 def test_miss_threshold_from_toml_and_removed_sections(store):
     (store.root / "memctl.toml").write_text("[state]\nmiss_threshold = 1\n")
-    first = S.record(store, ["Decisions"])
+    first = S.record(runtime_of(store), ["Decisions"])
     assert first.suggestions[0].text.startswith("重要決定: not used in the last turn; consider removing")
     assert {s.section for s in first.suggestions} == {"重要決定", "關於老蔡", "待辦", "關於我", "About Bob"}
     store.memory_md.write_text("## Decisions\n\nShip on Fridays.\n\n## New\n\nx\n", encoding="utf-8")
-    second = S.record(store, ["Decisions"])
+    second = S.record(runtime_of(store), ["Decisions"])
     assert second.state.miss_count == {"Decisions": 0, "New": 1}  # gone sections are dropped
 
 
@@ -252,8 +253,8 @@ def test_unknown_sections_are_recorded_and_reported(store):
 
 
 def test_a_turn_with_no_hits_counts_as_a_miss_for_all(store):
-    S.record(store, ["待辦"])
-    result = S.record(store, [])
+    S.record(runtime_of(store), ["待辦"])
+    result = S.record(runtime_of(store), [])
     assert result.turn.sections_hit == []
     assert result.state.proportions == {"待辦": 1.0}
     assert result.state.miss_count["待辦"] == 1 and result.state.miss_count["重要決定"] == 2
@@ -301,7 +302,7 @@ def test_empty_search_output_records_an_empty_turn(store):
     ('{"query_id": 1, "results": [{"section": "x"}, 3]}', b"<stdin>:2: field 'results[1]'"),
 ])
 def test_malformed_search_output_is_rejected(store, bad_line, message):
-    S.record(store, ["待辦"])
+    S.record(runtime_of(store), ["待辦"])
     before = store.state_file.read_bytes()
     data = orjson.dumps(_result("重要決定")).decode() + "\n" + bad_line + "\n"
     result = memctl(store, "state", "record", "-", input=data)
@@ -324,12 +325,12 @@ def test_hits_from_search_output_library():
 def _record_many(args):
     root, worker, count = args
     store = Store(root)
-    return [S.record(store, [f"w{worker}"], settings=None).turn.turn_id for _ in range(count)]
+    return [S.record(runtime_of(store), [f"w{worker}"]).turn.turn_id for _ in range(count)]
 
 
 @pytest.mark.process
 def test_concurrent_records_lose_no_turn(store):
-    S.configure(store, window=10)
+    S.configure(runtime_of(store), window=10)
     env = {**os.environ, "PYTHONPATH": WORKTREE}
     cli_runs = [subprocess.Popen([sys.executable, "-m", "memctl", "--store", str(store.root), "state",
                                   "record", "--hit", "cli", "--json"],
@@ -406,7 +407,7 @@ def test_missing_state_means_no_state_yet(store):
 # -- the state file ------------------------------------------------------------
 
 def test_state_file_has_exactly_the_design_fields(store):
-    S.record(store, ["待辦"])
+    S.record(runtime_of(store), ["待辦"])
     data = state_json(store)
     assert set(data) == DESIGN_FIELDS
     assert data["turns"] == [{"turn_id": 1, "ts": NOW, "sections_hit": ["待辦"]}]
@@ -426,11 +427,11 @@ def test_record_dry_run_writes_nothing(store):
 
 def test_hand_edited_proportions_do_not_change_decisions(store):
     for _ in range(3):
-        S.record(store, ["待辦"])
+        S.record(runtime_of(store), ["待辦"])
     data = state_json(store)
     data["proportions"] = {"重要決定": 1.0}
     store.state_file.write_bytes(orjson.dumps(data))
-    shown = S.show(store)
+    shown = S.show(runtime_of(store))
     assert shown["proportions"] == {"待辦": 1.0} and shown["dominant"] == ["待辦"]
 
 
@@ -438,9 +439,9 @@ def test_hand_edited_proportions_do_not_change_decisions(store):
 
 def test_topic_written_after_three_dominant_turns(store):
     topic = store.root / "MEMORY_TOPIC.md"
-    first, second = S.record(store, ["重要決定"]), S.record(store, ["重要決定"])
+    first, second = S.record(runtime_of(store), ["重要決定"]), S.record(runtime_of(store), ["重要決定"])
     assert not first.topic_written and not second.topic_written and not topic.exists()
-    third = S.record(store, ["重要決定"])
+    third = S.record(runtime_of(store), ["重要決定"])
     assert third.topic_written
     text = topic.read_text(encoding="utf-8")
     assert text.startswith("# Current topic: 重要決定\n\n")
@@ -449,7 +450,7 @@ def test_topic_written_after_three_dominant_turns(store):
     assert data["topic_summary"] in text and "\n" not in data["topic_summary"]
 
     # Still dominant: not rewritten, unless a summary is given.
-    assert not S.record(store, ["重要決定"]).topic_written
+    assert not S.record(runtime_of(store), ["重要決定"]).topic_written
     result = memctl(store, "state", "record", "--hit", "重要決定", "--summary", "選資料庫：PostgreSQL")
     assert result.returncode == 0
     assert "選資料庫：PostgreSQL" in topic.read_text(encoding="utf-8")
@@ -458,25 +459,25 @@ def test_topic_written_after_three_dominant_turns(store):
 
 def test_topic_needs_consecutive_dominant_turns(store):
     (store.root / "memctl.toml").write_text("[state]\ntopic_after_turns = 3\n")
-    S.record(store, ["待辦"])
-    S.record(store, ["待辦", "重要決定"])   # 待辦 0.67: not dominant here
-    assert not S.record(store, ["待辦"]).topic_written   # 0.75 but only 1 dominant turn in a row
-    assert not S.record(store, ["待辦"]).topic_written   # 2 in a row
-    assert S.record(store, ["待辦"]).topic_written       # 3 in a row
+    S.record(runtime_of(store), ["待辦"])
+    S.record(runtime_of(store), ["待辦", "重要決定"])   # 待辦 0.67: not dominant here
+    assert not S.record(runtime_of(store), ["待辦"]).topic_written   # 0.75 but only 1 dominant turn in a row
+    assert not S.record(runtime_of(store), ["待辦"]).topic_written   # 2 in a row
+    assert S.record(runtime_of(store), ["待辦"]).topic_written       # 3 in a row
     # A new dominant section takes over once it has led long enough.
     (store.root / "memctl.toml").write_text("[state]\ntopic_after_turns = 1\nwindow_size = 3\n")
-    S.configure(store, window=3)
+    S.configure(runtime_of(store), window=3)
     for _ in range(2):
-        S.record(store, ["Decisions"])
+        S.record(runtime_of(store), ["Decisions"])
     assert state_json(store)["current_topic"] == "待辦"   # 待辦 1/3, Decisions 2/3 < 0.7
-    assert S.record(store, ["Decisions"]).topic_written
+    assert S.record(runtime_of(store), ["Decisions"]).topic_written
     assert state_json(store)["current_topic"] == "Decisions"
 
 
 def test_topic_dry_run_writes_nothing(store):
-    S.record(store, ["待辦"])
-    S.record(store, ["待辦"])
-    result = S.record(store, ["待辦"], dry_run=True)
+    S.record(runtime_of(store), ["待辦"])
+    S.record(runtime_of(store), ["待辦"])
+    result = S.record(runtime_of(store), ["待辦"], dry_run=True)
     assert result.topic_written and not (store.root / "MEMORY_TOPIC.md").exists()
     assert state_json(store)["current_topic"] == ""
 
@@ -485,8 +486,8 @@ def test_topic_dry_run_writes_nothing(store):
 
 def test_reset_needs_yes_off_a_terminal(store):
     for _ in range(3):
-        S.record(store, ["待辦"])
-    S.configure(store, window=10, threshold=0.8)
+        S.record(runtime_of(store), ["待辦"])
+    S.configure(runtime_of(store), window=10, threshold=0.8)
     before = store.state_file.read_bytes()
     refused = memctl(store, "state", "reset")
     assert refused.returncode == 2 and b"--yes" in refused.stderr
@@ -501,7 +502,7 @@ def test_reset_needs_yes_off_a_terminal(store):
     assert data["turns"] == [] and data["proportions"] == {} and data["miss_count"] == {}
     assert data["current_topic"] == "" and (data["window_size"], data["dominant_threshold"]) == (10, 0.8)
     assert not (store.root / "MEMORY_TOPIC.md").exists()
-    assert S.record(store, ["待辦"]).turn.turn_id == 1
+    assert S.record(runtime_of(store), ["待辦"]).turn.turn_id == 1
 
 
 # -- keywords ------------------------------------------------------------------------
@@ -529,17 +530,17 @@ def test_latin_matching(message, expected):
 
 
 def test_about_words_do_not_match_every_about_section(store):
-    assert S.plan(store, "What about the weather today?").names == []
-    assert S.plan(store, "我今天很累").names == []                 # 關於我 is not 我
-    assert S.plan(store, "關於我的資料").names == ["關於我"]
+    assert S.plan(runtime_of(store), "What about the weather today?").names == []
+    assert S.plan(runtime_of(store), "我今天很累").names == []                 # 關於我 is not 我
+    assert S.plan(runtime_of(store), "關於我的資料").names == ["關於我"]
 
 
 def test_configured_keywords(store):
     (store.root / "memctl.toml").write_text(
         '[state.keywords]\n"重要決定" = ["決策", "decision"]\n"待辦" = "TODO"\n', encoding="utf-8")
-    assert S.plan(store, "上次的決策是什麼").names == ["重要決定"]
-    assert S.plan(store, "What Decision did we take?").names == ["重要決定", "Decisions"]
-    assert [p.matched for p in S.plan(store, "anything on my todo list?").sections] == [["todo"]]
+    assert S.plan(runtime_of(store), "上次的決策是什麼").names == ["重要決定"]
+    assert S.plan(runtime_of(store), "What Decision did we take?").names == ["重要決定", "Decisions"]
+    assert [p.matched for p in S.plan(runtime_of(store), "anything on my todo list?").sections] == [["todo"]]
 
 
 def test_bad_keywords_table_names_the_file(store):
@@ -586,7 +587,7 @@ def test_every_command_has_help_with_examples(tmp_path, command):
 
 @pytest.mark.process
 def test_state_commands_do_not_import_heavy_modules(store):
-    S.record(store, ["待辦"])
+    S.record(runtime_of(store), ["待辦"])
     code = ("import sys\nsys.argv = ['memctl', '--store', sys.argv[1], 'state', 'plan', '待辦']\n"
             "from memctl.cli import cli\n"
             "try:\n    cli(prog_name='memctl')\nexcept SystemExit:\n    pass\n"

@@ -46,7 +46,9 @@ SPLITTER = textwrap.dedent("""
     from memctl.ingest.ingest import ingest
     from memctl.store.store import Store
     from memctl.topics.split import split
+    from memctl.runtime import Runtime
     store, run = Store(sys.argv[1]), sys.argv[2]
+    rt = Runtime(store)  # the settings and clock a Memory of the store holds
     print("ready", flush=True)
 
     def choose(messages, topics):  # quick and deterministic: the store's files are what is tested
@@ -58,8 +60,8 @@ SPLITTER = textwrap.dedent("""
         batch = b"".join(orjson.dumps({"id": f"{run}-{n}-{k}", "session": "s", "role": "user",
                                        "text": f"run {run} batch {n} message {k} " + "x" * 200,
                                        "ts": "2026-11-20T10:00:00Z"}) + b"\\n" for k in range(30))
-        ingest(store, batch, source="<stdin>", fmt="jsonl")
-        report = split(store, "s", force=True, keep_recent=0, choose=choose)
+        ingest(rt, batch, source="<stdin>", fmt="jsonl")
+        report = split(rt, "s", force=True, keep_recent=0, choose=choose)
         print(" ".join(a.message_id for a in report.assignments), flush=True)  # acknowledged: committed
 """)
 

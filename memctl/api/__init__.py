@@ -85,7 +85,7 @@ class Memory:
         self.store = Store.locate(path)
         self.say = say
         # The settings (read once, on first use), the clock and the query embedder every call shares.
-        self.runtime = Runtime(self.store.config_file, open_embedder=_query_embedder)
+        self.runtime = Runtime(self.store, open_embedder=_query_embedder)
         self._retriever = None
         self.topics = TopicsRoom(self.store, self.runtime, self._retriever_open)
         self.state = StateRoom(self.store, self.runtime)
@@ -111,10 +111,9 @@ class Memory:
 
         if isinstance(data, str):
             data = data.encode()
-        return ingest(self.store, data, source=source, fmt=fmt, kind=kind, session=session, pending=pending,
+        return ingest(self.runtime, data, source=source, fmt=fmt, kind=kind, session=session, pending=pending,
                       keep_noise=keep_noise, ttl_hours=ttl_hours, section=section, dry_run=dry_run,
-                      on_noise=on_noise, supersedes=list(supersedes), allow_conflict=allow_conflict, scope=scope,
-                      settings=self.runtime.settings)
+                      on_noise=on_noise, supersedes=list(supersedes), allow_conflict=allow_conflict, scope=scope)
 
     def index(self, *, rebuild: bool = False,
               progress: Callable[[str, int, int], None] | None = None) -> "UpdateReport":
@@ -122,7 +121,7 @@ class Memory:
         from memctl.index.index import Index
 
         self.store.require()
-        report = Index(self.store, self.runtime.settings).update(rebuild=rebuild, progress=progress)
+        report = Index(self.runtime).update(rebuild=rebuild, progress=progress)
         self._retriever = None  # reopen on the next search
         return report
 
@@ -134,8 +133,8 @@ class Memory:
         forget unless `yes`. `scope`: only records of that scope. NotFound for an unknown id."""
         from memctl.forget import forget
 
-        found = forget(self.store, list(ids), session=session, match=match, scope=scope, dry_run=dry_run,
-                       yes=yes, settings=self.runtime.settings)
+        found = forget(self.runtime, list(ids), session=session, match=match, scope=scope, dry_run=dry_run,
+                       yes=yes)
         if found.applied:
             self._retriever = None  # its open index may still hold what was forgotten
         return found
@@ -152,7 +151,7 @@ class Memory:
         """The store at a glance: counts by kind and scope, sizes, the index, the model."""
         from memctl.overview import status
 
-        return status(self.store, self.runtime.settings)
+        return status(self.runtime)
 
     def config(self) -> list[dict[str, Any]]:
         """Every setting's effective value and where it came from (config.origins)."""
@@ -220,8 +219,8 @@ class Memory:
 
         need_query(query)
         self.store.require()
-        return layered_search(self.store, query, workspace=workspace, budget=budget, say=self.say,
-                              retriever=self._retriever_open(), gov=self.runtime.settings.governance)
+        return layered_search(self.runtime, query, workspace=workspace, budget=budget, say=self.say,
+                              retriever=self._retriever_open())
 
     def history(self, memory_id: str, *, scope: str | None = None) -> "Chain":
         """The version chain of a memory, oldest first (G6 supersedes links). `scope`: the memory must
@@ -254,9 +253,9 @@ class Memory:
         within_bound(message, "message")
         settings = self.runtime.settings
         command = given_or(llm_command, settings.topics.llm_command)
-        return build(self.store, self._retriever_open(), session, message, system_text=system_text,
+        return build(self.runtime, self._retriever_open(), session, message, system_text=system_text,
                      budget=given_or(budget, settings.topics.context_budget), record=not no_record,
-                     llm_command=command, say=self.say, scope=scope, settings=settings, new_session=new_session,
+                     llm_command=command, say=self.say, scope=scope, new_session=new_session,
                      leave_out=frozenset(leave_out))
 
     def warm(self) -> None:
@@ -290,7 +289,7 @@ class Memory:
         if stamp != written:
             # A store of its own, by absolute path: the thread outlives the call, whose working
             # directory and objects the server's next call replaces.
-            Index(Store(os.path.abspath(self.store.root)), self.runtime.settings).embed_ahead()
+            Index(self.runtime.on(Store(os.path.abspath(self.store.root)))).embed_ahead()
         return stamp
 
     def adopt(self, previous: "Memory") -> None:
@@ -311,7 +310,7 @@ class Memory:
         from memctl.search.search import Retriever
 
         if self._retriever is None:
-            self._retriever = Retriever(self.store, say=self.say, runtime=self.runtime)
+            self._retriever = Retriever(self.runtime, say=self.say)
         return self._retriever
 
     def _retrieve(self, queries) -> list[list["Result"]]:

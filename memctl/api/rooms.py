@@ -91,9 +91,8 @@ class TopicsRoom:
         choose = llm.chooser(self.store, command, settings.llm_timeout, settings.llm_batch) if command else None
         describe = llm.describer(self.store, command, settings.llm_timeout, settings.llm_parallel,
                                  settings.summary_bytes) if command else None
-        return split(self.store, session, system_text=system_text, keep_recent=keep_recent, force=force,
-                     dry_run=dry_run, choose=choose, describe=describe, progress=progress, scope=scope,
-                     settings=self.runtime.settings)
+        return split(self.runtime, session, system_text=system_text, keep_recent=keep_recent, force=force,
+                     dry_run=dry_run, choose=choose, describe=describe, progress=progress, scope=scope)
 
     def list(self, *, scope: str | None = None, session: str | None = None) -> list["Topic"]:
         """The topics of a scope (or every topic), oldest first."""
@@ -135,8 +134,8 @@ class TopicsRoom:
         looked_in = scope_looked_into(self.store, session, scope)
         settings = self.runtime.settings.topics
         command = given_or(llm_command, settings.llm_command)
-        return Activation(**activate(self.store, self.retriever(), query, include_archived=include_archived,
-                                     llm_command=command, scope=looked_in, settings=settings))
+        return Activation(**activate(self.runtime, self.retriever(), query, include_archived=include_archived,
+                                     llm_command=command, scope=looked_in))
 
     def log(self, *, since: str | None = None) -> TopicLog:
         from memctl.topics import log
@@ -187,7 +186,7 @@ class StateRoom:
         from memctl.text.bounds import within_bound
         from memctl.window.state import plan
 
-        return plan(self.store, within_bound(message, "message"), settings=self.runtime.settings.state)
+        return plan(self.runtime, within_bound(message, "message"))
 
     def record(self, sections: Iterable[str] = (), *, search_output: bytes | None = None,
                source: str = "<input>", summary: str | None = None, dry_run: bool = False) -> "RecordResult":
@@ -198,24 +197,23 @@ class StateRoom:
         hits = [*sections]
         if search_output is not None:
             hits += hits_from_search_output(search_output, source)
-        return record(self.store, hits, summary=summary, dry_run=dry_run, settings=self.runtime.settings.state)
+        return record(self.runtime, hits, summary=summary, dry_run=dry_run)
 
     def show(self) -> WindowShown:
         from memctl.window.state import show
 
-        return WindowShown(show(self.store, settings=self.runtime.settings.state))
+        return WindowShown(show(self.runtime))
 
     def reset(self, *, dry_run: bool = False) -> "ResetResult":
         from memctl.window.state import reset
 
-        return reset(self.store, dry_run=dry_run, settings=self.runtime.settings.state)
+        return reset(self.runtime, dry_run=dry_run)
 
     def configure(self, *, window: int | None = None, threshold: float | None = None,
                   dry_run: bool = False) -> "State":
         from memctl.window.state import configure
 
-        return configure(self.store, window=window, threshold=threshold, dry_run=dry_run,
-                         settings=self.runtime.settings.state)
+        return configure(self.runtime, window=window, threshold=threshold, dry_run=dry_run)
 
 
 # -- review (P5, G5, T12) -----------------------------------------------------------------------
@@ -256,7 +254,7 @@ class ReviewRoom:
         self.store.require()
         check_scope(scope)
         expired = self._drop_expired(scope=scope)
-        return Reviewed("pending", listing(self.store, scope=scope), expired)
+        return Reviewed("pending", listing(self.runtime, scope=scope), expired)
 
     def confirm(self, ids: Iterable[str], *, allow_conflict: bool = False, supersedes: Iterable[str] = (),
                 dry_run: bool = False, scope: str | None = None) -> Reviewed:
@@ -265,8 +263,8 @@ class ReviewRoom:
 
         check_scope(scope)
         expired = self._drop_expired(dry_run=dry_run, scope=scope)
-        rows = confirm(self.store, [*ids], dry_run=dry_run, allow_conflict=allow_conflict, supersedes=[*supersedes],
-                       settings=self.runtime.settings, scope=scope)
+        rows = confirm(self.runtime, [*ids], dry_run=dry_run, allow_conflict=allow_conflict,
+                       supersedes=[*supersedes], scope=scope)
         return Reviewed("confirmed", rows, expired)
 
     def reject(self, ids: Iterable[str], *, dry_run: bool = False, scope: str | None = None) -> Reviewed:
@@ -275,7 +273,7 @@ class ReviewRoom:
 
         check_scope(scope)
         expired = self._drop_expired(dry_run=dry_run, scope=scope)
-        return Reviewed("rejected", reject(self.store, [*ids], dry_run=dry_run, scope=scope), expired)
+        return Reviewed("rejected", reject(self.runtime, [*ids], dry_run=dry_run, scope=scope), expired)
 
     def lifecycle(self, *, dry_run: bool = False, hard: bool = False) -> Lifecycle:
         """Demote, archive and delete memories by health score (G5)."""
@@ -283,7 +281,7 @@ class ReviewRoom:
 
         self.store.require()  # a cron line naming the wrong store must fail, not pass with nothing to do
         expired = self._drop_expired(dry_run=dry_run)
-        return Lifecycle(run(self.store, dry_run=dry_run, hard=hard, gov=self.runtime.settings.governance), expired)
+        return Lifecycle(run(self.runtime, dry_run=dry_run, hard=hard), expired)
 
     def daily(self, *, dry_run: bool = False, llm_command: str | None = None,
               progress: Callable[[str, int, int], None] | None = None) -> "DailyReport":
@@ -295,14 +293,13 @@ class ReviewRoom:
 
         self.store.require()
         command = given_or(llm_command, self.runtime.settings.topics.llm_command)
-        return review(self.store, dry_run=dry_run, llm_command=command, settings=self.runtime.settings,
-                      progress=progress)
+        return review(self.runtime, dry_run=dry_run, llm_command=command, progress=progress)
 
     def _drop_expired(self, *, dry_run: bool = False, scope: str | None = None) -> list[dict[str, Any]]:
         """Remove pending memories (of `scope`) whose time ran out: every review step does this first."""
         from memctl.governance.review import drop_expired
 
-        dropped = drop_expired(self.store, dry_run=dry_run, scope=scope)
+        dropped = drop_expired(self.runtime, dry_run=dry_run, scope=scope)
         verb = "would drop" if dry_run else "dropped"
         for item in dropped:  # said now: the review step after this may still fail
             self.say(f"memctl: {verb} expired pending memory '{item['id']}' (expired {item['expires_at']})")
@@ -330,19 +327,19 @@ class HealthRoom:
 
         self.store.require()
         with self.store.reading():
-            return HealthScores(scores(self.store, sort=sort, gov=self.runtime.settings.governance))
+            return HealthScores(scores(self.runtime, sort=sort))
 
     def check(self) -> list["Problem"]:
         """Every problem of the store, like git fsck; writes nothing."""
         from memctl.check import check
 
-        return check(self.store)
+        return check(self.runtime)
 
     def fix(self, problems: list["Problem"], *, dry_run: bool = False) -> list[str]:
         """Repair what is safe among `problems`; one line per repair (made or, dry, that would be)."""
         from memctl.check import fix
 
-        return fix(self.store, problems, dry_run=dry_run)
+        return fix(self.runtime, problems, dry_run=dry_run)
 
 
 # -- shared working memory for tool outputs (H1-H5, docs/cache.md) -------------------------------
@@ -403,7 +400,7 @@ class CacheRoom:
             from memctl.cache import Cache as ToolCache
             from memctl.ingest.consolidate import consolidate
 
-            self._opened = ToolCache(self.store, backend=self.backend, consolidator=consolidate, runtime=self.runtime)
+            self._opened = ToolCache(self.runtime, backend=self.backend, consolidator=consolidate)
         return self._opened
 
     def get(self, scope: str, tool: str, args: Any) -> "Entry | None":

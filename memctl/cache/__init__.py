@@ -9,7 +9,7 @@ useful (accessed at least twice) is consolidated into long-term memory,
 where `memctl search` finds it by tool, agent and time.
 
     from memctl.cache import Cache
-    cache = Cache(store)                          # [cache] backend: files, or redis://...
+    cache = Cache(rt)                             # [cache] backend: files, or redis://...
     answer = cache.run("debate-7", "tej.price", ["tej", "price", "2330"], agent="pro")
     answer.entry.output, answer.hit
 
@@ -64,14 +64,14 @@ def check_seconds(value: Any, *, source: str, field: str, zero: bool = False) ->
     return seconds
 
 
-def cache_problems(store: Store) -> list[tuple[str, int | None, str]]:
+def cache_problems(store: Store, clock: Clock) -> list[tuple[str, int | None, str]]:
     """What is wrong in the files of the store's cache, for `memctl health`: (file relative to
     the store, line or None for the whole file, message), one a problem. Reading the cache
     never fails on them: a bad entry is a miss (the next run replaces it), a bad events line is
     not counted, a bad consolidation mark is no mark. The Redis backend is not read."""
     from memctl.cache.files import FileBackend
 
-    return FileBackend(store).problems()
+    return FileBackend(store, clock).problems()
 
 
 @dataclass
@@ -84,7 +84,7 @@ class RunResult:
         return {**self.entry.as_dict(), "hit": self.hit, "waited": self.waited}
 
 
-def open_backend(spec: str, store: Store, settings: config.Cache, clock: Clock | None = None) -> Backend:
+def open_backend(spec: str, store: Store, settings: config.Cache, clock: Clock) -> Backend:
     """The backend a [cache] backend setting (or --backend) names; `clock` decides what is expired."""
     if spec == "files":
         from memctl.cache.files import FileBackend
@@ -104,17 +104,14 @@ def open_backend(spec: str, store: Store, settings: config.Cache, clock: Clock |
 class Cache:
     """The working memory of one store, on the backend its settings (or `backend`) name."""
 
-    def __init__(self, store: Store, *, backend: str | Backend | None = None,
-                 settings: config.Settings | None = None, consolidator: Callable | None = None,
-                 runtime: Runtime | None = None):
-        """`runtime`: its Memory's (settings, clock, embedder); else `settings` or memctl.toml's,
-        and the clock of MEMCTL_NOW."""
-        self.store = store
-        self.runtime = runtime
-        self.clock = runtime.clock if runtime else Clock.from_environment()
+    def __init__(self, rt: Runtime, *, backend: str | Backend | None = None,
+                 consolidator: Callable | None = None):
+        """`rt`: its Memory's (the store, settings, clock, embedder)."""
+        self.runtime = rt
+        self.store = store = rt.store
+        self.clock = rt.clock
         self._consolidator = consolidator  # (cache, scope, everything=, dry_run=, only=, index=) -> rows
-        self.all_settings = runtime.settings if runtime else settings or config.load(store.config_file)
-        self.settings = self.all_settings.cache
+        self.settings = rt.settings.cache
         for name in _SECONDS_SETTINGS:  # memctl.toml takes any finite number; a TTL of 1e308 overflows
             check_seconds(getattr(self.settings, name), source=_setting_source(store, name), field=f"cache.{name}")
         spec = backend if backend is not None else self.settings.backend
@@ -264,7 +261,7 @@ class Cache:
 
         filters = Filters(kinds=("memory",), cache_scopes=(check_name(scope, "scope"),) if scope else (),
                           tools=tuple(check_name(t, "tool") for t in tools), agents=tuple(agents))
-        (results,) = search_store(self.store, [Query(text=query, k=k, filters=filters)], runtime=self.runtime)
+        (results,) = search_store(self.runtime, [Query(text=query, k=k, filters=filters)])
         return results
 
 

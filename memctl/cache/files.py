@@ -42,9 +42,9 @@ Problem = tuple[str, int | None, str]  # file relative to the store, line (None:
 class FileBackend:
     name = "files"
 
-    def __init__(self, store: Store, clock: Clock | None = None):
+    def __init__(self, store: Store, clock: Clock):
         self.store = store
-        self.clock = clock or Clock.from_environment()  # what is expired: by MEMCTL_NOW when pinned
+        self.clock = clock  # what is expired: its runtime's (MEMCTL_NOW when pinned)
 
     def _path(self, scope: str, part: str, *name: str) -> Path:
         """Every path of the cache: scope, key and entry id are names (Store.path checks them)."""

@@ -43,11 +43,11 @@ _RENEW = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexp
 class RedisBackend:
     name = "redis"
 
-    def __init__(self, url: str, *, socket_timeout: float = 2.0, lock_ttl: float = 30.0, clock: Clock | None = None):
+    def __init__(self, url: str, *, clock: Clock, socket_timeout: float = 2.0, lock_ttl: float = 30.0):
         self.url = url
         # What is expired: by this clock (MEMCTL_NOW when pinned), checked on every read; the
         # server's own expiry (relative, so a pinned clock does not set it in the past) frees the memory.
-        self.clock = clock or Clock.from_environment()
+        self.clock = clock
         self.lock_ms = max(1, int(lock_ttl * 1000))
         try:
             self.client = redis.Redis.from_url(

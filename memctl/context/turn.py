@@ -55,12 +55,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memctl import config
 from memctl.errors import InputError
-from memctl.store.store import Store
 from memctl.text.tokens import count_tokens
+
+if TYPE_CHECKING:
+    from memctl.runtime import Runtime
 
 FOUND_HITS = 60      # the session's messages the search ranks for the message
 # A found message's priority falls from 0.90 to 0.40 over budget / FALL_TOKENS ranks, about as many hits
@@ -243,16 +244,14 @@ def render_memory(section: dict, text: str) -> str:
     return f"- ({where}, {section['id']}) {text}" + (" [summary]" if section.get("content") == "summary" else "")
 
 
-def build(store: Store, retriever, session: str, message: str, *, system_text: str = "", budget: int,
+def build(rt: Runtime, retriever, session: str, message: str, *, system_text: str = "", budget: int,
           record: bool = True, llm_command: str = "", say=None, scope: str | None = None,
-          settings: config.Settings | None = None, new_session: bool = False,
-          leave_out: frozenset[str] = frozenset()) -> Context:
+          new_session: bool = False, leave_out: frozenset[str] = frozenset()) -> Context:
     """The context of the session's next turn. `record`: the topics' round is recorded (activation,
     the log); off, nothing is written. `scope`: the session must
-    be in it. `settings`: the store's, as its Memory loaded them. `new_session`: a session not
-    stored yet has no messages (topic_round). `leave_out`: kinds of parts not given at all (a client
-    that holds the conversation itself needs no "recent" nor "unsplit" messages); the budget goes
-    to the rest."""
+    be in it. `new_session`: a session not stored yet has no messages (topic_round). `leave_out`:
+    kinds of parts not given at all (a client that holds the conversation itself needs no "recent"
+    nor "unsplit" messages); the budget goes to the rest."""
     from memctl.governance.layers import core_and_scope
     from memctl.index.filters import Filters
     from memctl.search.queries import Query
@@ -261,7 +260,7 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
 
     if budget < 1:
         raise InputError("must be a whole number >= 1", source="--budget")
-    settings = settings or config.load(store.config_file)
+    store, settings = rt.store, rt.settings
     with store.reading():
         doc = memoryfile.load(store.memory_md)
     gov = settings.governance
@@ -270,7 +269,7 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
     def core_and_scope_of(session_scope: str) -> tuple[list, list]:
         if session_scope not in layers:
             workspace = session_scope if session_scope != "global" else None
-            layers[session_scope] = core_and_scope(store, doc, workspace, gov)
+            layers[session_scope] = core_and_scope(store, doc, workspace, gov, rt.clock.now())
         return layers[session_scope]
 
     def memory_query(session_scope: str) -> tuple:
@@ -287,16 +286,15 @@ def build(store: Store, retriever, session: str, message: str, *, system_text: s
         return (found_query, Query(text=message, k=gov.layer_query_max + len(core) + len(scoped),
                                    filters=Filters(kinds=("memory", "log"), scopes=(workspace or "global",))))
 
-    turn = topic_round(store, retriever, session, message, record=record, llm_command=llm_command, say=say,
-                       scope=scope, settings=settings.topics, more=memory_query, new_session=new_session)
-    memories, found = _memories_and_found(store, doc, turn, message, settings, core_and_scope_of(turn.scope))
+    turn = topic_round(rt, retriever, session, message, record=record, llm_command=llm_command, say=say,
+                       scope=scope, more=memory_query, new_session=new_session)
+    memories, found = _memories_and_found(rt, doc, turn, message, core_and_scope_of(turn.scope))
     context = Context(budget, activated=turn.activated, made_dormant=turn.made_dormant, ambiguous=turn.ambiguous)
     _assemble(context, turn, system_text, memories, found, budget, leave_out)
     return context
 
 
-def _memories_and_found(store: Store, doc, turn, message: str, settings: config.Settings,
-                        layers: tuple[list, list]) -> tuple[list[dict], list[tuple[dict, float, str]]]:
+def _memories_and_found(rt: Runtime, doc, turn, message: str, layers: tuple[list, list]) -> tuple[list[dict], list[tuple[dict, float, str]]]:
     """(the memory sections: core, scope, found; the session's messages the topics' search found, with
     their scores and the text of the unit matched, best first). The search is `memctl search`'s, in the topics' batch. `layers`: the
     scope's core and scope memories."""
@@ -304,7 +302,7 @@ def _memories_and_found(store: Store, doc, turn, message: str, settings: config.
     from memctl.store.topicfile import archived_message_ids
     from memctl.window.state import plan
 
-    gov = settings.governance
+    store, gov = rt.store, rt.settings.governance
     with store.reading():
         archived = archived_message_ids(store)
     core, scoped = layers
@@ -314,7 +312,7 @@ def _memories_and_found(store: Store, doc, turn, message: str, settings: config.
     sections += [_memory_section("memory", e, "scope", score.get(e.id)) for e in scoped]
     taken = {e.id for e in core + scoped}
     tails = set(active_tails(doc))
-    window = plan(store, message, settings=settings.state) if memory_hits else None
+    window = plan(rt, message) if memory_hits else None
     focus = set(window.names) if window and window.dominant else set()
     # The window's plan focuses, it does not filter: a dominant section's hits come first.
     ranked = sorted(memory_hits, key=lambda r: r.section not in focus) if focus else memory_hits

@@ -22,7 +22,7 @@ from memctl import config
 from memctl.store import memoryfile
 from memctl.errors import InputError
 from memctl.store.memoryfile import Document, Entry
-from memctl.search.scores import governance_settings, parse_time
+from memctl.search.scores import parse_time
 from memctl.store.status import active_tails, chain_tails, is_current, status_of, supersedes_of
 from memctl.store.store import Store
 from memctl.text import cjk
@@ -335,8 +335,7 @@ class NoteReport:
 
 
 def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, allow_conflict: bool,
-                now: datetime | None = None, gov: config.Governance | None = None,
-                hold: bool = False) -> tuple[dict[str, NoteReport], list[dict]]:
+                now: datetime, gov: config.Governance, hold: bool = False) -> tuple[dict[str, NoteReport], list[dict]]:
     """Add notes to `doc` in memory, deprecating what each supersedes; nothing is written here.
 
     A note is {"id", "section", "text", "fields"} with its input line. Raises
@@ -347,8 +346,7 @@ def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, al
     notes) the links are checked and conflicts reported, and the document
     is left unchanged. Returns a report per note id and governance log records.
     """
-    gov = gov or governance_settings()
-    stamp = clock.format_ts(now or clock.now())
+    stamp = clock.format_ts(now)
     by_id = {e.id: e for e in doc.entries}
     stored_before = set(by_id)
     replaced_by = {old: e.id for e in doc.entries for old in supersedes_of(e)}

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from typing import TYPE_CHECKING
 
-from memctl.config import Governance
 from memctl.search.scores import Scorer, is_core
 from memctl.store import memoryfile
 from memctl.store.status import status_of
-from memctl.store.store import Store
+
+if TYPE_CHECKING:
+    from memctl.runtime import Runtime
 
 
-def scores(store: Store, *, sort: str = "health", now: datetime | None = None,
-           gov: Governance | None = None) -> list[dict]:
+def scores(rt: Runtime, *, sort: str = "health") -> list[dict]:
     """Health score and its parts for every memory in MEMORY.md.
 
     Sort: health (weakest first), id, age (oldest first; unknown age last).
     """
+    store = rt.store
     doc = memoryfile.load(store.memory_md)
-    scorer = Scorer(store, now, gov)
+    scorer = Scorer(store, rt.clock.now(), rt.settings.governance)
     rows = []
     for entry in doc.entries:
         score = scorer.health(entry)

@@ -16,17 +16,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from memctl.config import Governance
 from memctl.errors import StoreError
 from memctl.store import memoryfile
-from memctl.search.scores import Scorer, governance_settings, is_core
+from memctl.search.scores import Scorer, is_core
 from memctl.store.status import active_tails
 from memctl.store.store import Store, atomic_write, read_file
 from memctl.text.words import MEMORY_WORDS
+
+if TYPE_CHECKING:
+    from memctl.runtime import Runtime
 
 COUNTER_FILE = "search_state.json"
 _DECISION = re.compile(r"選擇|选择|比較|比较|決策|决策|決定|决定|還是|还是|哪個|哪个|"
@@ -71,8 +75,8 @@ def trigger(query: str, covered_text: str, turn: int) -> str | None:
     return None
 
 
-def layered_search(store: Store, query: str, *, workspace: str | None, budget: int, say=None,
-                   retriever=None, gov: Governance | None = None) -> Layered:
+def layered_search(rt: Runtime, query: str, *, workspace: str | None, budget: int, say=None,
+                   retriever=None) -> Layered:
     """L0 core, L1 workspace, then L2 query results when a G3 trigger fires; `retriever` is
     an open search.Retriever to reuse (a server's), else one is made for this search."""
     from memctl.search.queries import Query
@@ -80,9 +84,9 @@ def layered_search(store: Store, query: str, *, workspace: str | None, budget: i
     from memctl.index.filters import Filters
     from memctl.text.tokens import count_tokens
 
-    gov = gov or governance_settings(store)
+    store, gov = rt.store, rt.settings.governance
     doc = memoryfile.load(store.memory_md)
-    core, scoped = core_and_scope(store, doc, workspace, gov)
+    core, scoped = core_and_scope(store, doc, workspace, gov, rt.clock.now())
     core_ids = {e.id for e in core}
 
     result = Layered(budget=budget, workspace=workspace,
@@ -94,7 +98,7 @@ def layered_search(store: Store, query: str, *, workspace: str | None, budget: i
     if result.trigger:
         taken = core_ids | {e.id for e in scoped}
         filters = Filters(kinds=("memory",), scopes=(workspace,) if workspace else ())
-        retriever = retriever or Retriever(store, say=say)
+        retriever = retriever or Retriever(rt, say=say)
         (found,) = retriever.search([Query(text=query, k=gov.layer_query_max + len(taken), filters=filters)])
         for hit in [r for r in found if r.record_id not in taken][:gov.layer_query_max]:
             entry = doc.find(hit.record_id)
@@ -107,12 +111,12 @@ def layered_search(store: Store, query: str, *, workspace: str | None, budget: i
 
 
 def core_and_scope(store: Store, doc: memoryfile.Document, workspace: str | None,
-                   gov: Governance) -> tuple[list[memoryfile.Entry], list[memoryfile.Entry]]:
+                   gov: Governance, now: datetime) -> tuple[list[memoryfile.Entry], list[memoryfile.Entry]]:
     """The L0 core memories and the L1 memories of `workspace` (current chain tails of global and
-    the workspace only), each layer best first and at most its [governance] limit."""
+    the workspace only), each layer best first (health at `now`) and at most its [governance] limit."""
     tails = set(active_tails(doc))
     visible = [e for e in doc.entries if e.id in tails and _in_scope(e, workspace)]
-    scorer = Scorer(store, gov=gov)
+    scorer = Scorer(store, now, gov)
     # is_core is the hard switch, user_weight the ranking (G1): flagged entries first.
     core = sorted((e for e in visible if is_core(e, gov)),
                   key=lambda e: (e.get("is_core") is not True, -scorer.health(e).user_weight,

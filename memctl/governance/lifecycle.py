@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memctl import clock
 from memctl import config
@@ -38,6 +38,9 @@ from memctl.store.status import status_of
 from memctl.store import memoryfile
 from memctl.store.memoryfile import Entry, summary_of
 from memctl.store.store import Store
+
+if TYPE_CHECKING:
+    from memctl.runtime import Runtime
 
 DELETED_DIR = "deleted"
 
@@ -78,10 +81,9 @@ def load_deleted(store: Store) -> list[Entry]:
     return entries
 
 
-def run(store: Store, *, dry_run: bool = False, hard: bool = False, now: datetime | None = None,
-        gov: config.Governance | None = None) -> list[Change]:
+def run(rt: Runtime, *, dry_run: bool = False, hard: bool = False) -> list[Change]:
     """Apply the lifecycle to MEMORY.md in one transaction; returns the changes (made, or that would be)."""
-    now = now or clock.now()
+    store, gov, now = rt.store, rt.settings.governance, rt.clock.now()
     stamp = clock.format_ts(now)
     changes: list[Change] = []
     if not store.memory_md.exists():
@@ -90,7 +92,6 @@ def run(store: Store, *, dry_run: bool = False, hard: bool = False, now: datetim
         counters.compact(store, tx)  # searches only log their accesses; the nightly pass folds them
         doc = memoryfile.load(store.memory_md)
         scorer = scores.Scorer(store, now, gov)
-        gov = scorer.gov
         doomed: list[Entry] = []
         for entry in doc.entries:
             change = _decide(entry, scorer, gov, now)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memctl import clock
 from memctl import config
@@ -30,6 +30,9 @@ from memctl.store import memoryfile
 from memctl.errors import InputError
 from memctl.store import jsonl
 from memctl.store.store import Store
+
+if TYPE_CHECKING:
+    from memctl.runtime import Runtime
 
 SOURCE = "pending.jsonl"
 
@@ -94,11 +97,10 @@ def _rewrite(store: Store, tx, items: list[Pending], drop: set[int]) -> None:
     tx.replace(store.pending_file, b"".join(kept))
 
 
-def drop_expired(store: Store, *, dry_run: bool = False, now: datetime | None = None,
-                 scope: str | None = None) -> list[dict]:
+def drop_expired(rt: Runtime, *, dry_run: bool = False, scope: str | None = None) -> list[dict]:
     """Remove every expired pending memory (of `scope`, if given), in one transaction; returns what was
     (or would be) dropped."""
-    now = now or clock.now()
+    store, now = rt.store, rt.clock.now()
     if not store.pending_file.exists():
         return []
     with store.transaction(dry_run=dry_run) as tx:
@@ -112,10 +114,10 @@ def drop_expired(store: Store, *, dry_run: bool = False, now: datetime | None = 
     return [{"id": p.id, "line": p.line, "expires_at": p.item["expires_at"]} for p in gone]
 
 
-def listing(store: Store, now: datetime | None = None, scope: str | None = None) -> list[dict]:
+def listing(rt: Runtime, scope: str | None = None) -> list[dict]:
     """Pending memories (of `scope`, if given) that have not expired, in file order, with age and time
     left (hours)."""
-    now = now or clock.now()
+    store, now = rt.store, rt.clock.now()
     store.require()
     with store.reading():
         items = read(store)
@@ -141,18 +143,15 @@ def _pick(items: list[Pending], ids: list[str], now: datetime, scope: str | None
     return picked
 
 
-def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_conflict: bool = False,
-            supersedes: list[str] | None = None, now: datetime | None = None,
-            settings: config.Settings | None = None, scope: str | None = None) -> list[dict]:
+def confirm(rt: Runtime, ids: list[str], *, dry_run: bool = False, allow_conflict: bool = False,
+            supersedes: list[str] | None = None, scope: str | None = None) -> list[dict]:
     """Write pending memories to MEMORY.md and remove them from pending.jsonl, all in one transaction.
 
     Raises InputError (nothing written) for an unknown or expired id, a bad
     field, or a governance refusal (see governance.apply_notes).
     Returns one record a memory: {"id", "status": "confirmed"|"duplicate", "file", ...governance}.
     """
-    now = now or clock.now()
-    every = settings or config.load(store.config_file)
-    settings = every.ingest
+    store, settings, now = rt.store, rt.settings, rt.clock.now()
     if supersedes and len(set(ids)) != 1:
         raise InputError("names what one memory replaces; confirm one id with it", source="--supersedes")
     if not store.pending_file.exists():
@@ -163,7 +162,7 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
         doc = memoryfile.load(store.memory_md)
         notes, out = [], []
         for p in picked:
-            note = note_of(p, settings, supersedes)
+            note = note_of(p, settings.ingest, now, supersedes)
             existing = doc.find(p.id)
             if existing is not None:
                 if existing.text != note["text"]:
@@ -173,7 +172,7 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
                 continue
             notes.append((p.line, note))
         reports, log = governance.apply_notes(doc, notes, source=SOURCE, allow_conflict=allow_conflict,
-                                              now=now, gov=every.governance)
+                                              now=now, gov=settings.governance)
         if notes:
             tx.replace(store.memory_md, doc.render().encode("utf-8"))
         names = {p.id for p in picked}
@@ -190,9 +189,10 @@ def confirm(store: Store, ids: list[str], *, dry_run: bool = False, allow_confli
     return out
 
 
-def note_of(p: Pending, settings: config.Ingest, supersedes: list[str] | tuple = ()) -> dict:
-    """The note a pending line would write to MEMORY.md, checked as `ingest` checks one; InputError names
-    the line and field. `memctl health` calls this too, so it reports exactly what confirm would refuse."""
+def note_of(p: Pending, settings: config.Ingest, now: datetime, supersedes: list[str] | tuple = ()) -> dict:
+    """The note a pending line would write to MEMORY.md (made `now` if it names no time), checked as
+    `ingest` checks one; InputError names the line and field. `memctl health` calls this too, so it
+    reports exactly what confirm would refuse."""
     from memctl.store.notes import complete_note
 
     item = p.item
@@ -210,14 +210,13 @@ def note_of(p: Pending, settings: config.Ingest, supersedes: list[str] | tuple =
     fields = dict(fields, id=p.id)
     if supersedes:
         fields["supersedes"] = list(dict.fromkeys([*status.supersedes_of(fields), *supersedes]))
-    return complete_note(fields, text.strip(), section.strip(), settings, SOURCE, p.line)
+    return complete_note(fields, text.strip(), section.strip(), settings, SOURCE, p.line, now)
 
 
-def reject(store: Store, ids: list[str], *, dry_run: bool = False, now: datetime | None = None,
-           scope: str | None = None) -> list[dict]:
+def reject(rt: Runtime, ids: list[str], *, dry_run: bool = False, scope: str | None = None) -> list[dict]:
     """Remove pending memories without writing them anywhere (logged). Unknown or expired id, or one of
     another scope than `scope`: InputError."""
-    now = now or clock.now()
+    store, now = rt.store, rt.clock.now()
     if not store.pending_file.exists():
         _pick([], ids, now, scope)
     with store.transaction(dry_run=dry_run) as tx:

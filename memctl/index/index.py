@@ -41,6 +41,7 @@ from memctl.store.seam import Searchable
 
 if TYPE_CHECKING:
     from memctl.index.units import Unit
+    from memctl.runtime import Runtime
 
 FORMAT = 4  # 2: units carry tool, agent, cache_scope (H4); 3: stamps with inodes, the model named by content;
             # 4: BM25 reads a message with the turn before it; units name that turn (context_id)
@@ -142,14 +143,15 @@ SKIPPED_SHOWN = 3  # a file of bad lines is said in a few lines; `memctl health`
 
 
 class Index(Searchable):
-    def __init__(self, store: Store, settings: config.Settings | None = None):
-        """`settings`: the store's, as its Memory loaded them; read from memctl.toml if not given."""
-        self.store = store
-        self.dir = store.index_dir
-        self.settings = settings or config.load(store.config_file)
+    def __init__(self, rt: Runtime):
+        """`rt`: the store, its settings and the clock, as its Memory holds them."""
+        self.rt = rt
+        self.store = rt.store
+        self.dir = self.store.index_dir
+        self.settings = rt.settings
         # SQLite, Tantivy and the vector files open their names inside .index/ as they find them:
         # a link planted there would lead a write outside the store, so none is followed.
-        _refuse_links(store, self.dir)
+        _refuse_links(self.store, self.dir)
 
     # -- freshness -------------------------------------------------------------
     def stamps(self) -> dict[str, list[int]]:
@@ -261,7 +263,7 @@ class Index(Searchable):
             "format": FORMAT, "lexical": LEXICAL, "model": model.identity, "embedding": self._embedding_settings(),
             "units": report.units, "vector_rows": self._vector_rows(), "stamps": stamps,
             "shared_ids": reading.shared_ids, "log_tails": reading.log_tails,
-            "updated_at": clock.format_ts(clock.now())}))
+            "updated_at": clock.format_ts(self.rt.clock.now())}))
         return report
 
     def _vector_rows(self) -> int:
@@ -861,7 +863,7 @@ def _records(change: _Change, rows: range, embed_digests: list[str]) -> list[dic
             for unit, row, digest, embed_digest in zip(change.fresh, rows, change.digests, embed_digests)]
 
 
-def health_problems(store: Store, settings: config.Settings | None = None) -> list[tuple[str, str]]:
+def health_problems(rt: Runtime) -> list[tuple[str, str]]:
     """(file, message) for each way .index/ needs more than the next search's update.
 
     Files changed since the last index are not reported: that is the state
@@ -872,7 +874,7 @@ def health_problems(store: Store, settings: config.Settings | None = None) -> li
     from memctl.errors import InputError
 
     try:
-        index = Index(store, settings)
+        index = Index(rt)
     except InputError:
         return []  # a broken memctl.toml is reported by the config check
     manifest = index.manifest()

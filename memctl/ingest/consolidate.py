@@ -63,8 +63,8 @@ def consolidate(cache: "Cache", scope: str, *, everything: bool = False, dry_run
         return out
     notes = {memory_id(e): e for e in todo}
     data = b"".join(orjson.dumps(note(e, memory_id, settings)) + b"\n" for memory_id, e in notes.items())
-    result = ingest(cache.store, data, source=f"cache:{scope}", fmt="jsonl", kind="memory", keep_noise=True,
-                    dry_run=dry_run, allow_conflict=True, settings=cache.all_settings)
+    result = ingest(cache.runtime, data, source=f"cache:{scope}", fmt="jsonl", kind="memory", keep_noise=True,
+                    dry_run=dry_run, allow_conflict=True)
     for outcome in result.outcomes:
         entry = notes[outcome.id]
         out.append(Consolidated(entry.key, entry.tool, outcome.id, outcome.status, entry.access_count))
@@ -75,7 +75,7 @@ def consolidate(cache: "Cache", scope: str, *, everything: bool = False, dry_run
     if index and not dry_run and result.stored:
         from memctl.index.index import Index
 
-        Index(cache.store, cache.all_settings).update()
+        Index(cache.runtime).update()
     return out
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import orjson
 
@@ -34,6 +34,9 @@ from memctl.store.memoryfile import check_field
 from memctl.text.noise import noise_reason
 from memctl.store.sessions import append_daily_log, load_ids, message_line, stored_session_scope
 from memctl.store.store import Store, check_name, check_scope
+
+if TYPE_CHECKING:
+    from memctl.runtime import Runtime
 
 _MESSAGE_KEYS = ("id", "session", "scope", "role", "speaker", "ts", "text")
 _NOTE_KEYS = {"id", "text", "content", "section", "ts"} | set(memoryfile.FIELD_ORDER)
@@ -72,14 +75,12 @@ class IngestResult:
         return [o for o in self.outcomes if o.status == "stored"]
 
 
-def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "auto", kind: str = "auto",
+def ingest(rt: Runtime, data: bytes, *, source: str = "<stdin>", fmt: str = "auto", kind: str = "auto",
            session: str | None = None, pending: bool = False, keep_noise: bool | None = None,
            ttl_hours: float | None = None, section: str | None = None, dry_run: bool = False,
            on_noise: Callable[[Outcome, str], None] | None = None, supersedes: list[str] | None = None,
-           allow_conflict: bool = False, scope: str | None = None,
-           settings: config.Settings | None = None) -> IngestResult:
-    """Read `data` (the bytes of `source`) and store it; see the module doc. `settings`: the
-    store's, as its Memory loaded them (else read from memctl.toml).
+           allow_conflict: bool = False, scope: str | None = None) -> IngestResult:
+    """Read `data` (the bytes of `source`) and store it in `rt`'s store; see the module doc.
 
     Raises InputError, with the store unchanged, for any bad record. With
     dry_run, everything is checked and reported but nothing is written.
@@ -91,12 +92,12 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
     unless `allow_conflict` (pending notes are only reported: confirming
     them decides).
     """
-    every = settings or config.load(store.config_file)
-    settings = every.ingest
+    store, settings, now = rt.store, rt.settings, rt.clock.now()
+    ingest_settings = settings.ingest
     if ttl_hours is not None:
         ttl_hours = config.check("ingest", "pending_ttl_hours", float(ttl_hours), "--ttl")
     if keep_noise is None:
-        keep_noise = not settings.filter_noise
+        keep_noise = not ingest_settings.filter_noise
     if session is not None:
         check_name(session, "session", source="--session")
     check_scope(scope)
@@ -106,13 +107,13 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
     if kind == "auto":
         kind = "memory" if (fmt == "md" or pending) else "message"
     result = IngestResult()
-    items = _items(text, source, fmt, kind, session, scope, section, settings, result.warnings)
+    items = _items(text, source, fmt, kind, session, scope, section, ingest_settings, now, result.warnings)
     if supersedes:
         _add_supersedes(items, kind, supersedes)
     item_kind = "message" if kind == "message" else ("pending" if pending else "memory")
     for line, item, _ in items:
-        if len(item["text"].encode("utf-8", "surrogatepass")) > settings.max_text_bytes:
-            raise InputError(f"longer than [ingest] max_text_bytes ({settings.max_text_bytes} bytes); "
+        if len(item["text"].encode("utf-8", "surrogatepass")) > ingest_settings.max_text_bytes:
+            raise InputError(f"longer than [ingest] max_text_bytes ({ingest_settings.max_text_bytes} bytes); "
                              "nothing was stored", source=source, line=line, field="text")
 
     kept = []
@@ -127,15 +128,17 @@ def ingest(store: Store, data: bytes, *, source: str = "<stdin>", fmt: str = "au
             kept.append((line, item))
     with store.transaction(dry_run=dry_run) as tx:
         if kind == "message":  # under the lock: a session's stored scope is read as it stands
-            _scope_messages(store, [(line, item) for line, item, _ in items], settings.default_scope, source)
-        _store_items(store, tx, kept, item_kind, result, source=source, settings=settings, ttl_hours=ttl_hours,
-                     allow_conflict=allow_conflict, gov=every.governance)
+            _scope_messages(store, [(line, item) for line, item, _ in items], ingest_settings.default_scope, source)
+        _store_items(store, tx, kept, item_kind, result, source=source, ingest_settings=ingest_settings,
+                     ttl_hours=ttl_hours, allow_conflict=allow_conflict, governance_settings=settings.governance,
+                     now=now)
     result.outcomes.sort(key=lambda o: o.line)
     return result
 
 
 def _items(text: str, source: str, fmt: str, kind: str, session: str | None, scope: str | None,
-           section: str | None, settings: config.Ingest, warnings: list[str]) -> list[tuple[int, dict, str | None]]:
+           section: str | None, ingest_settings: config.Ingest, now: datetime,
+           warnings: list[str]) -> list[tuple[int, dict, str | None]]:
     """(line, message or note, role) for every record of the input, each checked."""
     if fmt in ("chatgpt", "claude") and kind != "message":
         raise InputError(f"a {fmt} export holds messages; ingest it without --kind memory or --pending",
@@ -145,11 +148,11 @@ def _items(text: str, source: str, fmt: str, kind: str, session: str | None, sco
             raise InputError("a Markdown file holds notes; use --kind memory (or no --kind)", source=source)
         default_session = session or _session_from_source(source)
         equals: Counter = Counter()
-        return [_message(r, source, default_session, forced=session, forced_scope=scope, equals=equals)
+        return [_message(r, source, default_session, forced=session, forced_scope=scope, equals=equals, now=now)
                 for r in _records(text, source, fmt, by="line")]
     if fmt == "md":
-        return _notes_from_markdown(text, source, settings, section, scope, warnings)
-    return [_note(r, source, settings, section, scope, warnings)
+        return _notes_from_markdown(text, source, ingest_settings, section, scope, now, warnings)
+    return [_note(r, source, ingest_settings, section, scope, now, warnings)
             for r in _records(text, source, fmt, by="paragraph")]
 
 
@@ -208,8 +211,8 @@ def _add_supersedes(items: list[tuple[int, dict, str | None]], kind: str, supers
 
 
 def _store_items(store: Store, tx, kept: list[tuple[int, dict]], item_kind: str, result: IngestResult, *,
-                 source: str, settings: config.Ingest, ttl_hours: float | None, allow_conflict: bool,
-                 gov: config.Governance) -> None:
+                 source: str, ingest_settings: config.Ingest, ttl_hours: float | None, allow_conflict: bool,
+                 governance_settings: config.Governance, now: datetime) -> None:
     """Write what is new under the store lock; an id already stored with other text is an error."""
     memory = memoryfile.load(store.memory_md)  # parsed once: for the ids and for the notes' write
     existing = load_ids(store, memory)
@@ -228,10 +231,11 @@ def _store_items(store: Store, tx, kept: list[tuple[int, dict]], item_kind: str,
     if item_kind == "message":
         files = _write_messages(store, tx, [item for _, item in fresh])
     elif item_kind == "pending":
-        reports = _check_notes(memory, fresh, source, gov)
-        files = _write_pending(store, tx, [item for _, item in fresh], settings, ttl_hours)
+        reports = _check_notes(memory, fresh, source, governance_settings, now)
+        files = _write_pending(store, tx, [item for _, item in fresh], ingest_settings, ttl_hours, now)
     else:
-        files, reports = _write_notes(store, tx, memory, fresh, source=source, allow_conflict=allow_conflict, gov=gov)
+        files, reports = _write_notes(store, tx, memory, fresh, source=source, allow_conflict=allow_conflict,
+                                      governance_settings=governance_settings, now=now)
     for line, item in fresh:
         report = reports.get(item["id"])
         if report is not None and report.duplicate_of:  # the same text as a current memory: not written
@@ -283,7 +287,7 @@ def _text_of(value: dict[str, Any], source: str, line: int) -> str:
 
 
 def _message(record: jsonl.Record, source: str, default_session: str, forced: str | None,
-             forced_scope: str | None, equals: Counter) -> tuple[int, dict, str | None]:
+             forced_scope: str | None, equals: Counter, now: datetime) -> tuple[int, dict, str | None]:
     """A checked message of the input; `equals` counts the input's messages without a time or
     id by their content so far (see _message_id)."""
     line, value = record.line, record.value
@@ -301,7 +305,7 @@ def _message(record: jsonl.Record, source: str, default_session: str, forced: st
     session = forced or value.get("session") or defaults.get("session") or default_session
     check_name(session, "session", source=source, line=line)
     raw_ts = value.get("ts", defaults.get("ts"))
-    ts = normal_ts(raw_ts, source, line, "ts") if raw_ts is not None else clock.format_ts(clock.now())
+    ts = normal_ts(raw_ts, source, line, "ts") if raw_ts is not None else clock.format_ts(now)
     role = value.get("role")
     message = {
         "id": value.get("id") or _message_id(session, role or "", value.get("speaker") or "", text,
@@ -342,8 +346,8 @@ def _canonical_key(key: str) -> str:
     return lowered if lowered in ("id", "role", "content", "text", "speaker", "session", "scope", "ts") else key
 
 
-def _note(record: jsonl.Record, source: str, settings: config.Ingest, section: str | None, scope: str | None,
-          warnings: list[str]) -> tuple[int, dict, None]:
+def _note(record: jsonl.Record, source: str, ingest_settings: config.Ingest, section: str | None,
+          scope: str | None, now: datetime, warnings: list[str]) -> tuple[int, dict, None]:
     line, value = record.line, record.value
     if isinstance(value, str):
         value = {"text": value}
@@ -358,14 +362,14 @@ def _note(record: jsonl.Record, source: str, settings: config.Ingest, section: s
     _scope_note(fields, scope, source, line)
     if "ts" in value and "created_at" not in fields:
         fields["created_at"] = value["ts"]
-    note_section = value.get("section", section or settings.default_section)
+    note_section = value.get("section", section or ingest_settings.default_section)
     if not isinstance(note_section, str) or not note_section.strip() or "\n" in note_section:
         raise InputError("must be one line of text", source=source, line=line, field="section")
-    return line, complete_note(fields, text, note_section.strip(), settings, source, line), None
+    return line, complete_note(fields, text, note_section.strip(), ingest_settings, source, line, now), None
 
 
-def _notes_from_markdown(text: str, source: str, settings: config.Ingest, section: str | None, scope: str | None,
-                         warnings: list[str]) -> list[tuple[int, dict, None]]:
+def _notes_from_markdown(text: str, source: str, ingest_settings: config.Ingest, section: str | None,
+                         scope: str | None, now: datetime, warnings: list[str]) -> list[tuple[int, dict, None]]:
     doc = memoryfile.parse(text)
     for issue in doc.issues:
         if issue.severity == "error":
@@ -377,7 +381,7 @@ def _notes_from_markdown(text: str, source: str, settings: config.Ingest, sectio
             raise InputError("entry has no text", source=source, line=entry.line)
         fields = dict(entry.fields)
         _scope_note(fields, scope, source, entry.line)
-        note = complete_note(fields, entry.text, section or entry.section, settings, source, entry.line)
+        note = complete_note(fields, entry.text, section or entry.section, ingest_settings, source, entry.line, now)
         note["list_item"] = entry.list_item
         if section is None:
             note["headings"] = entry.headings  # the new section keeps its level and parents (memoryfile.add)
@@ -405,7 +409,8 @@ def _write_messages(store: Store, tx, messages: list[dict]) -> dict[str, str]:
 
 
 def _write_notes(store: Store, tx, doc: memoryfile.Document, notes: list[tuple[int, dict]], *, source: str,
-                 allow_conflict: bool = False, gov: config.Governance) -> tuple[dict[str, str], dict[str, Any]]:
+                 allow_conflict: bool = False, governance_settings: config.Governance,
+                 now: datetime) -> tuple[dict[str, str], dict[str, Any]]:
     """Add notes to `doc` (MEMORY.md as read inside the transaction), applying their supersedes links."""
     from memctl.governance import governance
 
@@ -413,27 +418,28 @@ def _write_notes(store: Store, tx, doc: memoryfile.Document, notes: list[tuple[i
         return {}, {}
     path = store.memory_md
     reports, log = governance.apply_notes(doc, notes, source=source, allow_conflict=allow_conflict,
-                                          gov=gov)
+                                          now=now, gov=governance_settings)
     tx.replace(path, doc.render().encode("utf-8"))
     tx.append(governance.log_path(store), governance.log_records(log))
     return {note["id"]: store.relative(path) for _, note in notes}, reports
 
 
 def _check_notes(doc: memoryfile.Document, notes: list[tuple[int, dict]], source: str,
-                 gov: config.Governance) -> dict[str, Any]:
+                 governance_settings: config.Governance, now: datetime) -> dict[str, Any]:
     """Governance of notes held as pending: links must resolve; conflicts are reported, decided on confirm."""
     from memctl.governance import governance
 
     if not notes:
         return {}
     reports, _ = governance.apply_notes(doc, notes, source=source, allow_conflict=True, hold=True,
-                                        gov=gov)
+                                        now=now, gov=governance_settings)
     return reports
 
 
-def _write_pending(store: Store, tx, notes: list[dict], settings: config.Ingest, ttl_hours: float | None) -> dict[str, str]:
-    ttl = settings.pending_ttl_hours if ttl_hours is None else ttl_hours
-    created = clock.now()
+def _write_pending(store: Store, tx, notes: list[dict], ingest_settings: config.Ingest, ttl_hours: float | None,
+                   now: datetime) -> dict[str, str]:
+    ttl = ingest_settings.pending_ttl_hours if ttl_hours is None else ttl_hours
+    created = now
     expires = clock.format_ts(created + timedelta(hours=ttl))
     lines = []
     for note in notes:

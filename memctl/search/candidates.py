@@ -128,19 +128,19 @@ class RowFacts:
         self.names: list[str] = []  # record number -> record id
         self.links: Links | None = None  # once every row of the table is known (learning ahead)
 
-    def learn(self, units: list[dict], rows, cfg: config.Retrieval) -> None:
+    def learn(self, units: list[dict], rows, retrieval: config.Retrieval) -> None:
         import numpy as np
 
         for at in np.flatnonzero(~self.known[rows]).tolist():
             unit = units[at]
             row = unit["row"]
             fields = orjson.loads(unit["fields"] or "{}")
-            importance = fields.get("importance", cfg.default_importance)
-            importance = importance if isinstance(importance, (int, float)) else cfg.default_importance
-            self.importance[row] = cfg.importance_base + (1 - cfg.importance_base) * importance
-            ratio = max(len(unit["text"]) / cfg.length_norm_anchor, 1.0)
-            self.length[row] = 1 / (1 + cfg.length_norm_strength * math.log2(ratio))
-            self.dated[row] = _dated(unit["kind"], fields, cfg.evergreen_memory_classes)
+            importance = fields.get("importance", retrieval.default_importance)
+            importance = importance if isinstance(importance, (int, float)) else retrieval.default_importance
+            self.importance[row] = retrieval.importance_base + (1 - retrieval.importance_base) * importance
+            ratio = max(len(unit["text"]) / retrieval.length_norm_anchor, 1.0)
+            self.length[row] = 1 / (1 + retrieval.length_norm_strength * math.log2(ratio))
+            self.dated[row] = _dated(unit["kind"], fields, retrieval.evergreen_memory_classes)
             self.noise[row] = bool(noise_reason(unit["text"], fields.get("role")))
             self.session[row] = self._numbers.setdefault(unit["session"], len(self._numbers))
             self.record[row] = self._number(unit["record_id"])
@@ -169,10 +169,10 @@ class IndexRows:
     links between them as arrays (units_reader.Links), kept while the index stays open.
     `vector_rows()`: how many rows the vectors hold (the table may hold rows they lack yet)."""
 
-    def __init__(self, units: UnitsReader, vector_rows, cfg: config.Retrieval):
+    def __init__(self, units: UnitsReader, vector_rows, retrieval: config.Retrieval):
         self.units = units
         self._vector_rows = vector_rows
-        self.cfg = cfg
+        self.retrieval = retrieval
         self._facts: RowFacts | None = None
         self._learned_to = 0  # learn_ahead has read the rows below this one
 
@@ -279,7 +279,7 @@ class IndexRows:
         units = [unit for unit in self.units.rows_from(start, rows)
                  if unit["row"] < len(facts.known)]  # rows the vectors lack yet: learned by the search that meets them
         if units:
-            facts.learn(units, _rows_of(units), self.cfg)
+            facts.learn(units, _rows_of(units), self.retrieval)
         self._learned_to = start + rows
         if self._learned_to < total:
             return False
@@ -293,7 +293,7 @@ class IndexRows:
         rows = _rows_of(units) if rows is None else rows
         # the table may hold rows the vectors lack yet
         facts = self._facts_for(int(rows.max()) + 1 if len(rows) else 0)
-        facts.learn(units, rows, self.cfg)
+        facts.learn(units, rows, self.retrieval)
         return facts
 
     def _facts_for(self, rows: int) -> RowFacts:

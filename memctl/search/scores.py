@@ -25,9 +25,9 @@ from memctl.store.status import fields_of
 from memctl.store.store import Store
 
 
-def governance_settings(store: Store | None = None) -> config.Governance:
-    """The [governance] settings of a store (defaults without one), checked by config.load."""
-    return config.load(store.config_file).governance if store else config.Governance()
+def governance_settings() -> config.Governance:
+    """The default [governance] settings (a store's are its runtime's: rt.settings.governance)."""
+    return config.Governance()
 
 
 def _number(value: Any, low: float, high: float) -> float | None:
@@ -76,11 +76,11 @@ class Score:
         return out
 
 
-def _parts(entry: Entry | Mapping[str, Any], now: datetime | None, accesses: int,
+def _parts(entry: Entry | Mapping[str, Any], now: datetime, accesses: int,
            gov: config.Governance) -> tuple[float, float, float, int, float | None]:
     fields = fields_of(entry)
     created = parse_time(fields.get("created_at"))
-    age = None if created is None else clock.age_days(created, now or clock.now())
+    age = None if created is None else clock.age_days(created, now)
     recency = 1.0 if age is None else math.exp(-math.log(2) / gov.recency_half_life_days * age)
     base = fields.get("access_count")
     base = base if isinstance(base, int) and not isinstance(base, bool) and base >= 0 else 0
@@ -89,7 +89,7 @@ def _parts(entry: Entry | Mapping[str, Any], now: datetime | None, accesses: int
     return recency, frequency, user_weight_of(entry, gov), count, age
 
 
-def health_score(entry: Entry | Mapping[str, Any], now: datetime | None = None, *, accesses: int = 0,
+def health_score(entry: Entry | Mapping[str, Any], now: datetime, *, accesses: int = 0,
                  gov: config.Governance | None = None) -> Score:
     """Health (no query): 0.4 recency + 0.35 access frequency + 0.25 user_weight/10.
 
@@ -102,7 +102,7 @@ def health_score(entry: Entry | Mapping[str, Any], now: datetime | None = None, 
     return Score(total, recency, frequency, weight, count, age)
 
 
-def retrieval_score(relevance: float, entry: Entry | Mapping[str, Any], now: datetime | None = None, *,
+def retrieval_score(relevance: float, entry: Entry | Mapping[str, Any], now: datetime, *,
                     accesses: int = 0, gov: config.Governance | None = None) -> Score:
     """Ranking with a query: 0.4 relevance + 0.25 recency + 0.2 access frequency + 0.15 user_weight/10.
 
@@ -119,16 +119,16 @@ def retrieval_score(relevance: float, entry: Entry | Mapping[str, Any], now: dat
 class Scorer:
     """Scores for one store: reads the settings and access.json once, for many entries.
 
-        scorer = Scorer(store)
+        scorer = Scorer(store, rt.clock.now(), rt.settings.governance)
         scorer.retrieval(0.82, unit.fields, unit.record_id).total
     """
 
-    def __init__(self, store: Store, now: datetime | None = None, gov: config.Governance | None = None):
-        """`gov`: the store's [governance] as its Memory loaded them; else read from memctl.toml."""
+    def __init__(self, store: Store, now: datetime, gov: config.Governance):
+        """`now`: the moment ages count to; `gov`: the store's [governance] (its runtime's clock and settings)."""
         from memctl.store import counters as access
 
-        self.gov = gov or governance_settings(store)
-        self.now = now or clock.now()
+        self.gov = gov
+        self.now = now
         self.counts = access.load(store)
 
     def accesses(self, memory_id: str) -> int:

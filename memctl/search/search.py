@@ -22,8 +22,6 @@ from typing import Any
 import orjson
 
 from memctl.runtime import Runtime
-from memctl import clock
-from memctl import config
 from memctl.errors import StoreError
 from memctl.index.filters import Filters
 from memctl.index.index import kept_manifest, manifest_stamp
@@ -31,7 +29,6 @@ from memctl.index.units_reader import UnitsReader
 from memctl.search.candidates import Candidates, IndexRows, UnitWords
 from memctl.search.queries import Query
 from memctl.search.stages import ROUNDING, SearchRun, rank
-from memctl.store.store import Store
 
 
 @dataclass
@@ -85,15 +82,14 @@ class Searcher:
     rows (IndexRows: units.db and what is kept of it), its units' words and its vectors; each
     search gathers its candidates there and walks the ranking stages (stages.STAGES)."""
 
-    def __init__(self, store: Store, settings: config.Settings | None = None,
-                 runtime: Runtime | None = None):
+    def __init__(self, rt: Runtime):
         import numpy as np
 
         from memctl.index import lexical
 
-        self.store = store
-        self.runtime = runtime  # whose query embedder to use, if given
-        self.settings = settings or config.load(store.config_file)
+        self.runtime = rt  # the call's: a resident server hands this Searcher on (Retriever._open)
+        self.store = store = rt.store
+        self.settings = rt.settings
         self.retrieval = self.settings.retrieval
         index_dir = store.index_dir
         # One generation of the index, the table's rows read with the vectors they number: a search
@@ -124,7 +120,6 @@ class Searcher:
             raise
         self.rows = IndexRows(self.units, lambda: len(self.vectors), self.retrieval)
         self.words = UnitWords(self.tantivy)
-        self._embedder = None
 
     def _table_version(self) -> int:
         (version,) = self.units.db.execute("PRAGMA data_version").fetchone()
@@ -138,14 +133,7 @@ class Searcher:
 
     @property
     def embedder(self):
-        if self.runtime is not None:
-            return self.runtime.embedder  # the call's (a resident server hands this Searcher on: Retriever._open)
-        if self._embedder is None:
-            from memctl.index.embedders import open_embedder
-
-            # a query runs on [embedding] query_threads (embedding.py): one embedder a process
-            self._embedder = open_embedder(self.settings.embedding, self.retrieval)
-        return self._embedder
+        return self.runtime.embedder  # the call's (a resident server hands this Searcher on: Retriever._open)
 
     # -- search ------------------------------------------------------------------
     def search(self, query: Query) -> list[Result]:
@@ -164,12 +152,12 @@ class Searcher:
     def _search(self, query: Query) -> list[Result]:
         from memctl.index import lexical
 
-        cfg = self.retrieval
-        limit = max(cfg.candidates, query.k * 3)
+        retrieval = self.retrieval
+        limit = max(retrieval.candidates, query.k * 3)
         bm25 = lexical.Hits({}, 0.0)
         if query.mode != "vector":
-            bm25 = lexical.search(self.tantivy, query.text, query.filters, limit, cfg.coverage_query_words,
-                                  cfg.context_weight)
+            bm25 = lexical.search(self.tantivy, query.text, query.filters, limit, retrieval.coverage_query_words,
+                                  retrieval.context_weight)
 
         weights = self._weights(query)
         # Every row's cosine to the query, when it is embedded: the candidates', their turns
@@ -177,13 +165,14 @@ class Searcher:
         cosines = None
         vector_rows: list[int] = []
         if weights[0] > 0:
-            query_vectors = self.embedder.embed_queries(_query_lines(query.text, cfg.split_query_lines))
+            query_vectors = self.embedder.embed_queries(_query_lines(query.text, retrieval.split_query_lines))
             cosines = _query_cosines(self.vectors, query_vectors)
             vector_rows = self._vector_candidates(cosines, query.filters, limit)
         found = self.rows.gather(bm25, vector_rows, cosines is not None, query.filters)
-        periods = _named_periods(query.text) if cfg.date_weight > 0 and query.neighbours else []
+        now = self.runtime.clock.now()
+        periods = _named_periods(query.text, now) if retrieval.date_weight > 0 and query.neighbours else []
         run = SearchRun(self.settings, self.store, self.rows, self.words, self.vectors, bm25, cosines, vector_rows,
-                        weights, periods, self._cosine_calibration)
+                        weights, periods, self._cosine_calibration, now)
         rank(found, query, run)
         results = [self._result(found, at) for at in found.best_of_each_record(query.k)]
         self._snippets(results)
@@ -216,16 +205,16 @@ class Searcher:
                 f"[retrieval] hard_min_score ({cfg.hard_min_score:g})")
 
     def _weights(self, query: Query) -> tuple[float, float, float | None]:
-        cfg = self.retrieval
+        retrieval = self.retrieval
         if query.mode == "bm25":
             return 0.0, 1.0, None
         if query.mode == "vector":
             return 1.0, 0.0, None
         unknown = self.embedder.unknown_share(query.text)
-        low, high = cfg.unknown_share_low, cfg.unknown_share_high
+        low, high = retrieval.unknown_share_low, retrieval.unknown_share_high
         confidence = min(1.0, max(0.0, (high - unknown) / (high - low))) if high > low else float(unknown < high)
-        vector_weight = cfg.vector_weight * confidence
-        return vector_weight, cfg.bm25_weight + cfg.vector_weight - vector_weight, unknown
+        vector_weight = retrieval.vector_weight * confidence
+        return vector_weight, retrieval.bm25_weight + retrieval.vector_weight - vector_weight, unknown
 
     def _vector_candidates(self, cosines, filters: Filters, limit: int) -> list[int]:
         """The `limit` rows of the best cosines the filters allow (in no particular order)."""
@@ -274,12 +263,11 @@ class Retriever:
     retrieval score reads them).
     """
 
-    def __init__(self, store: Store, *, say=None, runtime: Runtime | None = None):
-        """`runtime`: its Memory's (settings read once, the query embedder shared); without one,
-        each search reads memctl.toml and a change of settings reopens the index."""
-        self.store = store
+    def __init__(self, rt: Runtime, *, say=None):
+        """`rt`: its Memory's (the store, settings read once, the clock, the query embedder shared)."""
+        self.store = rt.store
         self.say = say
-        self.runtime = runtime
+        self.runtime = rt
         self._searcher: Searcher | None = None
 
     def search(self, queries: list[Query], *, count_access: bool = True) -> list[list[Result]]:
@@ -287,7 +275,7 @@ class Retriever:
         from memctl.store import counters
 
         self.store.require()
-        index = Index(self.store, self.runtime.settings if self.runtime else None)
+        index = Index(self.runtime)
         report = index.refresh(self.say)
         try:
             answers = self._answers(index, queries, report.touched)
@@ -298,7 +286,7 @@ class Retriever:
             answers = self._answers(index, queries, True)
         if count_access:
             counters.record(self.store, [r.record_id or r.id for results in answers for r in results
-                                         if r.kind == "memory"])
+                                         if r.kind == "memory"], self.runtime.clock.now())
         return answers
 
     def learn_ahead(self, rows: int) -> bool:
@@ -325,15 +313,14 @@ class Retriever:
         if (changed or self._searcher is None or self._searcher.settings != index.settings
                 or self._searcher.manifest != manifest_stamp(index.dir)):  # another process updated it
             self._searcher = None
-            self._searcher = Searcher(self.store, index.settings, self.runtime)
+            self._searcher = Searcher(self.runtime)
         self._searcher.runtime = self.runtime  # a Memory that adopted this one's: its model is the call's
         return self._searcher
 
 
-def search_store(store: Store, queries: list[Query], *, say=None, count_access: bool = True,
-                 runtime: Runtime | None = None) -> list[list[Result]]:
+def search_store(rt: Runtime, queries: list[Query], *, say=None, count_access: bool = True) -> list[list[Result]]:
     """One search of a store by a fresh Retriever (a command's single run)."""
-    return Retriever(store, say=say, runtime=runtime).search(queries, count_access=count_access)
+    return Retriever(rt, say=say).search(queries, count_access=count_access)
 
 
 def _query_lines(text: str, split: bool) -> list[str]:
@@ -364,8 +351,8 @@ def _query_cosines(vectors, query_vectors):
     return (products[:, :-1].max(axis=1) + products[:, -1]) / 2
 
 
-def _named_periods(text: str) -> list:
-    """The periods the query names (search/dates.py), read against now."""
+def _named_periods(text: str, now) -> list:
+    """The periods the query names (search/dates.py), read against `now`."""
     from memctl.search.dates import named_periods
 
-    return named_periods(text, clock.now())
+    return named_periods(text, now)

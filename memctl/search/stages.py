@@ -45,11 +45,12 @@ from typing import TYPE_CHECKING, Callable
 
 import orjson
 
-from memctl import clock
 from memctl.search.candidates import Candidates, moment_of, micros
 from memctl.search.subject import Evidence, SubjectTest
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from memctl import config
     from memctl.index import lexical
     from memctl.search.candidates import IndexRows, RowFacts, UnitWords
@@ -69,9 +70,9 @@ class SearchRun:
 
     def __init__(self, settings: config.Settings, store: Store, rows: IndexRows, words: UnitWords, vectors,
                  bm25: lexical.Hits, cosines, vector_rows: list[int], weights: tuple[float, float, float | None],
-                 periods: list, calibration: Callable[[], tuple[float, float]]):
+                 periods: list, calibration: Callable[[], tuple[float, float]], now: datetime):
         self.settings = settings
-        self.cfg = settings.retrieval
+        self.retrieval = settings.retrieval
         self.store = store
         self.rows = rows
         self.words = words
@@ -82,6 +83,7 @@ class SearchRun:
         self.vector_weight, self.bm25_weight, self.unknown = weights
         self.periods = periods
         self.calibration = calibration  # the model's cosine floor and ceiling, read when fusing cosines
+        self.now = now  # this search's moment (its runtime's clock): what ages count to
 
         self._facts: RowFacts | None = None
         self._age = None
@@ -98,7 +100,7 @@ class SearchRun:
 
         if self._age is None:
             facts, rows = self.facts(found), found.rows
-            age = np.where(facts.timed[rows], (micros(clock.now()) - facts.micros[rows]) / 1e6 / 86400, 0.0)
+            age = np.where(facts.timed[rows], (micros(self.now) - facts.micros[rows]) / 1e6 / 86400, 0.0)
             self._age = np.maximum(0.0, age)
         return self._age
 
@@ -147,7 +149,7 @@ class Fusion(Stage):
     def apply(self, found: Candidates, query: Query, run: SearchRun) -> None:
         import numpy as np
 
-        cfg, bm25, cosines = run.cfg, run.bm25, run.cosines
+        retrieval, bm25, cosines = run.retrieval, run.bm25, run.cosines
         vector_weight, bm25_weight = run.vector_weight, run.bm25_weight
         scores = bm25.scores
         top_bm25 = max(scores.values(), default=0.0) or 1.0
@@ -158,7 +160,7 @@ class Fusion(Stage):
             cosine, meaning, own_meaning = self._cosines(found, run)
         else:
             cosine = meaning = own_meaning = np.zeros(len(found))
-        if cfg.fusion == "rrf":
+        if retrieval.fusion == "rrf":
             fused = self._rrf(found, run)
         else:
             fused = (vector_weight * meaning + bm25_weight * raw / top_bm25) / total
@@ -172,7 +174,7 @@ class Fusion(Stage):
         for name, values in (("bm25", raw), ("bm25_norm", raw / top_bm25), ("bm25_coverage", found.coverage),
                              ("cosine", cosine), ("cosine_calibrated", meaning),
                              ("relevance_cosine", found.relevance_cosine), ("vector_weight", found.vector_weight),
-                             ("bm25_weight", round(bm25_weight, 4)), ("fusion", cfg.fusion), ("fused", fused),
+                             ("bm25_weight", round(bm25_weight, 4)), ("fusion", retrieval.fusion), ("fused", fused),
                              ("relevance", found.relevance)):
             found.explain(name, values)
         if run.unknown is not None:
@@ -188,7 +190,7 @@ class Fusion(Stage):
         own = run.cosines[found.rows].astype(np.float64)
         reply = run.rows.reply_cosines(found, run.cosines)
         answered = ~np.isnan(reply)
-        cosine = np.where(answered, own + run.cfg.context_weight * np.maximum(0.0, reply - own), own)
+        cosine = np.where(answered, own + run.retrieval.context_weight * np.maximum(0.0, reply - own), own)
         meaning = np.minimum(1.0, np.maximum(0.0, (cosine - floor) / span))
         own_meaning = np.minimum(1.0, np.maximum(0.0, (own - floor) / span))
         found.explain("cosine_own", own, answered)
@@ -200,7 +202,7 @@ class Fusion(Stage):
         """Reciprocal rank fusion, scaled to [0, 1]: Σ w / (rrf_k + rank) over BM25's and the vectors' ranks."""
         import numpy as np
 
-        k, scores, cosines = run.cfg.rrf_k, run.bm25.scores, run.cosines
+        k, scores, cosines = run.retrieval.rrf_k, run.bm25.scores, run.cosines
         vector_weight, bm25_weight = run.vector_weight, run.bm25_weight
         bm25_rank = {uid: r for r, uid in enumerate(sorted(scores, key=scores.get, reverse=True), 1)}
         cos_rank = {}
@@ -237,7 +239,7 @@ class Neighbours(Stage):
                "when that is above their own")
 
     def runs(self, query: Query, run: SearchRun) -> bool:
-        return run.cfg.neighbour_weight > 0 and query.neighbours
+        return run.retrieval.neighbour_weight > 0 and query.neighbours
 
     def apply(self, found: Candidates, query: Query, run: SearchRun) -> None:
         import numpy as np
@@ -255,7 +257,7 @@ class Neighbours(Stage):
         fused = np.append(found.score, 0.0)
         bonus = np.zeros(len(found))
         if len(messages):
-            bonus[messages] = run.cfg.neighbour_weight * np.maximum(
+            bonus[messages] = run.retrieval.neighbour_weight * np.maximum(
                 0.0, np.maximum(fused[at(lines - 1)], fused[at(lines + 1)]) - fused[messages])
         found.score = found.score + bonus
         found.explain("neighbours_bonus", bonus, found.messages)
@@ -288,7 +290,7 @@ class Dates(Stage):
             moment = moment_of(unit["ts"]) if unit["kind"] in ("message", "log") else None
             if moment is not None:
                 dated[at] = True
-                bonus[at] = run.cfg.date_weight if within(moment, run.periods) else 0.0
+                bonus[at] = run.retrieval.date_weight if within(moment, run.periods) else 0.0
         found.score = found.score + bonus
         found.explain("date_bonus", bonus, dated)
         found.explain("date", found.score, dated)
@@ -314,10 +316,10 @@ class Minimum(Stage):
 
     def apply(self, found: Candidates, query: Query, run: SearchRun) -> None:
         if query.min_score is None:
-            floor = run.cfg.hard_min_score
+            floor = run.retrieval.hard_min_score
             evidence = Evidence(found.relevance, found.relevance_cosine, found.coverage, found.vector_weight,
                                 run.bm25, found.units, run.words.terms_of, query.text)
-            if not SubjectTest(run.cfg).knows(evidence):
+            if not SubjectTest(run.retrieval).knows(evidence):
                 found.stopped = True
                 return
         else:
@@ -335,7 +337,7 @@ class Noise(Stage):
     summary = "drops refusals, greetings, questions about the memory itself"
 
     def runs(self, query: Query, run: SearchRun) -> bool:
-        return run.cfg.filter_noise
+        return run.retrieval.filter_noise
 
     def apply(self, found: Candidates, query: Query, run: SearchRun) -> None:
         found.kept = found.kept & ~run.facts(found).noise[found.rows]
@@ -350,10 +352,11 @@ class Recency(Stage):
     def apply(self, found: Candidates, query: Query, run: SearchRun) -> None:
         import numpy as np
 
-        cfg = run.cfg
+        retrieval = run.retrieval
         # math.exp, not numpy's: numpy's may differ in the last digit, and scores stay Python's.
         age = run.age_days(found)
-        recency = np.array([math.exp(x) for x in (-age / cfg.recency_decay_days).tolist()]) * cfg.recency_weight
+        recency = (np.array([math.exp(x) for x in (-age / retrieval.recency_decay_days).tolist()])
+                   * retrieval.recency_weight)
         found.score = found.score + recency
         found.explain("recency_bonus", recency)
         found.explain("recency", found.score)
@@ -394,9 +397,9 @@ class TimeDecay(Stage):
     def apply(self, found: Candidates, query: Query, run: SearchRun) -> None:
         import numpy as np
 
-        floor = run.cfg.time_decay_floor
+        floor = run.retrieval.time_decay_floor
         age = run.age_days(found)
-        decay = np.array([math.exp(x) for x in (-age / run.cfg.time_decay_days).tolist()])
+        decay = np.array([math.exp(x) for x in (-age / run.retrieval.time_decay_days).tolist()])
         factor = np.where(run.facts(found).dated[found.rows], floor + (1 - floor) * decay, 1.0)
         found.score = found.score * factor
         found.explain("time_decay_factor", factor)
@@ -436,7 +439,7 @@ class Mera(Stage):
     def apply(self, found: Candidates, query: Query, run: SearchRun) -> None:
         from memctl.search.scores import Scorer
 
-        scorer = Scorer(run.store, gov=run.settings.governance)
+        scorer = Scorer(run.store, run.now, run.settings.governance)
         fused = found.explained["fused"][0]
         found.score = found.score.copy()  # the time decay's explain keeps the one it had
         for at in found.order:
@@ -474,7 +477,7 @@ class MMR(Stage):
     def _demoted(found: Candidates, k: int, run: SearchRun) -> list[int]:
         import numpy as np
 
-        threshold = run.cfg.mmr_threshold
+        threshold = run.retrieval.mmr_threshold
         vectors, units, order = run.vectors, found.units, found.order
         kept: list[int] = []
         kept_vectors = np.empty((0, vectors.shape[1]), dtype=np.float32)
@@ -520,7 +523,7 @@ class NewerFirst(Stage):
     summary = "a later chat message naming a rare word of a top result moves right above it"
 
     def runs(self, query: Query, run: SearchRun) -> bool:
-        return run.cfg.newer_first and not run.periods
+        return run.retrieval.newer_first and not run.periods
 
     def apply(self, found: Candidates, query: Query, run: SearchRun) -> None:
         from memctl.index import lexical
@@ -531,7 +534,7 @@ class NewerFirst(Stage):
         if not top:
             return
         facts = run.facts(found)
-        most = max(2, int(run.words.documents * run.cfg.newer_rare_share))
+        most = max(2, int(run.words.documents * run.retrieval.newer_rare_share))
         asked = lexical.content_terms(query.text)
         moved: set[int] = set()
         ranked = None  # the candidates in the order, as arrays (made again after a move)
@@ -572,7 +575,7 @@ class NewerFirst(Stage):
         _, relevance, messages, times, sessions = ranked
         at = order.index(older)
         below = min(max(page, at + 1), len(order))
-        reach = relevance >= run.cfg.newer_pull_share * found.relevance[older]
+        reach = relevance >= run.retrieval.newer_pull_share * found.relevance[older]
         reach[:below] = False
         reach[at + 1:below] = True
         later = reach & messages & (times > facts.micros[row]) & (sessions != facts.session[row])
@@ -618,7 +621,7 @@ def _repeats(unit: dict, better: dict, run: SearchRun) -> bool:
     words = run.words.terms_of(unit)
     if not words:
         return True
-    return len(words & run.words.terms_of(better)) / len(words) >= run.cfg.mmr_word_overlap
+    return len(words & run.words.terms_of(better)) / len(words) >= run.retrieval.mmr_word_overlap
 
 
 def rounded(values, digits: int):

@@ -34,8 +34,8 @@ class SubjectTest:
     (knows_subject), two units together hold enough of its rare words (words_known), or, of a
     query written in two scripts, a unit of one holds the query's names in it (named_in_its_script)."""
 
-    def __init__(self, cfg: config.Retrieval):
-        self.cfg = cfg
+    def __init__(self, retrieval: config.Retrieval):
+        self.retrieval = retrieval
 
     def knows(self, evidence: Evidence) -> bool:
         return (self.knows_subject(evidence) or self.words_known(evidence)
@@ -56,11 +56,12 @@ class SubjectTest:
         """
         import numpy as np
 
-        cfg = self.cfg
-        trust = evidence.vector_weight / cfg.vector_weight if cfg.vector_weight > 0 else 0.0
+        retrieval = self.retrieval
+        trust = evidence.vector_weight / retrieval.vector_weight if retrieval.vector_weight > 0 else 0.0
         meaning = evidence.relevance_cosine * min(1.0, trust)
-        return bool(np.any((meaning >= cfg.subject_min_cosine) | (evidence.coverage >= cfg.subject_min_coverage)
-                           | (evidence.relevance >= cfg.min_best_relevance)))
+        return bool(np.any((meaning >= retrieval.subject_min_cosine)
+                           | (evidence.coverage >= retrieval.subject_min_coverage)
+                           | (evidence.relevance >= retrieval.min_best_relevance)))
 
     def words_known(self, evidence: Evidence) -> bool:
         """Whether two units together hold subject_min_words of the query's word weight (idf).
@@ -82,7 +83,7 @@ class SubjectTest:
             return False
         first = max(held, key=lambda words: sum(weights[w] for w in words))
         second = max(held, key=lambda words: sum(weights[w] for w in words - first))
-        return sum(weights[w] for w in first | second) >= self.cfg.subject_min_words * total
+        return sum(weights[w] for w in first | second) >= self.retrieval.subject_min_words * total
 
     def named_in_its_script(self, evidence: Evidence) -> bool:
         """Whether a unit written in one script holds subject_min_coverage of the query's words of
@@ -112,7 +113,7 @@ class SubjectTest:
                 continue
             script = by_script[cjk]
             held = script & evidence.terms_of(unit)
-            if sum(weights[w] for w in held) >= self.cfg.subject_min_coverage * sum(weights[w] for w in script):
+            if sum(weights[w] for w in held) >= self.retrieval.subject_min_coverage * sum(weights[w] for w in script):
                 return True
         return False
 

@@ -17,6 +17,7 @@ accesses add to.
 from __future__ import annotations
 
 import os
+from datetime import datetime
 
 import orjson
 
@@ -53,12 +54,12 @@ def count(store: Store, memory_id: str, base: int = 0) -> int:
     return base + (entry.get("count", 0) if isinstance(entry, dict) else 0)
 
 
-def record(store: Store, memory_ids: list[str]) -> None:
-    """Count one access for each id: one line appended to access.log. The store lock is held
+def record(store: Store, memory_ids: list[str], now: datetime) -> None:
+    """Count one access for each id at `now`: one line appended to access.log. The store lock is held
     shared, only so that a compaction (exclusive) never folds the log while a line is added."""
     if not memory_ids or not store.exists():
         return
-    line = orjson.dumps({"at": clock.format_ts(clock.now()), "ids": list(dict.fromkeys(memory_ids))}) + b"\n"
+    line = orjson.dumps({"at": clock.format_ts(now), "ids": list(dict.fromkeys(memory_ids))}) + b"\n"
     try:
         with store.reading():
             fd = open_file(store.path(LOG_NAME), os.O_WRONLY | os.O_CREAT | os.O_APPEND)

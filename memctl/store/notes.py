@@ -7,6 +7,7 @@ same way, so the rule lives here rather than in any one of them.
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 from typing import Any
 
 from memctl import clock
@@ -15,9 +16,10 @@ from memctl.store.memoryfile import SUMMARY_MAX, check_field
 from memctl.text.clip import clip
 
 
-def complete_note(fields: dict, text: str, section: str, settings: Any, source: str, line: int) -> dict:
+def complete_note(fields: dict, text: str, section: str, settings: Any, source: str, line: int,
+                  now: datetime) -> dict:
     """Fill a note's required schema fields with defaults ([ingest] `settings`, a config.Ingest:
-    store/ sits below config) and check every field."""
+    store/ sits below config) and check every field; a note without a time is made `now`."""
     fields.setdefault("id", derived_id("mem", section, text))
     fields.setdefault("summary", clip(text, SUMMARY_MAX))
     fields.setdefault("memory_class", settings.default_memory_class)
@@ -25,7 +27,7 @@ def complete_note(fields: dict, text: str, section: str, settings: Any, source: 
     if "created_at" in fields:
         fields["created_at"] = normal_ts(fields["created_at"], source, line, "created_at")
     else:
-        fields["created_at"] = clock.format_ts(clock.now())
+        fields["created_at"] = clock.format_ts(now)
     for name, value in fields.items():
         problem = check_field(name, value)
         if problem:

@@ -21,15 +21,16 @@ an explicit activation given a scope sees only that scope's topics.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memctl import clock
-from memctl import config
 from memctl.errors import InputError
-from memctl.store.store import Store
 from memctl.store import topicfile
 from memctl.topics import activation, evaluate, log
 from memctl.store.topicfile import Topic
+
+if TYPE_CHECKING:
+    from memctl.runtime import Runtime
 
 NEW_MESSAGE_ID = "new"
 AMBIGUOUS_WITHIN = 0.1   # a runner-up this close to the best amnesia match makes the match unclear
@@ -55,16 +56,16 @@ class TopicRound:
     more_hits: list = field(default_factory=list)       # the answers to the caller's `more` queries
 
 
-def topic_round(store: Store, retriever, session: str, message: str, *, record: bool = True,
-                llm_command: str = "", say=None, scope: str | None = None,
-                settings: config.Topics | None = None, more=None, new_session: bool = False) -> TopicRound:
-    """`scope`: the session must be in it (split.scope_of_session). `settings`: [topics] as the
-    store's Memory loaded them (else read from memctl.toml). `more`: given the session's scope, more
-    queries to run in the same search batch (their answers: `more_hits`). `new_session`: a session
-    not stored yet is one without messages (a client's first prompt), not an error."""
+def topic_round(rt: Runtime, retriever, session: str, message: str, *, record: bool = True,
+                llm_command: str = "", say=None, scope: str | None = None, more=None,
+                new_session: bool = False) -> TopicRound:
+    """`scope`: the session must be in it (split.scope_of_session). `more`: given the session's
+    scope, more queries to run in the same search batch (their answers: `more_hits`).
+    `new_session`: a session not stored yet is one without messages (a client's first prompt), not
+    an error."""
     from memctl.topics.split import scope_of_session, session_messages
 
-    settings = settings or config.load(store.config_file).topics
+    store, settings = rt.store, rt.settings.topics
     unknown = new_session and not store.session_file(session).exists()
     messages = [] if unknown else session_messages(store, session)
     scope = scope_of_session(store, session, messages, scope)
@@ -77,7 +78,7 @@ def topic_round(store: Store, retriever, session: str, message: str, *, record: 
     if messages and messages[-1].get("text", "").strip() == message.strip():
         new = messages.pop()  # already ingested: the same message, not twice
     else:
-        new = {"id": NEW_MESSAGE_ID, "role": "user", "text": message, "ts": clock.format_ts(clock.now())}
+        new = {"id": NEW_MESSAGE_ID, "role": "user", "text": message, "ts": clock.format_ts(rt.clock.now())}
     keep = settings.keep_recent
     recent = (messages[-(keep - 1):] if keep > 1 else []) + [new]
     recent_ids = {m["id"] for m in recent}
@@ -103,7 +104,8 @@ def topic_round(store: Store, retriever, session: str, message: str, *, record: 
     evaluations.update(recalled)
     turn.evaluations = evaluations
     if record:
-        _record_round(store, session, scope, states, evaluations, set(recalled), cue, settings, turn)
+        _record_round(store, session, scope, states, evaluations, set(recalled), cue, settings, turn,
+                      clock.format_ts(rt.clock.now()))
     else:
         turn.activated = [{"topic_id": t, "name": topics[t].header.get("name", ""), "reason": "amnesia cue",
                            "score": round(recalled[t].relevance_score, 4)} for t in recalled]
@@ -136,9 +138,9 @@ def _deep_search(store, retriever, message, dormant, cue, settings, scope):
     return {best.topic_id: best}, []
 
 
-def _record_round(store, session, scope, states, evaluations, recalled, cue, settings, turn) -> None:
-    """`states`: the scope's topics before the round; the graded activation ranks them alone."""
-    now = clock.format_ts(clock.now())
+def _record_round(store, session, scope, states, evaluations, recalled, cue, settings, turn, now: str) -> None:
+    """`states`: the scope's topics before the round; the graded activation ranks them alone. `now`:
+    the round's stamp."""
     with store.transaction() as tx:
         topics = topicfile.load_topics(store)  # again, under the lock: a split may have written meanwhile
         states = {tid: s for tid, s in states.items() if tid in topics}
@@ -176,8 +178,8 @@ ROUTE_CANDIDATES = 50
 QUERY_COVERED = 0.5
 
 
-def activate(store: Store, retriever, query: str, *, include_archived: bool = False,
-             llm_command: str = "", scope: str | None = None, settings: config.Topics | None = None) -> dict[str, Any]:
+def activate(rt: Runtime, retriever, query: str, *, include_archived: bool = False,
+             llm_command: str = "", scope: str | None = None) -> dict[str, Any]:
     """Explicit activation (T7): a topic id, or the topics whose summaries and messages match `query`.
     Ranked like the index window of design §4.7: with few topics active more of the matches are taken;
     a built-in match holds at least QUERY_COVERED of the query's content terms.
@@ -188,8 +190,8 @@ def activate(store: Store, retriever, query: str, *, include_archived: bool = Fa
     from memctl.topics import llm
     from memctl.topics.daily import restore_archived
 
-    settings = settings or config.load(store.config_file).topics
-    now = clock.format_ts(clock.now())
+    store, settings = rt.store, rt.settings.topics
+    now = clock.format_ts(rt.clock.now())
     if include_archived:
         with store.transaction() as tx:
             restore_archived(tx, store, query, now, scope)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import orjson
 
@@ -54,6 +54,9 @@ from memctl.store import topicfile
 from memctl.topics import activation, log
 from memctl.store.topicfile import Topic
 from memctl.topics.summary import Background, background_of, distinctive_terms, summarise
+
+if TYPE_CHECKING:
+    from memctl.runtime import Runtime
 
 AUTO_SUMMARIES = "auto_summaries.jsonl"
 COMPRESSED_SHARE = 0.6
@@ -111,18 +114,16 @@ def restore_archived(tx, store: Store, query: str, now: str, scope: str | None =
 
 
 
-def review(store: Store, *, dry_run: bool = False, llm_command: str = "",
-           settings: config.Settings | None = None,
+def review(rt: Runtime, *, dry_run: bool = False, llm_command: str = "",
            progress: Callable[[str, int, int], None] | None = None) -> DailyReport:
     """The review in one Transaction; with an LLM command the merges, related links and compressed
-    summaries come from it, and a bad answer raises LLMAnswerError with nothing written. `settings`:
-    the store's, as its Memory loaded them (else read from memctl.toml). `progress(stage, done,
-    total)` hears how far the built-in steps are (`done` counted since its last call)."""
+    summaries come from it, and a bad answer raises LLMAnswerError with nothing written. `progress(stage,
+    done, total)` hears how far the built-in steps are (`done` counted since its last call)."""
     from memctl.topics import llm
 
-    every = settings or config.load(store.config_file)
-    settings = every.topics
-    now_moment = clock.now()
+    store, settings = rt.store, rt.settings
+    topics_settings = settings.topics
+    now_moment = rt.clock.now()
     now = clock.format_ts(now_moment)
     report = DailyReport(dry_run)
     try:
@@ -138,15 +139,15 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "",
             merges, related = [], []
             for group in _by_scope(live):
                 if llm_command:
-                    found = llm.review_links(store, llm_command, settings.llm_timeout, group)
+                    found = llm.review_links(store, llm_command, topics_settings.llm_timeout, group)
                     merges += [(gone, keep, {"reason": why}) for gone, keep, why in found[0]]
                     related += [(one, other, {"reason": why}) for one, other, why in found[1]]
                 else:
-                    found = _similar_pairs(store, group, every.embedding, progress)
+                    found = _similar_pairs(group, settings.embedding, progress)
                     merges += found[0]
                     related += found[1]
             for gone, keep, detail in merges:
-                _merge(tx, store, live[keep], live[gone], backgrounds[live[keep].scope], settings, now)
+                _merge(tx, store, live[keep], live[gone], backgrounds[live[keep].scope], topics_settings, now)
                 report.merged.append({"topic_id": gone, "into": keep, **detail})
                 events.append({"at": now, "event": "merged", "topic": gone, "into": keep, "reason": "daily review"})
             if related:
@@ -163,8 +164,8 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "",
             for tid, topic in live.items():
                 age = clock.age_days(topic.header.get("updated"), now_moment)
                 one_off = len(topic.messages) <= ONE_OFF and age >= 1
-                if topic.state == "dormant" and (age > settings.archive_after_days or one_off):
-                    reason = "one-off question and answer" if one_off and age <= settings.archive_after_days \
+                if topic.state == "dormant" and (age > topics_settings.archive_after_days or one_off):
+                    reason = "one-off question and answer" if one_off and age <= topics_settings.archive_after_days \
                         else f"dormant {age:.0f} days"
                     kept_scope = {"scope": topic.scope} if topic.scope else {}  # a topic from before scopes gains it
                     header = {**topic.header, **kept_scope, "state": "archived", "archived_at": now,
@@ -177,9 +178,9 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "",
                     events.append({"at": now, "event": "archived", "topic": tid, "reason": reason})
                 elif age < 1:
                     compress.append(topic)
-            budget = int(settings.summary_bytes * COMPRESSED_SHARE)
+            budget = int(topics_settings.summary_bytes * COMPRESSED_SHARE)
             if llm_command:
-                compressed = llm.compressor(store, llm_command, settings.llm_timeout, settings.llm_parallel, budget)(
+                compressed = llm.compressor(store, llm_command, topics_settings.llm_timeout, topics_settings.llm_parallel, budget)(
                     [llm.Draft(t.id, t.messages, t.messages, t.header.get("name", ""), t.header.get("summary", ""))
                      for t in compress])
             else:
@@ -195,7 +196,7 @@ def review(store: Store, *, dry_run: bool = False, llm_command: str = "",
                 topic.header.update(summary=summary, importance=round(importance, 3), reviewed=now)
                 topicfile.write_topic(tx, store, topic, [], fresh=False)
                 report.compressed.append({"topic_id": topic.id, "importance": round(importance, 3)})
-            report.idle_summaries = _idle_summaries(tx, store, settings, now_moment, backgrounds)
+            report.idle_summaries = _idle_summaries(tx, store, topics_settings, now_moment, backgrounds)
             if not dry_run:
                 log.append(tx, store, events)
     except llm.LLMAnswerError as exc:  # the transaction rolled back what was written
@@ -218,7 +219,7 @@ def _by_scope(live: dict[str, Topic]) -> list[dict[str, Topic]]:
     return [groups[scope] for scope in sorted(groups) if len(groups[scope]) > 1]
 
 
-def _similar_pairs(store: Store, live: dict[str, Topic], embedding: config.Embedding,
+def _similar_pairs(live: dict[str, Topic], embedding: config.Embedding,
                    progress: Callable[[str, int, int], None] | None = None):
     """The built-in review: (merges, related) as (id, other id, detail). Topics whose summary vectors
     have a cosine >= MERGE_SIMILARITY (or the same name) merge, the smaller into the larger; pairs at
@@ -230,7 +231,7 @@ def _similar_pairs(store: Store, live: dict[str, Topic], embedding: config.Embed
 
     ids = list(live)
     step = (lambda n: progress("embedding summaries", n, len(ids))) if progress else None
-    vectors = embedder(store, embedding).embed([live[t].header.get("summary", "") for t in ids], progress=step)
+    vectors = embedder(embedding).embed([live[t].header.get("summary", "") for t in ids], progress=step)
     similarity = vectors @ vectors.T
     pairs = similarity[np.triu_indices(len(ids), 1)]
     related_from = max(RELATED_SIMILARITY, float(np.percentile(pairs, RELATED_PERCENTILE)))

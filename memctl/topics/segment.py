@@ -88,8 +88,9 @@ SWITCH, RETURN = "switch", "return"
 
 
 @dataclass
-class Settings:
-    """Tuned on the dev parts of ../shared/bench/topics (bench/README.md has the figures)."""
+class Tuning:
+    """The split's tuned constants (not settings: memctl.toml names none of them), tuned on the dev
+    parts of ../shared/bench/topics (bench/README.md has the figures)."""
     # Exchanges, followed in order (two parties, readable text): scores in standard deviations of the
     # conversation's own similarities. Figures: DialSeg711 dev ARI, interleaved dev ARI / returns.
     # Added to an exchange's score with the topic of the one before: DialSeg711 .778 / interleaved
@@ -214,7 +215,7 @@ def many_parties(messages: list[dict]) -> bool:
 
 
 def partition(messages: list[dict], vectors: np.ndarray | None, topics: list[TopicEvidence] | None = None,
-              settings: Settings | None = None, embed: Callable[[list[str]], np.ndarray] | None = None,
+              tuning: Tuning | None = None, embed: Callable[[list[str]], np.ndarray] | None = None,
               reads: Callable[[str], float] | None = None) -> list[str]:
     """A topic key for each message: an existing topic's key, or "new-N" for the Nth new topic.
 
@@ -223,7 +224,7 @@ def partition(messages: list[dict], vectors: np.ndarray | None, topics: list[Top
     `embed` gives the same model's vectors of other texts: whole exchanges are read with it.
     `reads` gives the share of a text the vectors read (readable_share: MiniLM's, by default).
     """
-    settings = settings or Settings()
+    tuning = tuning or Tuning()
     topics = topics if topics is not None else []
     if not messages:
         return []
@@ -231,12 +232,12 @@ def partition(messages: list[dict], vectors: np.ndarray | None, topics: list[Top
     idf = _idf(bags)
     weighted = [{t: c * idf.get(t, 1.0) for t, c in bag.items()} for bag in bags]
     if many_parties(messages):
-        return _by_replies(messages, vectors, bags, weighted, topics, settings)
+        return _by_replies(messages, vectors, bags, weighted, topics, tuning)
     keys: list[str] = []
-    for start in range(0, len(messages), settings.chunk):
-        part = slice(start, start + settings.chunk)
+    for start in range(0, len(messages), tuning.chunk):
+        part = slice(start, start + tuning.chunk)
         keys += _by_blocks(messages[part], None if vectors is None else vectors[part],
-                           bags[part], weighted[part], topics, settings, idf, embed, reads or readable_share)
+                           bags[part], weighted[part], topics, tuning, idf, embed, reads or readable_share)
     return keys
 
 
@@ -295,7 +296,7 @@ def _add(bags: list[dict]) -> dict:
     return total
 
 
-def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf, embed, reads) -> list[str]:
+def _by_blocks(messages, vectors, bags, weighted, topics, tuning, idf, embed, reads) -> list[str]:
     """Clusters of this conversation (exchanges followed in order, or merged single messages), then
     each cluster matched to the topics that exist."""
     n = len(messages)
@@ -316,28 +317,28 @@ def _by_blocks(messages, vectors, bags, weighted, topics, settings, idf, embed, 
             unit = np.repeat(np.arange(len(exchanges)), [end - start for start, end in exchanges])
             share = EXCHANGE_SHARE * max(float(outside_cjk.mean()), VECTOR_FLOOR)
             sim = (1 - share) * sim + share * _in_deviations(whole @ whole.T)[np.ix_(unit, unit)]
-        clusters = _followed(sim, exchanges, texts, settings, float(outside_cjk.mean()))
+        clusters = _followed(sim, exchanges, texts, tuning, float(outside_cjk.mean()))
     else:
         distance = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
         outside = float(outside_cjk.mean())
-        decay = settings.near_decay_unreadable + outside * (settings.near_decay - settings.near_decay_unreadable)
-        sim += settings.near_bonus * np.exp(-(distance - 1) / decay)
+        decay = tuning.near_decay_unreadable + outside * (tuning.near_decay - tuning.near_decay_unreadable)
+        sim += tuning.near_bonus * np.exp(-(distance - 1) / decay)
         for i in range(1, n):
             if _offers_subject(texts[i]):
-                sim[i - 1, i] -= settings.offer_gap
-                sim[i, i - 1] -= settings.offer_gap
+                sim[i - 1, i] -= tuning.offer_gap
+                sim[i, i - 1] -= tuning.offer_gap
         openings = [_opening(text) for text in texts]
         announced = {i for i, opening in enumerate(openings) if opening in (SWITCH, RETURN)}
-        blocks = _merged_blocks(sim, settings, [(i, i + 1) for i in range(n)], announced)
+        blocks = _merged_blocks(sim, tuning, [(i, i + 1) for i in range(n)], announced)
         blocks = _pointing_back_stays(blocks, texts, announced)
-        blocks = _short_blocks_folded(sim, blocks, announced, settings.short_block)
-        clusters = _rejoined(sim, blocks, settings, {i for i in announced if openings[i] == RETURN})
+        blocks = _short_blocks_folded(sim, blocks, announced, tuning.short_block)
+        clusters = _rejoined(sim, blocks, tuning, {i for i in announced if openings[i] == RETURN})
     existing = list(topics)
     keys = [""] * n
     for rows in clusters:
         vector = vectors[rows].sum(0) if vectors is not None else None
         terms = _add([weighted[i] for i in rows])
-        best, best_score = None, settings.return_threshold
+        best, best_score = None, tuning.return_threshold
         for topic in existing:
             score = _topic_similarity(topic, vector, terms, idf, float(readable[rows].mean()))
             if score > best_score:
@@ -544,7 +545,7 @@ def _rare_names(texts: list[str], reach: int) -> list[set[str]]:
 
 
 def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str],
-              settings: Settings, readable: float = 1.0) -> list[list[int]]:
+              tuning: Tuning, readable: float = 1.0) -> list[list[int]]:
     """Exchanges in order, each to the topic it is most like or to a new one.
 
     An exchange's score with a topic is its mean similarity with the topic's messages; the topic of
@@ -562,8 +563,8 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
     Against merging neighbouring exchanges and then rejoining (the way single messages go),
     DialSeg711 dev ARI .703 -> .782, interleaved .420 -> .619; bench/README.md has what each piece of
     evidence adds."""
-    rare = _rare_names(texts, settings.name_reach)
-    left_bonus = settings.left_bonus_unreadable + readable * (settings.left_bonus - settings.left_bonus_unreadable)
+    rare = _rare_names(texts, tuning.name_reach)
+    left_bonus = tuning.left_bonus_unreadable + readable * (tuning.left_bonus - tuning.left_bonus_unreadable)
     clusters: list[list[int]] = []
     left_at: list[int] = []     # per cluster: the exchange it last had
     closed: list[bool] = []     # per cluster: its last exchange closed the subject
@@ -577,7 +578,7 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
         opening = _opening(texts[start])
         first_word = next(iter(_FIRST_WORDS.findall(texts[start].lower()[:30])), "")
         unanswered = current is not None and not closed[current] and _leaves_unanswered(question[current], first_word)
-        best, best_score = None, settings.new_thresholds[opening]
+        best, best_score = None, tuning.new_thresholds[opening]
         for c, cluster in enumerate(clusters):
             score = sim[np.ix_(cluster, rows)].mean()
             if c == current:
@@ -585,16 +586,16 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
                     continue  # it says it leaves this one
                 if opening != RETURN:  # a return goes where its content and the time since leaving say
                     recent = sim[np.ix_(previous, rows)].mean()
-                    stay = settings.unanswered_stay if unanswered else settings.stay_bonus
-                    score += settings.stay_recent_share * (recent - score) + stay
+                    stay = tuning.unanswered_stay if unanswered else tuning.stay_bonus
+                    score += tuning.stay_recent_share * (recent - score) + stay
             elif closed[c]:
-                score -= settings.closed_penalty
+                score -= tuning.closed_penalty
             else:
-                left = settings.return_bonus if question[c] else left_bonus
-                score += left * settings.return_decay ** (k - left_at[c] - 2)
-            score += settings.answer_bonus * _takes_up(question[c], first_word)
+                left = tuning.return_bonus if question[c] else left_bonus
+                score += left * tuning.return_decay ** (k - left_at[c] - 2)
+            score += tuning.answer_bonus * _takes_up(question[c], first_word)
             if c != current and named & names[c]:
-                score += settings.shared_name_bonus
+                score += tuning.shared_name_bonus
             if score > best_score:
                 best, best_score = c, score
         if best is None:
@@ -614,7 +615,7 @@ def _followed(sim: np.ndarray, exchanges: list[tuple[int, int]], texts: list[str
     return clusters
 
 
-def _merged_blocks(sim: np.ndarray, settings: Settings, blocks: list[tuple[int, int]],
+def _merged_blocks(sim: np.ndarray, tuning: Tuning, blocks: list[tuple[int, int]],
                    announced: set[int]) -> list[tuple[int, int]]:
     """Neighbouring blocks (at first single messages) merge, most similar first (mean similarity of their
     messages), while above merge_threshold, never into a message that announces a switch or a return
@@ -627,7 +628,7 @@ def _merged_blocks(sim: np.ndarray, settings: Settings, blocks: list[tuple[int, 
     scores = [link(blocks[k], blocks[k + 1]) for k in range(n - 1)]
     while scores:
         k = int(np.argmax(scores))
-        if scores[k] < settings.merge_threshold:
+        if scores[k] < tuning.merge_threshold:
             break
         blocks[k] = (blocks[k][0], blocks[k + 1][1])
         del blocks[k + 1], scores[k]
@@ -679,7 +680,7 @@ def _short_blocks_folded(sim: np.ndarray, blocks: list[tuple[int, int]], announc
     return blocks
 
 
-def _rejoined(sim: np.ndarray, blocks: list[tuple[int, int]], settings: Settings,
+def _rejoined(sim: np.ndarray, blocks: list[tuple[int, int]], tuning: Tuning,
               returning: set[int]) -> list[list[int]]:
     """A block whose subject came back rejoins the earlier cluster it continues (mean similarity above
     rejoin_threshold, or the likeliest when it begins by announcing a return: `returning`); the
@@ -688,7 +689,7 @@ def _rejoined(sim: np.ndarray, blocks: list[tuple[int, int]], settings: Settings
     previous: list[int] = []
     for start, end in blocks:
         rows = list(range(start, end))
-        best, best_score = None, -math.inf if start in returning else settings.rejoin_threshold
+        best, best_score = None, -math.inf if start in returning else tuning.rejoin_threshold
         for c, cluster in enumerate(clusters):
             if cluster == previous:
                 continue  # a neighbour the merge already refused
@@ -713,7 +714,7 @@ def _topic_similarity(topic: TopicEvidence, vector, terms: dict, idf: dict, trus
     return trust * semantic + (1 - trust) * lexical
 
 
-def _by_replies(messages, vectors, bags, weighted, topics, settings) -> list[str]:
+def _by_replies(messages, vectors, bags, weighted, topics, tuning) -> list[str]:
     nicks = {speaker_of(m).lower(): speaker_of(m) for m in messages if m.get("role") != "system"}
     for topic in topics:
         nicks.update({s.lower(): s for s in topic.speakers})
@@ -725,12 +726,12 @@ def _by_replies(messages, vectors, bags, weighted, topics, settings) -> list[str
         if message.get("role") != "system":
             for name in _mentions(message.get("text", ""), nicks, speaker):
                 seen = last_seen.get(name.lower())
-                if seen and i - seen[0] <= settings.mention_reach:
+                if seen and i - seen[0] <= tuning.mention_reach:
                     chosen = seen[1]
                     break
             if chosen is None:
                 own = last_seen.get(speaker.lower())
-                if own and i - own[0] <= settings.recent_speaker:
+                if own and i - own[0] <= tuning.recent_speaker:
                     chosen = own[1]
         if chosen is None:
             chosen = TopicEvidence(key=f"new-{sum(t.key.startswith('new-') for t in topics) + 1}")

@@ -13,7 +13,7 @@ messages go to them or to new topics of that scope, never to another's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from memctl import clock, config
 from memctl.errors import InputError
@@ -27,6 +27,9 @@ from memctl.topics import segment
 from memctl.store.topicfile import Topic
 from memctl.topics.llm import Describer, Draft
 from memctl.topics.summary import Background, background_of, summarise
+
+if TYPE_CHECKING:
+    from memctl.runtime import Runtime
 
 
 @dataclass
@@ -88,20 +91,19 @@ def context_tokens(system_text: str, topics: dict[str, Topic], unsplit: list[dic
     return sum(count_tokens(p) for p in parts if p)
 
 
-def split(store: Store, session: str, *, system_text: str = "", keep_recent: int | None = None,
+def split(rt: Runtime, session: str, *, system_text: str = "", keep_recent: int | None = None,
           force: bool = False, dry_run: bool = False, choose: Chooser | None = None,
           describe: Describer | None = None, progress: Callable[[str, int, int], None] | None = None,
-          scope: str | None = None, settings: config.Settings | None = None) -> SplitReport:
+          scope: str | None = None) -> SplitReport:
     """Split the session if its context is over the threshold (or `force`); `choose` (where messages
     go) and `describe` (names and summaries) are the LLM path, built-in when None. A bad LLM answer
-    raises LLMAnswerError and nothing is written. `scope`: the session must be in it. `settings`:
-    the store's, as its Memory loaded them (else read from memctl.toml). `progress(stage, done,
-    total)` hears how far the built-in steps are (`done` counted since its last call)."""
+    raises LLMAnswerError and nothing is written. `scope`: the session must be in it. `progress(stage,
+    done, total)` hears how far the built-in steps are (`done` counted since its last call)."""
     from memctl.topics.llm import LLMAnswerError
 
-    every = settings or config.load(store.config_file)
-    settings = every.topics
-    keep = settings.keep_recent if keep_recent is None else keep_recent
+    store, settings = rt.store, rt.settings
+    topics_settings = settings.topics
+    keep = topics_settings.keep_recent if keep_recent is None else keep_recent
     with store.transaction(dry_run=dry_run) as tx:
         messages = session_messages(store, session)
         session_in = scope_of_session(store, session, messages, scope)
@@ -110,7 +112,7 @@ def split(store: Store, session: str, *, system_text: str = "", keep_recent: int
         topics = topicfile.in_scope(every_topic, session_in)
         unsplit = [m for m in messages if m["id"] not in placed]
         tokens = context_tokens(system_text, topics, unsplit)
-        threshold = int(settings.context_limit * settings.split_at)
+        threshold = int(topics_settings.context_limit * topics_settings.split_at)
         report = SplitReport(session, tokens, threshold, len(unsplit), keep)
         if not (force or tokens > threshold):
             return report
@@ -118,18 +120,19 @@ def split(store: Store, session: str, *, system_text: str = "", keep_recent: int
         if not older:
             return report
         try:
-            chosen = (choose or builtin_chooser(store, every.embedding, progress))(older, topics)
-            _apply(tx, store, settings, older, chosen, topics, report, describe, session_in, progress)
+            chosen = (choose or builtin_chooser(settings.embedding, progress))(older, topics)
+            _apply(tx, store, topics_settings, older, chosen, topics, report, describe, session_in,
+                   clock.format_ts(rt.clock.now()), progress)
         except LLMAnswerError as exc:  # the transaction rolls back what was written
             raise LLMAnswerError(f"{exc}; nothing was split") from None
     return report
 
 
-def builtin_chooser(store: Store, embedding: config.Embedding | None = None,
+def builtin_chooser(embedding: config.Embedding,
                     progress: Callable[[str, int, int], None] | None = None) -> Chooser:
     def choose(messages: list[dict], topics: dict[str, Topic]) -> list[Choice]:
         known = [t for t in topics.values() if t.state != "archived" and t.messages]
-        model = embedder(store, embedding)
+        model = embedder(embedding)
         texts = [m.get("text", "") for m in messages] + [t.header.get("summary", "") for t in known]
         # embedding is most of a long split's time (3,180 messages: most of 52 s)
         vectors = model.embed(texts, progress=(lambda n: progress("embedding", n, len(texts))) if progress else None)
@@ -174,20 +177,19 @@ def readable_by(model) -> Callable[[str], float]:
     return lambda text: 1.0 if model.unknown_share(text) == 0 else segment.readable_share(text)
 
 
-def embedder(store: Store, embedding: config.Embedding | None = None):
+def embedder(embedding: config.Embedding):
     """The sentence model the split reads messages with: the index's ([embedding] model, any
     backend of embedders.py; the bundled MiniLM unless memctl.toml says otherwise)."""
     from memctl.index.embedders import open_embedder
 
-    return open_embedder(embedding or config.load(store.config_file).embedding)
+    return open_embedder(embedding)
 
 
 def _apply(tx, store: Store, settings: config.Topics, messages: list[dict], chosen: list[Choice],
-           topics: dict[str, Topic], report: SplitReport, describe: Describer | None, scope: str,
+           topics: dict[str, Topic], report: SplitReport, describe: Describer | None, scope: str, now: str,
            progress: Callable[[str, int, int], None] | None = None) -> None:
     """Write the choice: `chosen` gives per message an existing topic id or a new-topic key (and maybe a name).
-    `topics` are those of `scope`, the session's; every topic written is marked with it."""
-    now = clock.format_ts(clock.now())
+    `topics` are those of `scope`, the session's; every topic written is marked with it and stamped `now`."""
     by_key: dict[str, Topic] = {}
     fresh: set[str] = set()
     added: dict[str, list[dict]] = {}

@@ -47,7 +47,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import orjson
 
@@ -57,6 +57,9 @@ from memctl.errors import InputError, StoreError
 from memctl.store.store import Store, Transaction, read_file
 from memctl.text.cjk import CJK
 from memctl.text.words import STOPWORDS
+
+if TYPE_CHECKING:
+    from memctl.runtime import Runtime
 
 TOPIC_FILE = "MEMORY_TOPIC.md"
 FIELDS = ("window_size", "dominant_threshold", "turns", "proportions", "current_topic",
@@ -305,8 +308,7 @@ class RecordResult:
         }
 
 
-def record(store: Store, hits: Iterable[str], *, summary: str | None = None, dry_run: bool = False,
-           settings: config.State | None = None) -> RecordResult:
+def record(rt: Runtime, hits: Iterable[str], *, summary: str | None = None, dry_run: bool = False) -> RecordResult:
     """End a turn: append the sections it hit, and update the window, miss counts and topic.
 
     `hits` are section names (duplicates and blanks are dropped). A hit that
@@ -321,11 +323,11 @@ def record(store: Store, hits: Iterable[str], *, summary: str | None = None, dry
     replaces the summary of a topic that is still dominant.
     """
     hits = _unique(h.strip() for h in hits if h and h.strip())
-    settings = settings if settings is not None else config.load(store.config_file).state
+    store, settings = rt.store, rt.settings.state
     with store.transaction(dry_run=dry_run) as tx:
         state = load_state(store, settings) or State.new(settings)
         sections = memory_sections(store)
-        ts = clock.format_ts(clock.now())
+        ts = clock.format_ts(rt.clock.now())
         turn = Turn(state.next_turn_id(), ts, hits)
         state.turns.append(turn)
         state.recompute()
@@ -510,8 +512,7 @@ class Plan:
         return [p.section for p in self.sections]
 
 
-def plan(store: Store, message: str, *, settings: config.State | None = None,
-         state: State | None = None) -> Plan:
+def plan(rt: Runtime, message: str, *, state: State | None = None) -> Plan:
     """The sections to search this turn (W3), for `state plan` and `search --plan`.
 
     With a dominant section (share of the window's hits >= the threshold):
@@ -521,7 +522,7 @@ def plan(store: Store, message: str, *, settings: config.State | None = None,
     come in MEMORY.md order. An empty plan means: nothing to search.
     `state` defaults to the store's index_state.json.
     """
-    settings = settings if settings is not None else config.load(store.config_file).state
+    store, settings = rt.store, rt.settings.state
     if state is None:
         with store.reading():
             state = load_state(store, settings)
@@ -544,7 +545,7 @@ def plan(store: Store, message: str, *, settings: config.State | None = None,
 
 # -- show, reset, config -----------------------------------------------------
 
-def show(store: Store, settings: config.State | None = None) -> dict[str, Any] | None:
+def show(rt: Runtime) -> dict[str, Any] | None:
     """The `state show --json` object, or None when there is no state yet.
 
     The fields of index_state.json as stored, plus `dominant` (sections at or
@@ -552,8 +553,8 @@ def show(store: Store, settings: config.State | None = None) -> dict[str, Any] |
     missed miss_threshold turns in a row: [{"section", "miss_count",
     "suggestion"}]).
     """
+    store, settings = rt.store, rt.settings.state
     store.require()
-    settings = settings if settings is not None else config.load(store.config_file).state
     with store.reading():
         state = load_state(store, settings)
     if state is None:
@@ -572,14 +573,14 @@ class ResetResult:
     state: State           # the state written
 
 
-def reset(store: Store, *, dry_run: bool = False, settings: config.State | None = None) -> ResetResult:
+def reset(rt: Runtime, *, dry_run: bool = False) -> ResetResult:
     """Start the window over: no turns, proportions, miss counts or topic; MEMORY_TOPIC.md removed.
 
     The window size and threshold are kept when the old file is readable;
     a corrupt file is replaced by a fresh state from memctl.toml. Without an
     index_state.json there is no state to reset, and none is created.
     """
-    settings = settings if settings is not None else config.load(store.config_file).state
+    store, settings = rt.store, rt.settings.state
     with store.transaction(dry_run=dry_run) as tx:
         old: State | None = None
         readable = True
@@ -592,7 +593,7 @@ def reset(store: Store, *, dry_run: bool = False, settings: config.State | None 
         if old is not None:  # the window starts over; the topic activation part is not the window's
             fresh.window_size, fresh.dominant_threshold = old.window_size, old.dominant_threshold
             fresh.topic_activation = old.topic_activation
-        fresh.last_updated = clock.format_ts(clock.now())
+        fresh.last_updated = clock.format_ts(rt.clock.now())
         topic = topic_file(store)
         topic_removed = topic.exists()
         tx.delete(topic)
@@ -622,8 +623,8 @@ def _out_of_limits(name: str, value: Any) -> str | None:
     return None if typed and test(value) else f"must be {allowed}, got {value!r}"
 
 
-def configure(store: Store, *, window: int | None = None, threshold: float | None = None,
-              dry_run: bool = False, settings: config.State | None = None) -> State:
+def configure(rt: Runtime, *, window: int | None = None, threshold: float | None = None,
+              dry_run: bool = False) -> State:
     """Set the window size (3, 5 or 10) and/or dominant threshold (0, 1] in index_state.json.
 
     A smaller window drops the oldest turns at once and recomputes the
@@ -634,7 +635,7 @@ def configure(store: Store, *, window: int | None = None, threshold: float | Non
         check_window(window)
     if threshold is not None:
         threshold = check_threshold(threshold)
-    settings = settings if settings is not None else config.load(store.config_file).state
+    store, settings = rt.store, rt.settings.state
     if window is None and threshold is None:
         return load_state(store, settings) or State.new(settings)
     with store.transaction(dry_run=dry_run) as tx:
@@ -644,7 +645,7 @@ def configure(store: Store, *, window: int | None = None, threshold: float | Non
         if threshold is not None:
             state.dominant_threshold = threshold
         state.recompute()
-        state.last_updated = clock.format_ts(clock.now())
+        state.last_updated = clock.format_ts(rt.clock.now())
         tx.replace(store.state_file, state.dumps())
     return state
 
