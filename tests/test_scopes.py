@@ -112,6 +112,33 @@ def test_scope_flag_is_checked_and_scopes_notes_that_name_none(store_dir):
         ingest(runtime_of(store), b'{"text": "Uses Postgres", "scope": "project:x"}\n', kind="memory", scope="user:alice")
 
 
+def test_the_same_note_in_two_scopes_is_two_notes_and_neither_scope_hears_of_the_other(store_dir):
+    store = Store(store_dir)
+    note = b'{"text": "Prefers green tea in the morning"}\n'
+    alice = ingest(runtime_of(store), note, kind="memory", scope="user:alice")
+    bob = ingest(runtime_of(store), note, kind="memory", scope="user:bob")
+    assert [o.status for o in alice.outcomes] == [o.status for o in bob.outcomes] == ["stored"]
+    assert alice.outcomes[0].id != bob.outcomes[0].id
+    doc = memoryfile.load(store_dir / "MEMORY.md")
+    assert sorted(e.get("scope") for e in doc.entries) == ["user:alice", "user:bob"]
+    again = ingest(runtime_of(store), note, kind="memory", scope="user:bob")  # bob's own twice: a no-op
+    assert [o.status for o in again.outcomes] == ["duplicate"]
+    unscoped = ingest(runtime_of(store), note, kind="memory")
+    assert unscoped.outcomes[0].id == "mem-9221c25cfe753cf9"  # a global note keeps the id it always had
+
+
+def test_an_id_taken_in_another_scope_is_refused_without_its_text(store_dir):
+    store = Store(store_dir)
+    ingest(runtime_of(store), b'{"id": "mem-x", "text": "Alice banks with Osprey"}\n', kind="memory",
+           scope="user:alice")
+    with pytest.raises(InputError) as refused:
+        ingest(runtime_of(store), b'{"id": "mem-x", "text": "Alice banks with Osprey"}\n', kind="memory",
+               scope="user:bob", source="in.jsonl")
+    assert str(refused.value) == ("in.jsonl:1: field 'id': id 'mem-x' is taken in another scope; "
+                                  "give this one another id")
+    assert [e.get("scope") for e in memoryfile.load(store_dir / "MEMORY.md").entries] == ["user:alice"]
+
+
 def test_a_session_file_edited_into_two_scopes_is_refused_by_name(store_dir):
     store = Store(store_dir)
     ingest(runtime_of(store), chat("alice", ["first line here", "second line here"], scope="user:alice"))

@@ -32,7 +32,7 @@ from memctl.store import memoryfile
 from memctl.errors import InputError
 from memctl.store.memoryfile import check_field
 from memctl.text.noise import noise_reason
-from memctl.store.sessions import append_daily_log, load_ids, message_line, stored_session_scope
+from memctl.store.sessions import append_daily_log, item_scope, load_ids, message_line, stored_session_scope
 from memctl.store.store import Store, check_name, check_scope
 
 if TYPE_CHECKING:
@@ -218,11 +218,15 @@ def _store_items(store: Store, tx, kept: list[tuple[int, dict]], item_kind: str,
     existing = load_ids(store, memory)
     new: dict[str, tuple[int, dict]] = {}
     for line, item in kept:
-        known = existing.get(item["id"]) or (new[item["id"]][1]["text"] if item["id"] in new else None)
+        known = existing.get(item["id"]) or ((new[item["id"]][1]["text"], item_scope(new[item["id"]][1]))
+                                             if item["id"] in new else None)
         if known is None:
             new[item["id"]] = (line, item)
             continue
-        if known != item["text"]:
+        if known[1] != item_scope(item):  # ids are one namespace; say nothing of the other scope's text
+            raise InputError(f"id '{item['id']}' is taken in another scope; give this one another id",
+                             source=source, line=line, field="id")
+        if known[0] != item["text"]:
             raise InputError(f"duplicate id '{item['id']}' with different text", source=source,
                              line=line, field="id")
         result.outcomes.append(Outcome(item["id"], item_kind, "duplicate", line))

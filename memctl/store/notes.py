@@ -20,10 +20,14 @@ def complete_note(fields: dict, text: str, section: str, settings: Any, source: 
                   now: datetime) -> dict:
     """Fill a note's required schema fields with defaults ([ingest] `settings`, a config.Ingest:
     store/ sits below config) and check every field; a note without a time is made `now`."""
-    fields.setdefault("id", derived_id("mem", section, text))
+    fields.setdefault("scope", settings.default_scope)
+    # A scoped note's id holds its scope: the same words in two scopes are two notes, and one
+    # scope's ingest must not be told (nor lose its note because) another already says them.
+    # Global notes keep the id they always had.
+    scoped = () if fields["scope"] == "global" else (fields["scope"],)
+    fields.setdefault("id", derived_id("mem", section, text, *scoped))
     fields.setdefault("summary", clip(text, SUMMARY_MAX))
     fields.setdefault("memory_class", settings.default_memory_class)
-    fields.setdefault("scope", settings.default_scope)
     if "created_at" in fields:
         fields["created_at"] = normal_ts(fields["created_at"], source, line, "created_at")
     else:

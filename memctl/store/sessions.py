@@ -108,16 +108,23 @@ def iter_pending(store: Store) -> Iterator[tuple[int, dict]]:
             yield line.number, line.value
 
 
-def load_ids(store: Store, memory: memoryfile.Document) -> dict[str, str]:
-    """Every id in the store (messages, pending, and the given parse of MEMORY.md) mapped to its text."""
-    ids: dict[str, str] = {}
+def load_ids(store: Store, memory: memoryfile.Document) -> dict[str, tuple[str, str]]:
+    """Every id in the store (messages, pending, and the given parse of MEMORY.md) mapped to its text
+    and its scope."""
+    ids: dict[str, tuple[str, str]] = {}
     for _, _, message in iter_messages(store):
-        ids[message["id"]] = message.get("text", "")
+        ids[message["id"]] = (message.get("text", ""), message_scope(message))
     for _, item in iter_pending(store):
-        ids[item["id"]] = item.get("text", "")
+        ids[item["id"]] = (item.get("text", ""), item_scope(item))
     for entry in memory.entries:
-        ids[entry.id] = entry.text
+        ids[entry.id] = (entry.text, message_scope(entry.fields))
     return ids
+
+
+def item_scope(item: dict) -> str:
+    """The scope of an ingested or pending item: a note's `fields.scope`, a message's `scope`."""
+    fields = item.get("fields")
+    return message_scope(fields if isinstance(fields, dict) else item)
 
 
 def append_daily_log(store: Store, tx, messages: list[dict]) -> None:
