@@ -16,12 +16,13 @@ import orjson
 from memctl import clock
 from memctl import config
 from memctl.errors import NotFound
-from memctl.governance.governance import chain
+from memctl.governance.governance import chain, chain_seen_from
 from memctl.governance.lifecycle import DELETED_DIR, load_deleted
 from memctl.store import memoryfile, topicfile
+from memctl.store.memoryfile import note_scope
 from memctl.store.sessions import LOG_HEADING, iter_messages, iter_pending, log_scope, message_scope
 from memctl.store.status import status_of
-from memctl.store.store import Store, check_name, read_file
+from memctl.store.store import Store, check_name, check_scope, read_file
 
 if TYPE_CHECKING:
     from memctl.runtime import Runtime
@@ -52,38 +53,45 @@ class Shown:
         return out
 
 
-def show(store: Store, record_id: str) -> Shown:
-    """The record with this id; InputError for an id no record could have, NotFound for none."""
+def show(store: Store, record_id: str, scope: str | None = None) -> Shown:
+    """The record with this id; InputError for an id no record could have, NotFound for none. With a
+    `scope`, as search and `history` see it (its own records and global ones), a record of another
+    scope is not there (said as of a missing one), nor are the versions and topics of other scopes it
+    links to: scopes are walls for reads by id too."""
     check_name(record_id, "id", source="ID")
+    check_scope(scope)
     store.require()
     with store.reading():
-        found = _message(store, record_id) or _memory(store, record_id) or _pending(store, record_id) \
-            or _log_entry(store, record_id) or _topic(store, record_id)
-    if found is None:
-        raise NotFound(f"no message, memory, pending note, log entry or topic '{record_id}'")
+        found = _message(store, record_id, scope) or _memory(store, record_id, scope) \
+            or _pending(store, record_id) or _log_entry(store, record_id) or _topic(store, record_id)
+    if found is None or (scope is not None and found.scope not in (scope, "global")):
+        raise NotFound(f"no message, memory, pending note, log entry or topic '{record_id}'"
+                       + (f" in scope {scope}" if scope is not None else ""))
     return found
 
 
-def _message(store: Store, record_id: str) -> Shown | None:
+def _message(store: Store, record_id: str, scope: str | None) -> Shown | None:
     for path, line, message in iter_messages(store):
         if message["id"] == record_id:
             fields = {k: v for k, v in message.items() if k not in ("id", "text")}
             return Shown(record_id, "message", str(message.get("text", "")), store.relative(path), line,
-                         message_scope(message), fields, topics=_topics_holding(store, record_id))
+                         message_scope(message), fields, topics=_topics_holding(store, record_id, scope))
     return None
 
 
-def _topics_holding(store: Store, message_id: str) -> list[dict]:
+def _topics_holding(store: Store, message_id: str, scope: str | None) -> list[dict]:
     out = [{"id": t.id, "name": t.header.get("name", ""), "state": t.state,
             "file": store.relative(topicfile.topic_path(store, t.id))}
-           for t in topicfile.load_topics(store).values() if any(m.get("id") == message_id for m in t.messages)]
+           for t in topicfile.load_topics(store).values()
+           if any(m.get("id") == message_id for m in t.messages) and scope in (None, t.scope, "global")]
     out += [{"id": h["id"], "name": h.get("name", ""), "state": "archived",
              "file": store.relative(topicfile.archived_path(store, h))}
-            for h in topicfile.archived_topics(store) if message_id in h.get("message_ids", [])]
+            for h in topicfile.archived_topics(store)
+            if message_id in h.get("message_ids", []) and scope in (None, "global", topicfile.archived_scope(store, h))]
     return out
 
 
-def _memory(store: Store, record_id: str) -> Shown | None:
+def _memory(store: Store, record_id: str, scope: str | None) -> Shown | None:
     doc = memoryfile.load(store.memory_md)
     places = [(store.memory_md, doc)] + [(p, memoryfile.load(p))
                                         for p in store.listing(store.path(DELETED_DIR), "*.md")]
@@ -93,6 +101,10 @@ def _memory(store: Store, record_id: str) -> Shown | None:
             fields = {"section": entry.section, "status": "deleted" if path != store.memory_md else status_of(entry),
                       **{k: v for k, v in entry.fields.items() if k != "id"}}
             versions = chain(doc, record_id, load_deleted(store))
+            if scope is not None:
+                if note_scope(entry.fields) not in (scope, "global"):
+                    return None
+                versions = chain_seen_from(versions, record_id, scope)
             return Shown(record_id, "memory", entry.text, store.relative(path), entry.line,
                          str(entry.get("scope", "global")), fields, chain=[v.as_dict() for v in versions.links])
     return None

@@ -41,6 +41,26 @@ def test_show_exit_status(run, store_dir):
     assert run("show", "../../etc/passwd").returncode == 2
 
 
+def test_show_with_a_scope_sees_what_search_sees_and_nothing_of_another_scope(run, store_dir):
+    run("ingest", "-", input=chat("a", ["alice talks about her garden roses"], scope="user:alice"))
+    message = json.loads((store_dir / "sessions" / "a.jsonl").read_text().splitlines()[0])["id"]
+    shared = run("ingest", "--kind", "memory", "-", input=json.dumps({"text": "Lives in Tokyo"})).stdout.split()[0]
+    alices = run("ingest", "--kind", "memory", "--scope", "user:alice", "--supersedes", shared.decode(), "-",
+                 input=json.dumps({"text": "Alice lives in Taipei"})).stdout.split()[0].decode()
+    for record in (alices, message):
+        refused = run("show", record, "--scope", "user:bob", "--json")
+        assert refused.returncode == 1 and refused.stdout == b""
+        assert "in scope user:bob" in refused.stderr.decode() and "Taipei" not in refused.stderr.decode()
+    seen = json.loads(run("show", alices, "--scope", "user:alice", "--json").stdout)
+    assert [link["id"] for link in seen["chain"]] == [shared.decode(), alices]  # global is shared
+    assert [link["id"] for link in json.loads(run("show", shared.decode(), "--json").stdout)["chain"]] == [
+        shared.decode(), alices]
+    from_bob = json.loads(run("show", shared.decode(), "--scope", "user:bob", "--json").stdout)
+    assert [link["id"] for link in from_bob["chain"]] == [shared.decode()]  # nothing of alice's
+    assert "Taipei" not in json.dumps(from_bob)
+    assert run("show", alices, "--scope", "alice").returncode == 2
+
+
 def test_status_counts_by_kind_and_scope(run, store_dir):
     run("ingest", "-", input=chat("a", ["alice talks about her garden roses", "and the tulips too"],
                                   scope="user:alice"))

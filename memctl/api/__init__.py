@@ -140,12 +140,13 @@ class Memory:
         return found
 
     # -- looking at the store ----------------------------------------------------------
-    def show(self, record_id: str) -> "Shown":
+    def show(self, record_id: str, *, scope: str | None = None) -> "Shown":
         """One message, memory, pending note, log entry or topic by id: text, fields, file and line,
-        and a memory's version chain or the topics holding a message. NotFound when there is none."""
+        and a memory's version chain or the topics holding a message. NotFound when there is none
+        (in `scope`, when one is given: then nothing of another scope shows)."""
         from memctl.overview import show
 
-        return show(self.store, record_id)
+        return show(self.store, record_id, scope)
 
     def status(self) -> "Status":
         """The store at a glance: counts by kind and scope, sizes, the index, the model."""

@@ -20,8 +20,11 @@ def _value(value) -> str:
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"id", "kind": "message"|"memory"|'
               '"pending"|"log"|"topic", "scope", "file", "line", "text", "fields", "chain"? (memories: every '
               'version, oldest first), "topics"? (messages: the topics holding it)}.')
+@click.option("--scope", metavar="SCOPE", help="Only a record of this scope (global, user:NAME or project:NAME); "
+              "one of another scope is not there (exit 1), nor are the versions and topics of other scopes "
+              "it links to. Give it whenever the id came from someone else.")
 @click.pass_obj
-def show(memory, record_id, as_json):
+def show(memory, record_id, as_json, scope):
     """Show one message, memory, pending note, log entry or topic by its id.
 
     Prints where it lives (file:line), its fields, its text, and what it
@@ -33,10 +36,11 @@ def show(memory, record_id, as_json):
       memctl show m-3f2a9c0d1e2f4a5b      a message and the topics holding it
       memctl show mem-kestrel-db          a memory and its version chain
       memctl show t-1a2b3c4d5e6f --json | jq .fields.message_ids
+      memctl show mem-kestrel-db --scope user:alice   exit 1: not alice's
 
     Exit status: 0 found, 1 no such id, 2 not an id.
     """
-    shown = memory.show(record_id)
+    shown = memory.show(record_id, scope=scope)
     if as_json:
         json_lines([shown.as_dict()])
         sys.exit(EXIT_OK)
