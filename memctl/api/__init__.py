@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from memctl.api.params import Filters
 from memctl.api.rooms import (CacheRoom, HealthRoom, HooksRoom, ReviewRoom, Say, StateRoom, TopicsRoom, given_or,
                               need_query)
-from memctl.store.store import Store, check_scope
+from memctl.store.opener import open_store
+from memctl.store.store import check_scope
 from memctl.text.bounds import within_bound
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from memctl.ingest.ingest import IngestResult, Outcome
     from memctl.search.search import Result
     from memctl.context.turn import Context
+    from memctl.store.copy import Copied
 
 
 @dataclass
@@ -78,11 +80,12 @@ class Memory:
     """
 
     def __init__(self, path: str | os.PathLike | None = None, *, say: Say | None = None):
-        """The store at `path`, else $MEMCTL_STORE, else ./.memory. `say` gets progress notes
+        """The store at `path` (a folder, or a postgresql:// URL: only copy_store runs on one yet), else
+        $MEMCTL_STORE, else ./.memory. `say` gets progress notes
         meant for a person (re-indexing, rebuilds); by default they are dropped."""
         from memctl.runtime import Runtime
 
-        self.store = Store.locate(path)
+        self.store = open_store(path)
         self.say = say
         # The settings (read once, on first use), the clock and the query embedder every call shares.
         self.runtime = Runtime(self.store, open_embedder=_query_embedder)
@@ -97,6 +100,14 @@ class Memory:
     @property
     def path(self):
         return self.store.root
+
+    def require_folder(self, what: str) -> None:
+        """NotOnPostgres (a MemctlError, exit 2) naming `what` when the store is a PostgreSQL one, on
+        which only copy_store runs yet (#35): a face says so before it starts on anything."""
+        if not self.store.is_folder:
+            from memctl.store.postgres import NotOnPostgres
+
+            raise NotOnPostgres(self.store.shown, what)
 
     # -- writing -------------------------------------------------------------------
     def ingest(self, data: bytes | str, *, source: str = "<input>", fmt: str = "auto", kind: str = "auto",
@@ -316,6 +327,21 @@ class Memory:
 
     def _retrieve(self, queries) -> list[list["Result"]]:
         return self._retriever_open().search(queries)
+
+
+def copy_store(source: str | os.PathLike, target: str | os.PathLike, *, dry_run: bool = False) -> "Copied":
+    """Copy a whole store, each a folder or a postgresql:// URL, into a new or empty one, in one
+    transaction of the target's (memctl/store/copy.py); folder -> PostgreSQL -> folder gives the
+    same files back. `dry_run`: check both and say what would go, writing nothing."""
+    from memctl.store.copy import copy_store as copy
+
+    stores = open_store(source), open_store(target)
+    try:
+        return copy(*stores, dry_run=dry_run)
+    finally:
+        for store in stores:
+            if not store.is_folder:
+                store.close()
 
 
 def read_input(name: str) -> tuple[bytes, str]:

@@ -41,8 +41,11 @@ _COMMANDS = {
     "mcp": ("memctl.cli.mcp", "mcp"), "forget": ("memctl.cli.forget", "forget"),
     "show": ("memctl.cli.overview", "show"), "status": ("memctl.cli.overview", "status"),
     "config": ("memctl.cli.overview", "config"), "server": ("memctl.cli.server", "server"),
-    "hooks": ("memctl.cli.hooks", "hooks"),
+    "hooks": ("memctl.cli.hooks", "hooks"), "store": ("memctl.cli.store", "store"),
 }
+# What runs on a store named by a PostgreSQL URL so far (#35); every other command says it does not
+# (`hooks` itself: `hooks run` exits 0 whatever fails).
+_ON_POSTGRES = {"store", "hooks"}
 
 
 def _set_quiet(ctx: click.Context, _param, value: bool) -> None:
@@ -147,9 +150,10 @@ def _hook_call(args) -> bool:
 
 @click.group(cls=MemctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="memctl")
-@click.option("--store", "store_path", metavar="DIR", type=click.Path(file_okay=False),
-              help="The memory store. [default: $MEMCTL_STORE, else ./.memory; a store made there "
-                   "unasked is named on stderr]")
+@click.option("--store", "store_path", metavar="DIR|URL", type=click.Path(file_okay=False),
+              help="The memory store: a folder, or a postgresql:// URL (only `store copy` runs on one "
+                   "yet). [default: $MEMCTL_STORE, else ./.memory; a store made there unasked is named "
+                   "on stderr]")
 @click.pass_context
 def cli(ctx: click.Context, store_path: str | None) -> None:
     """Long-term memory for LLM agents, kept in plain files.
@@ -173,6 +177,8 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
     # A caller may pass the maker of the command's Memory as obj: main() keeps it, a resident
     # server gives it the open index of its last call (memctl/server/serve.py).
     ctx.obj = (ctx.obj or Memory)(store_path, say=say)
+    if ctx.invoked_subcommand not in _ON_POSTGRES:
+        ctx.obj.require_folder(f"`memctl {ctx.invoked_subcommand}`")
     if store_path is None and not os.environ.get("MEMCTL_STORE") and not ctx.obj.store.exists():
         ctx.call_on_close(lambda: _name_unasked_store(ctx.obj.store.root))
 

@@ -11,7 +11,8 @@ from memctl.cli.output import EXIT_OK, alert, json_lines, say
 
 
 @click.group("hooks")
-def hooks():
+@click.pass_context
+def hooks(ctx):
     """Memory without asking: an agent client's hooks call memctl.
 
     The client runs `memctl hooks run CLIENT` at points of its loop: each
@@ -28,6 +29,15 @@ def hooks():
       memctl hooks install claude-code --store ~/agent/.memory
       memctl hooks uninstall claude-code --store ~/agent/.memory
     """
+    from memctl.errors import MemctlError
+
+    try:  # not yet on PostgreSQL (memctl/cli/__init__.py _ON_POSTGRES)
+        ctx.obj.require_folder(f"`memctl hooks {ctx.invoked_subcommand}`")
+    except MemctlError as refusal:
+        if ctx.invoked_subcommand != "run":
+            raise
+        alert(f"memctl: hook not run: {refusal}")  # a hook never blocks the agent: exit 0, as hooks_run
+        sys.exit(EXIT_OK)
 
 
 @hooks.command("run")

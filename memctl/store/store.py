@@ -158,9 +158,12 @@ class Store(Truth):
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
 
+    is_folder = True
+
     @classmethod
     def locate(cls, path: str | os.PathLike | None = None) -> "Store":
-        """The store named by `path`, else $MEMCTL_STORE, else ./.memory."""
+        """The store named by `path`, else $MEMCTL_STORE, else ./.memory (a folder; memctl.store.opener
+        opens a URL too)."""
         return cls(path or os.environ.get(STORE_ENV) or DEFAULT_STORE)
 
     # -- layout (SPEC section 0) -------------------------------------------
@@ -544,6 +547,14 @@ def mended_tail(path: Path) -> bytes | None:
         data = os.pread(fd, size, 0)
     finally:
         os.close(fd)
+    return mended(data)
+
+
+def mended(data: bytes) -> bytes:
+    """JSON lines whose unterminated last line is ended (it parses) or cut (it does not), as an
+    append finds them before it adds its own lines (a PostgreSQL store's too)."""
+    if not data or data.endswith(b"\n"):
+        return data
     keep = data.rfind(b"\n") + 1
     try:
         orjson.loads(data[keep:])

@@ -1,0 +1,100 @@
+"""`memctl store copy SRC DST`: a whole store from a folder or a PostgreSQL database into another,
+empty one (#35). The truth goes over as files, by the path a folder store gives each: a folder
+store reads them as they are, a PostgreSQL store rebuilds each from its rows (MEMORY.md from its
+blocks, a session's file from its lines), and writing them is one transaction of the target's, so
+a copy lands whole or not at all, and folder -> PostgreSQL -> folder gives the same bytes back.
+
+What is derived or a process's own is not truth and stays behind: the index (.index/), an
+unfinished transaction's journal (.journal/, rolled back by the reading first), the lock, and
+every other hidden name (a writer's temporary file). A symbolic link or a file of no regular kind
+in the source is refused, naming it, as every read of a store refuses it (README: Trust).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from memctl.errors import StoreError
+from memctl.store.store import Store, read_file
+
+
+@dataclass
+class Copied:
+    """What a copy took (or, dry, would take) from `source` to `target` (both as messages name them)."""
+
+    source: str
+    target: str
+    files: dict[str, int] = field(default_factory=dict)  # path -> bytes
+    dry_run: bool = False
+
+    def kinds(self) -> dict[str, int]:
+        """Files by kind: notes (MEMORY.md), sessions, pending, and the rest kept whole."""
+        counts = {"notes": 0, "sessions": 0, "pending": 0, "other": 0}
+        for path in self.files:
+            kind = ("notes" if path == "MEMORY.md" else "pending" if path == "pending.jsonl"
+                    else "sessions" if path.startswith("sessions/") and path.count("/") == 1 else "other")
+            counts[kind] += 1
+        return counts
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "target": self.target, "dry_run": self.dry_run,
+                "files": len(self.files), "bytes": sum(self.files.values()), "kinds": self.kinds(),
+                "paths": list(self.files)}
+
+
+def copy_store(source, target, *, dry_run: bool = False) -> Copied:
+    """Copy the whole of `source` into `target` (each a Store or a PostgresStore), which must be empty."""
+    if not source.exists():
+        raise StoreError(f"no store at {name_of(source)}")
+    if not is_empty(target):
+        raise StoreError(f"{name_of(target)}: not empty; a copy goes into a new or empty store, never over one")
+    with source.reading():
+        files = source.files() if not source.is_folder else folder_files(source)
+    with target.transaction(dry_run=dry_run) as tx:
+        for path, data in files.items():
+            tx.replace(place(target, path), data)
+    return Copied(name_of(source), name_of(target), {path: len(data) for path, data in files.items()}, dry_run)
+
+
+def name_of(store) -> str:
+    return str(store.root) if store.is_folder else store.shown
+
+
+def is_empty(store) -> bool:
+    if not store.is_folder:
+        return store.is_empty()
+    try:
+        with os.scandir(store.root) as entries:
+            return next(entries, None) is None
+    except FileNotFoundError:
+        return True
+    except NotADirectoryError:
+        raise StoreError(f"{store.root}: not a folder") from None
+
+
+def place(store, path: str):
+    """Where `path` (a name from the source, checked part by part) is written in `store`."""
+    parts = PurePosixPath(path).parts
+    return store.path(*parts) if store.is_folder else PurePosixPath(*parts)
+
+
+def folder_files(store: Store) -> dict[str, bytes]:
+    """Every file of a folder store's truth by its path relative to the root, sorted (see the module doc)."""
+    found: dict[str, bytes] = {}
+
+    def walk(folder, prefix: str) -> None:
+        with os.scandir(folder) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.name.startswith("."):
+                    continue
+                path = store.confine(store.root.joinpath(*PurePosixPath(prefix + entry.name).parts))  # a link: refused
+                if entry.is_dir(follow_symlinks=False):
+                    walk(path, prefix + entry.name + "/")
+                else:
+                    found[prefix + entry.name] = read_file(path)  # anything but a regular file: refused
+
+    walk(store.root, "")
+    return found

@@ -1,0 +1,243 @@
+"""A store on PostgreSQL (#35, memctl/store/postgres.py): a real PostgreSQL 18 with pgvector (one
+server for the session, tests/postgres_server.py; a database a test), the store copied there and
+back byte for byte, its ids unique under writers at once, a killed writer leaving nothing, scopes
+kept in columns, and the URL's password in no message. Every command not on PostgreSQL yet says
+so in one line, exit 2 (these need no server: they never connect)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from conftest import FIXTURES, killed_after, snapshot
+from memctl.errors import StoreError
+from memctl.store.postgres import PostgresStore, shown
+
+CHAT = FIXTURES / "demo" / "chat.jsonl"
+NOTES = FIXTURES / "demo" / "MEMORY.md"
+NOW = {"MEMCTL_NOW": "2026-11-20T10:00:00Z"}
+
+
+def demo_store(run, store_dir):
+    """The bundled demo (scripts/demo.sh) ingested, with a pending note and a user's session beside it."""
+    assert run("ingest", str(CHAT), env=NOW).returncode == 0
+    assert run("ingest", str(NOTES), env=NOW).returncode == 0
+    assert run("ingest", "--pending", "-", input='{"text": "Kestrel might move to Redis streams"}',
+               env=NOW).returncode == 0
+    assert run("ingest", "--scope", "user:alice", "--session", "alice-1", "-",
+               input='{"role": "user", "text": "my locker code is 4711, keep it to yourself"}',
+               env=NOW).returncode == 0
+    # A hand edit the parser keeps as it is: an entry without a metadata block, odd blank lines.
+    with open(store_dir / "MEMORY.md", "a") as notes:
+        notes.write("\n\n\n- a hand-written note\n  over two lines\n")
+    return store_dir
+
+
+def truth(root) -> dict[str, str]:
+    """The files a copy carries: all but the hidden (.index/, .lock, .journal/)."""
+    return {path: digest for path, digest in snapshot(root).items() if not path.startswith(".")}
+
+
+def test_a_store_goes_to_postgresql_and_back_byte_for_byte(run, store_dir, tmp_path, postgres_url):
+    demo_store(run, store_dir)
+    there = run("store", "copy", str(store_dir), postgres_url)
+    assert there.returncode == 0, there.stderr
+    back = tmp_path / "back"
+    again = run("store", "copy", "--json", postgres_url, str(back))
+    assert again.returncode == 0, again.stderr
+    assert truth(back) == truth(store_dir)
+    assert {"MEMORY.md", "pending.jsonl", "sessions/alice-1.jsonl", "memory/2026-11-09.md"} <= set(truth(back))
+    import orjson
+
+    report = orjson.loads(again.stdout)
+    assert report["kinds"] == {"notes": 1, "sessions": 4, "pending": 1, "other": 4}
+    assert report["source"] == shown(postgres_url) and "***" in report["source"]
+
+    import psycopg
+
+    with psycopg.connect(postgres_url) as conn:  # the records, each with its scope, in SQL
+        scopes = dict(conn.execute("SELECT session, scope FROM memctl_sessions").fetchall())
+        assert scopes["alice-1"] == "user:alice" and scopes["2026-11-02-planning"] == "global"
+        assert conn.execute("SELECT count(*) FROM memctl_messages WHERE scope = 'user:alice'").fetchone()[0] == 1
+        notes = conn.execute("SELECT id, scope FROM memctl_notes WHERE kind = 'entry'").fetchall()
+        assert ("mem-kestrel-db", "project:kestrel") in notes
+        assert conn.execute("SELECT scope FROM memctl_pending").fetchall() == [("global",)]
+
+
+def test_a_copy_goes_only_into_an_empty_store_and_a_dry_run_writes_nothing(run, store_dir, postgres_url):
+    demo_store(run, store_dir)
+    dry = run("store", "copy", "-n", str(store_dir), postgres_url)
+    assert dry.returncode == 0 and b"would copy\tMEMORY.md\t" in dry.stdout
+    assert not PostgresStore(postgres_url).exists()  # not even the tables
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    twice = run("store", "copy", str(store_dir), postgres_url)
+    assert twice.returncode == 2 and b"not empty" in twice.stderr
+    assert len(twice.stderr.splitlines()) == 1
+    into_folder = run("store", "copy", postgres_url, str(store_dir))  # a folder with files: refused alike
+    assert into_folder.returncode == 2 and b"not empty" in into_folder.stderr
+
+
+def test_ids_stay_unique_and_a_refused_transaction_leaves_nothing_under_writers_at_once(postgres_url):
+    """Eight writers on connections of their own write at once; each also writes the one id they all
+    share. One of them lands it; every other's whole transaction is refused, none half written."""
+    writers, landed, refused = 8, [], []
+    start = threading.Barrier(writers)
+
+    def write(number: int) -> None:
+        store = PostgresStore(postgres_url)
+        start.wait()
+        try:
+            with store.transaction() as tx:
+                lines = [f'{{"id": "w{number}-{n}", "text": "writer {number} line {n}"}}\n' for n in range(20)]
+                lines.append(f'{{"id": "shared", "text": "writer {number}"}}\n')
+                tx.append(f"sessions/s{number}.jsonl", "".join(lines).encode())
+            landed.append(number)
+        except StoreError as exc:
+            refused.append(str(exc))
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(landed) == 1 and len(refused) == writers - 1
+    assert all("Key (id)=(shared) already exists" in why for why in refused)
+    files = PostgresStore(postgres_url).files()
+    assert list(files) == [f"sessions/s{landed[0]}.jsonl"]  # nothing of a refused writer
+    assert files[f"sessions/s{landed[0]}.jsonl"].count(b"\n") == 21
+
+
+# seam.Writes as the features use it, torn JSON lines included: both backends must end with the same files.
+WRITES = [
+    ("replace", "MEMORY.md", b"# Notes\n\n## General\n\nfirst\n"),
+    ("append", "MEMORY.md", b"\n- second\n"),
+    ("append", "sessions/s1.jsonl", b'{"id": "a", "text": "x", "scope": "user:bob"}\n'),
+    ("append", "sessions/s1.jsonl", b'{"id": "b", "text": "y", "scope": "user:bob"}\n{"id": "c", "te'),  # torn
+    ("append", "sessions/s1.jsonl", b'{"id": "d", "text": "z", "scope": "user:bob"}\n'),  # cuts the torn line
+    ("append", "pending.jsonl", b'{"id": "p", "text": "maybe", "fields": {"scope": "user:bob"}}'),  # unended
+    ("append", "pending.jsonl", b'{"id": "q", "text": "q"}\n'),  # ends it first
+    ("replace", "topics/t-1.jsonl", b'{"id": "t-1"}\n'),
+    ("append", "memory/2026-11-20.md", b"# 2026-11-20\n\n"),
+    ("append", "memory/2026-11-20.md", b"### 10:00:00 user\n"),
+    ("replace", "sessions/s2.jsonl", b'{"id": "e", "text": "gone"}\n'),
+    ("delete", "sessions/s2.jsonl", None),
+    ("delete", "memory/2026-11-21.md", None),  # not there: nothing to do
+]
+
+
+def test_writes_land_the_same_on_a_folder_and_on_postgresql(store_dir, postgres_url):
+    from pathlib import PurePosixPath
+
+    from memctl.store.copy import folder_files
+    from memctl.store.store import Store
+
+    folder, database = Store(store_dir), PostgresStore(postgres_url)
+    assert database.written_stamp() is None
+    for number, (operation, path, data) in enumerate(WRITES, 1):
+        for store, place in ((folder, folder.path(*path.split("/"))), (database, PurePosixPath(path))):
+            with store.transaction() as tx:
+                getattr(tx, operation)(place, *([] if data is None else [data]))
+        assert database.written_stamp() == number
+    with database.transaction(dry_run=True) as tx:
+        tx.replace("MEMORY.md", b"dry\n")
+    assert database.written_stamp() == len(WRITES)
+    assert database.files() == folder_files(folder)
+    assert b'"id": "c"' not in database.files()["sessions/s1.jsonl"]
+    database.close()
+
+
+def test_a_killed_writer_leaves_nothing_and_no_lock(postgres_url):
+    script = ("import sys, time\n"
+              "from memctl.store.postgres import PostgresStore\n"
+              "store = PostgresStore(sys.argv[1])\n"
+              "with store.transaction() as tx:\n"
+              "    tx.append('sessions/k.jsonl', b'{\"id\": \"k-1\", \"text\": \"half\"}\\n')\n"
+              "    tx.replace('memory/2026-11-20.md', b'# 2026-11-20\\n')\n"
+              "    print('ready', flush=True)\n"
+              "    time.sleep(60)\n")
+    killed_after(0.2, script, postgres_url)
+    store = PostgresStore(postgres_url)
+    # The server ends the dead writer's transaction when its connection goes; its lock goes with it.
+    with store.transaction() as tx:
+        tx.append("sessions/after.jsonl", b'{"id": "a-1", "text": "after the kill"}\n')
+    assert list(store.files()) == ["sessions/after.jsonl"]
+    store.close()
+
+
+def test_the_password_is_in_no_message(run, postgres_server, postgres_url, store_dir):
+    password = postgres_server.password
+    wrong = postgres_url.replace(password, "not-the-" + password)
+    missing = postgres_url.rsplit("/", 1)[0] + "/no_such_database"
+    demo_store(run, store_dir)
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    calls = [("store", "copy", wrong, str(store_dir / "x")), ("store", "copy", missing, str(store_dir / "x")),
+             ("store", "copy", str(store_dir), postgres_url), ("store", "copy", "-n", postgres_url, str(store_dir)),
+             ("--store", postgres_url, "search", "kestrel"), ("store", "copy", "--json", postgres_url, "/dev/null/x")]
+    for call in calls:
+        done = run(*call)
+        said = done.stdout + done.stderr
+        assert done.returncode == 2, (call, said)
+        assert password.encode() not in said and len(done.stderr.splitlines()) == 1, (call, said)
+    assert b"password authentication failed" in run(*calls[0]).stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["search", "kestrel"], ["ingest", "-"], ["index"], ["context", "--session", "s1", "hello"], ["status"],
+    ["show", "s1-01"], ["config"], ["forget", "s1-01"], ["review"], ["health"], ["state", "show"],
+    ["topics", "list"], ["split", "s1"], ["history", "mem-1"], ["cache", "stats"], ["mcp"], ["server", "status"],
+    ["hooks", "install", "claude-code"]], ids=lambda argv: argv[0])
+def test_every_command_not_on_postgresql_yet_says_so_in_one_line(run, argv):
+    url = "postgresql://mei:s3cret-pw@127.0.0.1:1/memory"  # never reached: nothing connects
+    done = run(*argv, store=url, input="")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.decode().splitlines() == [
+        f"memctl: error: postgresql://mei:***@127.0.0.1:1/memory: `memctl {' '.join(argv[:2 if argv[0] == 'hooks' else 1])}` "
+        "is not yet on PostgreSQL (#35); `memctl store copy postgresql://mei:***@127.0.0.1:1/memory DIR` gives "
+        "the store as a folder, which every command runs on"]
+    assert done.stdout == b""
+
+
+def test_a_hook_on_postgresql_says_so_and_never_blocks_the_agent(run):
+    done = run("hooks", "run", "claude-code", store="postgres://mei:s3cret-pw@127.0.0.1:1/memory", input="{}")
+    assert done.returncode == 0 and b"not yet on PostgreSQL" in done.stderr and b"s3cret" not in done.stderr
+
+
+def test_memctl_store_may_name_a_url(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from memctl.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(cli, ["status"], env={"MEMCTL_STORE": "postgresql://mei:s3cret-pw@127.0.0.1:1/m"})
+    assert done.exit_code == 2 and "not yet on PostgreSQL" in done.stderr and "s3cret" not in done.stderr
+    assert list(tmp_path.iterdir()) == []  # no folder made of the URL's name
+
+
+def test_shown_hides_the_password_wherever_the_url_holds_it():
+    assert shown("postgresql://mei:pa:ss@db.example:5432/memory") == "postgresql://mei:***@db.example:5432/memory"
+    assert shown("postgresql://db/memory?sslmode=require&password=pw") == \
+        "postgresql://db/memory?sslmode=require&password=***"
+    assert shown("postgresql://mei@db/memory") == "postgresql://mei@db/memory"
+
+
+@pytest.mark.process
+def test_a_folder_store_never_imports_psycopg(tmp_path):
+    """Cold start unchanged: a folder store's commands, its copy included, load no PostgreSQL code."""
+    probe = ("import sys\n"
+             "from click.testing import CliRunner\n"
+             "from memctl.cli import cli\n"
+             "store, copy = sys.argv[1], sys.argv[2]\n"
+             "for argv in (['ingest', '-'], ['status'], ['store', 'copy', store, copy]):\n"
+             "    assert CliRunner().invoke(cli, ['--store', store, *argv], input='{\"text\": \"kestrel uses "
+             "postgres now\"}').exit_code == 0, argv\n"
+             "print(sorted(m for m in sys.modules if m.startswith(('psycopg', 'memctl.store.postgres'))))\n")
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "store"), str(tmp_path / "copy")],
+                          capture_output=True, text=True, env={**os.environ, "MEMCTL_STORE": ""}, timeout=120)
+    assert done.stdout == "[]\n", done.stderr
+    assert truth(tmp_path / "copy") == truth(tmp_path / "store")
