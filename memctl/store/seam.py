@@ -6,7 +6,8 @@ each operation promises is written down in docs/design.md ("The seam for a secon
 Today the features still reach each kind of truth by its place (a path the folder store gives)
 and read and write it through the store's transaction; a second backend needs them to ask by kind
 instead (docs/design.md says what is left). These classes hold the contract meanwhile, and
-tests/test_seam.py holds the folder store to it.
+tests/test_seam.py holds the folder store to it, and the PostgreSQL store (store/postgres.py:
+Locked and Writes kept, Places and Names refusing until the features ask by kind).
 """
 
 from __future__ import annotations
