@@ -211,8 +211,10 @@ class PostgresStore:
 
         try:
             with self._in_transaction(write=True) as conn:
-                conn.execute(SCHEMA)  # no parameters: several statements go as one simple query
-                conn.execute("INSERT INTO memctl_store (format) VALUES (%s) ON CONFLICT DO NOTHING", (FORMAT,))
+                if not conn.execute("SELECT to_regclass('memctl_store') IS NOT NULL").fetchone()[0]:
+                    # made by the first writer (under the lock: two first writers make it once)
+                    conn.execute(SCHEMA)  # no parameters: several statements go as one simple query
+                    conn.execute("INSERT INTO memctl_store (format) VALUES (%s)", (FORMAT,))
                 writes = PostgresWrites(self, conn)
                 yield writes
                 conn.execute("UPDATE memctl_store SET written = written + 1")
