@@ -136,7 +136,8 @@ def pytest_collection_modifyitems(config, items):
     the tests that neither start a process nor load the real model (`pytest -m quick`)."""
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if PROCESS_FIXTURES & set(item.fixturenames) or params.get("cache_backend") == "redis":
+        if PROCESS_FIXTURES & set(item.fixturenames) or params.get("cache_backend") == "redis" or \
+                params.get("truth_backend") == "postgresql":
             item.add_marker(pytest.mark.process)
         if item.get_closest_marker("process") is None and item.get_closest_marker("real_model") is None:
             item.add_marker(pytest.mark.quick)
@@ -298,6 +299,22 @@ def postgres_server():
 def postgres_url(postgres_server) -> str:
     """The URL (with its password) of a database of the test's own on the session's PostgreSQL."""
     return postgres_server.new_database()
+
+
+@pytest.fixture(params=["folder", "postgresql"])
+def truth_backend(request, store_dir):
+    """A store on each backend, an empty folder or an empty PostgreSQL database: the seam's contract
+    tests (tests/test_seam.py) run on both."""
+    if request.param == "folder":
+        from memctl.store.store import Store
+
+        yield Store(store_dir)
+        return
+    from memctl.store.postgres import PostgresStore
+
+    store = PostgresStore(request.getfixturevalue("postgres_url"))
+    yield store
+    store.close()
 
 
 @pytest.fixture(params=["files", "redis"])

@@ -52,7 +52,7 @@ def copy_store(source, target, *, dry_run: bool = False) -> Copied:
     if not is_empty(target):
         raise StoreError(f"{name_of(target)}: not empty; a copy goes into a new or empty store, never over one")
     with source.reading():
-        files = source.files() if not source.is_folder else folder_files(source)
+        files = files_of(source)
     with target.transaction(dry_run=dry_run) as tx:
         for path, data in files.items():
             tx.replace(place(target, path), data)
@@ -79,6 +79,12 @@ def place(store, path: str):
     """Where `path` (a name from the source, checked part by part) is written in `store`."""
     parts = PurePosixPath(path).parts
     return store.path(*parts) if store.is_folder else PurePosixPath(*parts)
+
+
+def files_of(store) -> dict[str, bytes]:
+    """Every file of a store's truth (a folder's or a PostgreSQL one's) by its path relative to the
+    root, sorted; the caller holds `reading()` (or is inside a transaction) for a consistent view."""
+    return folder_files(store) if store.is_folder else store.files()
 
 
 def folder_files(store: Store) -> dict[str, bytes]:
