@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -241,3 +242,22 @@ def test_a_folder_store_never_imports_psycopg(tmp_path):
                           capture_output=True, text=True, env={**os.environ, "MEMCTL_STORE": ""}, timeout=120)
     assert done.stdout == "[]\n", done.stderr
     assert truth(tmp_path / "copy") == truth(tmp_path / "store")
+
+
+def test_the_library_on_postgresql_refuses_what_is_not_there_yet_and_writes_nothing(postgres_url):
+    """Memory on a URL: every call a command makes stops with a MemctlError (one line, no
+    password), never another exception, and leaves the database as it was."""
+    from memctl import Memory
+    from memctl.errors import MemctlError
+
+    memory = Memory(postgres_url)
+    calls = [lambda: memory.search("kestrel"), lambda: memory.ingest('{"text": "kestrel uses postgres now"}'),
+             memory.status, lambda: memory.show("s1-01"), lambda: memory.topics.list(), memory.config,
+             memory.index, lambda: memory.context("s1", "which database does kestrel use"),
+             lambda: memory.forget(["s1-01"]), lambda: memory.review.pending(), lambda: memory.health.scores(),
+             lambda: memory.history("mem-kestrel-db"), lambda: memory.cache.stats()]
+    for call in calls:
+        with pytest.raises(MemctlError) as refused:
+            call()
+        assert "\n" not in str(refused.value) and urlsplit(postgres_url).password not in str(refused.value)
+    assert not PostgresStore(postgres_url).exists()
