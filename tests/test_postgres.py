@@ -69,6 +69,23 @@ def test_a_store_goes_to_postgresql_and_back_byte_for_byte(run, store_dir, tmp_p
         assert conn.execute("SELECT scope FROM memctl_pending").fetchall() == [("global",)]
 
 
+def test_tables_of_another_format_are_neither_read_nor_written(run, store_dir, tmp_path, postgres_url):
+    demo_store(run, store_dir)
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("UPDATE memctl_store SET format = 2")
+    for call in (("store", "copy", postgres_url, str(tmp_path / "out")), ("store", "copy", str(store_dir), postgres_url)):
+        done = run(*call)
+        assert done.returncode == 2 and (b"format 2" in done.stderr or b"not empty" in done.stderr), done.stderr
+    assert b"this memctl reads format 1" in run("store", "copy", postgres_url, str(tmp_path / "out")).stderr
+    with pytest.raises(StoreError, match="format 2"):
+        with PostgresStore(postgres_url).transaction() as tx:
+            tx.append("sessions/x.jsonl", b'{"id": "x1", "text": "x"}\n')
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_copy_goes_only_into_an_empty_store_and_a_dry_run_writes_nothing(run, store_dir, postgres_url):
     demo_store(run, store_dir)
     dry = run("store", "copy", "-n", str(store_dir), postgres_url)

@@ -215,6 +215,7 @@ class PostgresStore:
                     # made by the first writer (under the lock: two first writers make it once)
                     conn.execute(SCHEMA)  # no parameters: several statements go as one simple query
                     conn.execute("INSERT INTO memctl_store (format) VALUES (%s)", (FORMAT,))
+                self._check_format(conn)
                 writes = PostgresWrites(self, conn)
                 yield writes
                 conn.execute("UPDATE memctl_store SET written = written + 1")
@@ -222,6 +223,14 @@ class PostgresStore:
                     raise psycopg.Rollback()
         except psycopg.Rollback:
             pass
+
+    def _check_format(self, conn) -> None:
+        """Tables laid out by a newer memctl are neither read nor written: this one could misread them."""
+        made = conn.execute("SELECT format FROM memctl_store").fetchone()
+        if made is None or made[0] != FORMAT:
+            found = "no format row" if made is None else f"format {made[0]}"
+            raise StoreError(f"{self.shown}: its tables are of {found}; this memctl reads format {FORMAT} "
+                             "(a newer memctl made them: upgrade memctl)")
 
     def written_stamp(self) -> int | None:
         if not self.exists():
@@ -254,6 +263,7 @@ class PostgresStore:
         if not self.exists():
             return found
         with self._in_transaction(write=False) as conn:
+            self._check_format(conn)
             notes = conn.execute("SELECT raw FROM memctl_notes ORDER BY seq").fetchall()
             if notes:
                 found[MEMORY_MD] = "".join(raw for (raw,) in notes).encode()
