@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from memctl.api.params import Filters
 from memctl.api.rooms import (CacheRoom, HealthRoom, HooksRoom, ReviewRoom, Say, StateRoom, TopicsRoom, given_or,
                               need_query)
-from memctl.store.opener import open_store
-from memctl.store.store import check_scope
+from memctl.store.store import DEFAULT_STORE, STORE_ENV, Store, check_scope
 from memctl.text.bounds import within_bound
 
 if TYPE_CHECKING:
@@ -295,7 +294,6 @@ class Memory:
         import os
 
         from memctl.index.index import Index
-        from memctl.store.store import Store
 
         stamp = self.store.written_stamp()
         if stamp != written:
@@ -342,6 +340,19 @@ def copy_store(source: str | os.PathLike, target: str | os.PathLike, *, dry_run:
         for store in stores:
             if not store.is_folder:
                 store.close()
+
+
+def open_store(name: str | os.PathLike | None = None):
+    """The store named by `name` (--store), else $MEMCTL_STORE, else ./.memory: a Store (a folder),
+    or for a postgresql:// URL a PostgresStore, whose module (and psycopg with it) is loaded only
+    then, so that a folder store starts as it did (here, not a module of its own: one import less
+    a call)."""
+    name = os.fspath(name or os.environ.get(STORE_ENV) or DEFAULT_STORE)
+    if name[:13].lower().startswith(("postgresql://", "postgres://")):
+        from memctl.store.postgres import PostgresStore
+
+        return PostgresStore(name)
+    return Store(name)
 
 
 def read_input(name: str) -> tuple[bytes, str]:

@@ -162,7 +162,7 @@ class Store(Truth):
 
     @classmethod
     def locate(cls, path: str | os.PathLike | None = None) -> "Store":
-        """The store named by `path`, else $MEMCTL_STORE, else ./.memory (a folder; memctl.store.opener
+        """The store named by `path`, else $MEMCTL_STORE, else ./.memory (a folder; memctl.api.open_store
         opens a URL too)."""
         return cls(path or os.environ.get(STORE_ENV) or DEFAULT_STORE)
 
