@@ -53,6 +53,13 @@ class PostgresServer:
         return f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/{database}"
 
     def start(self) -> None:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()  # nothing left running, no folder left behind
+            raise
+
+    def _start(self) -> None:
         began = time.monotonic()
         data = self.folder / "data"
         password_file = self.folder / "password"
@@ -111,7 +118,6 @@ class PostgresServer:
             except psycopg.OperationalError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     output = (self.folder / "server.log").read_text(errors="replace")[-2000:]
-                    self.stop()
                     raise RuntimeError(f"postgres did not answer on port {self.port}:\n{output}") from None
                 time.sleep(0.05)
 
