@@ -237,6 +237,14 @@ def test_memctl_store_may_name_a_url(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # no folder made of the URL's name
 
 
+@pytest.mark.parametrize("url", ["postgresql://mei:s3cret-pw@[::1/memory", "postgresql://mei:s3cret-pw@db:port/m",
+                                 "postgresql://mei:s3cret-pw@127.0.0.1:1/m?password=s3cret-pw"])
+def test_a_url_that_does_not_parse_or_connect_shows_no_password(run, url, tmp_path):
+    done = run("store", "copy", url, str(tmp_path / "out"))
+    assert done.returncode == 2 and b"s3cret" not in done.stdout + done.stderr
+    assert len(done.stderr.splitlines()) == 1 and b"Traceback" not in done.stderr
+
+
 def test_shown_hides_the_password_wherever_the_url_holds_it():
     assert shown("postgresql://mei:pa:ss@db.example:5432/memory") == "postgresql://mei:***@db.example:5432/memory"
     assert shown("postgresql://db/memory?sslmode=require&password=pw") == \

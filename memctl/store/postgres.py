@@ -99,8 +99,13 @@ class NotOnPostgres(MemctlError):
 
 def shown(url: str) -> str:
     """The URL as messages name it: its password (in the user part or a `password=` parameter)
-    replaced by ***."""
-    parts = urlsplit(url)
+    replaced by ***; for a URL that does not parse, its scheme alone (it may hold a password
+    anywhere)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- a port that is no number raises here, as libpq would refuse it
+    except ValueError:
+        return url.split("://", 1)[0] + "://(unreadable URL)"
     netloc = parts.netloc
     if "@" in netloc:
         user, _, host = netloc.rpartition("@")
@@ -112,12 +117,10 @@ def shown(url: str) -> str:
 
 
 def _password(url: str) -> str | None:
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None
-    found = re.search(r"(?i)(?:^|&)password=([^&]*)", urlsplit(url).query)
-    return password or (found.group(1) if found else None)
+    """The password a (parsed) URL holds, in its user part or a `password=` parameter."""
+    parts = urlsplit(url)
+    found = re.search(r"(?i)(?:^|&)password=([^&]*)", parts.query)
+    return parts.password or (found.group(1) if found else None)
 
 
 class PostgresStore:
@@ -137,6 +140,9 @@ class PostgresStore:
     # -- the connection ----------------------------------------------------------------
     def _connect(self):
         if self._connection is None or self._connection.closed:
+            if self.shown.endswith("(unreadable URL)"):
+                raise StoreError(f"{self.shown}: not a URL memctl can read; write it as "
+                                 "postgresql://user@host:5432/database")
             try:
                 import psycopg
             except ImportError:
