@@ -47,7 +47,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import orjson
 
@@ -197,28 +197,7 @@ def parse_state(data: bytes, source: str, settings: config.State | None = None) 
             raise bad(problem, name)
     state.dominant_threshold = float(state.dominant_threshold)
 
-    turns = obj.get("turns", [])
-    if not isinstance(turns, list):
-        raise bad("must be a list of turns", "turns")
-    previous = 0
-    for i, turn in enumerate(turns):
-        where = f"turns[{i}]"
-        if not isinstance(turn, dict):
-            raise bad("must be an object {turn_id, ts, sections_hit}", where)
-        turn_id, ts, hit = turn.get("turn_id"), turn.get("ts"), turn.get("sections_hit")
-        if not _is_int(turn_id) or turn_id <= previous:
-            raise bad(f"must be a whole number above the previous turn's ({previous}), got {turn_id!r}",
-                      f"{where}.turn_id")
-        if not isinstance(ts, str):
-            raise bad(f"must be an ISO 8601 time, got {ts!r}", f"{where}.ts")
-        if not (isinstance(hit, list) and all(isinstance(s, str) for s in hit)):
-            raise bad(f"must be a list of section names, got {hit!r}", f"{where}.sections_hit")
-        extra = set(turn) - {"turn_id", "ts", "sections_hit"}
-        if extra:
-            raise bad(f"unknown field '{sorted(extra)[0]}'", where)
-        state.turns.append(Turn(turn_id, ts, _unique(hit)))
-        previous = turn_id
-
+    state.turns = _parse_turns(obj.get("turns", []), bad)
     proportions = obj.get("proportions", {})
     if not (isinstance(proportions, dict) and all(_is_number(v) for v in proportions.values())):
         raise bad("must be an object of section: number", "proportions")
@@ -237,6 +216,32 @@ def parse_state(data: bytes, source: str, settings: config.State | None = None) 
         setattr(state, name, value)
     state.recompute()
     return state
+
+
+def _parse_turns(turns: Any, bad: Callable[..., InputError]) -> list[Turn]:
+    """The window's turns as stored, each checked: ids rising, a time, a list of section names."""
+    if not isinstance(turns, list):
+        raise bad("must be a list of turns", "turns")
+    out: list[Turn] = []
+    previous = 0
+    for i, turn in enumerate(turns):
+        where = f"turns[{i}]"
+        if not isinstance(turn, dict):
+            raise bad("must be an object {turn_id, ts, sections_hit}", where)
+        turn_id, ts, hit = turn.get("turn_id"), turn.get("ts"), turn.get("sections_hit")
+        if not _is_int(turn_id) or turn_id <= previous:
+            raise bad(f"must be a whole number above the previous turn's ({previous}), got {turn_id!r}",
+                      f"{where}.turn_id")
+        if not isinstance(ts, str):
+            raise bad(f"must be an ISO 8601 time, got {ts!r}", f"{where}.ts")
+        if not (isinstance(hit, list) and all(isinstance(s, str) for s in hit)):
+            raise bad(f"must be a list of section names, got {hit!r}", f"{where}.sections_hit")
+        extra = set(turn) - {"turn_id", "ts", "sections_hit"}
+        if extra:
+            raise bad(f"unknown field '{sorted(extra)[0]}'", where)
+        out.append(Turn(turn_id, ts, _unique(hit)))
+        previous = turn_id
+    return out
 
 
 def load_state(store: Store, settings: config.State | None = None) -> State | None:
