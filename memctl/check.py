@@ -509,13 +509,13 @@ def _check_json(store: Store, problems: list[Problem], settings: config.Settings
             problems.append(Problem(counters.LOG_NAME, number, "expected {\"at\": time, \"ids\": [ids]}", "field"))
 
 
-def _check_state(store: Store, problems: list[Problem], settings: config.State) -> None:
+def _check_state(store: Store, problems: list[Problem], state_settings: config.State) -> None:
     """index_state.json, parsed as `memctl state` parses it: what it would refuse is an error here."""
     from memctl.window.state import parse_state
 
     data = read_file(store.state_file)
     try:
-        parse_state(data, "index_state.json", settings)
+        parse_state(data, "index_state.json", state_settings)
     except InputError as exc:
         line = exc.line
         if line is None and exc.field:  # the line the field is on, for a person to go to

@@ -263,13 +263,13 @@ def build(rt: Runtime, retriever, session: str, message: str, *, system_text: st
     store, settings = rt.store, rt.settings
     with store.reading():
         doc = memoryfile.load(store.memory_md)
-    gov = settings.governance
+    governance_settings = settings.governance
     layers = {}  # the session's scope -> its core and scope memories, chosen once (they read access counts)
 
     def core_and_scope_of(session_scope: str) -> tuple[list, list]:
         if session_scope not in layers:
             workspace = session_scope if session_scope != "global" else None
-            layers[session_scope] = core_and_scope(store, doc, workspace, gov, rt.clock.now())
+            layers[session_scope] = core_and_scope(store, doc, workspace, governance_settings, rt.clock.now())
         return layers[session_scope]
 
     def memory_query(session_scope: str) -> tuple:
@@ -279,11 +279,11 @@ def build(rt: Runtime, retriever, session: str, message: str, *, system_text: st
         topics' search batch."""
         found_query = Query(text=message, k=FOUND_HITS, min_score=0.0,
                             filters=Filters(kinds=("message",), scopes=(session_scope,)))
-        if not gov.layer_query_max:
+        if not governance_settings.layer_query_max:
             return (found_query,)
         core, scoped = core_and_scope_of(session_scope)
         workspace = session_scope if session_scope != "global" else None
-        return (found_query, Query(text=message, k=gov.layer_query_max + len(core) + len(scoped),
+        return (found_query, Query(text=message, k=governance_settings.layer_query_max + len(core) + len(scoped),
                                    filters=Filters(kinds=("memory", "log"), scopes=(workspace or "global",))))
 
     turn = topic_round(rt, retriever, session, message, record=record, llm_command=llm_command, say=say,
@@ -302,7 +302,7 @@ def _memories_and_found(rt: Runtime, doc, turn, message: str, layers: tuple[list
     from memctl.store.topicfile import archived_message_ids
     from memctl.window.state import plan
 
-    store, gov = rt.store, rt.settings.governance
+    store, governance_settings = rt.store, rt.settings.governance
     with store.reading():
         archived = archived_message_ids(store)
     core, scoped = layers
@@ -317,7 +317,7 @@ def _memories_and_found(rt: Runtime, doc, turn, message: str, layers: tuple[list
     # The window's plan focuses, it does not filter: a dominant section's hits come first.
     ranked = sorted(memory_hits, key=lambda r: r.section not in focus) if focus else memory_hits
     for result in ranked:
-        if len(sections) - len(core) - len(scoped) >= gov.layer_query_max or result.record_id in taken:
+        if len(sections) - len(core) - len(scoped) >= governance_settings.layer_query_max or result.record_id in taken:
             continue
         if result.kind == "memory":
             entry = doc.find(result.record_id)

@@ -335,7 +335,8 @@ class NoteReport:
 
 
 def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, allow_conflict: bool,
-                now: datetime, gov: config.Governance, hold: bool = False) -> tuple[dict[str, NoteReport], list[dict]]:
+                now: datetime, governance_settings: config.Governance,
+                hold: bool = False) -> tuple[dict[str, NoteReport], list[dict]]:
     """Add notes to `doc` in memory, deprecating what each supersedes; nothing is written here.
 
     A note is {"id", "section", "text", "fields"} with its input line. Raises
@@ -371,12 +372,13 @@ def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, al
         if current:
             _check_topic(report, doc, note, refuse_conflicts, where)
         report.similar = similar(doc.entries, f"{fields.get('summary', '')}\n{note['text']}",
-                                 k=int(gov.conflict_top_k), min_score=gov.conflict_min_similarity,
+                                 k=int(governance_settings.conflict_top_k),
+                                 min_score=governance_settings.conflict_min_similarity,
                                  exclude=[note_id, *olds])
         if current and not report.conflicts:
             # Against what the store held before this input, in the note's scope: the notes of one
             # input are the writer's own set of statements (a list of facts of one form, say).
-            near = [i for i, score in report.similar if score >= gov.near_duplicate_similarity
+            near = [i for i, score in report.similar if score >= governance_settings.near_duplicate_similarity
                     and i in stored_before and _scope(by_id[i].fields) == _scope(fields)]
             _check_near(report, near, by_id, refuse_conflicts, where)
         if report.conflicts and not hold:

@@ -256,7 +256,7 @@ def _by_scope(live: dict[str, Topic]) -> list[dict[str, Topic]]:
     return [groups[scope] for scope in sorted(groups) if len(groups[scope]) > 1]
 
 
-def _similar_pairs(live: dict[str, Topic], embedding: config.Embedding,
+def _similar_pairs(live: dict[str, Topic], embedding_settings: config.Embedding,
                    progress: Callable[[str, int, int], None] | None = None):
     """The built-in review: (merges, related) as (id, other id, detail). Topics whose summary vectors
     have a cosine >= MERGE_SIMILARITY (or the same name) merge, the smaller into the larger; pairs at
@@ -268,7 +268,7 @@ def _similar_pairs(live: dict[str, Topic], embedding: config.Embedding,
 
     ids = list(live)
     step = (lambda n: progress("embedding summaries", n, len(ids))) if progress else None
-    vectors = embedder(embedding).embed([live[t].header.get("summary", "") for t in ids], progress=step)
+    vectors = embedder(embedding_settings).embed([live[t].header.get("summary", "") for t in ids], progress=step)
     similarity = vectors @ vectors.T
     pairs = similarity[np.triu_indices(len(ids), 1)]
     related_from = max(RELATED_SIMILARITY, float(np.percentile(pairs, RELATED_PERCENTILE)))
@@ -291,9 +291,9 @@ def _similar_pairs(live: dict[str, Topic], embedding: config.Embedding,
     return merges, [r for r in related if r[0] not in taken and r[1] not in taken]
 
 
-def _merge(tx, store, keep: Topic, gone: Topic, background, settings, now) -> None:
+def _merge(tx, store, keep: Topic, gone: Topic, background, topics_settings, now) -> None:
     keep.messages = sorted(keep.messages + gone.messages, key=lambda m: (m.get("ts") or "", m["id"]))
-    _, summary = summarise(keep.messages, background, settings.summary_bytes)
+    _, summary = summarise(keep.messages, background, topics_settings.summary_bytes)
     from memctl.text.tokens import count_tokens
 
     keep.header.update(summary=summary, messages=len(keep.messages), updated=now,
@@ -324,7 +324,7 @@ def session_summary(messages: list[dict], background: Background) -> tuple[list[
     return list(dict.fromkeys(keywords))[:5], summary
 
 
-def _idle_summaries(tx, store, settings, now_moment, backgrounds) -> list[dict]:
+def _idle_summaries(tx, store, topics_settings, now_moment, backgrounds) -> list[dict]:
     from memctl.topics.split import scope_of_session, session_messages
 
     done = set()
@@ -341,7 +341,7 @@ def _idle_summaries(tx, store, settings, now_moment, backgrounds) -> list[dict]:
         if not messages or not messages[-1].get("ts"):
             continue
         session, last = path.stem, messages[-1]
-        if clock.age_days(last["ts"], now_moment) * 24 < settings.idle_hours or (session, last["id"]) in done:
+        if clock.age_days(last["ts"], now_moment) * 24 < topics_settings.idle_hours or (session, last["id"]) in done:
             continue
         background = backgrounds.get(scope_of_session(store, session, messages)) or Background()
         keywords, summary = session_summary(messages, background)
