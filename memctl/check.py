@@ -272,10 +272,10 @@ def _check_cache(store: Store, problems: list[Problem], clock: Clock) -> None:
 def index_problems(rt: Runtime) -> list[Problem]:
     """Is .index/ in step with the files? A stale or missing index is a warning, never
     damage: search rebuilds it by itself, and `health --fix` does it now."""
-    from memctl.index.index import health_problems
+    from memctl.index.index import rebuild_reasons
 
     return [Problem(file, None, message, "index", "warning", True)
-            for file, message in health_problems(rt)]
+            for file, message in rebuild_reasons(rt)]
 
 
 def _check_config(rt: Runtime, problems: list[Problem]) -> config.Settings | None:

@@ -256,7 +256,7 @@ def build(rt: Runtime, retriever, session: str, message: str, *, system_text: st
     from memctl.index.filters import Filters
     from memctl.search.queries import Query
     from memctl.store import memoryfile
-    from memctl.topics.context import topic_round
+    from memctl.topics.round import topic_round
 
     if budget < 1:
         raise InputError("must be a whole number >= 1", source="--budget")

@@ -863,7 +863,7 @@ def _records(change: _Change, rows: range, embed_digests: list[str]) -> list[dic
             for unit, row, digest, embed_digest in zip(change.fresh, rows, change.digests, embed_digests)]
 
 
-def health_problems(rt: Runtime) -> list[tuple[str, str]]:
+def rebuild_reasons(rt: Runtime) -> list[tuple[str, str]]:
     """(file, message) for each way .index/ needs more than the next search's update.
 
     Files changed since the last index are not reported: that is the state

@@ -122,7 +122,7 @@ class RowFacts:
         self.line = np.zeros(rows, dtype=np.int64)  # a message's source (as a number) and first line, one number
         self.message = np.zeros(rows, dtype=bool)  # it is a chat message
         self.record = np.full(rows, -1, dtype=np.int64)  # its record, as a number (records)
-        self.context = np.full(rows, -1, dtype=np.int64)  # a message's turn before's record, as a number; -1: none
+        self.turn_before = np.full(rows, -1, dtype=np.int64)  # a message's turn before's record, as a number; -1: none
         self._numbers: dict[str | None, int] = {}  # sessions' and sources' numbers
         self.records: dict[str, int] = {}  # record ids' numbers
         self.names: list[str] = []  # record number -> record id
@@ -146,7 +146,7 @@ class RowFacts:
             self.session[row] = self._numbers.setdefault(unit["session"], len(self._numbers))
             self.record[row] = self._number(unit["record_id"])
             if unit["context_id"]:
-                self.context[row] = self._number(unit["context_id"])
+                self.turn_before[row] = self._number(unit["context_id"])
             if unit["kind"] == "message":
                 self.message[row] = True
                 source = self._numbers.setdefault(unit["source"], len(self._numbers))
@@ -215,7 +215,7 @@ class IndexRows:
 
         facts = self._facts_for(0)
         wanted = np.zeros(len(facts.names) + 1, dtype=bool)  # by record number; the last: -1, none
-        wanted[facts.context[vector_rows]] = True
+        wanted[facts.turn_before[vector_rows]] = True
         wanted[facts.record[rows]] = False
         wanted[-1] = False
         wanted = sorted(np.flatnonzero(wanted).tolist(), key=facts.names.__getitem__)
@@ -286,7 +286,7 @@ class IndexRows:
             return False
         # Links only when every row of the table is known (not when it holds rows the vectors lack yet)
         if facts.links is None and self.units.count() == int(np.count_nonzero(facts.known)):
-            facts.links = Links(facts.records, facts.record, facts.context, self.units.by_row)
+            facts.links = Links(facts.records, facts.record, facts.turn_before, self.units.by_row)
         return True
 
     def _learned(self, units: list[dict], rows=None) -> RowFacts:

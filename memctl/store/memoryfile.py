@@ -64,7 +64,7 @@ _NUMBER = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
 
 def note_scope(fields: dict) -> str:
     """A note's scope (a MEMORY.md entry's, a pending note's): its `scope` field; global without one,
-    as search takes it (a field that is no scope is an error health reports)."""
+    as search takes it (a field that is no scope is an error the store check reports)."""
     scope = fields.get("scope")
     return scope if isinstance(scope, str) and check_field("scope", scope) is None else "global"
 

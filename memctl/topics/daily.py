@@ -330,7 +330,7 @@ def _idle_summaries(tx, store, topics_settings, now_moment, backgrounds) -> list
     done = set()
     for line in jsonl.read(store.path(AUTO_SUMMARIES)):
         if line.value is None:
-            continue  # torn or not JSON: health names it, the next append mends a torn end
+            continue  # torn or not JSON: the store check names it, the next append mends a torn end
         for key in ("session", "until"):
             if not isinstance(line.value.get(key), str):
                 raise InputError("must be text", source=AUTO_SUMMARIES, line=line.number, field=key)

@@ -66,7 +66,7 @@ def session_messages(store: Store, session: str) -> list[dict]:
     messages, source = [], store.relative(path)
     for line in jsonl.read(path):
         if line.value is None:
-            continue  # not a message at all: the index skips it too, and health names it
+            continue  # not a message at all: the index skips it too, and the store check names it
         topicfile.check_record({**line.value, "type": "message"}, source, line.number)
         messages.append(line.value)
     return messages
