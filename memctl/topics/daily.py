@@ -49,7 +49,7 @@ from memctl import clock
 from memctl import config
 from memctl.errors import InputError
 from memctl.store import jsonl
-from memctl.store.store import Store, Transaction
+from memctl.store.store import Store
 from memctl.store import topicfile
 from memctl.topics import activation, log
 from memctl.store.topicfile import Topic
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from memctl.runtime import Runtime
+    from memctl.store.store import Transaction
 
 AUTO_SUMMARIES = "auto_summaries.jsonl"
 COMPRESSED_SHARE = 0.6

@@ -47,7 +47,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import orjson
 
@@ -59,6 +59,8 @@ from memctl.text.cjk import CJK
 from memctl.text.words import STOPWORDS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from memctl.runtime import Runtime
 
 TOPIC_FILE = "MEMORY_TOPIC.md"
