@@ -131,7 +131,7 @@ def review(rt: Runtime, *, dry_run: bool = False, llm_command: str = "",
             topics = topicfile.load_topics(store)
             averages = activation.averages_of(activation.load_part(store))
             run = _ReviewRun(tx, store, rt.settings, now_moment, clock.format_ts(now_moment), report,
-                             _backgrounds(topics), llm_command, progress)
+                             _backgrounds(topics), llm_command, progress, events=[])
             live = {tid: t for tid, t in topics.items() if t.messages}
             # Merge first: an archived topic is no longer there to merge into.
             merges, related = run.find_links(live)
@@ -157,7 +157,7 @@ class _ReviewRun:
     backgrounds: dict[str | None, Background]
     llm_command: str
     progress: Callable[[str, int, int], None] | None
-    events: list[dict] = field(default_factory=list)
+    events: list[dict]  # the topic log's events of the run, appended once at its end
 
     def find_links(self, live: dict[str, Topic]) -> tuple[list, list]:
         """(the merges: (gone, kept, detail), the related pairs: (one, other, detail)), within each scope."""
