@@ -173,7 +173,6 @@ def _check_topics(store: Store, problems: list[Problem]) -> None:
     each line as the topic commands read it (memctl.store.topicfile.check_record)."""
     from memctl.store import topicfile
     from memctl.topics import activation
-    from memctl.topics.daily import AUTO_SUMMARIES
     from memctl.topics.log import LOG
 
     if store.topics_dir.exists() and not store.topics_dir.is_dir():
@@ -182,6 +181,21 @@ def _check_topics(store: Store, problems: list[Problem]) -> None:
     paths = store.listing(store.topics_dir, "t-*.jsonl")
     paths += [p for month in store.listing(store.path("topics", topicfile.ARCHIVED), "*") if month.is_dir()
               for p in store.listing(month, "t-*.jsonl")]
+    _check_topic_files(store, paths, problems)
+    _check_topic_indexes(store, {path.stem for path in paths}, problems)
+    for _ in _jsonl(store, store.path("topics", LOG), problems, "a log event"):
+        pass
+    try:
+        activation.load_part(store)
+    except InputError as exc:
+        problems.append(Problem(exc.source or activation.FILE_NAME, exc.line, _message_of(exc), "field"))
+    _check_auto_summaries(store, problems)
+
+
+def _check_topic_files(store: Store, paths: list[Path], problems: list[Problem]) -> None:
+    """Each line of the topic files (live and archived), and no message in two live topics."""
+    from memctl.store import topicfile
+
     owner: dict[str, str] = {}
     for path in paths:
         rel = store.relative(path)
@@ -196,6 +210,12 @@ def _check_topics(store: Store, problems: list[Problem]) -> None:
                 if first != rel and "/archived/" not in rel + first:
                     problems.append(Problem(rel, number, f"message '{record['id']}' is also in {first}: "
                                             "a message belongs to one topic", "duplicate-id"))
+
+
+def _check_topic_indexes(store: Store, topics: set[str], problems: list[Problem]) -> None:
+    """Each line of links.jsonl and the time index, and each link's ends among `topics`."""
+    from memctl.store import topicfile
+
     links = []
     for name in (topicfile.LINKS, topicfile.TIME_INDEX):
         path = store.path("topics", name)
@@ -206,15 +226,13 @@ def _check_topics(store: Store, problems: list[Problem]) -> None:
                                         "field"))
             elif name == topicfile.LINKS:
                 links.append((number, record))
-    _check_topic_links(store, links, {path.stem for path in paths}, problems)
-    for _ in _jsonl(store, store.path("topics", LOG), problems, "a log event"):
-        pass
-    try:
-        activation.load_part(store)
-    except InputError as exc:
-        problems.append(Problem(exc.source or activation.FILE_NAME, exc.line, _message_of(exc), "field"))
-    summaries = store.path(AUTO_SUMMARIES)
-    for number, record in _jsonl(store, summaries, problems, "an auto summary"):
+    _check_topic_links(store, links, topics, problems)
+
+
+def _check_auto_summaries(store: Store, problems: list[Problem]) -> None:
+    from memctl.topics.daily import AUTO_SUMMARIES
+
+    for number, record in _jsonl(store, store.path(AUTO_SUMMARIES), problems, "an auto summary"):
         for key, ok in (("session", isinstance(record.get("session"), str)),
                         ("until", isinstance(record.get("until"), str)),
                         ("summary", isinstance(record.get("summary", ""), str)),
@@ -254,10 +272,10 @@ def _check_cache(store: Store, problems: list[Problem], clock: Clock) -> None:
 def index_problems(rt: Runtime) -> list[Problem]:
     """Is .index/ in step with the files? A stale or missing index is a warning, never
     damage: search rebuilds it by itself, and `health --fix` does it now."""
-    from memctl.index.index import health_problems
+    from memctl.index.index import rebuild_reasons
 
     return [Problem(file, None, message, "index", "warning", True)
-            for file, message in health_problems(rt)]
+            for file, message in rebuild_reasons(rt)]
 
 
 def _check_config(rt: Runtime, problems: list[Problem]) -> config.Settings | None:
@@ -491,13 +509,13 @@ def _check_json(store: Store, problems: list[Problem], settings: config.Settings
             problems.append(Problem(counters.LOG_NAME, number, "expected {\"at\": time, \"ids\": [ids]}", "field"))
 
 
-def _check_state(store: Store, problems: list[Problem], settings: config.State) -> None:
+def _check_state(store: Store, problems: list[Problem], state_settings: config.State) -> None:
     """index_state.json, parsed as `memctl state` parses it: what it would refuse is an error here."""
     from memctl.window.state import parse_state
 
     data = read_file(store.state_file)
     try:
-        parse_state(data, "index_state.json", settings)
+        parse_state(data, "index_state.json", state_settings)
     except InputError as exc:
         line = exc.line
         if line is None and exc.field:  # the line the field is on, for a person to go to

@@ -437,8 +437,9 @@ def _load(config_file: Path, notes: bool) -> tuple[Settings, list[tuple[str, str
         renamed, _renamed_seen = _renamed_seen, None
     ignored = [(table, key) for table, key, _ in ignored_values]
     settings = Settings(**{name: TABLES[name](**table_values) for name, table_values in values.items()})
-    gov = settings.governance
-    if gov.archive_below > gov.low_priority_below:  # the one rule that ties two values together
+    governance_settings = settings.governance
+    # the one rule that ties two values together
+    if governance_settings.archive_below > governance_settings.low_priority_below:
         if notes:
             _say_notes(config_file, renamed, ignored)
         raise InputError("governance.archive_below must not exceed governance.low_priority_below",

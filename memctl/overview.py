@@ -186,8 +186,9 @@ def status(rt: Runtime) -> Status:
         memories = {"current": 0, "superseded": 0, "archived": 0, "deleted": len(load_deleted(store))}
         memory_scopes: Counter = Counter()
         for entry in doc.entries:
-            state = status_of(entry)
-            memories["superseded" if state == "deprecated" else "archived" if state == "archived" else "current"] += 1
+            memory_status = status_of(entry)
+            memories["superseded" if memory_status == "deprecated"
+                     else "archived" if memory_status == "archived" else "current"] += 1
             memory_scopes[str(entry.get("scope", "global"))] += 1
         now = rt.clock.now()
         pending = Counter("expired" if _expired(item, now) else "waiting" for _, item in iter_pending(store))

@@ -128,7 +128,7 @@ class TopicsRoom:
         scope looked into; archived ones only with `include_archived`. With an LLM command ([topics]
         llm_command unless given) the design 001 §6.3 routing prompt chooses; a bad answer falls back
         to the built-in search and says why in `fallback`."""
-        from memctl.topics.context import activate
+        from memctl.topics.round import activate
 
         need_query(query)
         looked_in = scope_looked_into(self.store, session, scope)

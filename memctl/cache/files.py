@@ -145,7 +145,7 @@ class FileBackend:
         found: list[Problem] = []
         for name in self._names(found, "cache"):
             if name.startswith("."):
-                continue  # a cleared scope being removed, or a temp file (health reports those)
+                continue  # a cleared scope being removed, or a temp file (the store check reports those)
             if not is_name(name):
                 found.append((f"cache/{name}", None, f"not a scope name ({NAME_RULE}): never read"))
             elif (folder := self._checked(found, "cache", name)) is not None:
@@ -160,7 +160,7 @@ class FileBackend:
         for name in self._names(found, "cache", scope, "entries"):
             key = name.removesuffix(".json")
             if name.startswith(".") or key == name:
-                continue  # a temp file of atomic_write (health reports those), or no entry
+                continue  # a temp file of atomic_write (the store check reports those), or no entry
             if not is_name(key):
                 found.append((f"cache/{scope}/entries/{name}", None, f"not a key ({NAME_RULE}): never read"))
             elif (path := self._checked(found, "cache", scope, "entries", name)) is not None:

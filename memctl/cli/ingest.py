@@ -77,6 +77,19 @@ def ingest(memory, file, as_json, **declared):
     result = memory.ingest(data, source=source, on_noise=report_noise, **declared)
     for warning in result.warnings:
         say(f"memctl: warning: {warning}")
+    _say_conflicts(result)
+    if as_json:
+        json_lines(o.as_dict() for o in result.outcomes)
+    else:
+        for outcome in result.stored:
+            click.echo(outcome.id)
+    _say_not_stored(result, source)
+    if declared["dry_run"]:
+        dry_run_note(len(result.stored), "stored")
+
+
+def _say_conflicts(result) -> None:
+    """A warning for each record stored although its subject already has a current memory (--add, or pending)."""
     for outcome in result.stored:
         report = outcome.governance
         if report is not None and report.conflicts:
@@ -86,11 +99,11 @@ def ingest(memory, file, as_json, **declared):
                     f"current memory {ids}; confirm with --add, or --supersedes {report.conflicts[0]}")
             else:
                 say(f"memctl: warning: {report.warning(outcome.id)}")
-    if as_json:
-        json_lines(o.as_dict() for o in result.outcomes)
-    else:
-        for outcome in result.stored:
-            click.echo(outcome.id)
+
+
+def _say_not_stored(result, source: str) -> None:
+    """The records not stored because the store holds them already: notes a current memory says, and the count
+    of records stored before."""
     for outcome in result.outcomes:
         if outcome.governance is not None and outcome.governance.duplicate_of:
             say(f"memctl: {source}:{outcome.line}: current memory '{outcome.governance.duplicate_of}' says "
@@ -98,8 +111,6 @@ def ingest(memory, file, as_json, **declared):
     duplicates = sum(o.status == "duplicate" for o in result.outcomes)
     if duplicates:
         say(f"memctl: {duplicates} already stored, skipped")
-    if declared["dry_run"]:
-        dry_run_note(len(result.stored), "stored")
 
 
 @click.command()

@@ -256,20 +256,20 @@ def build(rt: Runtime, retriever, session: str, message: str, *, system_text: st
     from memctl.index.filters import Filters
     from memctl.search.queries import Query
     from memctl.store import memoryfile
-    from memctl.topics.context import topic_round
+    from memctl.topics.round import topic_round
 
     if budget < 1:
         raise InputError("must be a whole number >= 1", source="--budget")
     store, settings = rt.store, rt.settings
     with store.reading():
         doc = memoryfile.load(store.memory_md)
-    gov = settings.governance
+    governance_settings = settings.governance
     layers = {}  # the session's scope -> its core and scope memories, chosen once (they read access counts)
 
     def core_and_scope_of(session_scope: str) -> tuple[list, list]:
         if session_scope not in layers:
             workspace = session_scope if session_scope != "global" else None
-            layers[session_scope] = core_and_scope(store, doc, workspace, gov, rt.clock.now())
+            layers[session_scope] = core_and_scope(store, doc, workspace, governance_settings, rt.clock.now())
         return layers[session_scope]
 
     def memory_query(session_scope: str) -> tuple:
@@ -279,11 +279,11 @@ def build(rt: Runtime, retriever, session: str, message: str, *, system_text: st
         topics' search batch."""
         found_query = Query(text=message, k=FOUND_HITS, min_score=0.0,
                             filters=Filters(kinds=("message",), scopes=(session_scope,)))
-        if not gov.layer_query_max:
+        if not governance_settings.layer_query_max:
             return (found_query,)
         core, scoped = core_and_scope_of(session_scope)
         workspace = session_scope if session_scope != "global" else None
-        return (found_query, Query(text=message, k=gov.layer_query_max + len(core) + len(scoped),
+        return (found_query, Query(text=message, k=governance_settings.layer_query_max + len(core) + len(scoped),
                                    filters=Filters(kinds=("memory", "log"), scopes=(workspace or "global",))))
 
     turn = topic_round(rt, retriever, session, message, record=record, llm_command=llm_command, say=say,
@@ -302,7 +302,7 @@ def _memories_and_found(rt: Runtime, doc, turn, message: str, layers: tuple[list
     from memctl.store.topicfile import archived_message_ids
     from memctl.window.state import plan
 
-    store, gov = rt.store, rt.settings.governance
+    store, governance_settings = rt.store, rt.settings.governance
     with store.reading():
         archived = archived_message_ids(store)
     core, scoped = layers
@@ -317,7 +317,7 @@ def _memories_and_found(rt: Runtime, doc, turn, message: str, layers: tuple[list
     # The window's plan focuses, it does not filter: a dominant section's hits come first.
     ranked = sorted(memory_hits, key=lambda r: r.section not in focus) if focus else memory_hits
     for result in ranked:
-        if len(sections) - len(core) - len(scoped) >= gov.layer_query_max or result.record_id in taken:
+        if len(sections) - len(core) - len(scoped) >= governance_settings.layer_query_max or result.record_id in taken:
             continue
         if result.kind == "memory":
             entry = doc.find(result.record_id)
@@ -346,41 +346,74 @@ def _memory_section(kind: str, entry, found_by: str, score: float | None) -> dic
 
 def _assemble(context: Context, turn, system_text: str, memories: list[dict], found: list[tuple[dict, float, str]],
               budget: int, leave_out: frozenset[str] = frozenset()) -> None:
-    sections: list[dict] = []
-    parts: list[Part] = []
     system_text = system_text.rstrip()  # a file's last newline; the blank line between sections is ours
-    if system_text:
-        sections.append({"kind": "system", "messages": [], "text": system_text})
-        parts.append(Part("system", system_text, math.inf, 0))
-    rank_in = {"core": 0, "scope": 0, "search": 0}
-    for memory in memories:
-        rank = rank_in[memory["found_by"]]
-        rank_in[memory["found_by"]] += 1
-        priority = {"core": 0.99, "scope": 0.95, "search": 0.93}[memory["found_by"]] - 0.01 * rank
-        sections.append({**memory, "messages": []})
-        parts.append(Part(memory["kind"], memory["text"], priority, len(sections) - 1, memory_id=memory["id"],
-                          short=memory["summary"] if memory["summary"] and memory["summary"] != memory["text"] else None))
+    gathered = _Gathering()
+    gathered.add_system(system_text)
+    gathered.add_memories(memories)
+    gathered.claim_found(turn, found, budget)
+    gathered.claim_topics(turn)
+    gathered.claim_unsplit(turn)
+    gathered.claim_recent(turn)
+    gathered.add_messages({message["id"]: text for message, _score, text in found}, turn.new_message.get("text", ""))
 
-    # Messages: each claimed by the parts that would show it; placed in the first of PLACE_ORDER.
-    claims: dict[str, dict] = {}
-    matched = {message["id"]: text for message, _score, text in found}
-    query = turn.new_message.get("text", "")
+    # Left out after the claims: a message the client holds (the last exchange) is not given as found either.
+    parts = [p for p in gathered.parts if p.kind not in leave_out]
+    for part in parts:
+        part.tokens = count_tokens(part.text)
+        part.short_tokens = count_tokens(part.short) if part.short else 0
+    chosen = _fit(parts, gathered.sections, budget)
+    context.dropped = [p.as_dropped() for p in parts if id(p) not in chosen]
+    kept = _sections_with(parts, gathered.sections, chosen)
+    context.text = _render(kept)
+    context.tokens = count_tokens(context.text)
+    _fill_section_views(kept, found, system_text)
+    context.sections = kept
 
-    def claim(kind: str, message: dict, priority: float, section: int, order: float, topic_id=None) -> None:
-        held = claims.get(message["id"])
+
+class _Gathering:
+    """The sections of one context and the parts that may fill them, gathered in section order.
+    A message is claimed by every part that would show it and becomes one part, placed in the first
+    of PLACE_ORDER among its claims, with the highest priority any claim gave it."""
+
+    def __init__(self) -> None:
+        self.sections: list[dict] = []
+        self.parts: list[Part] = []
+        self.claims: dict[str, dict] = {}
+
+    def open(self, section: dict) -> int:
+        self.sections.append(section)
+        return len(self.sections) - 1
+
+    def claim(self, kind: str, message: dict, priority: float, section: int, order: float, topic_id=None) -> None:
+        held = self.claims.get(message["id"])
         if held is None:
-            claims[message["id"]] = {"kind": kind, "message": message, "priority": priority, "section": section,
-                                     "order": order, "topic_id": topic_id}
+            self.claims[message["id"]] = {"kind": kind, "message": message, "priority": priority, "section": section,
+                                          "order": order, "topic_id": topic_id}
             return
         held["priority"] = max(held["priority"], priority)
         if PLACE_ORDER.index(kind) < PLACE_ORDER.index(held["kind"]):
             held.update(kind=kind, section=section, order=order, topic_id=topic_id)
 
-    recent = turn.recent
-    recent_index = None
-    fall = budget / FALL_TOKENS
-    if found:
-        sections.append({"kind": "found", "messages": []})
+    def add_system(self, system_text: str) -> None:
+        if system_text:
+            self.parts.append(Part("system", system_text, math.inf,
+                                   self.open({"kind": "system", "messages": [], "text": system_text})))
+
+    def add_memories(self, memories: list[dict]) -> None:
+        rank_in = {"core": 0, "scope": 0, "search": 0}
+        for memory in memories:
+            rank = rank_in[memory["found_by"]]
+            rank_in[memory["found_by"]] += 1
+            priority = {"core": 0.99, "scope": 0.95, "search": 0.93}[memory["found_by"]] - 0.01 * rank
+            index = self.open({**memory, "messages": []})
+            short = memory["summary"] if memory["summary"] and memory["summary"] != memory["text"] else None
+            self.parts.append(Part(memory["kind"], memory["text"], priority, index, memory_id=memory["id"], short=short))
+
+    def claim_found(self, turn, found: list[tuple[dict, float, str]], budget: int) -> None:
+        if not found:
+            return
+        index = self.open({"kind": "found", "messages": []})
+        fall = budget / FALL_TOKENS
         following = {m["id"]: n for m, n in zip(turn.messages, turn.messages[1:])}
         position = {m["id"]: n for n, m in enumerate(turn.messages)}
         for rank, (message, _score, _text) in enumerate(found):
@@ -388,67 +421,68 @@ def _assemble(context: Context, turn, system_text: str, memories: list[dict], fo
             # agent reads the correction first (LongMemEval knowledge-update: newest shown before the
             # outdated one 0 of 1 by rank; bench/README.md).
             newest_first = -position.get(message["id"], rank)
-            priority = 0.9 - 0.5 * rank / fall
-            claim("found", message, priority, len(sections) - 1, newest_first)
+            self.claim("found", message, 0.9 - 0.5 * rank / fall, index, newest_first)
             reply = following.get(message["id"])
             if reply is not None and rank + REPLY_LAG < FOUND_HITS:  # shown right after its hit
-                claim("found", reply, 0.9 - 0.5 * (rank + REPLY_LAG) / fall, len(sections) - 1,
-                      newest_first + 0.5)
-    for evaluation in turn.shown:
-        topic = turn.topics[evaluation.topic_id]
-        by_id = {m["id"]: m for m in topic.messages}
-        sections.append({"kind": "topic", "topic_id": evaluation.topic_id, "name": evaluation.name,
-                         "score": round(evaluation.relevance_score, 4), "summary": evaluation.summary,
-                         "file": evaluation.file, "messages": []})
-        index = len(sections) - 1
-        best = max(evaluation.message_scores.values(), default=1.0) or 1.0
-        for order, mid in enumerate(evaluation.referenced_message_ids):
-            if mid in by_id:
-                share = evaluation.message_scores.get(mid, best) / best
-                claim("topic", by_id[mid], TOPIC_WEIGHT * evaluation.relevance_score * share, index, order,
-                      evaluation.topic_id)
-        if evaluation.summary:
-            parts.append(Part("summary", f"Summary: {evaluation.summary}", evaluation.relevance_score / 4, index,
-                              topic_id=evaluation.topic_id))
-    if turn.unsplit:
-        sections.append({"kind": "unsplit", "messages": []})
-        for age, m in enumerate(reversed(turn.unsplit)):
-            claim("unsplit", m, 0.25 - 0.1 * age / len(turn.unsplit), len(sections) - 1, len(turn.unsplit) - age)
-    sections.append({"kind": "recent", "messages": []})
-    recent_index = len(sections) - 1
-    for age, m in enumerate(reversed(recent)):
-        if age == 0:
-            priority = math.inf
-        elif age <= LAST_EXCHANGE:
-            priority = 0.88 - 0.03 * (age - 1) / LAST_EXCHANGE
-        else:
-            priority = 0.45 - 0.15 * (age - LAST_EXCHANGE) / len(recent)
-        claim("last" if age <= LAST_EXCHANGE else "recent", m, priority, recent_index, len(recent) - age)
-    for held in claims.values():
-        # A long message (an assistant's reply, a pasted text) is shown by its excerpt: one is the
-        # room of several user turns (LongMemEval all turns: replies median 391 tokens). Not the new one.
-        message = held["message"] if held["priority"] == math.inf else excerpt(
-            held["message"], matched.get(held["message"]["id"]), query)
-        day, minute = day_and_time(message.get("ts"))
-        parts.append(Part("recent" if held["kind"] == "last" else held["kind"], render_line(message, stamp=False),
-                          held["priority"], held["section"], message, held["topic_id"], order=held["order"],
-                          day=day, minute=minute))
+                self.claim("found", reply, 0.9 - 0.5 * (rank + REPLY_LAG) / fall, index, newest_first + 0.5)
 
-    # Left out after the claims: a message the client holds (the last exchange) is not given as found either.
-    parts = [p for p in parts if p.kind not in leave_out]
-    for part in parts:
-        part.tokens = count_tokens(part.text)
-        part.short_tokens = count_tokens(part.short) if part.short else 0
-    chosen = _fit(parts, sections, budget)
-    context.dropped = [p.as_dropped() for p in parts if id(p) not in chosen]
-    kept = _sections_with(parts, sections, chosen)
-    context.text = _render(kept)
-    context.tokens = count_tokens(context.text)
+    def claim_topics(self, turn) -> None:
+        for evaluation in turn.shown:
+            topic = turn.topics[evaluation.topic_id]
+            by_id = {m["id"]: m for m in topic.messages}
+            index = self.open({"kind": "topic", "topic_id": evaluation.topic_id, "name": evaluation.name,
+                               "score": round(evaluation.relevance_score, 4), "summary": evaluation.summary,
+                               "file": evaluation.file, "messages": []})
+            best = max(evaluation.message_scores.values(), default=1.0) or 1.0
+            for order, mid in enumerate(evaluation.referenced_message_ids):
+                if mid in by_id:
+                    share = evaluation.message_scores.get(mid, best) / best
+                    self.claim("topic", by_id[mid], TOPIC_WEIGHT * evaluation.relevance_score * share, index, order,
+                               evaluation.topic_id)
+            if evaluation.summary:
+                self.parts.append(Part("summary", f"Summary: {evaluation.summary}", evaluation.relevance_score / 4,
+                                       index, topic_id=evaluation.topic_id))
+
+    def claim_unsplit(self, turn) -> None:
+        if not turn.unsplit:
+            return
+        index = self.open({"kind": "unsplit", "messages": []})
+        for age, m in enumerate(reversed(turn.unsplit)):
+            self.claim("unsplit", m, 0.25 - 0.1 * age / len(turn.unsplit), index, len(turn.unsplit) - age)
+
+    def claim_recent(self, turn) -> None:
+        recent = turn.recent
+        index = self.open({"kind": "recent", "messages": []})
+        for age, m in enumerate(reversed(recent)):
+            if age == 0:
+                priority = math.inf
+            elif age <= LAST_EXCHANGE:
+                priority = 0.88 - 0.03 * (age - 1) / LAST_EXCHANGE
+            else:
+                priority = 0.45 - 0.15 * (age - LAST_EXCHANGE) / len(recent)
+            self.claim("last" if age <= LAST_EXCHANGE else "recent", m, priority, index, len(recent) - age)
+
+    def add_messages(self, matched: dict[str, str], query: str) -> None:
+        """A part for each claimed message, where its claims placed it. `matched`: a found message's id ->
+        the text of the unit the search matched."""
+        for held in self.claims.values():
+            # A long message (an assistant's reply, a pasted text) is shown by its excerpt: one is the
+            # room of several user turns (LongMemEval all turns: replies median 391 tokens). Not the new one.
+            message = held["message"] if held["priority"] == math.inf else excerpt(
+                held["message"], matched.get(held["message"]["id"]), query)
+            day, minute = day_and_time(message.get("ts"))
+            self.parts.append(Part("recent" if held["kind"] == "last" else held["kind"], render_line(message, stamp=False),
+                                   held["priority"], held["section"], message, held["topic_id"], order=held["order"],
+                                   day=day, minute=minute))
+
+
+def _fill_section_views(kept: list[dict], found: list[tuple[dict, float, str]], system_text: str) -> None:
+    """The kept sections as the JSON form gives them: their messages as views, a found one with its score."""
+    score = {m["id"]: sc for m, sc, _text in found}
     for s in kept:
         if s["kind"] == "topic" and s.get("summary") is None:
             s["summary"] = ""
         if s["kind"] == "found":
-            score = {m["id"]: sc for m, sc, _text in found}
             # A hit's reply, shown after it, has no score of its own: null.
             s["messages"] = [{**message_view(m), "score": round(score[m["id"]], 4) if m["id"] in score else None}
                              for m in s["messages"]]
@@ -456,7 +490,6 @@ def _assemble(context: Context, turn, system_text: str, memories: list[dict], fo
             s["messages"] = [message_view(m) for m in s["messages"]]
         if s["kind"] == "system":
             s["text"] = system_text
-    context.sections = kept
 
 
 def _fit(parts: list[Part], sections: list[dict], budget: int) -> dict[int, str]:

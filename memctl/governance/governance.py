@@ -335,7 +335,8 @@ class NoteReport:
 
 
 def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, allow_conflict: bool,
-                now: datetime, gov: config.Governance, hold: bool = False) -> tuple[dict[str, NoteReport], list[dict]]:
+                now: datetime, governance_settings: config.Governance,
+                hold: bool = False) -> tuple[dict[str, NoteReport], list[dict]]:
     """Add notes to `doc` in memory, deprecating what each supersedes; nothing is written here.
 
     A note is {"id", "section", "text", "fields"} with its input line. Raises
@@ -355,71 +356,93 @@ def apply_notes(doc: Document, notes: list[tuple[int, dict]], *, source: str, al
     staged = {note["id"]: Entry(text=note["text"], fields=note["fields"], section=note["section"],
                                 headings=tuple(note.get("headings", ())), list_item=note.get("list_item", ""))
               for _, note in notes}
+    refuse_conflicts = not allow_conflict and not hold
     reports: dict[str, NoteReport] = {}
     log: list[dict] = []
     for line, note in notes:
-        fields = note["fields"]
-        note_id = note["id"]
-        olds = list(dict.fromkeys(supersedes_of(fields)))
-        report = NoteReport(supersedes=olds)
-        for old in olds:
-            target = by_id.get(old) or staged.get(old)
-            if old == note_id:
-                raise InputError("a memory cannot supersede itself", source=source, line=line, field="supersedes")
-            if target is None:
-                raise InputError(f"'{old}': no memory with that id in MEMORY.md", source=source, line=line,
-                                 field="supersedes")
-            if replaced_by.get(old, note_id) != note_id:
-                raise InputError(f"'{old}' is already superseded by '{replaced_by[old]}'; supersede the newest "
-                                 f"version instead", source=source, line=line, field="supersedes")
-            if "canonical_topic" not in fields and isinstance(target.get("canonical_topic"), str):
-                fields["canonical_topic"] = target.get("canonical_topic")  # a new version stays in its topic
-            if not hold and target.get("status") != "deprecated":
-                log.append({"ts": stamp, "action": "supersede", "id": old, "by": note_id,
-                            "from": status_of(target), "to": "deprecated"})
-                set_status(target, "deprecated", stamp)
-            replaced_by[old] = note_id
+        where = {"source": source, "line": line}
+        fields, note_id = note["fields"], note["id"]
+        olds = _supersede(note, by_id, staged, replaced_by, where, None if hold else log, stamp)
+        report = reports[note_id] = NoteReport(supersedes=olds)
         current = is_current(fields)
         if current and not olds:
             report.duplicate_of = _same_statement(doc.entries, note["text"], _scope(fields), note_id)
             if report.duplicate_of:
-                reports[note_id] = report
                 continue  # nothing new to write: the store says this already
-        topic = fields.get("canonical_topic")
-        if isinstance(topic, str) and topic and current:
-            report.topic = topic
-            tails = set(active_tails(doc))
-            report.conflicts = [e.id for e in doc.entries if e.get("canonical_topic") == topic
-                                and e.id in tails and e.id != note_id and e.id not in olds]
-            if report.conflicts and not allow_conflict and not hold:
-                ids = ", ".join(f"'{i}'" for i in report.conflicts)
-                raise InputError(f"'{topic}' already has current memory {ids}; add this one anyway with --add, "
-                                 f"or replace it with --supersedes {report.conflicts[0]}",
-                                 source=source, line=line, field="canonical_topic")
+        if current:
+            _check_topic(report, doc, note, refuse_conflicts, where)
         report.similar = similar(doc.entries, f"{fields.get('summary', '')}\n{note['text']}",
-                                 k=int(gov.conflict_top_k), min_score=gov.conflict_min_similarity,
+                                 k=int(governance_settings.conflict_top_k),
+                                 min_score=governance_settings.conflict_min_similarity,
                                  exclude=[note_id, *olds])
-        # Against what the store held before this input, in the note's scope: the notes of one
-        # input are the writer's own set of statements (a list of facts of one form, say).
-        near = [i for i, score in report.similar if score >= gov.near_duplicate_similarity
-                and i in stored_before and _scope(by_id[i].fields) == _scope(fields)]
-        if near and current and not report.conflicts:
-            report.conflicts = near
-            if not allow_conflict and not hold:
-                ids = ", ".join(f"'{i}'" for i in near)
-                summary = _summary(by_id[near[0]])
-                raise InputError(f"says something else on the subject of current memory {ids} (\"{summary}\"); "
-                                 f"add this one anyway with --add, or replace it with --supersedes {near[0]}",
-                                 source=source, line=line, field="text")
+        if current and not report.conflicts:
+            # Against what the store held before this input, in the note's scope: the notes of one
+            # input are the writer's own set of statements (a list of facts of one form, say).
+            near = [i for i, score in report.similar if score >= governance_settings.near_duplicate_similarity
+                    and i in stored_before and _scope(by_id[i].fields) == _scope(fields)]
+            _check_near(report, near, by_id, refuse_conflicts, where)
         if report.conflicts and not hold:
-            log.append({"ts": stamp, "action": "add-conflict", "id": note_id, "topic": topic,
+            log.append({"ts": stamp, "action": "add-conflict", "id": note_id, "topic": fields.get("canonical_topic"),
                         "conflicts": report.conflicts})
-        entry = staged[note_id]
-        by_id[note_id] = entry
+        by_id[note_id] = staged[note_id]
         if not hold:
-            doc.add(entry)
-        reports[note_id] = report
+            doc.add(staged[note_id])
     return reports, log
+
+
+def _supersede(note: dict, by_id: dict[str, Entry], staged: dict[str, Entry], replaced_by: dict[str, str],
+               where: dict, log: list[dict] | None, stamp: str) -> list[str]:
+    """The ids the note supersedes, each checked (it exists in MEMORY.md or the input, is not the note
+    itself, and no other memory superseded it); the note takes the topic of what it replaces. With
+    `log` (not pending), each current one is deprecated and logged."""
+    fields, note_id = note["fields"], note["id"]
+    olds = list(dict.fromkeys(supersedes_of(fields)))
+    for old in olds:
+        target = by_id.get(old) or staged.get(old)
+        if old == note_id:
+            raise InputError("a memory cannot supersede itself", **where, field="supersedes")
+        if target is None:
+            raise InputError(f"'{old}': no memory with that id in MEMORY.md", **where, field="supersedes")
+        if replaced_by.get(old, note_id) != note_id:
+            raise InputError(f"'{old}' is already superseded by '{replaced_by[old]}'; supersede the newest "
+                             f"version instead", **where, field="supersedes")
+        if "canonical_topic" not in fields and isinstance(target.get("canonical_topic"), str):
+            fields["canonical_topic"] = target.get("canonical_topic")  # a new version stays in its topic
+        if log is not None and target.get("status") != "deprecated":
+            log.append({"ts": stamp, "action": "supersede", "id": old, "by": note_id,
+                        "from": status_of(target), "to": "deprecated"})
+            set_status(target, "deprecated", stamp)
+        replaced_by[old] = note_id
+    return olds
+
+
+def _check_topic(report: NoteReport, doc: Document, note: dict, refuse: bool, where: dict) -> None:
+    """The current memories of the note's canonical_topic (other than those it supersedes) as its
+    conflicts; with `refuse`, any is an error."""
+    topic = note["fields"].get("canonical_topic")
+    if not (isinstance(topic, str) and topic):
+        return
+    report.topic = topic
+    tails = set(active_tails(doc))
+    report.conflicts = [e.id for e in doc.entries if e.get("canonical_topic") == topic
+                        and e.id in tails and e.id != note["id"] and e.id not in report.supersedes]
+    if report.conflicts and refuse:
+        ids = ", ".join(f"'{i}'" for i in report.conflicts)
+        raise InputError(f"'{topic}' already has current memory {ids}; add this one anyway with --add, "
+                         f"or replace it with --supersedes {report.conflicts[0]}", **where, field="canonical_topic")
+
+
+def _check_near(report: NoteReport, near: list[str], by_id: dict[str, Entry], refuse: bool, where: dict) -> None:
+    """Near-duplicates of a current note as its conflicts; with `refuse`, any is an error."""
+    if not near:
+        return
+    report.conflicts = near
+    if refuse:
+        ids = ", ".join(f"'{i}'" for i in near)
+        summary = _summary(by_id[near[0]])
+        raise InputError(f"says something else on the subject of current memory {ids} (\"{summary}\"); "
+                         f"add this one anyway with --add, or replace it with --supersedes {near[0]}",
+                         **where, field="text")
 
 
 def _normal(text: str) -> str:

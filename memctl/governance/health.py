@@ -24,7 +24,7 @@ def scores(rt: Runtime, *, sort: str = "health") -> list[dict]:
     for entry in doc.entries:
         score = scorer.health(entry)
         rows.append({"id": entry.id, "line": entry.line, "section": entry.section,
-                     "status": status_of(entry), "core": is_core(entry, scorer.gov),
+                     "status": status_of(entry), "core": is_core(entry, scorer.governance_settings),
                      "health": round(score.total, 6), **{k: v for k, v in score.as_dict().items() if k != "score"},
                      "summary": memoryfile.summary_of(entry)})
     if sort == "id":

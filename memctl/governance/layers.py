@@ -84,9 +84,9 @@ def layered_search(rt: Runtime, query: str, *, workspace: str | None, budget: in
     from memctl.index.filters import Filters
     from memctl.text.tokens import count_tokens
 
-    store, gov = rt.store, rt.settings.governance
+    store, governance_settings = rt.store, rt.settings.governance
     doc = memoryfile.load(store.memory_md)
-    core, scoped = core_and_scope(store, doc, workspace, gov, rt.clock.now())
+    core, scoped = core_and_scope(store, doc, workspace, governance_settings, rt.clock.now())
     core_ids = {e.id for e in core}
 
     result = Layered(budget=budget, workspace=workspace,
@@ -99,8 +99,9 @@ def layered_search(rt: Runtime, query: str, *, workspace: str | None, budget: in
         taken = core_ids | {e.id for e in scoped}
         filters = Filters(kinds=("memory",), scopes=(workspace,) if workspace else ())
         retriever = retriever or Retriever(rt, say=say)
-        (found,) = retriever.search([Query(text=query, k=gov.layer_query_max + len(taken), filters=filters)])
-        for hit in [r for r in found if r.record_id not in taken][:gov.layer_query_max]:
+        (found,) = retriever.search([Query(text=query, k=governance_settings.layer_query_max + len(taken),
+                                           filters=filters)])
+        for hit in [r for r in found if r.record_id not in taken][:governance_settings.layer_query_max]:
             entry = doc.find(hit.record_id)
             if entry is not None:
                 item = _entry_item(entry)
@@ -111,20 +112,21 @@ def layered_search(rt: Runtime, query: str, *, workspace: str | None, budget: in
 
 
 def core_and_scope(store: Store, doc: memoryfile.Document, workspace: str | None,
-                   gov: Governance, now: datetime) -> tuple[list[memoryfile.Entry], list[memoryfile.Entry]]:
+                   governance_settings: Governance,
+                   now: datetime) -> tuple[list[memoryfile.Entry], list[memoryfile.Entry]]:
     """The L0 core memories and the L1 memories of `workspace` (current chain tails of global and
     the workspace only), each layer best first (health at `now`) and at most its [governance] limit."""
     tails = set(active_tails(doc))
     visible = [e for e in doc.entries if e.id in tails and _in_scope(e, workspace)]
-    scorer = Scorer(store, now, gov)
+    scorer = Scorer(store, now, governance_settings)
     # is_core is the hard switch, user_weight the ranking (G1): flagged entries first.
-    core = sorted((e for e in visible if is_core(e, gov)),
+    core = sorted((e for e in visible if is_core(e, governance_settings)),
                   key=lambda e: (e.get("is_core") is not True, -scorer.health(e).user_weight,
                                  -scorer.health(e).recency_decay, e.id))
-    core = core[:gov.layer_core_max]
+    core = core[:governance_settings.layer_core_max]
     core_ids = {e.id for e in core}
     scoped = [e for e in visible if workspace and e.get("scope") == workspace and e.id not in core_ids]
-    scoped = sorted(scoped, key=lambda e: (-scorer.health(e).total, e.id))[:gov.layer_scope_max]
+    scoped = sorted(scoped, key=lambda e: (-scorer.health(e).total, e.id))[:governance_settings.layer_scope_max]
     return core, scoped
 
 

@@ -83,7 +83,7 @@ def load_deleted(store: Store) -> list[Entry]:
 
 def run(rt: Runtime, *, dry_run: bool = False, hard: bool = False) -> list[Change]:
     """Apply the lifecycle to MEMORY.md in one transaction; returns the changes (made, or that would be)."""
-    store, gov, now = rt.store, rt.settings.governance, rt.clock.now()
+    store, governance_settings, now = rt.store, rt.settings.governance, rt.clock.now()
     stamp = clock.format_ts(now)
     changes: list[Change] = []
     if not store.memory_md.exists():
@@ -91,10 +91,10 @@ def run(rt: Runtime, *, dry_run: bool = False, hard: bool = False) -> list[Chang
     with store.transaction(dry_run=dry_run) as tx:
         counters.compact(store, tx)  # searches only log their accesses; the nightly pass folds them
         doc = memoryfile.load(store.memory_md)
-        scorer = scores.Scorer(store, now, gov)
+        scorer = scores.Scorer(store, now, governance_settings)
         doomed: list[Entry] = []
         for entry in doc.entries:
-            change = _decide(entry, scorer, gov, now)
+            change = _decide(entry, scorer, governance_settings, now)
             if change is None:
                 continue
             change.line = entry.line
@@ -143,29 +143,30 @@ def doc_summary(entries: list[Entry], memory_id: str) -> str | None:
     return None
 
 
-def _decide(entry: Entry, scorer: scores.Scorer, gov: config.Governance, now: datetime) -> Change | None:
+def _decide(entry: Entry, scorer: scores.Scorer, governance_settings: config.Governance,
+            now: datetime) -> Change | None:
     raw_status = entry.get("status")
     if raw_status is not None and raw_status not in memoryfile.STATUSES:
         return None  # a status we cannot read is left for a person (health check reports it)
     status = status_of(entry)
     if status == "deprecated":
         return None
-    core = scores.is_core(entry, gov)
+    core = scores.is_core(entry, governance_settings)
     if status == "archived":
         if core:
             return None
         changed = scores.parse_time(entry.get("status_changed_at"))
         if changed is None:
             return Change(entry.id, "stamp", "archived", "archived")
-        if clock.age_days(changed, now) > gov.delete_archived_after_days:
+        if clock.age_days(changed, now) > governance_settings.delete_archived_after_days:
             return Change(entry.id, "delete", "archived", "deleted", scorer.health(entry).total)
         return None
     health = scorer.health(entry).total
     if core:
         target = "active"
-    elif health < gov.archive_below:
+    elif health < governance_settings.archive_below:
         target = "archived"
-    elif health < gov.low_priority_below:
+    elif health < governance_settings.low_priority_below:
         target = "low_priority"
     else:
         target = "active"

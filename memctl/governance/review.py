@@ -172,7 +172,7 @@ def confirm(rt: Runtime, ids: list[str], *, dry_run: bool = False, allow_conflic
                 continue
             notes.append((p.line, note))
         reports, log = governance.apply_notes(doc, notes, source=SOURCE, allow_conflict=allow_conflict,
-                                              now=now, gov=settings.governance)
+                                              now=now, governance_settings=settings.governance)
         if notes:
             tx.replace(store.memory_md, doc.render().encode("utf-8"))
         names = {p.id for p in picked}
@@ -189,7 +189,7 @@ def confirm(rt: Runtime, ids: list[str], *, dry_run: bool = False, allow_conflic
     return out
 
 
-def note_of(p: Pending, settings: config.Ingest, now: datetime, supersedes: list[str] | tuple = ()) -> dict:
+def note_of(p: Pending, ingest_settings: config.Ingest, now: datetime, supersedes: list[str] | tuple = ()) -> dict:
     """The note a pending line would write to MEMORY.md (made `now` if it names no time), checked as
     `ingest` checks one; InputError names the line and field. `memctl health` calls this too, so it
     reports exactly what confirm would refuse."""
@@ -202,7 +202,7 @@ def note_of(p: Pending, settings: config.Ingest, now: datetime, supersedes: list
     bad_names = sorted(name for name in fields if not memoryfile.FIELD_NAME.fullmatch(name))
     if bad_names:  # unknown fields are kept, as in MEMORY.md; a name a metadata block cannot hold is not
         raise InputError("not a field name", source=SOURCE, line=p.line, field=f"fields.{bad_names[0]}")
-    text, section = item.get("text"), item.get("section", settings.default_section)
+    text, section = item.get("text"), item.get("section", ingest_settings.default_section)
     if not isinstance(text, str) or not text.strip():
         raise InputError("must be non-empty text", source=SOURCE, line=p.line, field="text")
     if not isinstance(section, str) or not section.strip() or "\n" in section:
@@ -210,7 +210,7 @@ def note_of(p: Pending, settings: config.Ingest, now: datetime, supersedes: list
     fields = dict(fields, id=p.id)
     if supersedes:
         fields["supersedes"] = list(dict.fromkeys([*status.supersedes_of(fields), *supersedes]))
-    return complete_note(fields, text.strip(), section.strip(), settings, SOURCE, p.line, now)
+    return complete_note(fields, text.strip(), section.strip(), ingest_settings, SOURCE, p.line, now)
 
 
 def reject(rt: Runtime, ids: list[str], *, dry_run: bool = False, scope: str | None = None) -> list[dict]:

@@ -176,8 +176,8 @@ class Index(Searchable):
 
     def _embedding_settings(self) -> dict:
         """The settings that change what is embedded: a change means re-indexing."""
-        embedding = self.settings.embedding
-        return {k: getattr(embedding, k) for k in ("model", "precision", "with_previous_turn")}
+        embedding_settings = self.settings.embedding
+        return {k: getattr(embedding_settings, k) for k in ("model", "precision", "with_previous_turn")}
 
     # -- updating --------------------------------------------------------------
     def update(self, *, rebuild: bool = False, progress: Callable[[str, int, int], None] | None = None) -> UpdateReport:
@@ -291,7 +291,7 @@ class Index(Searchable):
         if not model.same_vectors(built_with):
             return None, f"model changed: {built_with.get('name')} ({built_with.get('precision')}) to " \
                          f"{model.identity['name']} ({model.identity['precision']})"
-        if (manifest.get("embedding") or {}).get("with_previous_turn") != model.settings.with_previous_turn:
+        if (manifest.get("embedding") or {}).get("with_previous_turn") != model.embedding_settings.with_previous_turn:
             return None, "embedding settings changed"
         try:
             table = _Table(self.dir / "units.db")
@@ -560,7 +560,7 @@ class Index(Searchable):
 def _to_embed(fresh: list[Unit], table: _Table | None, model: _Model) -> tuple[list[str], list[str], dict]:
     """What the fresh units are embedded as, those texts' digests, and the table's rows that already
     hold a vector of the same text (an unchanged text under new metadata): digest -> row."""
-    texts = [_embed_text(unit, model.settings.with_previous_turn) for unit in fresh]
+    texts = [_embed_text(unit, model.embedding_settings.with_previous_turn) for unit in fresh]
     embed_digests = [hashlib.sha1(text.encode()).hexdigest() for text in texts]
     return texts, embed_digests, table.donors(set(embed_digests)) if table is not None else {}
 
@@ -633,18 +633,18 @@ class _Meanwhile:
 class _Model:
     """The configured embedding model: named cheaply, loaded only when something is embedded."""
 
-    def __init__(self, settings: config.Embedding):
+    def __init__(self, embedding_settings: config.Embedding):
         from memctl.index.embedders import backend_for, open_embedder
         from memctl.index.embedding import model_identity
 
-        self.settings = settings
+        self.embedding_settings = embedding_settings
         self._embedder = None
-        name = settings.model
+        name = embedding_settings.model
         backend = backend_for(name)
         if backend.directory is None:
             # A packaged model with its own engine (embedders.py) is named by its package's
             # version: opening one reads no weights yet.
-            named = open_embedder(settings)
+            named = open_embedder(embedding_settings)
             self.identity = {"name": name or backend.name, "sha256": named.key,
                              "precision": getattr(named, "precision", "package")}
         else:
@@ -652,7 +652,7 @@ class _Model:
                 self.directory = backend.directory(name)
             except ImportError:
                 raise MemctlError(f"[embedding] model '{name}' needs {backend.install}") from None
-            self.identity = model_identity(self.directory, settings.precision, name or backend.name)
+            self.identity = model_identity(self.directory, embedding_settings.precision, name or backend.name)
 
     def same_vectors(self, identity: dict) -> bool:
         """Vectors made under `identity` are this model's: the same exported graph at the same precision."""
@@ -664,7 +664,7 @@ class _Model:
         if self._embedder is None:
             from memctl.index.embedders import open_embedder
 
-            self._embedder = open_embedder(self.settings)
+            self._embedder = open_embedder(self.embedding_settings)
         return self._embedder
 
 
@@ -863,7 +863,7 @@ def _records(change: _Change, rows: range, embed_digests: list[str]) -> list[dic
             for unit, row, digest, embed_digest in zip(change.fresh, rows, change.digests, embed_digests)]
 
 
-def health_problems(rt: Runtime) -> list[tuple[str, str]]:
+def rebuild_reasons(rt: Runtime) -> list[tuple[str, str]]:
     """(file, message) for each way .index/ needs more than the next search's update.
 
     Files changed since the last index are not reported: that is the state

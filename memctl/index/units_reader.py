@@ -124,17 +124,17 @@ class Links:
     on arrays 0.5-0.55 (bench/README.md, "Learning the index ahead"); making these takes ~2 ms
     at 6k and ~9 ms at 50k.
 
-    `records`: record id -> its number; `record`, `context`: each row's record's number and its
+    `records`: record id -> its number; `record`, `turn_before`: each row's record's number and its
     turn before's (-1: none); `by_row`: each row's unit."""
 
-    def __init__(self, records: dict[str, int], record, context, by_row: dict[int, dict | None]):
+    def __init__(self, records: dict[str, int], record, turn_before, by_row: dict[int, dict | None]):
         self.unit_of = [by_row.get(row) for row in range(len(record))]  # row -> its unit: a list reads faster
         count = len(records)
         self.names = [""] * count  # record number -> record id
         for name, number in records.items():
             self.names[number] = name
         self._units_start, self._units = _grouped(record, count)
-        self._replies_start, self._replies = _grouped(context, count)
+        self._replies_start, self._replies = _grouped(turn_before, count)
 
     def units_of(self, records):
         """The rows of these records' units (record numbers), a record after another, each's in row order."""

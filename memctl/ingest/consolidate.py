@@ -54,15 +54,15 @@ def consolidate(cache: "Cache", scope: str, *, everything: bool = False, dry_run
                 only: list[Entry] | None = None, index: bool = True) -> list[Consolidated]:
     from memctl.ingest.ingest import ingest
 
-    settings = cache.settings
+    cache_settings = cache.settings
     entries = only if only is not None else list(cache.backend.entries(scope))
-    chosen = [e for e in entries if everything or e.access_count >= settings.consolidate_min_access]
+    chosen = [e for e in entries if everything or e.access_count >= cache_settings.consolidate_min_access]
     out = [Consolidated(e.key, e.tool, e.consolidated, "marked", e.access_count) for e in chosen if e.consolidated]
     todo = [e for e in chosen if not e.consolidated]
     if not todo:
         return out
     notes = {memory_id(e): e for e in todo}
-    data = b"".join(orjson.dumps(note(e, memory_id, settings)) + b"\n" for memory_id, e in notes.items())
+    data = b"".join(orjson.dumps(note(e, memory_id, cache_settings)) + b"\n" for memory_id, e in notes.items())
     result = ingest(cache.runtime, data, source=f"cache:{scope}", fmt="jsonl", kind="memory", keep_noise=True,
                     dry_run=dry_run, allow_conflict=True)
     for outcome in result.outcomes:
@@ -84,7 +84,7 @@ def memory_id(entry: Entry) -> str:
     return f"cache-{digest[:16]}"
 
 
-def note(entry: Entry, memory_id: str, settings: config.Cache) -> dict[str, Any]:
+def note(entry: Entry, memory_id: str, cache_settings: config.Cache) -> dict[str, Any]:
     """The note an entry becomes: what was asked, what came back (summarised), where from."""
     call = f"{entry.tool} {_call_args(entry.args)}"
     if entry.exit_code != 0:
@@ -93,17 +93,17 @@ def note(entry: Entry, memory_id: str, settings: config.Cache) -> dict[str, Any]
     elif not entry.output.strip():
         found = "returned nothing"
     else:
-        found = summarise(entry.text, settings)
+        found = summarise(entry.text, cache_settings)
     text = f"{call}\n{found}"
-    return {"id": memory_id, "text": text, "section": settings.section,
+    return {"id": memory_id, "text": text, "section": cache_settings.section,
             "summary": clip(f"{entry.tool}: {found}", SUMMARY_MAX),
             "memory_class": "episodic", "created_at": entry.created_at, "access_count": entry.access_count,
             "tool": entry.tool, **({"agent": entry.agent} if entry.agent else {}), "cache_scope": entry.scope}
 
 
-def summarise(text: str, settings: config.Cache) -> str:
+def summarise(text: str, cache_settings: config.Cache) -> str:
     """The [cache] summary_command's answer, else the output's first lines up to summary_chars."""
-    command = settings.summary_command
+    command = cache_settings.summary_command
     if command:
         try:
             argv = program_argv(command, "[cache] summary_command")
@@ -116,7 +116,7 @@ def summarise(text: str, settings: config.Cache) -> str:
         if not summary:
             raise CacheError(f"[cache] summary_command: '{argv[0]}' printed nothing")
         return summary
-    budget = settings.summary_chars
+    budget = cache_settings.summary_chars
     kept: list[str] = []
     used = 0
     for line in text.split("\n"):

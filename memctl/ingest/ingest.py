@@ -422,7 +422,7 @@ def _write_notes(store: Store, tx, doc: memoryfile.Document, notes: list[tuple[i
         return {}, {}
     path = store.memory_md
     reports, log = governance.apply_notes(doc, notes, source=source, allow_conflict=allow_conflict,
-                                          now=now, gov=governance_settings)
+                                          now=now, governance_settings=governance_settings)
     tx.replace(path, doc.render().encode("utf-8"))
     tx.append(governance.log_path(store), governance.log_records(log))
     return {note["id"]: store.relative(path) for _, note in notes}, reports
@@ -436,7 +436,7 @@ def _check_notes(doc: memoryfile.Document, notes: list[tuple[int, dict]], source
     if not notes:
         return {}
     reports, _ = governance.apply_notes(doc, notes, source=source, allow_conflict=True, hold=True,
-                                        now=now, gov=governance_settings)
+                                        now=now, governance_settings=governance_settings)
     return reports
 
 

@@ -122,30 +122,31 @@ class RowFacts:
         self.line = np.zeros(rows, dtype=np.int64)  # a message's source (as a number) and first line, one number
         self.message = np.zeros(rows, dtype=bool)  # it is a chat message
         self.record = np.full(rows, -1, dtype=np.int64)  # its record, as a number (records)
-        self.context = np.full(rows, -1, dtype=np.int64)  # a message's turn before's record, as a number; -1: none
+        self.turn_before = np.full(rows, -1, dtype=np.int64)  # a message's turn before's record, as a number; -1: none
         self._numbers: dict[str | None, int] = {}  # sessions' and sources' numbers
         self.records: dict[str, int] = {}  # record ids' numbers
         self.names: list[str] = []  # record number -> record id
         self.links: Links | None = None  # once every row of the table is known (learning ahead)
 
-    def learn(self, units: list[dict], rows, retrieval: config.Retrieval) -> None:
+    def learn(self, units: list[dict], rows, retrieval_settings: config.Retrieval) -> None:
         import numpy as np
 
         for at in np.flatnonzero(~self.known[rows]).tolist():
             unit = units[at]
             row = unit["row"]
             fields = orjson.loads(unit["fields"] or "{}")
-            importance = fields.get("importance", retrieval.default_importance)
-            importance = importance if isinstance(importance, (int, float)) else retrieval.default_importance
-            self.importance[row] = retrieval.importance_base + (1 - retrieval.importance_base) * importance
-            ratio = max(len(unit["text"]) / retrieval.length_norm_anchor, 1.0)
-            self.length[row] = 1 / (1 + retrieval.length_norm_strength * math.log2(ratio))
-            self.dated[row] = _dated(unit["kind"], fields, retrieval.evergreen_memory_classes)
+            importance = fields.get("importance", retrieval_settings.default_importance)
+            importance = importance if isinstance(importance, (int, float)) else retrieval_settings.default_importance
+            base = retrieval_settings.importance_base
+            self.importance[row] = base + (1 - base) * importance
+            ratio = max(len(unit["text"]) / retrieval_settings.length_norm_anchor, 1.0)
+            self.length[row] = 1 / (1 + retrieval_settings.length_norm_strength * math.log2(ratio))
+            self.dated[row] = _dated(unit["kind"], fields, retrieval_settings.evergreen_memory_classes)
             self.noise[row] = bool(noise_reason(unit["text"], fields.get("role")))
             self.session[row] = self._numbers.setdefault(unit["session"], len(self._numbers))
             self.record[row] = self._number(unit["record_id"])
             if unit["context_id"]:
-                self.context[row] = self._number(unit["context_id"])
+                self.turn_before[row] = self._number(unit["context_id"])
             if unit["kind"] == "message":
                 self.message[row] = True
                 source = self._numbers.setdefault(unit["source"], len(self._numbers))
@@ -169,10 +170,10 @@ class IndexRows:
     links between them as arrays (units_reader.Links), kept while the index stays open.
     `vector_rows()`: how many rows the vectors hold (the table may hold rows they lack yet)."""
 
-    def __init__(self, units: UnitsReader, vector_rows, retrieval: config.Retrieval):
+    def __init__(self, units: UnitsReader, vector_rows, retrieval_settings: config.Retrieval):
         self.units = units
         self._vector_rows = vector_rows
-        self.retrieval = retrieval
+        self.retrieval = retrieval_settings
         self._facts: RowFacts | None = None
         self._learned_to = 0  # learn_ahead has read the rows below this one
 
@@ -214,7 +215,7 @@ class IndexRows:
 
         facts = self._facts_for(0)
         wanted = np.zeros(len(facts.names) + 1, dtype=bool)  # by record number; the last: -1, none
-        wanted[facts.context[vector_rows]] = True
+        wanted[facts.turn_before[vector_rows]] = True
         wanted[facts.record[rows]] = False
         wanted[-1] = False
         wanted = sorted(np.flatnonzero(wanted).tolist(), key=facts.names.__getitem__)
@@ -285,7 +286,7 @@ class IndexRows:
             return False
         # Links only when every row of the table is known (not when it holds rows the vectors lack yet)
         if facts.links is None and self.units.count() == int(np.count_nonzero(facts.known)):
-            facts.links = Links(facts.records, facts.record, facts.context, self.units.by_row)
+            facts.links = Links(facts.records, facts.record, facts.turn_before, self.units.by_row)
         return True
 
     def _learned(self, units: list[dict], rows=None) -> RowFacts:

@@ -52,60 +52,84 @@ def named_periods(text: str, now: datetime) -> list[Period]:
     grammar = _grammar()
     now = now.astimezone(timezone.utc) if now.tzinfo else now.replace(tzinfo=timezone.utc)
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    periods: list[Period] = []
-    taken: list[tuple[int, int]] = []  # spans read already: "9 November, 2022" is not also "November, 2022"
+    reading = _Reading()
+    _read_dates(reading, text, grammar)
+    _read_relative(reading, text, grammar, now, today)
+    _read_chinese_relative(reading, text, grammar, today)
+    return reading.periods
 
-    def free(match: re.Match) -> bool:
-        return not any(match.start() < end and start < match.end() for start, end in taken)
 
-    def add(match: re.Match, period: Period | None) -> None:
-        taken.append(match.span())  # read, even when it names no date (31 February)
+class _Reading:
+    """The periods found so far and the spans read: "9 November, 2022" is not also "November, 2022"."""
+
+    def __init__(self) -> None:
+        self.periods: list[Period] = []
+        self.taken: list[tuple[int, int]] = []
+
+    def free(self, match: re.Match) -> bool:
+        return not any(match.start() < end and start < match.end() for start, end in self.taken)
+
+    def add(self, match: re.Match, period: Period | None) -> None:
+        self.taken.append(match.span())  # read, even when it names no date (31 February)
         if period is not None:
-            periods.append(period)
+            self.periods.append(period)
 
+
+def _read_dates(reading: _Reading, text: str, grammar: dict) -> None:
+    """The days, months and years named by their numbers or names, the most precise first."""
     for match in grammar["iso"].finditer(text):
-        add(match, _day(int(match[1]), int(match[2]), int(match[3])))
+        reading.add(match, _day(int(match[1]), int(match[2]), int(match[3])))
     for name in ("day_month", "month_day"):
         for match in grammar[name].finditer(text):
-            if free(match):
+            if reading.free(match):
                 day, month = (match[1], match[2]) if name == "day_month" else (match[2], match[1])
                 month_number = grammar["month_of"][month[:3].lower()]
-                add(match, _day(int(match[3]) if match[3] else ANY_YEAR, month_number, int(day)))
+                reading.add(match, _day(int(match[3]) if match[3] else ANY_YEAR, month_number, int(day)))
     for match in grammar["month_year"].finditer(text):
-        if free(match):
-            add(match, _month(int(match[2]), grammar["month_of"][match[1][:3].lower()]))
+        if reading.free(match):
+            reading.add(match, _month(int(match[2]), grammar["month_of"][match[1][:3].lower()]))
     for match in grammar["month"].finditer(text):
-        if free(match):
-            add(match, _month(ANY_YEAR, grammar["month_of"][match[1][:3].lower()]))
+        if reading.free(match):
+            reading.add(match, _month(ANY_YEAR, grammar["month_of"][match[1][:3].lower()]))
     for match in grammar["year"].finditer(text):
-        if free(match):
-            add(match, (_at(int(match[1]), 1, 1), _at(int(match[1]) + 1, 1, 1)))
+        if reading.free(match):
+            reading.add(match, (_at(int(match[1]), 1, 1), _at(int(match[1]) + 1, 1, 1)))
     for match in grammar["zh_date"].finditer(text):
-        if free(match):
+        if reading.free(match):
             year = int(match[1]) if match[1] else ANY_YEAR
-            add(match, _day(year, int(match[2]), int(match[3])) if match[3] else _month(year, int(match[2])))
+            reading.add(match, _day(year, int(match[2]), int(match[3])) if match[3] else _month(year, int(match[2])))
+
+
+def _read_relative(reading: _Reading, text: str, grammar: dict, now: datetime, today: datetime) -> None:
+    """The periods named against now: "10 days ago", "3天前", "last week", "today", "yesterday"."""
     en, zh = grammar["en"], grammar["zh"]
     for match in grammar["ago"].finditer(text):
         count = _count(match[1], en["numbers"])
-        add(match, _around(now - timedelta(days=count * en["units"][match[2].lower()]), en["units"][match[2].lower()]))
+        reading.add(match, _around(now - timedelta(days=count * en["units"][match[2].lower()]),
+                                   en["units"][match[2].lower()]))
     for match in grammar["zh_ago"].finditer(text):
         count = _count(match[1], zh["numbers"], first=1)
-        add(match, _around(now - timedelta(days=count * zh["units"][match[2]]), zh["units"][match[2]]))
+        reading.add(match, _around(now - timedelta(days=count * zh["units"][match[2]]), zh["units"][match[2]]))
     for match in grammar["last"].finditer(text):
-        add(match, _relative(match[0].split()[0].lower() == en["last"], match[1].lower(), today, en["weekdays"]))
+        reading.add(match, _relative(match[0].split()[0].lower() == en["last"], match[1].lower(), today,
+                                     en["weekdays"]))
     for match in grammar["today"].finditer(text):
-        add(match, (today, today + timedelta(days=1)))
+        reading.add(match, (today, today + timedelta(days=1)))
     for match in grammar["yesterday"].finditer(text):
-        add(match, (today - timedelta(days=1), today))
+        reading.add(match, (today - timedelta(days=1), today))
+
+
+def _read_chinese_relative(reading: _Reading, text: str, grammar: dict, today: datetime) -> None:
+    """The Chinese words for days, weeks, months and years against today, wherever they stand."""
+    en, zh = grammar["en"], grammar["zh"]
     for words, back in ((zh["today"], 0), (zh["yesterday"], 1), (zh["before_yesterday"], 2)):
         if any(word in text for word in words):
-            periods.append((today - timedelta(days=back), today - timedelta(days=back - 1)))
+            reading.periods.append((today - timedelta(days=back), today - timedelta(days=back - 1)))
     for words, unit, last in ((zh["last_week"], "week", True), (zh["last_month"], "month", True),
                               (zh["last_year"], "year", True), (zh["this_week"], "week", False),
                               (zh["this_month"], "month", False), (zh["this_year"], "year", False)):
         if any(word in text for word in words):
-            periods.append(_relative(last, unit, today, en["weekdays"]))
-    return periods
+            reading.periods.append(_relative(last, unit, today, en["weekdays"]))
 
 
 def within(moment: datetime, periods: list[Period]) -> bool:

@@ -36,16 +36,16 @@ def _number(value: Any, low: float, high: float) -> float | None:
     return None
 
 
-def user_weight_of(entry: Entry | Mapping[str, Any], gov: config.Governance) -> float:
+def user_weight_of(entry: Entry | Mapping[str, Any], governance_settings: config.Governance) -> float:
     weight = _number(fields_of(entry).get("user_weight"), 0, 10)
-    return gov.default_user_weight if weight is None else weight
+    return governance_settings.default_user_weight if weight is None else weight
 
 
-def is_core(entry: Entry | Mapping[str, Any], gov: config.Governance) -> bool:
+def is_core(entry: Entry | Mapping[str, Any], governance_settings: config.Governance) -> bool:
     """Layer 0: is_core, or user_weight at least core_user_weight (9). Never demoted."""
     fields = fields_of(entry)
     weight = _number(fields.get("user_weight"), 0, 10)
-    return fields.get("is_core") is True or (weight is not None and weight >= gov.core_user_weight)
+    return fields.get("is_core") is True or (weight is not None and weight >= governance_settings.core_user_weight)
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -77,42 +77,45 @@ class Score:
 
 
 def _parts(entry: Entry | Mapping[str, Any], now: datetime, accesses: int,
-           gov: config.Governance) -> tuple[float, float, float, int, float | None]:
+           governance_settings: config.Governance) -> tuple[float, float, float, int, float | None]:
     fields = fields_of(entry)
     created = parse_time(fields.get("created_at"))
     age = None if created is None else clock.age_days(created, now)
-    recency = 1.0 if age is None else math.exp(-math.log(2) / gov.recency_half_life_days * age)
+    recency = 1.0 if age is None else math.exp(-math.log(2) / governance_settings.recency_half_life_days * age)
     base = fields.get("access_count")
     base = base if isinstance(base, int) and not isinstance(base, bool) and base >= 0 else 0
     count = base + max(0, int(accesses))
-    frequency = min(count / gov.access_saturation, 1.0)
-    return recency, frequency, user_weight_of(entry, gov), count, age
+    frequency = min(count / governance_settings.access_saturation, 1.0)
+    return recency, frequency, user_weight_of(entry, governance_settings), count, age
 
 
 def health_score(entry: Entry | Mapping[str, Any], now: datetime, *, accesses: int = 0,
-                 gov: config.Governance | None = None) -> Score:
+                 governance_settings: config.Governance | None = None) -> Score:
     """Health (no query): 0.4 recency + 0.35 access frequency + 0.25 user_weight/10.
 
     `accesses` is the entry's count in access.json (see Scorer, which looks it up).
     """
-    gov = gov or governance_settings()
-    recency, frequency, weight, count, age = _parts(entry, now, accesses, gov)
-    total = (gov.health_weight_recency * recency + gov.health_weight_access * frequency
-             + gov.health_weight_user * weight / 10)
+    governance_settings = governance_settings or config.Governance()
+    recency, frequency, weight, count, age = _parts(entry, now, accesses, governance_settings)
+    total = (governance_settings.health_weight_recency * recency
+             + governance_settings.health_weight_access * frequency
+             + governance_settings.health_weight_user * weight / 10)
     return Score(total, recency, frequency, weight, count, age)
 
 
 def retrieval_score(relevance: float, entry: Entry | Mapping[str, Any], now: datetime, *,
-                    accesses: int = 0, gov: config.Governance | None = None) -> Score:
+                    accesses: int = 0, governance_settings: config.Governance | None = None) -> Score:
     """Ranking with a query: 0.4 relevance + 0.25 recency + 0.2 access frequency + 0.15 user_weight/10.
 
     `relevance` is the search's own score, clamped to [0, 1].
     """
-    gov = gov or governance_settings()
+    governance_settings = governance_settings or config.Governance()
     relevance = min(max(float(relevance), 0.0), 1.0)
-    recency, frequency, weight, count, age = _parts(entry, now, accesses, gov)
-    total = (gov.retrieval_weight_relevance * relevance + gov.retrieval_weight_recency * recency
-             + gov.retrieval_weight_access * frequency + gov.retrieval_weight_user * weight / 10)
+    recency, frequency, weight, count, age = _parts(entry, now, accesses, governance_settings)
+    total = (governance_settings.retrieval_weight_relevance * relevance
+             + governance_settings.retrieval_weight_recency * recency
+             + governance_settings.retrieval_weight_access * frequency
+             + governance_settings.retrieval_weight_user * weight / 10)
     return Score(total, recency, frequency, weight, count, age, relevance)
 
 
@@ -123,11 +126,12 @@ class Scorer:
         scorer.retrieval(0.82, unit.fields, unit.record_id).total
     """
 
-    def __init__(self, store: Store, now: datetime, gov: config.Governance):
-        """`now`: the moment ages count to; `gov`: the store's [governance] (its runtime's clock and settings)."""
+    def __init__(self, store: Store, now: datetime, governance_settings: config.Governance):
+        """`now`: the moment ages count to; `governance_settings`: the store's [governance] (its runtime's
+        clock and settings)."""
         from memctl.store import counters as access
 
-        self.gov = gov
+        self.governance_settings = governance_settings
         self.now = now
         self.counts = access.load(store)
 
@@ -137,11 +141,12 @@ class Scorer:
         return count if isinstance(count, int) and not isinstance(count, bool) else 0
 
     def health(self, entry: Entry | Mapping[str, Any], memory_id: str | None = None) -> Score:
-        return health_score(entry, self.now, accesses=self.accesses(memory_id or _id_of(entry)), gov=self.gov)
+        return health_score(entry, self.now, accesses=self.accesses(memory_id or _id_of(entry)),
+                            governance_settings=self.governance_settings)
 
     def retrieval(self, relevance: float, entry: Entry | Mapping[str, Any], memory_id: str | None = None) -> Score:
         return retrieval_score(relevance, entry, self.now, accesses=self.accesses(memory_id or _id_of(entry)),
-                               gov=self.gov)
+                               governance_settings=self.governance_settings)
 
 
 def _id_of(entry: Entry | Mapping[str, Any]) -> str:

@@ -182,7 +182,7 @@ class Searcher:
 
     def _why_none(self, found: Candidates, query: Query) -> str:
         """Why a search returned nothing, for --explain: no candidate, the minimum, or the noise filter."""
-        cfg = self.retrieval
+        retrieval_settings = self.retrieval
         if not len(found.relevance):
             return ("no unit matched the query's words or meaning" + (" within the filters" if query.filters != Filters()
                                                                       else ""))
@@ -191,30 +191,32 @@ class Searcher:
             if best < query.min_score:
                 return f"the best relevance, {best:.3f}, is under --min-score {query.min_score:g}"
             return f"every candidate at or over --min-score {query.min_score:g} was noise (a refusal, a greeting)"
-        trust = found.vector_weight / cfg.vector_weight if cfg.vector_weight > 0 else 0.0
+        trust = found.vector_weight / retrieval_settings.vector_weight if retrieval_settings.vector_weight > 0 else 0.0
         meaning = float((found.relevance_cosine * min(1.0, trust)).max())
         coverage = float(found.coverage.max())
-        if best < cfg.min_best_relevance and meaning < cfg.subject_min_cosine and coverage < cfg.subject_min_coverage:
+        if (best < retrieval_settings.min_best_relevance and meaning < retrieval_settings.subject_min_cosine
+                and coverage < retrieval_settings.subject_min_coverage):
             return (f"the store does not seem to know the subject ([retrieval] minimum): of {len(found.relevance)} "
-                    f"candidates the best calibrated cosine is {meaning:.3f} (subject_min_cosine {cfg.subject_min_cosine:g}), "
+                    f"candidates the best calibrated cosine is {meaning:.3f} (subject_min_cosine "
+                    f"{retrieval_settings.subject_min_cosine:g}), "
                     f"the best share of the query's words {coverage:.3f} (subject_min_coverage "
-                    f"{cfg.subject_min_coverage:g}), the best relevance {best:.3f} (min_best_relevance "
-                    f"{cfg.min_best_relevance:g}), and no two units hold subject_min_words "
-                    f"({cfg.subject_min_words:g}) of its words")
+                    f"{retrieval_settings.subject_min_coverage:g}), the best relevance {best:.3f} (min_best_relevance "
+                    f"{retrieval_settings.min_best_relevance:g}), and no two units hold subject_min_words "
+                    f"({retrieval_settings.subject_min_words:g}) of its words")
         return (f"every one of {len(found.relevance)} candidates was noise (a refusal, a greeting) or under "
-                f"[retrieval] hard_min_score ({cfg.hard_min_score:g})")
+                f"[retrieval] hard_min_score ({retrieval_settings.hard_min_score:g})")
 
     def _weights(self, query: Query) -> tuple[float, float, float | None]:
-        retrieval = self.retrieval
+        retrieval_settings = self.retrieval
         if query.mode == "bm25":
             return 0.0, 1.0, None
         if query.mode == "vector":
             return 1.0, 0.0, None
         unknown = self.embedder.unknown_share(query.text)
-        low, high = retrieval.unknown_share_low, retrieval.unknown_share_high
+        low, high = retrieval_settings.unknown_share_low, retrieval_settings.unknown_share_high
         confidence = min(1.0, max(0.0, (high - unknown) / (high - low))) if high > low else float(unknown < high)
-        vector_weight = retrieval.vector_weight * confidence
-        return vector_weight, retrieval.bm25_weight + retrieval.vector_weight - vector_weight, unknown
+        vector_weight = retrieval_settings.vector_weight * confidence
+        return vector_weight, retrieval_settings.bm25_weight + retrieval_settings.vector_weight - vector_weight, unknown
 
     def _vector_candidates(self, cosines, filters: Filters, limit: int) -> list[int]:
         """The `limit` rows of the best cosines the filters allow (in no particular order)."""

@@ -35,12 +35,12 @@ def load(store: Store) -> dict[str, dict]:
     try:
         data = orjson.loads(read_file(store.path(FILE_NAME)))
     except (FileNotFoundError, orjson.JSONDecodeError):
-        data = {}  # a damaged counter file costs counts, never a search; health reports it
+        data = {}  # a damaged counter file costs counts, never a search; the store check reports it
     counts = data if isinstance(data, dict) else {}
     for line in jsonl.read(store.path(LOG_NAME)):
         record = line.value
         if record is None or not isinstance(record.get("ids"), list) or not isinstance(record.get("at"), str):
-            continue  # torn or edited by hand: that search goes uncounted; health names the line
+            continue  # torn or edited by hand: that search goes uncounted; the store check names the line
         for memory_id in record["ids"]:
             if isinstance(memory_id, str):
                 entry = counts.get(memory_id)

@@ -3,7 +3,7 @@
 It numbers lines, parses each and says what is wrong with a bad one. Callers
 choose what a bad line means: input (ingest, --batch, state record) stops at
 the first, naming file, line and problem; a store file being read skips it
-(health reports it).
+(the store check reports it).
 """
 
 from __future__ import annotations

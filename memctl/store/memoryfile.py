@@ -64,31 +64,50 @@ _NUMBER = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
 
 def note_scope(fields: dict) -> str:
     """A note's scope (a MEMORY.md entry's, a pending note's): its `scope` field; global without one,
-    as search takes it (a field that is no scope is an error health reports)."""
+    as search takes it (a field that is no scope is an error the store check reports)."""
     scope = fields.get("scope")
     return scope if isinstance(scope, str) and check_field("scope", scope) is None else "global"
 
 
 def check_field(name: str, value: Any) -> str | None:
     """Why `value` is not valid for schema field `name`, or None if it is."""
-    def is_number(v: Any) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-
     if name in ("id", "summary", "canonical_topic", "created_at", "status_changed_at", "deleted_at", "tool",
                 "agent", "cache_scope") and not isinstance(value, str):
         return "must be text"
+    return _text_problem(name, value) or _choice_problem(name, value) or _number_or_list_problem(name, value)
+
+
+def _text_problem(name: str, value: Any) -> str | None:
+    """What is wrong with the text of an id, a summary, a scope or a time, if anything."""
     if name == "id" and not is_name(value):
         return "must be 1-128 letters, digits or . _ : @ + -"
     if name == "summary" and len(value) > SUMMARY_MAX:
         return f"must be at most {SUMMARY_MAX} characters (has {len(value)})"
-    if name == "memory_class" and value not in MEMORY_CLASSES:
-        return f"must be one of {', '.join(MEMORY_CLASSES)}"
     if name == "scope" and not is_scope(value):
         return f"must be {SCOPE_RULE}"
-    if name == "status" and value not in STATUSES:
-        return f"must be one of {', '.join(STATUSES)}"
-    if name == "enforcement_level" and value not in ENFORCEMENT_LEVELS:
-        return f"must be one of {', '.join(ENFORCEMENT_LEVELS)}"
+    if name in ("created_at", "status_changed_at", "deleted_at"):
+        from memctl.clock import parse_ts
+        try:
+            parse_ts(value)
+        except ValueError:
+            return "must be an ISO 8601 time"
+    return None
+
+
+def _choice_problem(name: str, value: Any) -> str | None:
+    """What is wrong with a field that takes one of a few words, if anything."""
+    for field_name, choices in (("memory_class", MEMORY_CLASSES), ("status", STATUSES),
+                                ("enforcement_level", ENFORCEMENT_LEVELS)):
+        if name == field_name and value not in choices:
+            return f"must be one of {', '.join(choices)}"
+    return None
+
+
+def _number_or_list_problem(name: str, value: Any) -> str | None:
+    """What is wrong with a flag, a number or a list field, if anything."""
+    def is_number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
     if name == "is_core" and not isinstance(value, bool):
         return "must be true or false"
     if name == "user_weight" and not (is_number(value) and 0 <= value <= 10):
@@ -101,12 +120,6 @@ def check_field(name: str, value: Any) -> str | None:
         return "must be a list of ids"
     if name == "claims" and not isinstance(value, list):
         return "must be a list"
-    if name in ("created_at", "status_changed_at", "deleted_at"):
-        from memctl.clock import parse_ts
-        try:
-            parse_ts(value)
-        except ValueError:
-            return "must be an ISO 8601 time"
     return None
 
 
@@ -345,48 +358,10 @@ def load(path: Path) -> Document:
 def _parse_annotated(lines: list[str], i: int, section: str, headings: tuple[tuple[int, str], ...],
                      doc: Document) -> int:
     start = i
-    fields: dict[str, Any] = {}
-    first_line: dict[str, int] = {}
-    i += 1
-    closed = False
-    while i < len(lines):
-        stripped = lines[i].strip()
-        if stripped == META_CLOSE:
-            closed = True
-            i += 1
-            break
-        if stripped:
-            key, sep, value = stripped.partition(":")
-            key = key.strip()
-            if not sep or not FIELD_NAME.fullmatch(key):
-                doc.issues.append(Issue(i + 1, f"metadata line is not 'key: value': {stripped[:60]!r}"))
-            elif key in first_line:  # which one was meant is the writer's call, not ours
-                doc.issues.append(Issue(i + 1, f"field '{key}' given twice: lines {first_line[key]} and {i + 1}"))
-            else:
-                first_line[key] = i + 1
-                try:
-                    fields[key] = _parse_value(value.strip())
-                except ValueError as exc:
-                    doc.issues.append(Issue(i + 1, f"field '{key}': {exc}"))
-                    fields[key] = value.strip()
-                else:
-                    if key not in FIELD_ORDER:
-                        doc.issues.append(Issue(i + 1, f"field '{key}': unknown field (kept as written)",
-                                                "warning"))
-                    elif problem := check_field(key, fields[key]):
-                        doc.issues.append(Issue(i + 1, f"field '{key}': {problem}"))
-        i += 1
+    fields, text_start, closed = _parse_metadata(lines, i + 1, doc)
     if not closed:
         doc.issues.append(Issue(start + 1, f"metadata block opened here is never closed with '{META_CLOSE}'"))
-    text_start = i
-    in_fence = False
-    while i < len(lines):
-        stripped = lines[i].rstrip("\r\n")
-        if _FENCE.match(stripped):
-            in_fence = not in_fence
-        elif not in_fence and (_HEADING.match(stripped) or stripped.strip() == META_OPEN):
-            break
-        i += 1
+    i = _entry_text_end(lines, text_start)
     # Trailing blank lines belong to the layout, not to the entry.
     end = i
     while end > text_start and not lines[end - 1].strip():
@@ -404,6 +379,59 @@ def _parse_annotated(lines: list[str], i: int, section: str, headings: tuple[tup
         entry.derived_id = "md-" + hashlib.sha1(f"{section}\n{text}".encode()).hexdigest()[:10]
     doc.blocks.append(entry)
     doc.blocks.extend(Blank(line) for line in lines[end:i])
+    return i
+
+
+def _parse_metadata(lines: list[str], i: int, doc: Document) -> tuple[dict[str, Any], int, bool]:
+    """The fields of the metadata block whose first field line is line i, the line after its close
+    (the end of the file when it is never closed) and whether it was closed; what is wrong in it goes to
+    doc.issues."""
+    fields: dict[str, Any] = {}
+    first_line: dict[str, int] = {}
+    while i < len(lines):
+        stripped = lines[i].strip()
+        i += 1
+        if stripped == META_CLOSE:
+            return fields, i, True
+        if not stripped:
+            continue
+        key, sep, value = stripped.partition(":")
+        key = key.strip()
+        if not sep or not FIELD_NAME.fullmatch(key):
+            doc.issues.append(Issue(i, f"metadata line is not 'key: value': {stripped[:60]!r}"))
+        elif key in first_line:  # which one was meant is the writer's call, not ours
+            doc.issues.append(Issue(i, f"field '{key}' given twice: lines {first_line[key]} and {i}"))
+        else:
+            first_line[key] = i
+            fields[key] = _parse_field_value(key, value.strip(), i, doc)
+    return fields, i, False
+
+
+def _parse_field_value(key: str, value: str, line: int, doc: Document) -> Any:
+    """A field's value as parsed (as written when it does not parse), its problem reported."""
+    try:
+        parsed = _parse_value(value)
+    except ValueError as exc:
+        doc.issues.append(Issue(line, f"field '{key}': {exc}"))
+        return value
+    if key not in FIELD_ORDER:
+        doc.issues.append(Issue(line, f"field '{key}': unknown field (kept as written)", "warning"))
+    elif problem := check_field(key, parsed):
+        doc.issues.append(Issue(line, f"field '{key}': {problem}"))
+    return parsed
+
+
+def _entry_text_end(lines: list[str], i: int) -> int:
+    """The line after an entry's text that starts at line i: the next heading or metadata block
+    outside a code fence, or the end of the file."""
+    in_fence = False
+    while i < len(lines):
+        stripped = lines[i].rstrip("\r\n")
+        if _FENCE.match(stripped):
+            in_fence = not in_fence
+        elif not in_fence and (_HEADING.match(stripped) or stripped.strip() == META_OPEN):
+            break
+        i += 1
     return i
 
 

@@ -137,7 +137,7 @@ def check_record(record: dict, source: str, line: int, *, file_id: str | None = 
 
 def load_topic(path: Path, *, source: str | None = None) -> Topic | None:
     """The topic of a topic file (None if it has no header); a line memctl would not have
-    written is an InputError naming it (health reports every one)."""
+    written is an InputError naming it (the store check reports every one)."""
     header, messages, headers = None, [], 0
     source = source or str(path)
     for line in jsonl.read(path):

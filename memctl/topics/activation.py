@@ -66,9 +66,9 @@ def amnesia_cue(message: str) -> str | None:
     return found.group(0) if found else None
 
 
-def thresholds(active_count: int, settings: config.Topics) -> tuple[float, float]:
+def thresholds(active_count: int, topics_settings: config.Topics) -> tuple[float, float]:
     """(activation, dormancy) thresholds with `active_count` topics active."""
-    activation = settings.threshold_base + settings.threshold_step * active_count
+    activation = topics_settings.threshold_base + topics_settings.threshold_step * active_count
     return activation, activation / 2
 
 
@@ -82,11 +82,11 @@ class Decision:
 
 
 def decide(states: dict[str, str], averages: dict[str, float], scored: set[str],
-           settings: config.Topics) -> Decision:
+           topics_settings: config.Topics) -> Decision:
     """Which topics are active after a round. `states`: id -> active | dormant (archived topics are
     left out by the caller); `averages`: the sliding averages; `scored`: the topics scored this round."""
     before = [t for t, s in states.items() if s == "active"]
-    activation, dormancy = thresholds(len(before), settings)
+    activation, dormancy = thresholds(len(before), topics_settings)
     ranked = sorted(states, key=lambda t: (-averages.get(t, 0.0), t))
     kept = []
     for topic in ranked:
@@ -96,13 +96,13 @@ def decide(states: dict[str, str], averages: dict[str, float], scored: set[str],
                 kept.append(topic)
         elif topic in scored and average is not None and average >= activation:
             kept.append(topic)
-    if len(kept) > settings.active_target:
+    if len(kept) > topics_settings.active_target:
         kept = [t for rank, t in enumerate(kept)
-                if rank < settings.active_target or averages.get(t, 1.0) >= activation]
-    kept = kept[:settings.active_max]
-    if len(kept) < settings.active_min:
+                if rank < topics_settings.active_target or averages.get(t, 1.0) >= activation]
+    kept = kept[:topics_settings.active_max]
+    if len(kept) < topics_settings.active_min:
         for topic in ranked:
-            if len(kept) >= settings.active_min:
+            if len(kept) >= topics_settings.active_min:
                 break
             if states[topic] == "active" and topic not in kept:
                 kept.append(topic)

@@ -56,7 +56,10 @@ from memctl.store.topicfile import Topic
 from memctl.topics.summary import Background, background_of, distinctive_terms, summarise
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from memctl.runtime import Runtime
+    from memctl.store.store import Transaction
 
 AUTO_SUMMARIES = "auto_summaries.jsonl"
 COMPRESSED_SHARE = 0.6
@@ -121,87 +124,122 @@ def review(rt: Runtime, *, dry_run: bool = False, llm_command: str = "",
     done, total)` hears how far the built-in steps are (`done` counted since its last call)."""
     from memctl.topics import llm
 
-    store, settings = rt.store, rt.settings
-    topics_settings = settings.topics
-    now_moment = rt.clock.now()
-    now = clock.format_ts(now_moment)
+    store, now_moment = rt.store, rt.clock.now()
     report = DailyReport(dry_run)
     try:
-        with store.transaction(dry_run=dry_run) as tx:
+        with rt.store.transaction(dry_run=dry_run) as tx:
             topics = topicfile.load_topics(store)
-            part = activation.load_part(store)
-            averages = activation.averages_of(part)
-            backgrounds = _backgrounds(topics)
-            events = []
+            averages = activation.averages_of(activation.load_part(store))
+            run = _ReviewRun(tx, store, rt.settings, now_moment, clock.format_ts(now_moment), report,
+                             _backgrounds(topics), llm_command, progress, events=[])
             live = {tid: t for tid, t in topics.items() if t.messages}
-
             # Merge first: an archived topic is no longer there to merge into.
-            merges, related = [], []
-            for group in _by_scope(live):
-                if llm_command:
-                    found = llm.review_links(store, llm_command, topics_settings.llm_timeout, group)
-                    merges += [(gone, keep, {"reason": why}) for gone, keep, why in found[0]]
-                    related += [(one, other, {"reason": why}) for one, other, why in found[1]]
-                else:
-                    found = _similar_pairs(group, settings.embedding, progress)
-                    merges += found[0]
-                    related += found[1]
-            for gone, keep, detail in merges:
-                _merge(tx, store, live[keep], live[gone], backgrounds[live[keep].scope], topics_settings, now)
-                report.merged.append({"topic_id": gone, "into": keep, **detail})
-                events.append({"at": now, "event": "merged", "topic": gone, "into": keep, "reason": "daily review"})
-            if related:
-                linked = {frozenset((r["from"], r["to"])) for r in topicfile.read_index(store, topicfile.LINKS)
-                          if r.get("kind") == "related"}
-                fresh = [(one, other, detail) for one, other, detail in related if frozenset((one, other)) not in linked]
-                topicfile.append_index(tx, store, topicfile.LINKS, [{"from": one, "to": other, "kind": "related", "at": now}
-                                                            for one, other, _ in fresh])
-                report.related = [{"topic_id": one, "with": other, **detail} for one, other, detail in fresh]
-            for gone, _, _ in merges:
-                live.pop(gone)
-
-            compress = []
-            for tid, topic in live.items():
-                age = clock.age_days(topic.header.get("updated"), now_moment)
-                one_off = len(topic.messages) <= ONE_OFF and age >= 1
-                if topic.state == "dormant" and (age > topics_settings.archive_after_days or one_off):
-                    reason = "one-off question and answer" if one_off and age <= topics_settings.archive_after_days \
-                        else f"dormant {age:.0f} days"
-                    kept_scope = {"scope": topic.scope} if topic.scope else {}  # a topic from before scopes gains it
-                    header = {**topic.header, **kept_scope, "state": "archived", "archived_at": now,
-                              "message_ids": [m["id"] for m in topic.messages],
-                              "sessions": sorted({m.get("session") for m in topic.messages if m.get("session")})}
-                    path = topicfile.archived_path(store, header)
-                    tx.replace(path, orjson.dumps(header) + b"\n")
-                    tx.delete(topicfile.topic_path(store, tid))
-                    report.archived.append({"topic_id": tid, "reason": reason, "to": store.relative(path)})
-                    events.append({"at": now, "event": "archived", "topic": tid, "reason": reason})
-                elif age < 1:
-                    compress.append(topic)
-            budget = int(topics_settings.summary_bytes * COMPRESSED_SHARE)
-            if llm_command:
-                compressed = llm.compressor(store, llm_command, topics_settings.llm_timeout, topics_settings.llm_parallel, budget)(
-                    [llm.Draft(t.id, t.messages, t.messages, t.header.get("name", ""), t.header.get("summary", ""))
-                     for t in compress])
-            else:
-                compressed = []
-                for topic in compress:
-                    compressed.append((summarise(topic.messages, backgrounds[topic.scope], budget)[1],
-                                       min(1.0, math.log1p(len(topic.messages)) / math.log(50))))
-                    if progress:
-                        progress("compressing", 1, len(compress))
-            for topic, (summary, importance) in zip(compress, compressed):
-                if topic.id in averages:
-                    importance = (importance + averages[topic.id]) / 2
-                topic.header.update(summary=summary, importance=round(importance, 3), reviewed=now)
-                topicfile.write_topic(tx, store, topic, [], fresh=False)
-                report.compressed.append({"topic_id": topic.id, "importance": round(importance, 3)})
-            report.idle_summaries = _idle_summaries(tx, store, topics_settings, now_moment, backgrounds)
+            merges, related = run.find_links(live)
+            run.merge_and_link(live, merges, related)
+            run.compress(run.archive_idle(live), averages)
+            report.idle_summaries = _idle_summaries(tx, store, rt.settings.topics, now_moment, run.backgrounds)
             if not dry_run:
-                log.append(tx, store, events)
+                log.append(tx, store, run.events)
     except llm.LLMAnswerError as exc:  # the transaction rolled back what was written
         raise llm.LLMAnswerError(f"{exc}; nothing was changed") from None
     return report
+
+
+@dataclass
+class _ReviewRun:
+    """One daily review's steps, in its transaction, with what they report and log."""
+    tx: Transaction
+    store: Store
+    settings: config.Settings
+    now_moment: datetime
+    now: str
+    report: DailyReport
+    backgrounds: dict[str | None, Background]
+    llm_command: str
+    progress: Callable[[str, int, int], None] | None
+    events: list[dict]  # the topic log's events of the run, appended once at its end
+
+    def find_links(self, live: dict[str, Topic]) -> tuple[list, list]:
+        """(the merges: (gone, kept, detail), the related pairs: (one, other, detail)), within each scope."""
+        from memctl.topics import llm
+
+        merges, related = [], []
+        for group in _by_scope(live):
+            if self.llm_command:
+                found = llm.review_links(self.store, self.llm_command, self.settings.topics.llm_timeout, group)
+                merges += [(gone, keep, {"reason": why}) for gone, keep, why in found[0]]
+                related += [(one, other, {"reason": why}) for one, other, why in found[1]]
+            else:
+                found = _similar_pairs(group, self.settings.embedding, self.progress)
+                merges += found[0]
+                related += found[1]
+        return merges, related
+
+    def merge_and_link(self, live: dict[str, Topic], merges: list, related: list) -> None:
+        """Each merge done (the gone topic leaves `live`), each related pair not linked yet linked."""
+        store, now = self.store, self.now
+        for gone, keep, detail in merges:
+            _merge(self.tx, store, live[keep], live[gone], self.backgrounds[live[keep].scope], self.settings.topics, now)
+            self.report.merged.append({"topic_id": gone, "into": keep, **detail})
+            self.events.append({"at": now, "event": "merged", "topic": gone, "into": keep, "reason": "daily review"})
+        if related:
+            linked = {frozenset((r["from"], r["to"])) for r in topicfile.read_index(store, topicfile.LINKS)
+                      if r.get("kind") == "related"}
+            fresh = [(one, other, detail) for one, other, detail in related if frozenset((one, other)) not in linked]
+            topicfile.append_index(self.tx, store, topicfile.LINKS, [{"from": one, "to": other, "kind": "related",
+                                                                      "at": now} for one, other, _ in fresh])
+            self.report.related = [{"topic_id": one, "with": other, **detail} for one, other, detail in fresh]
+        for gone, _, _ in merges:
+            live.pop(gone)
+
+    def archive_idle(self, live: dict[str, Topic]) -> list[Topic]:
+        """Each dormant topic idle too long, or a one-off, archived; returns the topics touched in the last
+        day, to compress."""
+        archive_after_days, now = self.settings.topics.archive_after_days, self.now
+        compress = []
+        for tid, topic in live.items():
+            age = clock.age_days(topic.header.get("updated"), self.now_moment)
+            one_off = len(topic.messages) <= ONE_OFF and age >= 1
+            if topic.state == "dormant" and (age > archive_after_days or one_off):
+                reason = "one-off question and answer" if one_off and age <= archive_after_days \
+                    else f"dormant {age:.0f} days"
+                kept_scope = {"scope": topic.scope} if topic.scope else {}  # a topic from before scopes gains it
+                header = {**topic.header, **kept_scope, "state": "archived", "archived_at": now,
+                          "message_ids": [m["id"] for m in topic.messages],
+                          "sessions": sorted({m.get("session") for m in topic.messages if m.get("session")})}
+                path = topicfile.archived_path(self.store, header)
+                self.tx.replace(path, orjson.dumps(header) + b"\n")
+                self.tx.delete(topicfile.topic_path(self.store, tid))
+                self.report.archived.append({"topic_id": tid, "reason": reason, "to": self.store.relative(path)})
+                self.events.append({"at": now, "event": "archived", "topic": tid, "reason": reason})
+            elif age < 1:
+                compress.append(topic)
+        return compress
+
+    def compress(self, compress: list[Topic], averages: dict[str, float]) -> None:
+        """Each topic given its tighter summary and its importance (with its sliding average when it has one)."""
+        from memctl.topics import llm
+
+        topics_settings = self.settings.topics
+        budget = int(topics_settings.summary_bytes * COMPRESSED_SHARE)
+        if self.llm_command:
+            compressed = llm.compressor(self.store, self.llm_command, topics_settings.llm_timeout,
+                                        topics_settings.llm_parallel, budget)(
+                [llm.Draft(t.id, t.messages, t.messages, t.header.get("name", ""), t.header.get("summary", ""))
+                 for t in compress])
+        else:
+            compressed = []
+            for topic in compress:
+                compressed.append((summarise(topic.messages, self.backgrounds[topic.scope], budget)[1],
+                                   min(1.0, math.log1p(len(topic.messages)) / math.log(50))))
+                if self.progress:
+                    self.progress("compressing", 1, len(compress))
+        for topic, (summary, importance) in zip(compress, compressed):
+            if topic.id in averages:
+                importance = (importance + averages[topic.id]) / 2
+            topic.header.update(summary=summary, importance=round(importance, 3), reviewed=self.now)
+            topicfile.write_topic(self.tx, self.store, topic, [], fresh=False)
+            self.report.compressed.append({"topic_id": topic.id, "importance": round(importance, 3)})
 
 
 def _backgrounds(topics: dict[str, Topic]) -> dict[str | None, Background]:
@@ -219,7 +257,7 @@ def _by_scope(live: dict[str, Topic]) -> list[dict[str, Topic]]:
     return [groups[scope] for scope in sorted(groups) if len(groups[scope]) > 1]
 
 
-def _similar_pairs(live: dict[str, Topic], embedding: config.Embedding,
+def _similar_pairs(live: dict[str, Topic], embedding_settings: config.Embedding,
                    progress: Callable[[str, int, int], None] | None = None):
     """The built-in review: (merges, related) as (id, other id, detail). Topics whose summary vectors
     have a cosine >= MERGE_SIMILARITY (or the same name) merge, the smaller into the larger; pairs at
@@ -231,7 +269,7 @@ def _similar_pairs(live: dict[str, Topic], embedding: config.Embedding,
 
     ids = list(live)
     step = (lambda n: progress("embedding summaries", n, len(ids))) if progress else None
-    vectors = embedder(embedding).embed([live[t].header.get("summary", "") for t in ids], progress=step)
+    vectors = embedder(embedding_settings).embed([live[t].header.get("summary", "") for t in ids], progress=step)
     similarity = vectors @ vectors.T
     pairs = similarity[np.triu_indices(len(ids), 1)]
     related_from = max(RELATED_SIMILARITY, float(np.percentile(pairs, RELATED_PERCENTILE)))
@@ -254,9 +292,9 @@ def _similar_pairs(live: dict[str, Topic], embedding: config.Embedding,
     return merges, [r for r in related if r[0] not in taken and r[1] not in taken]
 
 
-def _merge(tx, store, keep: Topic, gone: Topic, background, settings, now) -> None:
+def _merge(tx, store, keep: Topic, gone: Topic, background, topics_settings, now) -> None:
     keep.messages = sorted(keep.messages + gone.messages, key=lambda m: (m.get("ts") or "", m["id"]))
-    _, summary = summarise(keep.messages, background, settings.summary_bytes)
+    _, summary = summarise(keep.messages, background, topics_settings.summary_bytes)
     from memctl.text.tokens import count_tokens
 
     keep.header.update(summary=summary, messages=len(keep.messages), updated=now,
@@ -287,13 +325,13 @@ def session_summary(messages: list[dict], background: Background) -> tuple[list[
     return list(dict.fromkeys(keywords))[:5], summary
 
 
-def _idle_summaries(tx, store, settings, now_moment, backgrounds) -> list[dict]:
+def _idle_summaries(tx, store, topics_settings, now_moment, backgrounds) -> list[dict]:
     from memctl.topics.split import scope_of_session, session_messages
 
     done = set()
     for line in jsonl.read(store.path(AUTO_SUMMARIES)):
         if line.value is None:
-            continue  # torn or not JSON: health names it, the next append mends a torn end
+            continue  # torn or not JSON: the store check names it, the next append mends a torn end
         for key in ("session", "until"):
             if not isinstance(line.value.get(key), str):
                 raise InputError("must be text", source=AUTO_SUMMARIES, line=line.number, field=key)
@@ -304,7 +342,7 @@ def _idle_summaries(tx, store, settings, now_moment, backgrounds) -> list[dict]:
         if not messages or not messages[-1].get("ts"):
             continue
         session, last = path.stem, messages[-1]
-        if clock.age_days(last["ts"], now_moment) * 24 < settings.idle_hours or (session, last["id"]) in done:
+        if clock.age_days(last["ts"], now_moment) * 24 < topics_settings.idle_hours or (session, last["id"]) in done:
             continue
         background = backgrounds.get(scope_of_session(store, session, messages)) or Background()
         keywords, summary = session_summary(messages, background)

@@ -66,7 +66,7 @@ def session_messages(store: Store, session: str) -> list[dict]:
     messages, source = [], store.relative(path)
     for line in jsonl.read(path):
         if line.value is None:
-            continue  # not a message at all: the index skips it too, and health names it
+            continue  # not a message at all: the index skips it too, and the store check names it
         topicfile.check_record({**line.value, "type": "message"}, source, line.number)
         messages.append(line.value)
     return messages
@@ -128,11 +128,11 @@ def split(rt: Runtime, session: str, *, system_text: str = "", keep_recent: int 
     return report
 
 
-def builtin_chooser(embedding: config.Embedding,
+def builtin_chooser(embedding_settings: config.Embedding,
                     progress: Callable[[str, int, int], None] | None = None) -> Chooser:
     def choose(messages: list[dict], topics: dict[str, Topic]) -> list[Choice]:
         known = [t for t in topics.values() if t.state != "archived" and t.messages]
-        model = embedder(embedding)
+        model = embedder(embedding_settings)
         texts = [m.get("text", "") for m in messages] + [t.header.get("summary", "") for t in known]
         # embedding is most of a long split's time (3,180 messages: most of 52 s)
         vectors = model.embed(texts, progress=(lambda n: progress("embedding", n, len(texts))) if progress else None)
@@ -177,15 +177,15 @@ def readable_by(model) -> Callable[[str], float]:
     return lambda text: 1.0 if model.unknown_share(text) == 0 else segment.readable_share(text)
 
 
-def embedder(embedding: config.Embedding):
+def embedder(embedding_settings: config.Embedding):
     """The sentence model the split reads messages with: the index's ([embedding] model, any
     backend of embedders.py; the bundled MiniLM unless memctl.toml says otherwise)."""
     from memctl.index.embedders import open_embedder
 
-    return open_embedder(embedding)
+    return open_embedder(embedding_settings)
 
 
-def _apply(tx, store: Store, settings: config.Topics, messages: list[dict], chosen: list[Choice],
+def _apply(tx, store: Store, topics_settings: config.Topics, messages: list[dict], chosen: list[Choice],
            topics: dict[str, Topic], report: SplitReport, describe: Describer | None, scope: str, now: str,
            progress: Callable[[str, int, int], None] | None = None) -> None:
     """Write the choice: `chosen` gives per message an existing topic id or a new-topic key (and maybe a name).
@@ -212,8 +212,8 @@ def _apply(tx, store: Store, settings: config.Topics, messages: list[dict], chos
         added.setdefault(topic.id, []).append(topicfile.record(message))
         report.assignments.append(Assignment(message["id"], topic.id, action))
     describe = describe or builtin_describer(background_of(t.messages for t in topics.values()),
-                                             settings.summary_bytes, (t.header.get("name", "") for t in topics.values()),
-                                             progress)
+                                             topics_settings.summary_bytes,
+                                             (t.header.get("name", "") for t in topics.values()), progress)
     described = describe([Draft(tid, topics[tid].messages, topics[tid].messages if tid in fresh else new,
                                 topics[tid].header.get("name", ""), given.get(tid) or topics[tid].header.get("summary", ""))
                           for tid, new in added.items()])
@@ -224,20 +224,20 @@ def _apply(tx, store: Store, settings: config.Topics, messages: list[dict], chos
                             tokens=sum(count_tokens(m.get("text", "")) for m in topic.messages))
         topicfile.write_topic(tx, store, topic, new, fresh=tid in fresh)
         report.topics[tid] = topic.header["name"]
-        if topic.header["tokens"] > settings.topic_limit:
-            report.subtopics += _into_subtopics(tx, store, settings, topic, topics, describe, now)
+        if topic.header["tokens"] > topics_settings.topic_limit:
+            report.subtopics += _into_subtopics(tx, store, topics_settings, topic, topics, describe, now)
     stamps = [m.get("ts") for m in messages if m.get("ts")]
     topicfile.append_index(tx, store, topicfile.TIME_INDEX, [{"from": min(stamps, default=None), "to": max(stamps, default=None),
                                                       "topics": sorted(added), "at": now}])
 
 
-def _into_subtopics(tx, store, settings, topic: Topic, topics, describe: Describer, now) -> list[str]:
+def _into_subtopics(tx, store, topics_settings, topic: Topic, topics, describe: Describer, now) -> list[str]:
     """T8: a topic past topic_limit tokens hands its messages to sub-topics (children with `parent`),
     cut where its subject moves (the built-in split), each at most half the limit; the parent keeps
     its header and summary."""
     pieces: list[list[dict]] = [[]]
     size = 0
-    half = settings.topic_limit // 2
+    half = topics_settings.topic_limit // 2
     keys = segment.partition(topic.messages, None, [])
     for index, message in enumerate(topic.messages):
         tokens = count_tokens(message.get("text", ""))

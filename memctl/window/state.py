@@ -59,6 +59,8 @@ from memctl.text.cjk import CJK
 from memctl.text.words import STOPWORDS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from memctl.runtime import Runtime
 
 TOPIC_FILE = "MEMORY_TOPIC.md"
@@ -95,10 +97,10 @@ class State:
     topic_activation: dict[str, Any] | None = None
 
     @classmethod
-    def new(cls, settings: config.State) -> "State":
+    def new(cls, state_settings: config.State) -> "State":
         """An empty state with the window and threshold of memctl.toml [state]."""
-        return cls(window_size=settings.window_size,
-                   dominant_threshold=float(settings.dominant_threshold))
+        return cls(window_size=state_settings.window_size,
+                   dominant_threshold=float(state_settings.dominant_threshold))
 
     # -- derived values (all from the exact counts over `turns`) --------------
     def counts(self) -> dict[str, int]:
@@ -168,10 +170,10 @@ class State:
         return orjson.dumps(self.as_dict(), option=orjson.OPT_INDENT_2) + b"\n"
 
 
-def parse_state(data: bytes, source: str, settings: config.State | None = None) -> State:
+def parse_state(data: bytes, source: str, state_settings: config.State | None = None) -> State:
     """A State from the bytes of index_state.json; InputError naming `source` if corrupt.
 
-    Missing fields take their defaults (window and threshold from `settings`,
+    Missing fields take their defaults (window and threshold from `state_settings`,
     memctl.toml [state]); a field with a wrong type or value is an error.
     Turns beyond window_size are dropped and proportions recomputed.
     """
@@ -188,7 +190,7 @@ def parse_state(data: bytes, source: str, settings: config.State | None = None) 
     unknown = [k for k in obj if k not in FIELDS]
     if unknown:
         raise bad(f"unknown field '{unknown[0]}'; the fields are {', '.join(FIELDS)}")
-    defaults = State.new(settings or config.State())
+    defaults = State.new(state_settings or config.State())
     state = State(window_size=obj.get("window_size", defaults.window_size),
                   dominant_threshold=obj.get("dominant_threshold", defaults.dominant_threshold))
     for name in ("window_size", "dominant_threshold"):
@@ -197,28 +199,7 @@ def parse_state(data: bytes, source: str, settings: config.State | None = None) 
             raise bad(problem, name)
     state.dominant_threshold = float(state.dominant_threshold)
 
-    turns = obj.get("turns", [])
-    if not isinstance(turns, list):
-        raise bad("must be a list of turns", "turns")
-    previous = 0
-    for i, turn in enumerate(turns):
-        where = f"turns[{i}]"
-        if not isinstance(turn, dict):
-            raise bad("must be an object {turn_id, ts, sections_hit}", where)
-        turn_id, ts, hit = turn.get("turn_id"), turn.get("ts"), turn.get("sections_hit")
-        if not _is_int(turn_id) or turn_id <= previous:
-            raise bad(f"must be a whole number above the previous turn's ({previous}), got {turn_id!r}",
-                      f"{where}.turn_id")
-        if not isinstance(ts, str):
-            raise bad(f"must be an ISO 8601 time, got {ts!r}", f"{where}.ts")
-        if not (isinstance(hit, list) and all(isinstance(s, str) for s in hit)):
-            raise bad(f"must be a list of section names, got {hit!r}", f"{where}.sections_hit")
-        extra = set(turn) - {"turn_id", "ts", "sections_hit"}
-        if extra:
-            raise bad(f"unknown field '{sorted(extra)[0]}'", where)
-        state.turns.append(Turn(turn_id, ts, _unique(hit)))
-        previous = turn_id
-
+    state.turns = _parse_turns(obj.get("turns", []), bad)
     proportions = obj.get("proportions", {})
     if not (isinstance(proportions, dict) and all(_is_number(v) for v in proportions.values())):
         raise bad("must be an object of section: number", "proportions")
@@ -239,7 +220,33 @@ def parse_state(data: bytes, source: str, settings: config.State | None = None) 
     return state
 
 
-def load_state(store: Store, settings: config.State | None = None) -> State | None:
+def _parse_turns(turns: Any, bad: Callable[..., InputError]) -> list[Turn]:
+    """The window's turns as stored, each checked: ids rising, a time, a list of section names."""
+    if not isinstance(turns, list):
+        raise bad("must be a list of turns", "turns")
+    out: list[Turn] = []
+    previous = 0
+    for i, turn in enumerate(turns):
+        where = f"turns[{i}]"
+        if not isinstance(turn, dict):
+            raise bad("must be an object {turn_id, ts, sections_hit}", where)
+        turn_id, ts, hit = turn.get("turn_id"), turn.get("ts"), turn.get("sections_hit")
+        if not _is_int(turn_id) or turn_id <= previous:
+            raise bad(f"must be a whole number above the previous turn's ({previous}), got {turn_id!r}",
+                      f"{where}.turn_id")
+        if not isinstance(ts, str):
+            raise bad(f"must be an ISO 8601 time, got {ts!r}", f"{where}.ts")
+        if not (isinstance(hit, list) and all(isinstance(s, str) for s in hit)):
+            raise bad(f"must be a list of section names, got {hit!r}", f"{where}.sections_hit")
+        extra = set(turn) - {"turn_id", "ts", "sections_hit"}
+        if extra:
+            raise bad(f"unknown field '{sorted(extra)[0]}'", where)
+        out.append(Turn(turn_id, ts, _unique(hit)))
+        previous = turn_id
+    return out
+
+
+def load_state(store: Store, state_settings: config.State | None = None) -> State | None:
     """The store's state, or None when index_state.json does not exist yet."""
     path = store.state_file
     try:
@@ -248,7 +255,7 @@ def load_state(store: Store, settings: config.State | None = None) -> State | No
         return None
     except OSError as exc:
         raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
-    return parse_state(data, str(path), settings)
+    return parse_state(data, str(path), state_settings)
 
 
 def topic_file(store: Store) -> Path:
@@ -323,9 +330,9 @@ def record(rt: Runtime, hits: Iterable[str], *, summary: str | None = None, dry_
     replaces the summary of a topic that is still dominant.
     """
     hits = _unique(h.strip() for h in hits if h and h.strip())
-    store, settings = rt.store, rt.settings.state
+    store, state_settings = rt.store, rt.settings.state
     with store.transaction(dry_run=dry_run) as tx:
-        state = load_state(store, settings) or State.new(settings)
+        state = load_state(store, state_settings) or State.new(state_settings)
         sections = memory_sections(store)
         ts = clock.format_ts(rt.clock.now())
         turn = Turn(state.next_turn_id(), ts, hits)
@@ -337,17 +344,17 @@ def record(rt: Runtime, hits: Iterable[str], *, summary: str | None = None, dry_
         state.miss_count = {s: 0 if s in hits else state.miss_count.get(s, 0) + 1
                             for s in sections + unknown}
         suggestions = [Suggestion(s, n) for s, n in state.miss_count.items()
-                       if s in known and n >= settings.miss_threshold]
-        topic_written = _update_topic(store, tx, state, settings, summary, ts)
+                       if s in known and n >= state_settings.miss_threshold]
+        topic_written = _update_topic(store, tx, state, state_settings, summary, ts)
         state.last_updated = ts
         tx.replace(store.state_file, state.dumps())
     return RecordResult(turn, state, unknown, suggestions, topic_written, dry_run)
 
 
-def _update_topic(store: Store, tx: Transaction, state: State, settings: config.State,
+def _update_topic(store: Store, tx: Transaction, state: State, state_settings: config.State,
                   summary: str | None, ts: str) -> bool:
     section, streak = state.dominant_streak()
-    needed = min(settings.topic_after_turns, state.window_size)
+    needed = min(state_settings.topic_after_turns, state.window_size)
     if section is None or streak < needed:
         return False
     summary = " ".join(summary.split()) if summary else ""
@@ -522,14 +529,14 @@ def plan(rt: Runtime, message: str, *, state: State | None = None) -> Plan:
     come in MEMORY.md order. An empty plan means: nothing to search.
     `state` defaults to the store's index_state.json.
     """
-    store, settings = rt.store, rt.settings.state
+    store, state_settings = rt.store, rt.settings.state
     if state is None:
         with store.reading():
-            state = load_state(store, settings)
+            state = load_state(store, state_settings)
     has_state = state is not None
-    state = state or State.new(settings)
+    state = state or State.new(state_settings)
     sections = memory_sections(store)
-    keywords = section_keywords(sections, settings.keywords)
+    keywords = section_keywords(sections, state_settings.keywords)
     proportions = state.exact_proportions()
     dominant = state.dominant()
 
@@ -553,14 +560,14 @@ def show(rt: Runtime) -> dict[str, Any] | None:
     missed miss_threshold turns in a row: [{"section", "miss_count",
     "suggestion"}]).
     """
-    store, settings = rt.store, rt.settings.state
+    store, state_settings = rt.store, rt.settings.state
     store.require()
     with store.reading():
-        state = load_state(store, settings)
+        state = load_state(store, state_settings)
     if state is None:
         return None
     suggestions = [Suggestion(s, n).as_dict() for s, n in state.miss_count.items()
-                   if n >= settings.miss_threshold]
+                   if n >= state_settings.miss_threshold]
     return {**state.as_dict(), "dominant": state.dominant(), "suggestions": suggestions}
 
 
@@ -580,16 +587,16 @@ def reset(rt: Runtime, *, dry_run: bool = False) -> ResetResult:
     a corrupt file is replaced by a fresh state from memctl.toml. Without an
     index_state.json there is no state to reset, and none is created.
     """
-    store, settings = rt.store, rt.settings.state
+    store, state_settings = rt.store, rt.settings.state
     with store.transaction(dry_run=dry_run) as tx:
         old: State | None = None
         readable = True
         try:
-            old = load_state(store, settings)
+            old = load_state(store, state_settings)
         except InputError:
             readable = False
         had_state = store.state_file.exists()
-        fresh = State.new(settings)
+        fresh = State.new(state_settings)
         if old is not None:  # the window starts over; the topic activation part is not the window's
             fresh.window_size, fresh.dominant_threshold = old.window_size, old.dominant_threshold
             fresh.topic_activation = old.topic_activation
@@ -635,11 +642,11 @@ def configure(rt: Runtime, *, window: int | None = None, threshold: float | None
         check_window(window)
     if threshold is not None:
         threshold = check_threshold(threshold)
-    store, settings = rt.store, rt.settings.state
+    store, state_settings = rt.store, rt.settings.state
     if window is None and threshold is None:
-        return load_state(store, settings) or State.new(settings)
+        return load_state(store, state_settings) or State.new(state_settings)
     with store.transaction(dry_run=dry_run) as tx:
-        state = load_state(store, settings) or State.new(settings)
+        state = load_state(store, state_settings) or State.new(state_settings)
         if window is not None:
             state.window_size = window
         if threshold is not None:

@@ -65,7 +65,7 @@ def topic_round(rt: Runtime, retriever, session: str, message: str, *, record: b
     an error."""
     from memctl.topics.split import scope_of_session, session_messages
 
-    store, settings = rt.store, rt.settings.topics
+    store, topics_settings = rt.store, rt.settings.topics
     unknown = new_session and not store.session_file(session).exists()
     messages = [] if unknown else session_messages(store, session)
     scope = scope_of_session(store, session, messages, scope)
@@ -79,7 +79,7 @@ def topic_round(rt: Runtime, retriever, session: str, message: str, *, record: b
         new = messages.pop()  # already ingested: the same message, not twice
     else:
         new = {"id": NEW_MESSAGE_ID, "role": "user", "text": message, "ts": clock.format_ts(rt.clock.now())}
-    keep = settings.keep_recent
+    keep = topics_settings.keep_recent
     recent = (messages[-(keep - 1):] if keep > 1 else []) + [new]
     recent_ids = {m["id"] for m in recent}
     unsplit = [m for m in messages if m["id"] not in placed and m["id"] not in recent_ids]
@@ -90,13 +90,13 @@ def topic_round(rt: Runtime, retriever, session: str, message: str, *, record: b
     recalled: dict[str, evaluate.Evaluation] = {}
     if cue:
         dormant = {tid: topics[tid] for tid, s in states.items() if s == "dormant"}
-        recalled, turn.ambiguous = _deep_search(store, retriever, message, dormant, cue, settings, scope)
+        recalled, turn.ambiguous = _deep_search(store, retriever, message, dormant, cue, topics_settings, scope)
     active = {tid: topics[tid] for tid, s in states.items() if s == "active"}
     turn.message_hits, summaries, turn.more_hits = evaluate.search(retriever, message, scope, len(active),
                                                                    more(scope) if more else ())
     evaluations = evaluate.builtin(store, retriever, message, active, scope, (turn.message_hits, summaries))
     if llm_command and active:
-        evaluations = evaluate.with_llm(store, llm_command, settings.llm_timeout, settings.llm_parallel,
+        evaluations = evaluate.with_llm(store, llm_command, topics_settings.llm_timeout, topics_settings.llm_parallel,
                                         unsplit + recent, active, evaluations)
         for e in evaluations.values():
             if e.fallback and say:
@@ -104,7 +104,7 @@ def topic_round(rt: Runtime, retriever, session: str, message: str, *, record: b
     evaluations.update(recalled)
     turn.evaluations = evaluations
     if record:
-        _record_round(store, session, scope, states, evaluations, set(recalled), cue, settings, turn,
+        _record_round(store, session, scope, states, evaluations, set(recalled), cue, topics_settings, turn,
                       clock.format_ts(rt.clock.now()))
     else:
         turn.activated = [{"topic_id": t, "name": topics[t].header.get("name", ""), "reason": "amnesia cue",
@@ -115,12 +115,12 @@ def topic_round(rt: Runtime, retriever, session: str, message: str, *, record: b
     return turn
 
 
-def _deep_search(store, retriever, message, dormant, cue, settings, scope):
+def _deep_search(store, retriever, message, dormant, cue, topics_settings, scope):
     """The amnesia cue's search of dormant topics: (the clear match's evaluation, ambiguous reports)."""
     if not dormant:
         return {}, []
     found = evaluate.builtin(store, retriever, message, dormant, scope)
-    ranked = sorted((e for e in found.values() if e.relevance_score >= settings.amnesia_threshold),
+    ranked = sorted((e for e in found.values() if e.relevance_score >= topics_settings.amnesia_threshold),
                     key=lambda e: -e.strength)
     if not ranked:
         return {}, []
@@ -138,7 +138,7 @@ def _deep_search(store, retriever, message, dormant, cue, settings, scope):
     return {best.topic_id: best}, []
 
 
-def _record_round(store, session, scope, states, evaluations, recalled, cue, settings, turn, now: str) -> None:
+def _record_round(store, session, scope, states, evaluations, recalled, cue, topics_settings, turn, now: str) -> None:
     """`states`: the scope's topics before the round; the graded activation ranks them alone. `now`:
     the round's stamp."""
     with store.transaction() as tx:
@@ -146,8 +146,8 @@ def _record_round(store, session, scope, states, evaluations, recalled, cue, set
         states = {tid: s for tid, s in states.items() if tid in topics}
         part = activation.load_part(store)
         scores = {tid: e.relevance_score for tid, e in evaluations.items() if tid in topics}
-        averages = activation.add_scores(part, scores, settings.score_window)
-        decision = activation.decide(states, averages, set(scores), settings)
+        averages = activation.add_scores(part, scores, topics_settings.score_window)
+        decision = activation.decide(states, averages, set(scores), topics_settings)
         forced = [t for t in recalled if t not in decision.active]  # the cue's match comes back whatever its average
         events = [{"at": now, "event": "round", "session": session, "scope": scope, "scores": {t: round(s, 4) for t, s in scores.items()},
                    "averages": {t: averages[t] for t in scores}, "activation_threshold": round(decision.activation_threshold, 4),
@@ -190,7 +190,7 @@ def activate(rt: Runtime, retriever, query: str, *, include_archived: bool = Fal
     from memctl.topics import llm
     from memctl.topics.daily import restore_archived
 
-    store, settings = rt.store, rt.settings.topics
+    store, topics_settings = rt.store, rt.settings.topics
     now = clock.format_ts(rt.clock.now())
     if include_archived:
         with store.transaction() as tx:
@@ -204,17 +204,17 @@ def activate(rt: Runtime, retriever, query: str, *, include_archived: bool = Fal
     else:
         searchable = {tid: t for tid, t in topics.items() if t.state != "active"}
         found = evaluate.builtin(store, retriever, query, searchable, scope) if searchable else {}
-        threshold, _ = activation.thresholds(active_count, settings)
+        threshold, _ = activation.thresholds(active_count, topics_settings)
         ranked = sorted(found.values(), key=lambda e: -e.strength)
         method = "builtin"
         wanted = _query_terms(query)
         candidates = [{"topic_id": e.topic_id, "name": e.name, "score": round(e.relevance_score, 4)}
-                      for e in ranked if e.relevance_score >= settings.amnesia_threshold
+                      for e in ranked if e.relevance_score >= topics_settings.amnesia_threshold
                       and _covers(wanted, searchable[e.topic_id])]
         if llm_command and searchable:
             listed = {e.topic_id: searchable[e.topic_id] for e in ranked[:ROUTE_CANDIDATES]}
             try:
-                matches, no_match_reason = llm.route(store, llm_command, settings.llm_timeout, query, listed)
+                matches, no_match_reason = llm.route(store, llm_command, topics_settings.llm_timeout, query, listed)
                 method = "llm"
                 order = sorted(matches, key=lambda m: -llm.RELEVANCE[m[1]])   # stable: the answer's order within a level
                 candidates = [{"topic_id": tid, "name": topics[tid].header.get("name", ""),
@@ -222,7 +222,7 @@ def activate(rt: Runtime, retriever, query: str, *, include_archived: bool = Fal
                               for tid, level, reason in order]
             except llm.LLMAnswerError as exc:
                 fallback = str(exc)
-        room = max(1, settings.active_target - active_count)
+        room = max(1, topics_settings.active_target - active_count)
         chosen = [c["topic_id"] for rank, c in enumerate(candidates[:room]) if rank == 0 or c["score"] >= threshold]
     with store.transaction() as tx:
         current = topicfile.load_topics(store)
