@@ -21,10 +21,15 @@ import click
 from click.shell_completion import get_completion_class
 from click_man.core import write_man_pages
 
-from memctl import __version__
-from memctl.cli import cli
-
 REPO = Path(__file__).resolve().parent.parent
+# This checkout's memctl, as the examples run it (PYTHONPATH, _demo_env): `python scripts/gen_docs.py`
+# puts scripts/ first on the path, and an installed memctl (another checkout's, a worktree's main)
+# wrote that one's help into this one's pages.
+sys.path.insert(0, str(REPO))
+
+from memctl import __version__  # noqa: E402
+from memctl.cli import cli  # noqa: E402
+
 SHELLS = {"bash": "memctl.bash", "zsh": "_memctl", "fish": "memctl.fish"}
 # files whose cog blocks print from the code
 COGGED = [REPO / "docs" / "cli.md", REPO / "docs" / "api.md", REPO / "README.md",
