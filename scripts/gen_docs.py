@@ -21,13 +21,19 @@ import click
 from click.shell_completion import get_completion_class
 from click_man.core import write_man_pages
 
-from memctl import __version__
-from memctl.cli import cli
-
 REPO = Path(__file__).resolve().parent.parent
+# This checkout's memctl, as the examples run it (PYTHONPATH, _demo_env): `python scripts/gen_docs.py`
+# puts scripts/ first on the path, and an installed memctl (another checkout's, a worktree's main)
+# wrote that one's help into this one's pages.
+sys.path.insert(0, str(REPO))
+
+from memctl import __version__  # noqa: E402
+from memctl.cli import cli  # noqa: E402
+
 SHELLS = {"bash": "memctl.bash", "zsh": "_memctl", "fish": "memctl.fish"}
 # files whose cog blocks print from the code
-COGGED = [REPO / "docs" / "cli.md", REPO / "docs" / "api.md", REPO / "README.md", REPO / "docs" / "governance.md",
+COGGED = [REPO / "docs" / "cli.md", REPO / "docs" / "api.md", REPO / "README.md",
+          *(REPO / "docs" / f"{name}.md" for name in ("governance", "topics", "state", "context", "cache")),
           REPO / "memctl" / "search" / "stages.py"]
 
 
@@ -100,19 +106,27 @@ def _demo_env() -> dict[str, str]:
 
 
 def demo_store(name: str = "demo") -> Path:
-    """A demo store of this cog run, by name: fixtures/demo's chat and MEMORY.md, ingested once. An
+    """A demo store of this cog run, by name: fixtures/demo's chat and MEMORY.md, ingested and indexed
+    (as scripts/demo.sh's first search leaves it, so that no example says it rebuilt the index). An
     example that writes uses a store of its own name, so that no other example's output depends on
-    the order the files are made in."""
+    the order the files are made in. Each is a copy of one such store no example uses, which an
+    unchanged store's next update finds up to date: three processes fewer a store."""
+    import shutil
+
     if name not in _demo:
+        if "pristine" not in _demo:
+            _demo["pristine"] = _scratch("memctl-docs-") / "memory"
+            for source in ("chat.jsonl", "MEMORY.md"):
+                demo_run(["ingest", str(REPO / "fixtures" / "demo" / source)], store="pristine")
+            demo_run(["index"], store="pristine")
         _demo[name] = _scratch("memctl-docs-") / "memory"
-        for source in ("chat.jsonl", "MEMORY.md"):
-            demo_run(["ingest", str(REPO / "fixtures" / "demo" / source)], store=name)
+        shutil.copytree(_demo["pristine"], _demo[name], symlinks=True)
     return _demo[name]
 
 
 def demo_run(args: list[str], stdin: str | None = None, store: str = "demo") -> str:
     """What `memctl --store STORE ARGS` prints on stdout (a failure raises: an example must run)."""
-    path = _demo.get(store) or demo_store(store)
+    path = _demo[store] if store in _demo else demo_store(store)
     done = subprocess.run([sys.executable, "-P", "-m", "memctl", "--store", str(path), *args], cwd=REPO,
                           input=stdin.encode() if stdin is not None else None, capture_output=True,
                           env=_demo_env())
@@ -132,11 +146,27 @@ def example(command: str, stdin: str | None = None, store: str = "demo") -> str:
     return f"```sh\n{shown}\n```\n```\n{demo_run(argv[1:], stdin, store)}```\n"
 
 
-def console(lines: list[str], place: str = "/tmp/d") -> str:
+def console(lines: list[str], place: str = "/tmp/d", store: str | None = None) -> str:
     """A console block: each line run in turn by bash, as a user types it (`memctl` this checkout's,
     in the repository, no server), shown after "$ " with what it prints, stdout and stderr as a
     terminal interleaves them. `export` lines set the variables of the lines after them. `place`
-    stands for a fresh directory of this run: in the commands as shown, and in what they print."""
+    stands for a fresh directory of this run: in the commands as shown, and in what they print.
+    `store`: the lines run on that demo store (demo_store) as $MEMCTL_STORE, shown as `.memory`."""
+    out = []
+    for line, printed in _run_lines(lines, place, store):
+        out += ["$ " + line.replace("\n", "\n> "), printed]
+    return "```console\n" + "\n".join(o for o in out if o) + "\n```\n"
+
+
+def script(text: str, store: str = "demo") -> str:
+    """A shell block with the script `text`, then a block with what bash prints running it (stdout
+    and stderr as a terminal shows them) on the demo store `store` as $MEMCTL_STORE."""
+    [(_, printed)] = _run_lines([text], "/tmp/d", store)
+    return f"```sh\n{text}\n```\n```\n{printed}\n```\n" if printed else f"```sh\n{text}\n```\n"
+
+
+def _run_lines(lines: list[str], place: str, store: str | None) -> list[tuple[str, str]]:
+    """Each line and what bash printed running it (see console)."""
     import os
     import shlex
 
@@ -146,17 +176,33 @@ def console(lines: list[str], place: str = "/tmp/d") -> str:
     (bin_dir / "memctl").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -P -m memctl "$@"\n')
     (bin_dir / "memctl").chmod(0o755)
     env = {**_demo_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    shown = {where: place}
+    if store is not None:
+        env["MEMCTL_STORE"] = str(demo_store(store))
+        shown[env["MEMCTL_STORE"]] = ".memory"
     out = []
     for line in lines:
         run = line.replace(place, where)
-        out.append(f"$ {line}")
         if run.startswith("export "):
-            env.update(dict(pair.split("=", 1) for pair in shlex.split(run)[1:]))
+            env.update(dict(pair.split("=", 1) for pair in shlex.split(run, comments=True)[1:]))
+            out.append((line, ""))
             continue
         done = subprocess.run(["bash", "-c", run], cwd=REPO, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT)
-        out.append(done.stdout.decode().replace(where, place).rstrip("\n"))
-    return "```console\n" + "\n".join(o for o in out if o) + "\n```\n"
+        printed = done.stdout.decode()
+        for real, name in sorted(shown.items(), key=lambda pair: -len(pair[0])):
+            printed = printed.replace(real, name)
+        out.append((line, printed.rstrip("\n")))
+    return out
+
+
+def crontab_jobs() -> list[str]:
+    """The commands of README's ```cron block (each line after its five time fields), as
+    tests/test_cron.py reads them."""
+    import re
+
+    block = re.search(r"```cron\n(.*?)```", (REPO / "README.md").read_text(encoding="utf-8"), re.S).group(1)
+    return [line.split(None, 5)[5] for line in block.splitlines() if line and not line.startswith(("#", "MEMCTL="))]
 
 
 def run_cog(*options: str) -> int:

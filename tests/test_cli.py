@@ -227,10 +227,12 @@ def test_a_text_over_the_bound_is_refused_by_every_face_naming_where(run, store_
 
 def test_the_readme_agent_recipes_take_a_message_that_starts_with_a_dash(tmp_path, store_dir, run):
     """`memctl search "$USER_MESSAGE"` read "-5 degrees in Kyoto..." as an unknown option -5 (exit 2)."""
-    lines = [line.split("  #")[0].strip() for block in re.findall(r"```sh\n(.*?)```", (REPO / "README.md").read_text(),
-                                                                     re.S)
+    # as the README shows them: a command of a generated console block after "$ ", its comment and
+    # its `; echo "exit $?"` left off
+    lines = [line.split("  #")[0].strip().removeprefix("$ ").removesuffix('; echo "exit $?"')
+             for block in re.findall(r"```(?:sh|console)\n(.*?)```", (REPO / "README.md").read_text(), re.S)
              for line in block.splitlines() if re.search(r'"\$(USER_)?MESSAGE"', line)]
-    assert len(lines) == 3, lines
+    assert len(lines) == 5, lines
     assert run("ingest", "-", input=b"It was -5 degrees in Kyoto on the morning we left.\n").returncode == 0
     message = shlex.quote("-5 degrees in Kyoto: what did I pack?")
     for line in lines:  # as sh reads it: the variable one word, each command of a pipe fed the last's output

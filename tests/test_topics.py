@@ -126,6 +126,18 @@ def test_a_split_that_keep_recent_holds_back_says_so(run, store_dir):
                 and b"split above" not in done.stderr), done.stderr
 
 
+def test_a_split_with_every_message_in_a_topic_says_so(run, store_dir):
+    """Nothing is left to split: neither keep_recent nor the size is the reason (it said "0 unsplit
+    message(s) are all among the last 20 kept")."""
+    run("ingest", "-", input=session_lines(WEATHER + HOTEL))
+    assert run("split", "--session", "s1", "--force", "--keep-recent", "0").returncode == 0
+    for args in (["--force"], ["--force", "--keep-recent", "0"], []):
+        done = run("split", "--session", "s1", "--dry-run", *args)
+        assert done.returncode == 1
+        assert b"every message of session s1 is in a topic already" in done.stderr, done.stderr
+        assert b"kept in the main context" not in done.stderr and b"split above" not in done.stderr
+
+
 def test_split_waits_until_the_context_is_over_the_threshold(run, store_dir):
     run("ingest", "-", input=session_lines(WEATHER + HOTEL))
     quiet = run("split", "--session", "s1")

@@ -52,7 +52,9 @@ def split(memory, session, system_file, keep_recent, force, dry_run, llm_command
         report = memory.topics.split(session, system_text=system_text, keep_recent=keep_recent, force=force,
                                      dry_run=dry_run, llm_command=llm_command, scope=scope, progress=advance)
     if not report.assignments:
-        if (force or report.context_tokens > report.threshold) and report.unsplit <= report.keep_recent:
+        if not report.unsplit:
+            say(f"memctl: nothing to split: every message of session {session} is in a topic already")
+        elif (force or report.context_tokens > report.threshold) and report.unsplit <= report.keep_recent:
             say(f"memctl: nothing to split: session {session}'s {report.unsplit} unsplit message(s) are all "
                 f"among the last {report.keep_recent} kept in the main context (--keep-recent, [topics] keep_recent)")
         else:
