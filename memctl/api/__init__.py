@@ -4,7 +4,8 @@ The command line and the MCP server call nothing else: they parse, call a
 method and print what it returns. The per-call operations (ingest, index,
 search, context, history) are methods; the rest live in rooms, one small
 class a part of memctl (memctl/api/rooms.py): `memory.topics`, `memory.state`,
-`memory.review`, `memory.health`, `memory.cache`, `memory.hooks`. Every result is a dataclass
+`memory.review`, `memory.health`, `memory.hooks`; `memory.cache` is the
+tool-output cache itself (memctl/cache). Every result is a dataclass
 whose `as_dict()` is the documented JSON schema (docs/api.md).
 
 Every heavy import happens inside the method that needs it, so that making a
@@ -17,15 +18,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from memctl.api.params import Filters
-from memctl.api.rooms import (CacheRoom, HealthRoom, HooksRoom, ReviewRoom, Say, StateRoom, TopicsRoom, given_or,
-                              need_query)
+from memctl.api.rooms import HealthRoom, HooksRoom, ReviewRoom, Say, StateRoom, TopicsRoom, given_or
 from memctl.store.store import Store, check_scope
-from memctl.text.bounds import within_bound
+from memctl.text.bounds import need_query, within_bound
 
 if TYPE_CHECKING:
+    from memctl.cache import Cache
     from memctl.forget import Forgotten
     from memctl.overview import Shown, Status
     from memctl.governance.governance import Chain
@@ -91,12 +93,22 @@ class Memory:
         self.state = StateRoom(self.store, self.runtime)
         self.review = ReviewRoom(self.store, self.runtime, self._say)
         self.health = HealthRoom(self.store, self.runtime)
-        self.cache = CacheRoom(self.store, self.runtime)  # on [cache] backend; memory.cache.on("redis://...") another
         self.hooks = HooksRoom(self.store, self.runtime, self.context, self.ingest)
 
     @property
     def path(self):
         return self.store.root
+
+    @cached_property
+    def cache(self) -> "Cache":
+        """The store's tool-output cache (memctl/cache, docs/cache.md) on [cache] backend;
+        `memory.cache.on("redis://...")` is the same on another. Made on first use, its backend opened
+        by its first call, so `memctl cache --help` opens none; it consolidates into long-term memory
+        through ingest (memctl/ingest/consolidate.py), which stands above the cache."""
+        from memctl.cache import Cache
+        from memctl.ingest.consolidate import consolidate
+
+        return Cache(self.runtime, consolidator=consolidate)
 
     # -- writing -------------------------------------------------------------------
     def ingest(self, data: bytes | str, *, source: str = "<input>", fmt: str = "auto", kind: str = "auto",

@@ -1,4 +1,5 @@
-"""The rooms of `Memory`: topics, the section window, review, health and the tool-output cache.
+"""The rooms of `Memory`: topics, the section window, review, health and hooks (`memory.cache` is
+memctl.cache.Cache itself).
 
 `memory.topics.list()`, `memory.state.plan(message)`, ...: one small class a
 part of memctl, each holding its Memory, as sqlite-utils' `db["table"]` holds
@@ -13,13 +14,13 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from memctl.store.store import check_scope
+from memctl.text.bounds import need_query
 
 if TYPE_CHECKING:
     from memctl.runtime import Runtime
-    from memctl.cache import Cache as ToolCache, Entry, RunResult
     from memctl.check import Problem
     from memctl.governance.lifecycle import Change
-    from memctl.search.search import Result, Retriever
+    from memctl.search.search import Retriever
     from memctl.store.store import Store
     from memctl.store.topicfile import Topic
     from memctl.topics.daily import DailyReport
@@ -342,98 +343,6 @@ class HealthRoom:
         return fix(self.runtime, problems, dry_run=dry_run)
 
 
-# -- shared working memory for tool outputs (H1-H5, docs/cache.md) -------------------------------
-@dataclass
-class CacheStats:
-    """Hits, misses, negative hits, keys and bytes, one dict a scope and tool."""
-
-    rows: list[dict[str, Any]]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"stats": self.rows}
-
-
-@dataclass
-class Cleared:
-    """A run's cache forgotten (after consolidating it, when [cache] consolidate_on has clear)."""
-
-    scope: str
-    entries: int
-    consolidated: list[dict[str, Any]]
-    dry_run: bool
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class CacheRoom:
-    """The tool-output cache of the store on [cache] backend; `on(backend)` is the same on another
-    (files, redis://...). The backend is opened by the first call, so `memctl cache --help` opens none."""
-
-    def __init__(self, store: "Store", runtime: "Runtime", backend: str | None = None):
-        self.store = store
-        self.runtime = runtime
-        self.backend = backend
-        self._opened: "ToolCache | None" = None
-
-    def on(self, backend: str | None) -> "CacheRoom":
-        return self if backend == self.backend else CacheRoom(self.store, self.runtime, backend)
-
-    @staticmethod
-    def parse_args(text: str) -> Any:
-        """A call's arguments as JSON text (`--args`), checked and in the canonical form the key is made of."""
-        from memctl.cache.keys import parse_args
-
-        return parse_args(text)
-
-    @staticmethod
-    def json_args(value: Any) -> Any:
-        """A call's arguments already JSON (an MCP call's), checked and canonical: they meet the same
-        call made with `memctl cache get/put --args` (keys sorted, 1.0 = 1, spaces collapsed)."""
-        from memctl.cache.keys import json_args
-
-        return json_args(value)
-
-    @property
-    def opened(self) -> "ToolCache":
-        if self._opened is None:
-            from memctl.cache import Cache as ToolCache
-            from memctl.ingest.consolidate import consolidate
-
-            self._opened = ToolCache(self.runtime, backend=self.backend, consolidator=consolidate)
-        return self._opened
-
-    def get(self, scope: str, tool: str, args: Any) -> "Entry | None":
-        """The stored result of tool(args) in the run `scope` (a hit), or None (a miss)."""
-        return self.opened.get(scope, tool, args)
-
-    def put(self, scope: str, tool: str, args: Any, output: bytes | str, *, exit_code: int = 0, error: str = "",
-            agent: str = "", ttl: float | None = None) -> "Entry":
-        """Store a tool call's result for every agent of the run; empty and failed ones too."""
-        return self.opened.put(scope, tool, args, output, exit_code=exit_code, stderr=error, agent=agent, ttl=ttl)
-
-    def run(self, scope: str, tool: str, argv: list[str], *, args: Any = None, ttl: float | None = None,
-            refresh: bool = False, agent: str = "", timeout: float | None = None) -> "RunResult":
-        """Run a command through the cache: a hit replays its output, a miss runs and stores it."""
-        return self.opened.run(scope, tool, argv, args=args, ttl=ttl, refresh=refresh, agent=agent, timeout=timeout)
-
-    def search(self, query: str, *, scope: str | None = None, tools: Iterable[str] = (), agents: Iterable[str] = (),
-               k: int = 5) -> list["Result"]:
-        """What the run's agents already found: the consolidated tool results (design 004)."""
-        need_query(query)
-        return self.opened.search(query, scope=scope, tools=(*tools,), agents=(*agents,), k=k)
-
-    def stats(self, scope: str | None = None) -> CacheStats:
-        return CacheStats(self.opened.stats(scope))
-
-    def consolidate(self, scope: str, *, everything: bool = False, dry_run: bool = False):
-        """Write what proved useful to long-term memory, once (memctl/ingest/consolidate.py)."""
-        return self.opened.consolidate(scope, everything=everything, dry_run=dry_run)
-
-    def clear(self, scope: str, *, dry_run: bool = False) -> Cleared:
-        return Cleared(**self.opened.clear(scope, dry_run=dry_run))
-
-
 # -- agent clients' hooks (memctl/hooks/, README "Hooks") ----------------------------------------------
 class HooksRoom:
     """Memory given to each prompt and the conversation kept, by a client's hooks, without the model
@@ -495,16 +404,6 @@ def scope_looked_into(store: "Store", session: str | None, scope: str | None) ->
         with store.reading():
             return scope_of_session(store, session, session_messages(store, session), scope)
     return check_scope(scope)
-
-
-def need_query(query: str | None, source: str = "query") -> None:
-    """A text to search for: not empty, and within the one bound of every face (text/bounds.py)."""
-    from memctl.errors import InputError
-    from memctl.text.bounds import within_bound
-
-    if not query or not query.strip():
-        raise InputError(f"give a {source}", source=source)
-    within_bound(query, source)
 
 
 def given_or(given: Any, configured: Any) -> Any:
