@@ -17,7 +17,7 @@ warm); a command line run makes one and uses it once.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -25,6 +25,7 @@ from memctl.api.params import Filters
 from memctl.api.rooms import HealthRoom, HooksRoom, ReviewRoom, Say, StateRoom, TopicsRoom, given_or
 from memctl.store.store import Store, check_scope
 from memctl.text.bounds import need_query, within_bound
+from memctl.text.shape import Shape, hidden, shown
 
 if TYPE_CHECKING:
     from memctl.cache import Cache
@@ -39,12 +40,13 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Found:
-    """What a search returns: the results, or why no search was needed (`skipped`)."""
+class Found(Shape):
+    """What a search returns: the results, best first, or why no search was needed (`skipped`)."""
 
-    results: list["Result"] = field(default_factory=list)
-    skipped: str | None = None
-    why_none: str | None = None  # the search ran and nothing passed: why (--explain says it)
+    results: list[Result] = shown("Best first; empty: nothing relevant is stored.", default_factory=list)
+    skipped: str | None = shown("Why no search was run (adaptive, or a plan naming no section), else null.",
+                              default=None)
+    why_none: str | None = hidden(default=None)  # the search ran and nothing passed: why (--explain says it)
 
     def __iter__(self):
         return iter(self.results)
@@ -60,14 +62,11 @@ class Found:
 
 
 @dataclass
-class Answer:
-    """One query of a batch search and its results, best first."""
+class Answer(Shape):
+    """One query of a batch search (a line of `memctl search --batch`) and its results, best first."""
 
-    query_id: Any
-    results: list["Result"]
-
-    def as_dict(self, explain: bool = False) -> dict[str, Any]:
-        return {"query_id": self.query_id, "results": [r.as_dict(explain) for r in self.results]}
+    query_id: Any = shown("The line's id.")
+    results: list[Result] = shown()
 
 
 class Memory:

@@ -100,7 +100,7 @@ def search(memory: Memory, query: str, plan: str | None = None, adaptive: bool =
            **declared) -> dict[str, Any]:
     options = keywords(SEARCH, declared)
     found = memory.search(query, where=Filters.take(options), plan=plan, adaptive=adaptive, **options)
-    return {"results": [r.as_dict(explain) for r in found], "skipped": found.skipped}
+    return found.as_dict(explain=explain)
 
 
 @tool("layered_search", """
