@@ -10,13 +10,15 @@ MCP tool print.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal
 
 from memctl.store.store import check_scope
 from memctl.text.bounds import need_query
+from memctl.text.shape import Shape, derived, hidden, shown
 
 if TYPE_CHECKING:
+    from memctl.governance.review import ConfirmedRow, ExpiredRow, PendingRow, RejectedRow
     from memctl.runtime import Runtime
     from memctl.check import Problem
     from memctl.governance.lifecycle import Change
@@ -33,38 +35,31 @@ Say = Callable[[str], None]
 
 # -- topics (T, docs/topics.md) ---------------------------------------------------------------
 @dataclass
-class Activation:
-    """What an explicit activation did (T7): `method` is id, builtin or llm; `fallback` why an LLM's
-    answer was not used."""
+class Activation(Shape):
+    """What an explicit activation did (T7)."""
 
-    activated: list[dict[str, Any]]
-    candidates: list[dict[str, Any]]
-    method: str
-    fallback: str | None
-    no_match_reason: str | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    activated: list[dict[str, Any]] = shown('The topics brought back: {"topic_id", "name"}.')
+    candidates: list[dict[str, Any]] = shown('The topics weighed: {"topic_id", "name", "score", "relevance"?, '
+                                             '"reason"?}.')
+    method: Literal["id", "builtin", "llm"] = shown("How the topics were found.")
+    fallback: str | None = shown("Why an LLM's answer was not used, or null.")
+    no_match_reason: str | None = shown("Why nothing matched, or null.")
 
 
 @dataclass
-class TopicLink:
-    kind: str  # parent, child, related, merged-into, merged-from: named from the topic's side
-    topic_id: str
-    at: str | None
+class TopicLink(Shape):
+    """A link of a topic (T1), named from the topic's side."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    kind: Literal["parent", "child", "related", "merged-into", "merged-from"] = shown()
+    topic_id: str = shown("The topic at the other end.")
+    at: str | None = shown("When the link was made.")
 
 
 @dataclass
-class TopicLog:
+class TopicLog(Shape):
     """The tuning log (T11): rounds' scores and activation events, oldest first."""
 
-    events: list[dict[str, Any]]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"events": self.events}
+    events: list[dict[str, Any]] = shown()
 
 
 class TopicsRoom:
@@ -173,9 +168,6 @@ class WindowShown:
 
     fields: dict[str, Any] | None
 
-    def as_dict(self) -> dict[str, Any] | None:
-        return self.fields
-
 
 class StateRoom:
     def __init__(self, store: "Store", runtime: "Runtime"):
@@ -219,27 +211,57 @@ class StateRoom:
 
 # -- review (P5, G5, T12) -----------------------------------------------------------------------
 @dataclass
-class Reviewed:
-    """Rows of a review step (`step`: pending, confirmed or rejected) and the pending memories that
-    expired and were dropped first (P5)."""
+class Reviewed(Shape):
+    """Rows of a review step (`step`: pending, confirmed or rejected, the rows' key) and the pending
+    memories that expired and were dropped first (P5)."""
 
-    step: str
-    rows: list[dict[str, Any]]
-    expired: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = hidden()
+    expired: list[ExpiredRow] = shown("Pending memories dropped first because their time ran out.",
+                                      default_factory=list)
+    step: ClassVar[str]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {self.step: self.rows, "expired": self.expired}
+    key_order = ("step_rows", "expired")
 
 
 @dataclass
-class Lifecycle:
+class PendingReview(Reviewed):
+    """The pending memories that have not expired, in file order, and those that expired."""
+
+    step = "pending"
+
+    @derived(name="pending")
+    def step_rows(self) -> list[PendingRow]:
+        return self.rows
+
+
+@dataclass
+class Confirmation(Reviewed):
+    """The pending memories written to MEMORY.md, and those that expired first."""
+
+    step = "confirmed"
+
+    @derived(name="confirmed")
+    def step_rows(self) -> list[ConfirmedRow]:
+        return self.rows
+
+
+@dataclass
+class Rejection(Reviewed):
+    """The pending memories dropped at the user's word, and those that expired first."""
+
+    step = "rejected"
+
+    @derived(name="rejected")
+    def step_rows(self) -> list[RejectedRow]:
+        return self.rows
+
+
+@dataclass
+class Lifecycle(Shape):
     """The lifecycle's changes by health score (G5) and the expired pending memories dropped first."""
 
-    changes: list["Change"]
-    expired: list[dict[str, Any]] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"changes": [c.as_dict() for c in self.changes], "expired": self.expired}
+    changes: list[Change] = shown()
+    expired: list[ExpiredRow] = shown(default_factory=list)
 
 
 class ReviewRoom:
@@ -255,7 +277,7 @@ class ReviewRoom:
         self.store.require()
         check_scope(scope)
         expired = self._drop_expired(scope=scope)
-        return Reviewed("pending", listing(self.runtime, scope=scope), expired)
+        return PendingReview(listing(self.runtime, scope=scope), expired)
 
     def confirm(self, ids: Iterable[str], *, allow_conflict: bool = False, supersedes: Iterable[str] = (),
                 dry_run: bool = False, scope: str | None = None) -> Reviewed:
@@ -266,7 +288,7 @@ class ReviewRoom:
         expired = self._drop_expired(dry_run=dry_run, scope=scope)
         rows = confirm(self.runtime, [*ids], dry_run=dry_run, allow_conflict=allow_conflict,
                        supersedes=[*supersedes], scope=scope)
-        return Reviewed("confirmed", rows, expired)
+        return Confirmation(rows, expired)
 
     def reject(self, ids: Iterable[str], *, dry_run: bool = False, scope: str | None = None) -> Reviewed:
         """Drop pending memories without writing them (all or nothing); `scope`: an id of another is unknown."""
@@ -274,7 +296,7 @@ class ReviewRoom:
 
         check_scope(scope)
         expired = self._drop_expired(dry_run=dry_run, scope=scope)
-        return Reviewed("rejected", reject(self.runtime, [*ids], dry_run=dry_run, scope=scope), expired)
+        return Rejection(reject(self.runtime, [*ids], dry_run=dry_run, scope=scope), expired)
 
     def lifecycle(self, *, dry_run: bool = False, hard: bool = False) -> Lifecycle:
         """Demote, archive and delete memories by health score (G5)."""
@@ -309,13 +331,12 @@ class ReviewRoom:
 
 # -- health (G4) --------------------------------------------------------------------------------
 @dataclass
-class HealthScores:
+class HealthScores(Shape):
     """The health score of every memory with its parts, one dict a memory."""
 
-    rows: list[dict[str, Any]]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"scores": self.rows}
+    rows: list[dict[str, Any]] = shown('{"id", "line", "section", "status", "core", "health", "recency_decay", '
+                                       '"access_frequency", "user_weight", "access_count", "age_days", "summary"}',
+                                       name="scores")
 
 
 class HealthRoom:
