@@ -590,5 +590,5 @@ def test_memory_cache_is_the_cache_itself_on_one_backend_or_another(store_dir, c
     with pytest.raises(InputError):
         cache.search("  ")
     cleared = cache.clear("run-1")  # consolidated before: marked, not written again
-    assert (cleared.entries, [row["status"] for row in cleared.consolidated]) == (1, ["marked"])
+    assert (cleared.entries, [row.status for row in cleared.consolidated]) == (1, ["marked"])
     assert cache.entries("run-1") == []

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -35,9 +35,10 @@ from memctl import config
 from memctl.clock import Clock, format_ts
 from memctl.errors import InputError, MemctlError
 from memctl.store.store import Store
-from memctl.cache.backend import EVENTS, EXIT_CODE_MAX, Backend, CacheError, Entry, is_exit_code
+from memctl.cache.backend import EVENTS, EXIT_CODE_MAX, Backend, CacheError, Consolidated, Entry, is_exit_code
 from memctl.cache.keys import canonical, check_name, json_args, key_of, parse_args
 from memctl.text.bounds import need_query
+from memctl.text.shape import Shape, shown
 
 if TYPE_CHECKING:
     from memctl.search.search import Result
@@ -80,36 +81,30 @@ def cache_problems(store: Store, clock: Clock) -> list[tuple[str, int | None, st
 
 
 @dataclass
-class CacheStats:
+class CacheStats(Shape):
     """Hits, misses, negative hits, keys and bytes, one dict a scope and tool."""
 
-    rows: list[dict[str, Any]]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"stats": self.rows}
+    rows: list[dict[str, Any]] = shown('{"scope", "tool", "hits", "misses", "negative_hits", "keys", '
+                                       '"negative_keys", "bytes", "consolidated"}: hits and misses count calls '
+                                       "since the run began; keys and bytes what is stored now.", name="stats")
 
 
 @dataclass
-class Cleared:
+class Cleared(Shape):
     """A run's cache forgotten (after consolidating it, when [cache] consolidate_on has clear)."""
 
-    scope: str
-    entries: int
-    consolidated: list[dict[str, Any]]
-    dry_run: bool
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    scope: str = shown()
+    entries: int = shown("Entries removed (or, dry, that would be).")
+    consolidated: list[Consolidated] = shown("What was consolidated first.")
+    dry_run: bool = shown()
 
 
 @dataclass
-class RunResult:
-    entry: Entry
-    hit: bool      # answered from the cache
-    waited: bool   # another agent was running the same call; this one waited for its result
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.entry.as_dict(), "hit": self.hit, "waited": self.waited}
+class RunResult(Shape):
+    """A command run through the cache: its entry, and whether it came from the cache."""
+    entry: Entry = shown(flatten=True)
+    hit: bool = shown("Answered from the cache.")
+    waited: bool = shown("Another agent was running the same call; this one waited for its result.")
 
 
 def open_backend(spec: str, store: Store, settings: config.Cache, clock: Clock) -> Backend:
@@ -285,7 +280,7 @@ class Cache:
         if self._consolidator and "clear" in self.settings.consolidate_on:
             consolidated = self.consolidate(scope, dry_run=dry_run)
         entries = len(self.entries(scope)) if dry_run else self.backend.clear(scope)
-        return Cleared(scope, entries, [c.as_dict() for c in consolidated], dry_run)
+        return Cleared(scope, entries, consolidated, dry_run)
 
     def consolidate(self, scope: str, *, everything: bool = False, dry_run: bool = False,
                     only: list[Entry] | None = None, index: bool = True):

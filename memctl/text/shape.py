@@ -32,6 +32,7 @@ import sys
 import types
 import typing
 from functools import cache
+from pathlib import PurePath
 from typing import Any, Callable, Literal
 
 ABSENT = type("Absent", (), {"__repr__": lambda self: "ABSENT", "__bool__": lambda self: False})()
@@ -157,6 +158,8 @@ class Shape:
 
 
 def _plain(value: Any, asked: dict[str, bool]) -> Any:
+    if isinstance(value, PurePath):
+        return str(value)
     if isinstance(value, Shape):
         return value.as_dict(**asked)
     if isinstance(value, (list, tuple)):
@@ -247,6 +250,8 @@ def type_schema(kind: Any) -> dict[str, Any]:
         return {}
     if kind in _SIMPLE:
         return {"type": _SIMPLE[kind]}
+    if isinstance(kind, type) and issubclass(kind, PurePath):
+        return {"type": "string"}
     if isinstance(kind, type) and issubclass(kind, Shape):
         return _object_schema(kind)
     origin, args = typing.get_origin(kind), typing.get_args(kind)
