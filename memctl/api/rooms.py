@@ -56,6 +56,30 @@ class TopicLink(Shape):
 
 
 @dataclass
+class TopicRow(Shape):
+    """A topic as a list gives it (`memctl topics list --json`, the MCP topics_list tool)."""
+
+    id: str = shown()
+    name: str | None = shown()
+    state: Literal["active", "dormant", "archived"] | None = shown("active: in the context when relevant; "
+                                                                   "dormant: found again by an activation or a "
+                                                                   "\"you forgot\"; archived: only on request.")
+    messages: int | None = shown("Messages in it.")
+    tokens: int | None = shown()
+    updated: str | None = shown("When it last changed.")
+    parent: str | None = shown("The topic it is a sub-topic of.")
+    summary: str | None = shown()
+    scope: str | None = shown("Its scope; null: an old topic of several scopes.")
+
+    @classmethod
+    def of(cls, topic: "Topic") -> "TopicRow":
+        header = topic.header
+        return cls(header.get("id"), header.get("name"), header.get("state"), header.get("messages"),
+                   header.get("tokens"), header.get("updated"), header.get("parent"), header.get("summary"),
+                   topic.scope)
+
+
+@dataclass
 class TopicLog(Shape):
     """The tuning log (T11): rounds' scores and activation events, oldest first."""
 

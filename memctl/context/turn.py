@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from memctl.errors import InputError
-from memctl.text.shape import Shape, hidden, shown
+from memctl.text.shape import Shape, shown
 from memctl.text.tokens import count_tokens
 
 if TYPE_CHECKING:
@@ -131,7 +131,8 @@ class Context(Shape):
     made_dormant: list[dict] = shown("Topics the round made dormant.", default_factory=list)
     ambiguous: list[dict] = shown("Dormant topics an amnesia cue may mean: ask which.", default_factory=list)
     dropped: list[dict] = shown("Parts left out for the budget.", default_factory=list)
-    text: str = hidden(default="")
+    text: str = shown("The context as one text (what `memctl context` prints; the MCP tool gives it).",
+                      when="text", default="")
 
 
 def message_view(message: dict) -> dict:

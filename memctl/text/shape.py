@@ -146,15 +146,15 @@ class Shape:
         return out
 
     @classmethod
-    def schema(cls) -> dict[str, Any]:
-        """The JSON schema of `as_dict()` (with every `when=` key, which may be missing)."""
-        return _object_schema(cls)
+    def schema(cls, *, always: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The JSON schema of `as_dict()`: a `when=` key may be missing, unless `always` names it."""
+        return _object_schema(cls, always)
 
     @classmethod
-    def outline(cls) -> str:
+    def outline(cls, *, always: tuple[str, ...] = ()) -> str:
         """The keys as one line of text, `{"id", "kind": "memory"|"message", "fields"?, ...}`: what the
         MCP tool descriptions and the command help say a result is."""
-        return _outline(cls.schema())
+        return _outline(cls.schema(always=always))
 
 
 def _plain(value: Any, asked: dict[str, bool]) -> Any:
@@ -170,7 +170,7 @@ def _plain(value: Any, asked: dict[str, bool]) -> Any:
 
 
 # -- the JSON schema, from the annotations ----------------------------------------------------
-def _object_schema(cls: type) -> dict[str, Any]:
+def _object_schema(cls: type, always: tuple[str, ...] = ()) -> dict[str, Any]:
     hints = _hints(cls)
     properties: dict[str, Any] = {}
     required: list[str] = []
@@ -183,7 +183,7 @@ def _object_schema(cls: type) -> dict[str, Any]:
                 required += nested.get("required", [])
             continue
         properties[one.name] = {**type_schema(kind), **({"description": one.doc} if one.doc else {})}
-        if not one.optional:
+        if not one.optional or (one.when is not None and one.when in always):
             required.append(one.name)
     out: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
@@ -197,14 +197,22 @@ def _hints(cls: type) -> dict[str, Any]:
     hints: dict[str, Any] = {}
     for klass in reversed(cls.__mro__):
         module = sys.modules.get(klass.__module__)
-        names = {**vars(typing), **_checking_names(klass.__module__), **(vars(module) if module else {}),
-                 klass.__name__: klass}
+        names = {**vars(typing), **(vars(module) if module else {}), klass.__name__: klass}
         for attribute, value in vars(klass).items():
             if isinstance(value, derived):
-                hints[attribute] = _evaluated(value.fget.__annotations__.get("return", "Any"), names)
+                hints[attribute] = _evaluated(value.fget.__annotations__.get("return", "Any"), names, klass)
         for attribute, annotation in vars(klass).get("__annotations__", {}).items():
-            hints[attribute] = _evaluated(annotation, names)
+            hints[attribute] = _evaluated(annotation, names, klass)
     return hints
+
+
+def _evaluated(annotation: Any, names: dict[str, Any], klass: type) -> Any:
+    if not isinstance(annotation, str):
+        return annotation
+    try:
+        return eval(annotation, names)  # noqa: S307 (our own source)
+    except NameError:  # a name the module imports only for type checkers
+        return eval(annotation, {**_checking_names(klass.__module__), **names})  # noqa: S307
 
 
 @cache
@@ -222,10 +230,6 @@ def _checking_names(module_name: str) -> dict[str, Any]:
         if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
             exec(compile(ast.Module(node.body, []), source, "exec"), names)  # noqa: S102 (our own imports)
     return names
-
-
-def _evaluated(annotation: Any, names: dict[str, Any]) -> Any:
-    return eval(annotation, names) if isinstance(annotation, str) else annotation  # noqa: S307 (our own source)
 
 
 def _strip_none(kind: Any) -> Any:
