@@ -20,9 +20,10 @@ A key may be renamed (`name="from"`), rounded (`digits=6`), left out when it is 
 derived value returns ABSENT to leave its key out. Types are read from the annotations (str, int,
 float, bool, None, Any, Literal, lists, tuples, dicts and other shapes).
 
-Standard library only: every command imports it, and the thin client of the resident server does
-not need it (it prints the server's bytes). Why not msgspec: its import costs ~X ms (bench/README.md
-"Cited measurements") and its Structs would replace dataclasses the code builds and mutates in place.
+Standard library only: the commands import it (the thin client of the resident server does not: it
+prints the server's bytes). Not msgspec: its import took 18 ms where this module's took 2 ms
+(bench/README.md "Cited measurements"), and its Structs would replace dataclasses the code builds
+and mutates in place.
 """
 
 from __future__ import annotations
