@@ -184,3 +184,19 @@ def test_history_is_one_shape_on_the_command_line_and_through_mcp(seeded, run):
         if scope is None:
             assert [(link["id"], link["status"]) for link in printed["links"]] == [
                 ("mem-older", "deleted"), (first, "deprecated"), ("mem-gone", "missing"), (second, "active")]
+
+
+@pytest.mark.process
+def test_the_help_and_the_tool_table_import_no_shape_of_search():
+    """`memctl --help` imports every command module, the MCP one with the tool table: the shapes the tools
+    return are looked up when asked for, so neither imports search, the topics or numpy (it once did)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, contextlib, io\nfrom memctl.cli import cli\nimport memctl.mcp.tools\n"
+            "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+            "    cli.main(['--help'], prog_name='memctl')\n"
+            "print(sorted(m for m in ('numpy', 'memctl.search.search', 'memctl.topics.daily', 'memctl.api.shapes')"
+            " if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stderr

@@ -16,28 +16,43 @@ from __future__ import annotations
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from memctl.api import Memory
 from memctl.api import params
 from memctl.api.params import (ACTIVATE, CONTEXT, FORGET, HISTORY_SCOPE, INGEST, REVIEW_SCOPE, SEARCH, TOPICS_SCOPE,
                                 Filters, json_schema, keywords)
-from memctl.api.shapes import (Activation, CacheStats, Chain, Confirmation, Context, DailyReport, Entry, Forgotten,
-                               Found, HealthScores, LayerItem, Layered, Outcome, PendingReview, Plan, Problem,
-                               RecordResult, Rejection, Result, TopicLink, TopicRow, UpdateReport)
+from memctl.api.rooms import HealthScores, TopicLink, TopicRow
 from memctl.text.bounds import MAX_QUERY_CHARS
 from memctl.text.shape import Shape, shown
+
+if TYPE_CHECKING:  # the shapes the tools return, looked up when asked for (Tool.returns)
+    from memctl.api.shapes import (Activation, CacheStats, Chain, Confirmation, Context, DailyReport, Entry,
+                                   Forgotten, Found, Layered, Outcome, PendingReview, Plan, Problem, RecordResult,
+                                   Rejection, Result, UpdateReport)
 
 
 @dataclass(frozen=True)
 class Tool:
     name: str
-    description: str
+    about: str  # what it does and when to call it; the description adds what it returns
     input_schema: dict[str, Any]
-    returns: type[Shape]
+    returned: str  # the name of the shape it returns, here or in memctl/api/shapes.py
     always: tuple[str, ...]  # the returned shape's `when=` keys the tool always gives
     run: Callable[..., dict[str, Any]]
     read_only: bool  # writes nothing at all: a client may call it without asking the user
+
+    # The shapes are looked up when first asked for: importing them imports search and the topics
+    # (numpy), and `memctl --help` imports this table (to name the tools in `memctl mcp --help`).
+    @property
+    def returns(self) -> type[Shape]:
+        from memctl.api import shapes
+
+        return getattr(shapes, self.returned, None) or globals()[self.returned]
+
+    @property
+    def description(self) -> str:
+        return f"{self.about}\nReturns {self.returns.outline(always=self.always)}."
 
     @property
     def output_schema(self) -> dict[str, Any]:
@@ -47,12 +62,12 @@ class Tool:
 TOOLS: dict[str, Tool] = {}
 
 
-def tool(name: str, description: str, *, returns: type[Shape], required: tuple[str, ...] = (),
+def tool(name: str, description: str, *, returns: str, required: tuple[str, ...] = (),
          read_only: bool = False, asked: tuple[str, ...] = (), always: tuple[str, ...] = (),
          **properties: dict[str, Any]):
     """Register the decorated function as tool `name`: `properties` are its JSON-schema arguments; it
-    returns a `returns` shape, given as JSON with its `when=` keys named in `always`, and those named in
-    `asked` when the argument of that name asks for them (search's explain)."""
+    returns the shape named `returns`, given as JSON with its `when=` keys named in `always`, and those
+    named in `asked` when the argument of that name asks for them (search's explain)."""
 
     def register(make: Callable[..., Shape]) -> Callable[..., dict[str, Any]]:
         schema = {"type": "object", "properties": properties, "additionalProperties": False}
@@ -63,8 +78,7 @@ def tool(name: str, description: str, *, returns: type[Shape], required: tuple[s
             shown = {**{flag: bool(arguments.get(flag)) for flag in asked}, **dict.fromkeys(always, True)}
             return make(memory, **arguments).as_dict(**shown)
 
-        said = textwrap.dedent(description).strip() + f"\nReturns {returns.outline(always=always)}."
-        TOOLS[name] = Tool(name, said, schema, returns, always, run, read_only)
+        TOOLS[name] = Tool(name, textwrap.dedent(description).strip(), schema, returns, always, run, read_only)
         return run
 
     return register
@@ -156,7 +170,7 @@ class TopicShown(Shape):
     ranked by meaning and words together (hybrid BM25 + embeddings). Call it before
     answering anything that may depend on what the user said or decided earlier.
     Results come best first; an empty list means nothing relevant is stored.
-    """, returns=Found, asked=("explain",), required=("query",),
+    """, returns="Found", asked=("explain",), required=("query",),
       query=searched("What to look for, in the user's words (any language); never query syntax.", minLength=1),
       plan=searched("The user's message: search only the sections state_plan picks for it."),
       adaptive=flag("Skip messages that need no memory (greetings, acknowledgements, slash commands); "
@@ -174,8 +188,9 @@ def search(memory: Memory, query: str, plan: str | None = None, adaptive: bool =
     L1 the workspace's memories, L2 memories matching the query (only when the query
     asks about history or decisions or names something L0/L1 do not cover). Call it
     once at the start of a task to load what matters without flooding the context.
-    Each layer is a list of {LAYER_ITEM}.
-    """.replace("{LAYER_ITEM}", LayerItem.outline()), returns=Layered, required=("query",),
+    Each layer lists the memories placed in it: id, section, text (or its summary, when
+    the full text does not fit) and tokens.
+    """, returns="Layered", required=("query",),
       query=searched("The task or question the context is for.", minLength=1),
       workspace=text("A scope such as 'project:kestrel' whose memories form L1."),
       budget=count("Token budget of all three layers together.", 2000))
@@ -187,7 +202,7 @@ def layered_search(memory: Memory, query: str, **options) -> Layered:
     The version chain of one memory, oldest first: every version that supersedes or is
     superseded by it. Call it to see how a fact changed over time, or before replacing
     a memory. The same object as `memctl history ID --json`.
-    """, returns=Chain, required=("id",), read_only=True,
+    """, returns="Chain", required=("id",), read_only=True,
       id=text("The memory's id (as search results give it).", minLength=1), **json_schema(HISTORY_SCOPE))
 def history(memory: Memory, id: str, scope: str | None = None) -> Chain:
     return memory.history(id, scope=scope)
@@ -203,7 +218,7 @@ def history(memory: Memory, id: str, scope: str | None = None) -> Chain:
     ({"text", "speaker"?, "role"?, "ts"?, ...}) and MEMORY.md-style Markdown are read too.
     A note whose canonical_topic already has a current memory is refused unless
     'supersedes' names the old one or allow_conflict is set.
-    """, returns=Stored, required=("text",),
+    """, returns="Stored", required=("text",),
       text=text("What to store.", minLength=1),
       **json_schema(INGEST))
 def ingest(memory: Memory, text: str, **declared) -> Stored:
@@ -216,7 +231,7 @@ def ingest(memory: Memory, text: str, **declared) -> Stored:
     Bring the search index up to date with the store's files. Rarely needed: search
     does it by itself; call it after many writes to make the next search fast, or
     with rebuild=true if results look wrong.
-    """, returns=UpdateReport, rebuild=flag("Start the index over from the files."))
+    """, returns="UpdateReport", rebuild=flag("Start the index over from the files."))
 def index(memory: Memory, rebuild: bool = False) -> UpdateReport:
     return memory.index(rebuild=rebuild)
 
@@ -226,14 +241,14 @@ def index(memory: Memory, rebuild: bool = False) -> UpdateReport:
     List notes waiting for the user's confirmation (stored with pending=true), after
     dropping those whose time ran out. Call it to show the user what to confirm or
     reject.
-    """, returns=PendingReview, **json_schema(REVIEW_SCOPE))
+    """, returns="PendingReview", **json_schema(REVIEW_SCOPE))
 def review_pending(memory: Memory, scope: str | None = None) -> PendingReview:
     return memory.review.pending(scope=scope)
 
 
 @tool("confirm", """
     Write pending notes to MEMORY.md once the user agrees (all or nothing).
-    """, returns=Confirmation, required=("ids",), ids=IDS,
+    """, returns="Confirmation", required=("ids",), ids=IDS,
       supersedes=texts("Ids of memories the (one) confirmed note replaces."),
       allow_conflict=flag("Write even when the note's canonical_topic has a current memory."),
       dry_run=DRY_RUN, **json_schema(REVIEW_SCOPE))
@@ -243,7 +258,7 @@ def confirm(memory: Memory, ids: list[str], **options) -> Confirmation:
 
 @tool("reject", """
     Drop pending notes the user does not want kept (all or nothing).
-    """, returns=Rejection, required=("ids",), ids=IDS, dry_run=DRY_RUN, **json_schema(REVIEW_SCOPE))
+    """, returns="Rejection", required=("ids",), ids=IDS, dry_run=DRY_RUN, **json_schema(REVIEW_SCOPE))
 def reject(memory: Memory, ids: list[str], dry_run: bool = False, scope: str | None = None) -> Rejection:
     return memory.review.reject(ids, dry_run=dry_run, scope=scope)
 
@@ -254,7 +269,7 @@ def reject(memory: Memory, ids: list[str], dry_run: bool = False, scope: str | N
     results), by session, or by match (text it holds). A match, a session or a topic id
     only lists what would go, each with a preview: show the user, then call again with
     yes=true.
-    """, returns=Forgotten, ids=texts("Ids of messages, memories, pending notes, log entries or topics to forget."),
+    """, returns="Forgotten", ids=texts("Ids of messages, memories, pending notes, log entries or topics to forget."),
       **json_schema(FORGET))
 def forget(memory: Memory, ids: list[str] = (), **declared) -> Forgotten:
     return memory.forget(ids, **keywords(FORGET, declared))
@@ -265,7 +280,7 @@ def forget(memory: Memory, ids: list[str] = (), **declared) -> Forgotten:
     Start of a turn: which MEMORY.md sections are worth searching for the user's
     message (the section the recent turns keep using, plus sections the message
     names). Pass the same message as search's 'plan' to search only them.
-    """, returns=Plan, required=("message",), read_only=True,
+    """, returns="Plan", required=("message",), read_only=True,
       message=searched("The user's message of this turn.", minLength=1))
 def state_plan(memory: Memory, message: str) -> Plan:
     return memory.state.plan(message)
@@ -274,7 +289,7 @@ def state_plan(memory: Memory, message: str) -> Plan:
 @tool("state_record", """
     End of a turn: record which MEMORY.md sections the turn used (the 'section' of
     the search results you relied on), so later turns search the dominant one first.
-    """, returns=RecordResult, required=("sections",),
+    """, returns="RecordResult", required=("sections",),
       sections=texts("Section names the turn used (may be empty: a turn that used none)."),
       summary=text("A one-line summary of the turn's topic, kept as the current topic."),
       dry_run=DRY_RUN)
@@ -287,7 +302,7 @@ def state_record(memory: Memory, sections: list[str], **options) -> RecordResult
     Check the store like git fsck (writes nothing): malformed entries, duplicate ids,
     broken or forked version chains, expired pending notes, permissions, leftovers of
     interrupted writes. Call it when something looks wrong.
-    """, returns=Health, read_only=True,
+    """, returns="Health", read_only=True,
       scores=flag("Also return every memory's health score (G4), lowest first."))
 def health(memory: Memory, scores: bool = False) -> Health:
     return Health(memory.health.check(), memory.health.scores().rows if scores else None)
@@ -304,7 +319,7 @@ CALL = {"scope": text("The run the agents share (a debate, a job): its agents sh
     call? A hit gives the stored output (failed and empty results included: 'negative'
     says so, so do not repeat the call); on a miss (entry null) call the tool and store
     its result with cache_put.
-    """, returns=CacheHit, required=("scope", "tool", "args"), **CALL)
+    """, returns="CacheHit", required=("scope", "tool", "args"), **CALL)
 def cache_get(memory: Memory, scope: str, tool: str, args: Any) -> CacheHit:
     entry = memory.cache.get(scope, tool, memory.cache.json_args(args))
     return CacheHit(entry is not None, entry)
@@ -313,7 +328,7 @@ def cache_get(memory: Memory, scope: str, tool: str, args: Any) -> CacheHit:
 @tool("cache_put", """
     After calling a tool that cache_get missed: store its result for every agent of the
     run, failures and empty results too (they are kept for a shorter time).
-    """, returns=CacheStored, required=("scope", "tool", "args", "output"), **CALL,
+    """, returns="CacheStored", required=("scope", "tool", "args", "output"), **CALL,
       output=text("What the tool returned, as text."),
       exit_code={"type": "integer", "default": 0, "description": "The tool's exit status; not 0 is a failure."},
       error=text("The tool's error message, if it failed."),
@@ -326,7 +341,7 @@ def cache_put(memory: Memory, scope: str, tool: str, args: Any, output: str, **o
 @tool("cache_search", """
     What the run's agents already found: tool results consolidated into long-term memory,
     searched by meaning and words.
-    """, returns=CacheFound, required=("query",),
+    """, returns="CacheFound", required=("query",),
       query=searched("What to look for.", minLength=1),
       scope=text("Only results of this run."),
       tool=texts("Only results of these tools."),
@@ -339,7 +354,7 @@ def cache_search(memory: Memory, query: str, tool=(), agent=(), **options) -> Ca
 @tool("cache_stats", """
     How the shared cache is doing: hits, misses, negative hits, keys and bytes per run
     and tool.
-    """, returns=CacheStats, read_only=True, scope=text("Only this run."))
+    """, returns="CacheStats", read_only=True, scope=text("Only this run."))
 def cache_stats(memory: Memory, scope: str | None = None) -> CacheStats:
     return memory.cache.stats(scope)
 
@@ -356,7 +371,7 @@ def cache_stats(memory: Memory, scope: str | None = None) -> CacheStats:
     something ("did you forget", "你忘了"), dormant topics are searched: a clear match is in the
     context and under "activated"; unclear ones under "ambiguous" - ask which was meant.
     "text" is the context as one text.
-    """, returns=Context, always=("text",), required=("session", "message"),
+    """, returns="Context", always=("text",), required=("session", "message"),
       session=text("The conversation's session id.", minLength=1),
       message=searched("The user's new message.", minLength=1),
       system=text("The system prompt, first in the context."),
@@ -374,7 +389,7 @@ SCOPE_OF = json_schema(TOPICS_SCOPE)
     The conversation's topics: what was talked about, each with its state (active: in
     the context when relevant; dormant: only found again by topics_activate or a
     "you forgot" message; archived: only on request).
-    """, returns=Topics, read_only=True, archived=flag("List the archived topics instead."),
+    """, returns="Topics", read_only=True, archived=flag("List the archived topics instead."),
       since=text("With archived: only months from this one on (YYYY-MM)."), **SCOPE_OF)
 def topics_list(memory: Memory, archived: bool = False, since: str | None = None, session: str | None = None,
                 scope: str | None = None) -> Topics:
@@ -391,7 +406,7 @@ def topics_list(memory: Memory, archived: bool = False, since: str | None = None
     A topic holding under half of the query's words is no match: an unrelated query
     activates nothing. Call it when the user refers to something discussed long ago that the context does
     not hold.
-    """, returns=Activation, required=("query",),
+    """, returns="Activation", required=("query",),
       query=searched("A topic id, or what the topic was about.", minLength=1),
       **json_schema(ACTIVATE))
 def topics_activate(memory: Memory, query: str, include_archived: bool = False, session: str | None = None,
@@ -403,7 +418,7 @@ def topics_activate(memory: Memory, query: str, include_archived: bool = False, 
     One topic: its header (name, summary, state, size), its links to other topics
     (parent, child, related, merged-into, merged-from) and its messages. A merged
     topic's old id finds the topic it went into.
-    """, returns=TopicShown, required=("id",), read_only=True,
+    """, returns="TopicShown", required=("id",), read_only=True,
       id=text("The topic's id, as topics_list gives it.", minLength=1), **SCOPE_OF)
 def topics_show(memory: Memory, id: str, session: str | None = None, scope: str | None = None) -> TopicShown:
     topic = memory.topics.show(id, session=session, scope=scope)
@@ -416,7 +431,7 @@ def topics_show(memory: Memory, id: str, session: str | None = None, scope: str 
     archive long-dormant ones, merge topics on the same subject and link related ones,
     summarise idle sessions; with [topics] llm_command set, an LLM merges, links and
     compresses (a bad answer changes nothing and is an error).
-    """, returns=DailyReport, dry_run=DRY_RUN)
+    """, returns="DailyReport", dry_run=DRY_RUN)
 def review_daily(memory: Memory, dry_run: bool = False) -> DailyReport:
     return memory.review.daily(dry_run=dry_run)
 
