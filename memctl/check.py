@@ -61,8 +61,8 @@ class Problem(Shape):
     line: int | None = shown("Its line, or null for the whole file.")
     message: str = shown("What is wrong, in words.")
     code: str = shown("Stable: parse, field, duplicate-id, dangling-link, cycle, fork, superseded-current, "
-                    "topic-conflict, missing-field, pending-expired, permissions, journal, temp-file, config, "
-                    "program, index, symlink, special-file, hard-link, store, cache, unterminated.")
+                      "topic-conflict, missing-field, pending-expired, permissions, journal, temp-file, config, "
+                      "program, index, symlink, special-file, hard-link, store, cache, unterminated.")
     severity: Literal["error", "warning"] = shown(default="error")
     fixable: bool = shown("`memctl health --fix` repairs it.", default=False)
 

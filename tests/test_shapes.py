@@ -142,7 +142,8 @@ def test_the_command_line_prints_the_declared_shapes(seeded, run):
     lines = lambda done: [orjson.loads(line) for line in done.stdout.splitlines()]  # noqa: E731
     found = lines(run("search", "--json", "--explain", "--min-score", "0", "Kestrel", env=NOW))
     assert found and all(jsonschema.validate(row, Result.schema()) is None for row in found)
-    (entry,) = lines(run("cache", "get", "--scope", "run-1", "--tool", "bad", "--args", '{"symbol": 1}', "--json", env=NOW))
+    (entry,) = lines(run("cache", "get", "--scope", "run-1", "--tool", "bad", "--args", '{"symbol": 1}', "--json",
+                         env=NOW))
     jsonschema.validate(entry, Entry.schema())
     assert "output" not in entry and entry["output_base64"] == "//4=" and entry["negative"] is True
     (chain,) = lines(run("history", second, "--json", env=NOW))

@@ -45,7 +45,7 @@ class Found(Shape):
 
     results: list[Result] = shown("Best first; empty: nothing relevant is stored.", default_factory=list)
     skipped: str | None = shown("Why no search was run (adaptive, or a plan naming no section), else null.",
-                              default=None)
+                                default=None)
     why_none: str | None = hidden(default=None)  # the search ran and nothing passed: why (--explain says it)
 
     def __iter__(self):

@@ -43,8 +43,8 @@ from memctl.text.shape import Shape, shown
 if TYPE_CHECKING:
     from memctl.search.search import Result
 
-__all__ = ["Cache", "CacheError", "CacheStats", "Cleared", "Entry", "RunResult", "cache_problems", "canonical", "check_seconds", "key_of",
-           "open_backend", "parse_args"]
+__all__ = ["Cache", "CacheError", "CacheStats", "Cleared", "Entry", "RunResult",
+           "cache_problems", "canonical", "check_seconds", "key_of", "open_backend", "parse_args"]
 
 # Ten years, as [ingest] pending_ttl_hours: further out, an expiry time overflows the
 # calendar (--ttl 1e308 did) and a Redis PX its integer.

@@ -331,7 +331,7 @@ class NoteReport(Shape):
     similar: list[tuple[str, float]] = hidden(default_factory=list)
     topic: str | None = hidden(default=None)
     duplicate_of: str | None = shown("A current memory saying the same: the note is not written.", omit="empty",
-                                   default=None)
+                                     default=None)
 
     key_order = ("supersedes", "conflicts", "similar_shown", "duplicate_of")
 

@@ -122,9 +122,9 @@ class UpdateReport(Shape):
     files_read: int = shown("Source files read: those whose size, time or inode changed, or all of them.", default=0)
     rebuilt: bool = shown("The index was started over.", default=False)
     reason: str = shown("Why it was rebuilt: asked, missing, old format, model changed: ..., corrupt (...).",
-                      default="")
+                        default="")
     skipped: list[str] = shown('Lines of the files read that are no message ("FILE:LINE: why"): passed over, '
-                             "not indexed.", default_factory=list)
+                               "not indexed.", default_factory=list)
 
     @property
     def touched(self) -> bool:

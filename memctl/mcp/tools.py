@@ -22,7 +22,7 @@ from memctl.api import Memory
 from memctl.api import params
 from memctl.api.params import (ACTIVATE, CONTEXT, FORGET, HISTORY_SCOPE, INGEST, REVIEW_SCOPE, SEARCH, TOPICS_SCOPE,
                                 Filters, json_schema, keywords)
-from memctl.api.rooms import HealthScores, TopicLink, TopicRow
+from memctl.api.rooms import TopicRow
 from memctl.text.bounds import MAX_QUERY_CHARS
 from memctl.text.shape import Shape, shown
 
@@ -74,9 +74,9 @@ def tool(name: str, description: str, *, returns: str, required: tuple[str, ...]
         if required:
             schema["required"] = list(required)
 
-        def run(memory: Memory, **arguments: Any) -> dict[str, Any]:
+        def run(memory: Memory, *given: Any, **arguments: Any) -> dict[str, Any]:
             shown = {**{flag: bool(arguments.get(flag)) for flag in asked}, **dict.fromkeys(always, True)}
-            return make(memory, **arguments).as_dict(**shown)
+            return make(memory, *given, **arguments).as_dict(**shown)
 
         TOOLS[name] = Tool(name, textwrap.dedent(description).strip(), schema, returns, always, run, read_only)
         return run
@@ -126,8 +126,8 @@ class Stored(Shape):
 class Health(Shape):
     """The store's problems, and every memory's health score when asked."""
     problems: list[Problem] = shown()
-    scores: list[dict[str, Any]] | None = shown(HealthScores.schema()["properties"]["scores"]["description"],
-                                                omit="none", default=None)
+    scores: list[dict[str, Any]] | None = shown("Every memory's health score and its parts, lowest first (asked "
+                                                "with scores): as HealthScores gives them.", omit="none", default=None)
 
 
 @dataclass
@@ -159,8 +159,8 @@ class Topics(Shape):
 @dataclass
 class TopicShown(Shape):
     """One topic with its links and messages."""
-    topic: dict[str, Any] = shown('Its header fields (name, summary, state, size, ...) with "links": '
-                                  f'[{TopicLink.outline()}].')
+    topic: dict[str, Any] = shown('Its header fields (name, summary, state, size, ...) with "links", a list '
+                                  "of TopicLink (its kind, topic_id and at).")
     messages: list[dict[str, Any]] = shown('{"id", "session", "role", "speaker", "text", "ts"}')
 
 

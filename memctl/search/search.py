@@ -38,7 +38,7 @@ class Result(Shape):
 
     id: str = hidden()  # the search unit's id; a record cut into several units has one record_id
     kind: Literal["memory", "message", "log", "topic"] = shown("memory: a MEMORY.md note; message: a chat "
-                                                             "message; log: a daily-log entry; topic: a topic.")
+                                                               "message; log: a daily-log entry; topic: a topic.")
     text: str = shown("The matched text.")
     score: float = shown("The final ranking score (higher is better).", digits=6)
     source: str = shown("The store file it is in, relative to the store.")
@@ -52,7 +52,7 @@ class Result(Shape):
     row: int = hidden(default=-1)
     fields: dict[str, Any] = hidden(default_factory=dict)
     explain: dict[str, Any] = shown("Each ranking stage's score (asked with explain).", when="explain",
-                                  default_factory=dict)
+                                    default_factory=dict)
 
     @derived("The record's id (as show, forget and history take it).", name="id", after="")
     def shown_id(self) -> str:

@@ -4,8 +4,9 @@ A result a command prints with --json and an MCP tool returns is a dataclass der
 Its keys, in order, are its fields declared with `shown(...)` and its values declared with `@derived`
 (a property computed from the fields); `as_dict()` is the JSON object and `schema()` its JSON
 schema, both made from that one declaration, and `outline()` the one-line summary the MCP tool
-descriptions and the command help give. So what is printed, what the MCP server declares as a
-tool's output schema and what docs/api.md says (generated, scripts/gen_docs.py) cannot drift apart.
+descriptions give (and tests/test_shapes.py holds the command help to). So what is printed, what
+the MCP server declares as a tool's output schema and what docs/api.md says (generated,
+scripts/gen_docs.py) cannot drift apart.
 
     @dataclass
     class Problem(Shape):
@@ -17,8 +18,10 @@ tool's output schema and what docs/api.md says (generated, scripts/gen_docs.py) 
 A key may be renamed (`name="from"`), rounded (`digits=6`), left out when it is None or empty
 (`omit="none"`, `omit="empty"`) or unless the caller asks for it (`when="explain"`:
 `as_dict(explain=True)`), or be a nested shape whose keys are spliced in (`flatten=True`). A
-derived value returns ABSENT to leave its key out. Types are read from the annotations (str, int,
-float, bool, None, Any, Literal, lists, tuples, dicts and other shapes).
+derived value returns ABSENT to leave its key out, and goes after the key `after=` names (else
+last); a class attribute `key_order` (attribute names) orders the keys otherwise. Types are read
+from the annotations (str, int, float, bool, None, Any, Literal, lists, tuples, dicts, paths and
+other shapes).
 
 Standard library only: the commands import it (the thin client of the resident server does not: it
 prints the server's bytes). Not msgspec: its import took 18 ms where this module's took 2 ms
@@ -37,12 +40,12 @@ from pathlib import PurePath
 from typing import Any, Callable, Literal
 
 ABSENT = type("Absent", (), {"__repr__": lambda self: "ABSENT", "__bool__": lambda self: False})()
-_INNER = {"inner": True}
+_HIDDEN = {"hidden": True}
 
 
 def shown(doc: str = "", *, name: str | None = None, digits: int | None = None,
-        omit: Literal["none", "empty"] | None = None, when: str | None = None, flatten: bool = False,
-        default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING) -> Any:
+          omit: Literal["none", "empty"] | None = None, when: str | None = None, flatten: bool = False,
+          default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING) -> Any:
     """A field shown in the JSON form, as a key (see the module doc)."""
     meta = {"doc": doc, "name": name, "digits": digits, "omit": omit, "when": when, "flatten": flatten}
     return dataclasses.field(default=default, default_factory=default_factory, metadata={"shape": meta})
@@ -50,7 +53,7 @@ def shown(doc: str = "", *, name: str | None = None, digits: int | None = None,
 
 def hidden(*, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING) -> Any:
     """A field kept for the code, hidden from the JSON form."""
-    return dataclasses.field(default=default, default_factory=default_factory, metadata={"shape": _INNER})
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={"shape": _HIDDEN})
 
 
 class derived(property):  # noqa: N801 (used as a decorator, as property is)
@@ -100,7 +103,7 @@ def _declared_keys(cls: type) -> list[_Key]:
         meta = f.metadata.get("shape")
         if meta is None:
             meta = {"doc": "", "name": None, "digits": None, "omit": None, "when": None, "flatten": False}
-        if meta.get("inner"):
+        if meta.get("hidden"):
             continue
         keys.append(_Key(f.name, meta["name"] or f.name, meta["doc"], meta["digits"], meta["omit"], meta["when"],
                          meta["flatten"], bool(meta["omit"] or meta["when"])))
