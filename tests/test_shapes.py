@@ -157,8 +157,13 @@ def test_the_command_line_prints_the_declared_shapes(seeded, run):
 def test_a_command_s_json_help_names_every_key_of_its_shape(run, command, shape):
     """The help is written out (making it from the shape would import search at every start) and
     checked here against the declaration."""
+    def keys(schema: dict) -> list[str]:  # the keys of a shape and of the shapes in it
+        nested = [one for one in (schema.get("items"), *schema.get("anyOf", ())) if one]
+        return [*schema.get("properties", {}), *(k for one in schema.get("properties", {}).values() for k in keys(one)),
+                *(k for one in nested for k in keys(one))]
+
     shown_help = " ".join(run(*command, "--help").stdout.decode().split())
-    assert [key for key in shape.schema()["properties"] if f'"{key}"' not in shown_help] == []
+    assert [key for key in keys(shape.schema()) if f'"{key}"' not in shown_help] == []
 
 
 def test_history_is_one_shape_on_the_command_line_and_through_mcp(seeded, run):

@@ -97,8 +97,9 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
 @click.argument("memory_id", metavar="ID")
 @click_options(HISTORY_SCOPE)
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"links": [{"id", "status", "supersedes", '
-              '"superseded_by", "summary"?, "created_at"?, "section"?, "text"?}], "current": [ids of the current '
-              'versions], "problems": [text]}, as the MCP history tool returns.')
+              '"superseded_by", "summary"?, "canonical_topic"?, "created_at"?, "status_changed_at"?, "section"?, '
+              '"text"?}], "current": [ids of the current versions], "problems": [text]}, as the MCP history tool '
+              'returns.')
 @click.pass_obj
 def history(memory, memory_id, scope, as_json):
     """The version chain of memory ID, oldest first: every version that
