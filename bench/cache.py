@@ -134,7 +134,7 @@ def restart_midway(server, store: Path, down_seconds: float = 1.0):
 def consolidation(store: Path, backend: str, items: int) -> dict:
     from memctl.index.index import Index
 
-    cache = Memory(store).cache.on(backend).opened  # the consolidating cache: Memory gives it ingest's consolidator
+    cache = Memory(store).cache.on(backend)  # the consolidating cache: Memory gives it ingest's consolidator
     for n in range(items):
         args = {"company": n}
         cache.put("round", "lookup", args, f"company {n} reported revenue of {n * 37 % 1000} million in Q3\n")

@@ -30,7 +30,7 @@ import stat
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Iterator, Literal
 
 import orjson
 
@@ -38,6 +38,7 @@ from memctl import clock
 from memctl import config
 from memctl.governance import governance
 from memctl.store.status import is_current, status_of
+from memctl.text.shape import Shape, shown
 from memctl.governance import lifecycle
 from memctl.store import memoryfile
 from memctl.governance import review as pending
@@ -54,24 +55,22 @@ _TOML_LINE = re.compile(r"at line (\d+)")
 
 
 @dataclass
-class Problem:
-    file: str               # relative to the store ("." for the store itself)
-    line: int | None
-    message: str
-    code: str               # stable: parse, field, duplicate-id, dangling-link, cycle, fork, superseded-current,
-                            # topic-conflict, missing-field, pending-expired, permissions, journal, temp-file,
-                            # config, program, index, symlink, special-file (a FIFO, socket or device),
-                            # hard-link, store (a link or a file where a folder should be), cache, unterminated
-    severity: str = "error"  # error | warning
-    fixable: bool = False
+class Problem(Shape):
+    """A problem of the store, as `memctl health` reports it."""
+    file: str = shown('The store file, relative to the store ("." for the store itself).')
+    line: int | None = shown("Its line, or null for the whole file.")
+    message: str = shown("What is wrong, in words.")
+    code: str = shown("Stable: parse, field, duplicate-id, dangling-link, cycle, fork, superseded-current, "
+                      "topic-conflict, missing-field, pending-expired, permissions, journal, temp-file, config, "
+                      "program, index, symlink, special-file, hard-link, store, cache, unterminated.")
+    severity: Literal["error", "warning"] = shown(default="error")
+    fixable: bool = shown("`memctl health --fix` repairs it.", default=False)
+
+    key_order = ("file", "line", "severity", "code", "message", "fixable")
 
     def line_text(self) -> str:
         where = self.file if self.line is None else f"{self.file}:{self.line}"
         return f"{where}: {'warning: ' if self.severity == 'warning' else ''}{self.message}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "line": self.line, "severity": self.severity, "code": self.code,
-                "message": self.message, "fixable": self.fixable}
 
 
 # -- check -------------------------------------------------------------------

@@ -31,9 +31,9 @@ with `scope`, a record of another scope is neither listed nor touched.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 import orjson
 
@@ -48,6 +48,7 @@ from memctl.store.sessions import LOG_HEADING, iter_messages, iter_pending, log_
 from memctl.store.status import supersedes_of
 from memctl.store.store import Store, check_name, check_scope, read_file
 from memctl.text.clip import clip
+from memctl.text.shape import Shape, derived, hidden, shown
 
 if TYPE_CHECKING:
     from memctl.runtime import Runtime
@@ -60,47 +61,47 @@ _NOT_SEARCHED = (".index", ".journal", ".lock", ".server")  # derived (scrubbed)
 
 
 @dataclass
-class Record:
+class Record(Shape):
     """One thing forgotten (or that would be): where it was, and in which scope."""
 
-    id: str
-    kind: str        # message | memory | pending | log
-    scope: str
-    file: str
-    line: int | None
-    text: str = field(repr=False)
-    summary: str = field(default="", repr=False)  # a memory's summary field: a match looks in it too
+    id: str = shown()
+    kind: Literal["message", "memory", "pending", "log"] = shown()
+    scope: str = shown()
+    file: str = shown()
+    line: int | None = shown()
+    text: str = hidden()
+    summary: str = hidden(default="")  # a memory's summary field: a match looks in it too
 
-    def as_dict(self, with_text: bool) -> dict[str, Any]:
-        out = {"id": self.id, "kind": self.kind, "scope": self.scope, "file": self.file, "line": self.line}
-        if with_text:
-            out["preview"] = clip(" ".join(self.text.split()), PREVIEW_CHARS)
-        return out
+    @derived("The start of its text: only when nothing was written, so a person can judge.", when="preview")
+    def preview(self) -> str:
+        return clip(" ".join(self.text.split()), PREVIEW_CHARS)
 
 
 @dataclass
-class Forgotten:
+class Forgotten(Shape):
     """What a forget did, or would do. `applied` False: nothing was written (a dry run, or a selection
     that needs `yes`); then each record carries a preview of its text so a person can judge."""
 
-    records: list[Record]
-    applied: bool
-    dry_run: bool
-    needs_yes: bool = False   # listed only: the selection may reach many records
-    files: list[str] = field(default_factory=list)         # store files rewritten or removed
-    regenerated: list[str] = field(default_factory=list)   # topics and auto-summary sessions summarised anew
-    repointed: list[dict] = field(default_factory=list)    # {"id", "supersedes": [...]} of chains relinked
-    remaining: list[str] = field(default_factory=list)     # files that still hold a forgotten text
-    index: str = ""                                        # what happened to .index/
+    records: list[Record] = hidden()
+    applied: bool = shown("Something was written.")
+    dry_run: bool = shown()
+    needs_yes: bool = shown("Listed only: the selection may reach many records; call again with yes.",
+                            default=False)
+    files: list[str] = shown("Store files rewritten or removed.", default_factory=list)
+    regenerated: list[str] = shown("Topics and auto-summary sessions summarised anew.", default_factory=list)
+    repointed: list[dict] = shown('Chains relinked: {"id", "supersedes": [...]}.', default_factory=list)
+    remaining: list[str] = shown("Files that still hold a forgotten text.", default_factory=list)
+    index: str = shown("What happened to .index/.", default="")
+
+    key_order = ("applied", "dry_run", "needs_yes", "forgotten", "files", "regenerated", "repointed", "remaining",
+                 "index")
 
     def __len__(self) -> int:
         return len(self.records)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"applied": self.applied, "dry_run": self.dry_run, "needs_yes": self.needs_yes,
-                "forgotten": [r.as_dict(not self.applied) for r in self.records],
-                "files": self.files, "regenerated": self.regenerated, "repointed": self.repointed,
-                "remaining": self.remaining, "index": self.index}
+    @derived("What was (or would be) forgotten.")
+    def forgotten(self) -> list[Record]:
+        return [r.as_dict(preview=not self.applied) for r in self.records]
 
 
 def forget(rt: Runtime, ids: list[str] = (), *, session: str | None = None, match: str | None = None,

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
@@ -23,34 +23,30 @@ from memctl.store.memoryfile import note_scope
 from memctl.store.sessions import LOG_HEADING, iter_messages, iter_pending, log_scope, message_scope
 from memctl.store.status import status_of
 from memctl.store.store import Store, check_name, check_scope, read_file
+from memctl.text.shape import Shape, shown
 
 if TYPE_CHECKING:
     from memctl.runtime import Runtime
 
 
 @dataclass
-class Shown:
+class Shown(Shape):
     """One record: its kind (message, memory, pending, log or topic), text, fields, where it lives,
     and what it belongs to (a memory's version chain, the topics holding a message)."""
 
-    id: str
-    kind: str
-    text: str
-    file: str
-    line: int | None
-    scope: str | None
-    fields: dict[str, Any] = field(default_factory=dict)
-    chain: list[dict] | None = None      # memories: every version, oldest first
-    topics: list[dict] | None = None     # messages: {"id", "name", "state", "file"} of the topics holding it
+    id: str = shown()
+    kind: Literal["message", "memory", "pending", "log", "topic"] = shown()
+    text: str = shown()
+    file: str = shown("The store file it is in.")
+    line: int | None = shown("Its line there.")
+    scope: str | None = shown()
+    fields: dict[str, Any] = shown("Its fields (a memory's schema fields, a message's role, ...).",
+                                   default_factory=dict)
+    chain: list[dict] | None = shown("Memories: every version, oldest first.", omit="none", default=None)
+    topics: list[dict] | None = shown('Messages: the topics holding it, {"id", "name", "state", "file"}.',
+                                      omit="none", default=None)
 
-    def as_dict(self) -> dict[str, Any]:
-        out = {"id": self.id, "kind": self.kind, "scope": self.scope, "file": self.file, "line": self.line,
-               "text": self.text, "fields": self.fields}
-        if self.chain is not None:
-            out["chain"] = self.chain
-        if self.topics is not None:
-            out["topics"] = self.topics
-        return out
+    key_order = ("id", "kind", "scope", "file", "line", "text", "fields", "chain", "topics")
 
 
 def show(store: Store, record_id: str, scope: str | None = None) -> Shown:
@@ -163,13 +159,17 @@ def _topic(store: Store, record_id: str) -> Shown | None:
 
 # -- status ------------------------------------------------------------------------------------------
 @dataclass
-class Status:
-    """The store at a glance; `as_dict()` is `memctl status --json` (docs/cli.md documents each key)."""
+class Status(Shape):
+    """The store at a glance: `memctl status --json`."""
 
-    data: dict[str, Any]
-
-    def as_dict(self) -> dict[str, Any]:
-        return self.data
+    store: str = shown("The store's root.")
+    counts: dict[str, Any] = shown('{"messages", "sessions", "memories": {"current", "superseded", "archived", '
+                                   '"deleted"}, "pending": {"waiting", "expired"}, "topics": {state: count}, '
+                                   '"cache_entries" (null on a backend that is not files)}')
+    scopes: dict[str, dict[str, int]] = shown('Per scope: {"messages", "memories", "topics"}.')
+    sizes: dict[str, int] = shown('{"total_bytes", "index_bytes"}')
+    index: dict[str, Any] = shown("The index's manifest: last update, units, model, fresh.")
+    model: str = shown("The [embedding] model a search and the next update use.")
 
 
 def status(rt: Runtime) -> Status:
@@ -201,7 +201,7 @@ def status(rt: Runtime) -> Status:
             topics["archived"] += 1
             topic_scopes[topicfile.archived_scope(store, header) or "none"] += 1
     scopes = sorted(set(messages) | set(memory_scopes) | set(topic_scopes))
-    data = {
+    return Status(**{
         "store": str(store.root),
         "counts": {"messages": sum(messages.values()), "sessions": len(sessions), "memories": memories,
                    "pending": {"waiting": pending["waiting"], "expired": pending["expired"]},
@@ -212,8 +212,7 @@ def status(rt: Runtime) -> Status:
         "sizes": _sizes(store),
         "index": _index(rt),
         "model": _model_name(settings),
-    }
-    return Status(data)
+    })
 
 
 def _model_name(settings: config.Settings) -> str:

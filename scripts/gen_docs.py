@@ -58,6 +58,45 @@ def mcp_tools() -> str:
     return f"| tool ({len(TOOLS)}) | what it does |\n| --- | --- |\n{rows}"
 
 
+def result_shapes() -> str:
+    """Markdown of every result shape (memctl/api/shapes.py): its keys, their types and meanings, made
+    from the declaration that makes the JSON (memctl/text/shape.py)."""
+    from memctl.api.shapes import SHAPES
+
+    out = []
+    for shape in SHAPES:
+        schema = shape.schema()
+        required = set(schema.get("required", ()))
+        out.append(f"### `{shape.__name__}`\n\n{schema.get('description', '')}\n\n```\n{shape.outline()}\n```\n\n"
+                   "| key | type | meaning |\n| --- | --- | --- |\n")
+        for key, one in schema["properties"].items():
+            optional = "" if key in required else " (may be absent)"
+            meaning = one.get("description", "").replace("|", "\\|")
+            out.append(f"| `{key}` | {_type_name(one)}{optional} | {meaning} |\n")
+        out.append("\n")
+    return "".join(out)
+
+
+def _type_name(one: dict) -> str:
+    """A JSON schema's type in a few words: `string`, `array of object`, `"a" or "b"`."""
+    if "enum" in one:
+        return " or ".join(f"`{value}`" if isinstance(value, str) else str(value) for value in one["enum"])
+    if "anyOf" in one:
+        return " or ".join(_type_name(part) for part in one["anyOf"])
+    kind = one.get("type", "any")
+    if isinstance(kind, list):
+        return " or ".join(kind)
+    if kind == "array" and "prefixItems" in one:
+        return "array of " + ", ".join(_type_name(part) for part in one["prefixItems"])
+    if kind == "array":
+        return "array of " + (_type_name(one["items"]) if "items" in one else "any")
+    if kind == "object" and "properties" in one:
+        return "object (" + ", ".join(f"`{key}`" for key in one["properties"]) + ")"
+    if kind == "object" and "additionalProperties" in one:
+        return "object of " + _type_name(one["additionalProperties"])
+    return kind
+
+
 def mcp_tool_names() -> str:
     """The MCP server's tools as one line of names, from its table."""
     from memctl.mcp.tools import TOOLS

@@ -484,7 +484,7 @@ def test_an_entry_edited_into_nonsense_is_a_miss_reported_and_replaced(cache_bac
         name = cache.backend._prefix("s") + "e:" + key
         cache.backend.client.set(name, bad_entry(cache.backend.client.get(name), bad), px=60_000)
     assert cache.get("s", "t", command) is None
-    assert [row["keys"] for row in cache.stats("s")] == [0]
+    assert [row["keys"] for row in cache.stats("s").rows] == [0]
     if cache_backend == "files":
         ((file, line, message),) = cache_problems(store, runtime_of(store).clock)
         assert (file, line) == (f"cache/s/entries/{key}.json", None) and problem in message, message
@@ -566,4 +566,29 @@ def test_redis_values_edited_by_hand_are_misses_and_skipped(redis_server, tmp_pa
     client.hset(prefix + "s", mapping={b"hits\t\xff": 1, b"hits\tt": b"lots", b"bogus\tt": 4})
     client.sadd("memctl:cache:scopes", b"\xff", b"two words")
     client.set(prefix + "e:\xff", b"{}")
-    assert [(r["scope"], r["tool"], r["hits"], r["keys"]) for r in cache.stats()] == [("s", "t", 0, 1)]
+    assert [(r["scope"], r["tool"], r["hits"], r["keys"]) for r in cache.stats().rows] == [("s", "t", 0, 1)]
+
+
+def test_memory_cache_is_the_cache_itself_on_one_backend_or_another(store_dir, cache_backend):
+    """`memory.cache` is memctl.cache.Cache, not a room forwarding some of its methods (#32): every
+    method of the cache is there, the one object each time, and `on` another backend shares the
+    consolidator, so what it stores can become long-term memory."""
+    from memctl import Memory
+
+    memory = Memory(store_dir)
+    cache = memory.cache.on(cache_backend)
+    assert isinstance(memory.cache, Cache) and memory.cache is memory.cache
+    assert cache.on(None) is cache and memory.cache.on(memory.cache.backend_spec) is memory.cache
+    cache.put("run-1", "quote", cache.json_args({"symbol": 2330.0}), "TSMC 1032", error="slow\nretried", agent="pro")
+    cache.put("run-1", "quote", cache.json_args({"symbol": 2330}), "TSMC 1032", agent="pro")
+    (entry,) = cache.entries("run-1")  # 2330.0 and 2330 are one call: the later put replaced the first
+    assert (entry.agent, entry.stderr_tail, entry.args) == ("pro", "", {"symbol": 2330})
+    assert cache.get("run-1", "quote", cache.parse_args('{"symbol": 2330}')).id == entry.id
+    rows = cache.consolidate("run-1", everything=True)
+    assert [row.status for row in rows] == ["stored"]
+    assert [r.record_id or r.id for r in cache.search("TSMC", scope="run-1")] == [rows[0].memory_id]
+    with pytest.raises(InputError):
+        cache.search("  ")
+    cleared = cache.clear("run-1")  # consolidated before: marked, not written again
+    assert (cleared.entries, [row.status for row in cleared.consolidated]) == (1, ["marked"])
+    assert cache.entries("run-1") == []

@@ -528,6 +528,10 @@ def test_two_peoples_sessions_split_in_one_store_never_meet(run, store_dir, tmp_
 
     listed = [json.loads(line) for line in run("topics", "list", "--session", "bob", "--json").stdout.splitlines()]
     assert listed and {t["scope"] for t in listed} == {"user:bob"}
+    from memctl.mcp.tools import TOOLS  # one topic row on both faces (#32): the CLI's once lacked "summary"
+
+    assert listed == TOOLS["topics_list"].run(Memory(store_dir), session="bob")["topics"]
+    assert all(t["summary"] for t in listed)
     alices = [json.loads(line) for line in run("topics", "list", "--scope", "user:alice", "--json").stdout.splitlines()]
     shown = run("topics", "show", alices[0]["id"], "--session", "bob")
     assert shown.returncode == 2 and shown.stdout == b""

@@ -4,7 +4,8 @@ The command line and the MCP server call nothing else: they parse, call a
 method and print what it returns. The per-call operations (ingest, index,
 search, context, history) are methods; the rest live in rooms, one small
 class a part of memctl (memctl/api/rooms.py): `memory.topics`, `memory.state`,
-`memory.review`, `memory.health`, `memory.cache`, `memory.hooks`. Every result is a dataclass
+`memory.review`, `memory.health`, `memory.hooks`; `memory.cache` is the
+tool-output cache itself (memctl/cache). Every result is a dataclass
 whose `as_dict()` is the documented JSON schema (docs/api.md).
 
 Every heavy import happens inside the method that needs it, so that making a
@@ -16,16 +17,18 @@ warm); a command line run makes one and uses it once.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from memctl.api.params import Filters
-from memctl.api.rooms import (CacheRoom, HealthRoom, HooksRoom, ReviewRoom, Say, StateRoom, TopicsRoom, given_or,
-                              need_query)
+from memctl.api.rooms import HealthRoom, HooksRoom, ReviewRoom, Say, StateRoom, TopicsRoom, given_or
 from memctl.store.store import DEFAULT_STORE, STORE_ENV, Store, check_scope
-from memctl.text.bounds import within_bound
+from memctl.text.bounds import need_query, within_bound
+from memctl.text.shape import Shape, hidden, shown
 
 if TYPE_CHECKING:
+    from memctl.cache import Cache
     from memctl.forget import Forgotten
     from memctl.overview import Shown, Status
     from memctl.governance.governance import Chain
@@ -38,12 +41,13 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Found:
-    """What a search returns: the results, or why no search was needed (`skipped`)."""
+class Found(Shape):
+    """What a search returns: the results, best first, or why no search was needed (`skipped`)."""
 
-    results: list["Result"] = field(default_factory=list)
-    skipped: str | None = None
-    why_none: str | None = None  # the search ran and nothing passed: why (--explain says it)
+    results: list[Result] = shown("Best first; empty: nothing relevant is stored.", default_factory=list)
+    skipped: str | None = shown("Why no search was run (adaptive, or a plan naming no section), else null.",
+                                default=None)
+    why_none: str | None = hidden(default=None)  # the search ran and nothing passed: why (--explain says it)
 
     def __iter__(self):
         return iter(self.results)
@@ -59,14 +63,11 @@ class Found:
 
 
 @dataclass
-class Answer:
-    """One query of a batch search and its results, best first."""
+class Answer(Shape):
+    """One query of a batch search (a line of `memctl search --batch`) and its results, best first."""
 
-    query_id: Any
-    results: list["Result"]
-
-    def as_dict(self, explain: bool = False) -> dict[str, Any]:
-        return {"query_id": self.query_id, "results": [r.as_dict(explain) for r in self.results]}
+    query_id: Any = shown("The line's id.")
+    results: list[Result] = shown()
 
 
 class Memory:
@@ -93,7 +94,6 @@ class Memory:
         self.state = StateRoom(self.store, self.runtime)
         self.review = ReviewRoom(self.store, self.runtime, self._say)
         self.health = HealthRoom(self.store, self.runtime)
-        self.cache = CacheRoom(self.store, self.runtime)  # on [cache] backend; memory.cache.on("redis://...") another
         self.hooks = HooksRoom(self.store, self.runtime, self.context, self.ingest)
 
     @property
@@ -107,6 +107,17 @@ class Memory:
             from memctl.store.postgres import NotOnPostgres
 
             raise NotOnPostgres(self.store.shown, what)
+
+    @cached_property
+    def cache(self) -> "Cache":
+        """The store's tool-output cache (memctl/cache, docs/cache.md) on [cache] backend;
+        `memory.cache.on("redis://...")` is the same on another. Made on first use, its backend opened
+        by its first call, so `memctl cache --help` opens none; it consolidates into long-term memory
+        through ingest (memctl/ingest/consolidate.py), which stands above the cache."""
+        from memctl.cache import Cache
+        from memctl.ingest.consolidate import consolidate
+
+        return Cache(self.runtime, consolidator=consolidate)
 
     # -- writing -------------------------------------------------------------------
     def ingest(self, data: bytes | str, *, source: str = "<input>", fmt: str = "auto", kind: str = "auto",

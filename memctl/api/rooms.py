@@ -1,4 +1,5 @@
-"""The rooms of `Memory`: topics, the section window, review, health and the tool-output cache.
+"""The rooms of `Memory`: topics, the section window, review, health and hooks (`memory.cache` is
+memctl.cache.Cache itself).
 
 `memory.topics.list()`, `memory.state.plan(message)`, ...: one small class a
 part of memctl, each holding its Memory, as sqlite-utils' `db["table"]` holds
@@ -9,17 +10,19 @@ MCP tool print.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal
 
 from memctl.store.store import check_scope
+from memctl.text.bounds import need_query
+from memctl.text.shape import Shape, derived, hidden, shown
 
 if TYPE_CHECKING:
+    from memctl.governance.review import ConfirmedRow, ExpiredRow, PendingRow, RejectedRow
     from memctl.runtime import Runtime
-    from memctl.cache import Cache as ToolCache, Entry, RunResult
     from memctl.check import Problem
     from memctl.governance.lifecycle import Change
-    from memctl.search.search import Result, Retriever
+    from memctl.search.search import Retriever
     from memctl.store.store import Store
     from memctl.store.topicfile import Topic
     from memctl.topics.daily import DailyReport
@@ -32,38 +35,55 @@ Say = Callable[[str], None]
 
 # -- topics (T, docs/topics.md) ---------------------------------------------------------------
 @dataclass
-class Activation:
-    """What an explicit activation did (T7): `method` is id, builtin or llm; `fallback` why an LLM's
-    answer was not used."""
+class Activation(Shape):
+    """What an explicit activation did (T7)."""
 
-    activated: list[dict[str, Any]]
-    candidates: list[dict[str, Any]]
-    method: str
-    fallback: str | None
-    no_match_reason: str | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    activated: list[dict[str, Any]] = shown('The topics brought back: {"topic_id", "name"}.')
+    candidates: list[dict[str, Any]] = shown('The topics weighed: {"topic_id", "name", "score", "relevance"?, '
+                                             '"reason"?}.')
+    method: Literal["id", "builtin", "llm"] = shown("How the topics were found.")
+    fallback: str | None = shown("Why an LLM's answer was not used, or null.")
+    no_match_reason: str | None = shown("Why nothing matched, or null.")
 
 
 @dataclass
-class TopicLink:
-    kind: str  # parent, child, related, merged-into, merged-from: named from the topic's side
-    topic_id: str
-    at: str | None
+class TopicLink(Shape):
+    """A link of a topic (T1), named from the topic's side."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    kind: Literal["parent", "child", "related", "merged-into", "merged-from"] = shown()
+    topic_id: str = shown("The topic at the other end.")
+    at: str | None = shown("When the link was made.")
 
 
 @dataclass
-class TopicLog:
+class TopicRow(Shape):
+    """A topic as a list gives it (`memctl topics list --json`, the MCP topics_list tool)."""
+
+    id: str = shown()
+    name: str | None = shown()
+    state: Literal["active", "dormant", "archived"] | None = shown("active: in the context when relevant; "
+                                                                   "dormant: found again by an activation or a "
+                                                                   "\"you forgot\"; archived: only on request.")
+    messages: int | None = shown("Messages in it.")
+    tokens: int | None = shown()
+    updated: str | None = shown("When it last changed.")
+    parent: str | None = shown("The topic it is a sub-topic of.")
+    summary: str | None = shown()
+    scope: str | None = shown("Its scope; null: an old topic of several scopes.")
+
+    @classmethod
+    def of(cls, topic: "Topic") -> "TopicRow":
+        header = topic.header
+        return cls(header.get("id"), header.get("name"), header.get("state"), header.get("messages"),
+                   header.get("tokens"), header.get("updated"), header.get("parent"), header.get("summary"),
+                   topic.scope)
+
+
+@dataclass
+class TopicLog(Shape):
     """The tuning log (T11): rounds' scores and activation events, oldest first."""
 
-    events: list[dict[str, Any]]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"events": self.events}
+    events: list[dict[str, Any]] = shown()
 
 
 class TopicsRoom:
@@ -172,9 +192,6 @@ class WindowShown:
 
     fields: dict[str, Any] | None
 
-    def as_dict(self) -> dict[str, Any] | None:
-        return self.fields
-
 
 class StateRoom:
     def __init__(self, store: "Store", runtime: "Runtime"):
@@ -218,27 +235,57 @@ class StateRoom:
 
 # -- review (P5, G5, T12) -----------------------------------------------------------------------
 @dataclass
-class Reviewed:
-    """Rows of a review step (`step`: pending, confirmed or rejected) and the pending memories that
-    expired and were dropped first (P5)."""
+class Reviewed(Shape):
+    """Rows of a review step (`step`: pending, confirmed or rejected, the rows' key) and the pending
+    memories that expired and were dropped first (P5)."""
 
-    step: str
-    rows: list[dict[str, Any]]
-    expired: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = hidden()
+    expired: list[ExpiredRow] = shown("Pending memories dropped first because their time ran out.",
+                                      default_factory=list)
+    step: ClassVar[str]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {self.step: self.rows, "expired": self.expired}
+    key_order = ("step_rows", "expired")
 
 
 @dataclass
-class Lifecycle:
+class PendingReview(Reviewed):
+    """The pending memories that have not expired, in file order, and those that expired."""
+
+    step = "pending"
+
+    @derived(name="pending")
+    def step_rows(self) -> list[PendingRow]:
+        return self.rows
+
+
+@dataclass
+class Confirmation(Reviewed):
+    """The pending memories written to MEMORY.md, and those that expired first."""
+
+    step = "confirmed"
+
+    @derived(name="confirmed")
+    def step_rows(self) -> list[ConfirmedRow]:
+        return self.rows
+
+
+@dataclass
+class Rejection(Reviewed):
+    """The pending memories dropped at the user's word, and those that expired first."""
+
+    step = "rejected"
+
+    @derived(name="rejected")
+    def step_rows(self) -> list[RejectedRow]:
+        return self.rows
+
+
+@dataclass
+class Lifecycle(Shape):
     """The lifecycle's changes by health score (G5) and the expired pending memories dropped first."""
 
-    changes: list["Change"]
-    expired: list[dict[str, Any]] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"changes": [c.as_dict() for c in self.changes], "expired": self.expired}
+    changes: list[Change] = shown()
+    expired: list[ExpiredRow] = shown(default_factory=list)
 
 
 class ReviewRoom:
@@ -254,7 +301,7 @@ class ReviewRoom:
         self.store.require()
         check_scope(scope)
         expired = self._drop_expired(scope=scope)
-        return Reviewed("pending", listing(self.runtime, scope=scope), expired)
+        return PendingReview(listing(self.runtime, scope=scope), expired)
 
     def confirm(self, ids: Iterable[str], *, allow_conflict: bool = False, supersedes: Iterable[str] = (),
                 dry_run: bool = False, scope: str | None = None) -> Reviewed:
@@ -265,7 +312,7 @@ class ReviewRoom:
         expired = self._drop_expired(dry_run=dry_run, scope=scope)
         rows = confirm(self.runtime, [*ids], dry_run=dry_run, allow_conflict=allow_conflict,
                        supersedes=[*supersedes], scope=scope)
-        return Reviewed("confirmed", rows, expired)
+        return Confirmation(rows, expired)
 
     def reject(self, ids: Iterable[str], *, dry_run: bool = False, scope: str | None = None) -> Reviewed:
         """Drop pending memories without writing them (all or nothing); `scope`: an id of another is unknown."""
@@ -273,7 +320,7 @@ class ReviewRoom:
 
         check_scope(scope)
         expired = self._drop_expired(dry_run=dry_run, scope=scope)
-        return Reviewed("rejected", reject(self.runtime, [*ids], dry_run=dry_run, scope=scope), expired)
+        return Rejection(reject(self.runtime, [*ids], dry_run=dry_run, scope=scope), expired)
 
     def lifecycle(self, *, dry_run: bool = False, hard: bool = False) -> Lifecycle:
         """Demote, archive and delete memories by health score (G5)."""
@@ -308,13 +355,12 @@ class ReviewRoom:
 
 # -- health (G4) --------------------------------------------------------------------------------
 @dataclass
-class HealthScores:
+class HealthScores(Shape):
     """The health score of every memory with its parts, one dict a memory."""
 
-    rows: list[dict[str, Any]]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"scores": self.rows}
+    rows: list[dict[str, Any]] = shown('{"id", "line", "section", "status", "core", "health", "recency_decay", '
+                                       '"access_frequency", "user_weight", "access_count", "age_days", "summary"}',
+                                       name="scores")
 
 
 class HealthRoom:
@@ -340,98 +386,6 @@ class HealthRoom:
         from memctl.check import fix
 
         return fix(self.runtime, problems, dry_run=dry_run)
-
-
-# -- shared working memory for tool outputs (H1-H5, docs/cache.md) -------------------------------
-@dataclass
-class CacheStats:
-    """Hits, misses, negative hits, keys and bytes, one dict a scope and tool."""
-
-    rows: list[dict[str, Any]]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"stats": self.rows}
-
-
-@dataclass
-class Cleared:
-    """A run's cache forgotten (after consolidating it, when [cache] consolidate_on has clear)."""
-
-    scope: str
-    entries: int
-    consolidated: list[dict[str, Any]]
-    dry_run: bool
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class CacheRoom:
-    """The tool-output cache of the store on [cache] backend; `on(backend)` is the same on another
-    (files, redis://...). The backend is opened by the first call, so `memctl cache --help` opens none."""
-
-    def __init__(self, store: "Store", runtime: "Runtime", backend: str | None = None):
-        self.store = store
-        self.runtime = runtime
-        self.backend = backend
-        self._opened: "ToolCache | None" = None
-
-    def on(self, backend: str | None) -> "CacheRoom":
-        return self if backend == self.backend else CacheRoom(self.store, self.runtime, backend)
-
-    @staticmethod
-    def parse_args(text: str) -> Any:
-        """A call's arguments as JSON text (`--args`), checked and in the canonical form the key is made of."""
-        from memctl.cache.keys import parse_args
-
-        return parse_args(text)
-
-    @staticmethod
-    def json_args(value: Any) -> Any:
-        """A call's arguments already JSON (an MCP call's), checked and canonical: they meet the same
-        call made with `memctl cache get/put --args` (keys sorted, 1.0 = 1, spaces collapsed)."""
-        from memctl.cache.keys import json_args
-
-        return json_args(value)
-
-    @property
-    def opened(self) -> "ToolCache":
-        if self._opened is None:
-            from memctl.cache import Cache as ToolCache
-            from memctl.ingest.consolidate import consolidate
-
-            self._opened = ToolCache(self.runtime, backend=self.backend, consolidator=consolidate)
-        return self._opened
-
-    def get(self, scope: str, tool: str, args: Any) -> "Entry | None":
-        """The stored result of tool(args) in the run `scope` (a hit), or None (a miss)."""
-        return self.opened.get(scope, tool, args)
-
-    def put(self, scope: str, tool: str, args: Any, output: bytes | str, *, exit_code: int = 0, error: str = "",
-            agent: str = "", ttl: float | None = None) -> "Entry":
-        """Store a tool call's result for every agent of the run; empty and failed ones too."""
-        return self.opened.put(scope, tool, args, output, exit_code=exit_code, stderr=error, agent=agent, ttl=ttl)
-
-    def run(self, scope: str, tool: str, argv: list[str], *, args: Any = None, ttl: float | None = None,
-            refresh: bool = False, agent: str = "", timeout: float | None = None) -> "RunResult":
-        """Run a command through the cache: a hit replays its output, a miss runs and stores it."""
-        return self.opened.run(scope, tool, argv, args=args, ttl=ttl, refresh=refresh, agent=agent, timeout=timeout)
-
-    def search(self, query: str, *, scope: str | None = None, tools: Iterable[str] = (), agents: Iterable[str] = (),
-               k: int = 5) -> list["Result"]:
-        """What the run's agents already found: the consolidated tool results (design 004)."""
-        need_query(query)
-        return self.opened.search(query, scope=scope, tools=(*tools,), agents=(*agents,), k=k)
-
-    def stats(self, scope: str | None = None) -> CacheStats:
-        return CacheStats(self.opened.stats(scope))
-
-    def consolidate(self, scope: str, *, everything: bool = False, dry_run: bool = False):
-        """Write what proved useful to long-term memory, once (memctl/ingest/consolidate.py)."""
-        return self.opened.consolidate(scope, everything=everything, dry_run=dry_run)
-
-    def clear(self, scope: str, *, dry_run: bool = False) -> Cleared:
-        return Cleared(**self.opened.clear(scope, dry_run=dry_run))
 
 
 # -- agent clients' hooks (memctl/hooks/, README "Hooks") ----------------------------------------------
@@ -495,16 +449,6 @@ def scope_looked_into(store: "Store", session: str | None, scope: str | None) ->
         with store.reading():
             return scope_of_session(store, session, session_messages(store, session), scope)
     return check_scope(scope)
-
-
-def need_query(query: str | None, source: str = "query") -> None:
-    """A text to search for: not empty, and within the one bound of every face (text/bounds.py)."""
-    from memctl.errors import InputError
-    from memctl.text.bounds import within_bound
-
-    if not query or not query.strip():
-        raise InputError(f"give a {source}", source=source)
-    within_bound(query, source)
 
 
 def given_or(given: Any, configured: Any) -> Any:

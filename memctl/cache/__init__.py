@@ -17,7 +17,7 @@ This module is imported on every `memctl cache` call, so it stays small:
 the index and search machinery is imported only by search. Consolidation
 writes long-term memory, which is ingest's work, and ingest stands above the
 cache: a Cache consolidates through the consolidator it is given, and
-Memory(...).cache() gives it memctl/ingest/consolidate.py's. A Cache made
+`Memory(...).cache` is the one given memctl/ingest/consolidate.py's. A Cache made
 without one keeps tool outputs and writes no memory.
 """
 
@@ -27,18 +27,24 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from memctl.runtime import Runtime
 from memctl import config
 from memctl.clock import Clock, format_ts
 from memctl.errors import InputError, MemctlError
 from memctl.store.store import Store
-from memctl.cache.backend import EVENTS, EXIT_CODE_MAX, Backend, CacheError, Entry, is_exit_code
-from memctl.cache.keys import canonical, check_name, key_of, parse_args
+from memctl.cache.backend import EVENTS, EXIT_CODE_MAX, Backend, CacheError, Consolidated, Entry, is_exit_code
+from memctl.cache.keys import canonical, check_name, json_args, key_of, parse_args
+from memctl.text.bounds import need_query
+from memctl.text.shape import Shape, shown
 
-__all__ = ["Cache", "CacheError", "Entry", "RunResult", "cache_problems", "canonical", "check_seconds", "key_of",
-           "open_backend", "parse_args"]
+if TYPE_CHECKING:
+    from memctl.search.search import Result
+
+__all__ = ["Cache", "CacheError", "CacheStats", "Cleared", "Entry", "RunResult",
+           "cache_problems", "canonical", "check_seconds", "key_of", "open_backend", "parse_args"]
 
 # Ten years, as [ingest] pending_ttl_hours: further out, an expiry time overflows the
 # calendar (--ttl 1e308 did) and a Redis PX its integer.
@@ -75,13 +81,30 @@ def cache_problems(store: Store, clock: Clock) -> list[tuple[str, int | None, st
 
 
 @dataclass
-class RunResult:
-    entry: Entry
-    hit: bool      # answered from the cache
-    waited: bool   # another agent was running the same call; this one waited for its result
+class CacheStats(Shape):
+    """Hits, misses, negative hits, keys and bytes, one dict a scope and tool."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.entry.as_dict(), "hit": self.hit, "waited": self.waited}
+    rows: list[dict[str, Any]] = shown('{"scope", "tool", "hits", "misses", "negative_hits", "keys", '
+                                       '"negative_keys", "bytes", "consolidated"}: hits and misses count calls '
+                                       "since the run began; keys and bytes what is stored now.", name="stats")
+
+
+@dataclass
+class Cleared(Shape):
+    """A run's cache forgotten (after consolidating it, when [cache] consolidate_on has clear)."""
+
+    scope: str = shown()
+    entries: int = shown("Entries removed (or, dry, that would be).")
+    consolidated: list[Consolidated] = shown("What was consolidated first.")
+    dry_run: bool = shown()
+
+
+@dataclass
+class RunResult(Shape):
+    """A command run through the cache: its entry, and whether it came from the cache."""
+    entry: Entry = shown(flatten=True)
+    hit: bool = shown("Answered from the cache.")
+    waited: bool = shown("Another agent was running the same call; this one waited for its result.")
 
 
 def open_backend(spec: str, store: Store, settings: config.Cache, clock: Clock) -> Backend:
@@ -102,7 +125,9 @@ def open_backend(spec: str, store: Store, settings: config.Cache, clock: Clock) 
 
 
 class Cache:
-    """The working memory of one store, on the backend its settings (or `backend`) name."""
+    """The working memory of one store, on the backend its settings (or `backend`) name: `memory.cache`.
+    The backend is opened by the first call that needs it, so making a Cache (and `memctl cache
+    --help`) opens none."""
 
     def __init__(self, rt: Runtime, *, backend: str | Backend | None = None,
                  consolidator: Callable | None = None):
@@ -114,8 +139,23 @@ class Cache:
         self.settings = rt.settings.cache
         for name in _SECONDS_SETTINGS:  # memctl.toml takes any finite number; a TTL of 1e308 overflows
             check_seconds(getattr(self.settings, name), source=_setting_source(store, name), field=f"cache.{name}")
-        spec = backend if backend is not None else self.settings.backend
-        self.backend: Backend = open_backend(spec, store, self.settings, self.clock) if isinstance(spec, str) else spec
+        self.backend_spec = backend if backend is not None else self.settings.backend
+
+    def on(self, backend: str | None) -> "Cache":
+        """The same cache on another backend (files, redis://...); None: this one."""
+        if backend is None or backend == self.backend_spec:
+            return self
+        return Cache(self.runtime, backend=backend, consolidator=self._consolidator)
+
+    @cached_property
+    def backend(self) -> Backend:
+        spec = self.backend_spec
+        return open_backend(spec, self.store, self.settings, self.clock) if isinstance(spec, str) else spec
+
+    # A call's arguments: JSON text (`--args`), or already JSON (an MCP call's), checked and made the
+    # canonical form the key is made of (keys sorted, 1.0 = 1, spaces collapsed), so both meet.
+    parse_args = staticmethod(parse_args)
+    json_args = staticmethod(json_args)
 
     # -- one call ----------------------------------------------------------------
     def get(self, scope: str, tool: str, args: Any) -> Entry | None:
@@ -130,8 +170,9 @@ class Cache:
         return entry
 
     def put(self, scope: str, tool: str, args: Any, output: bytes | str, *, exit_code: int = 0,
-            stderr: str = "", agent: str = "", ttl: float | None = None, duration_ms: float = 0.0) -> Entry:
-        """Store the result of a tool call the caller made itself; empty or failed results too (H2)."""
+            error: str = "", agent: str = "", ttl: float | None = None, duration_ms: float = 0.0) -> Entry:
+        """Store the result of a tool call the caller made itself, for every agent of the run; empty
+        or failed results too (H2). `error`: the call's error message, kept as its stderr."""
         check_name(scope, "scope")
         check_name(tool, "tool")
         if agent:
@@ -142,7 +183,7 @@ class Cache:
                              source="--exit-code", field="exit_code")
         entry = Entry(id=os.urandom(8).hex(), key=key_of(tool, args), scope=scope, tool=tool, args=args,
                       output=output.encode() if isinstance(output, str) else bytes(output),
-                      stderr_tail=_tail(stderr, self.settings.stderr_lines), exit_code=exit_code,
+                      stderr_tail=_tail(error, self.settings.stderr_lines), exit_code=exit_code,
                       agent=agent, created_at=format_ts(self.clock.now()), duration_ms=round(duration_ms, 1))
         self.backend.save(entry, self._ttl(entry, ttl))
         return entry
@@ -192,7 +233,7 @@ class Cache:
             # Killed by a signal: the shell's convention, 128 + the signal's number.
             status = done.returncode if done.returncode >= 0 else 128 - done.returncode
             entry = self.put(scope, tool, list(argv) if args is None else args, done.stdout, exit_code=status,
-                             stderr=done.stderr.decode("utf-8", errors="replace"), agent=agent, ttl=ttl,
+                             error=done.stderr.decode("utf-8", errors="replace"), agent=agent, ttl=ttl,
                              duration_ms=(time.perf_counter() - began) * 1000)
         return RunResult(entry, hit=False, waited=waited)
 
@@ -213,7 +254,7 @@ class Cache:
         check_name(scope, "scope")
         return list(self.backend.entries(scope))
 
-    def stats(self, scope: str | None = None) -> list[dict[str, Any]]:
+    def stats(self, scope: str | None = None) -> "CacheStats":
         """Per scope and tool: hits, misses, negative hits (counted events), keys and bytes (live entries)."""
         scopes = [check_name(scope, "scope")] if scope else self.backend.scopes()
         rows = []
@@ -230,17 +271,16 @@ class Cache:
             for tool, row in sorted(tools.items()):
                 rows.append({"scope": name, "tool": tool, **{k: row.get(k, 0) for k in (
                     *EVENTS, "keys", "negative_keys", "bytes", "consolidated")}})
-        return rows
+        return CacheStats(rows)
 
-    def clear(self, scope: str, *, dry_run: bool = False) -> dict[str, Any]:
+    def clear(self, scope: str, *, dry_run: bool = False) -> "Cleared":
         """End a run: forget the scope (after consolidating it, where [cache] consolidate_on has clear)."""
         check_name(scope, "scope")
         consolidated = []
         if self._consolidator and "clear" in self.settings.consolidate_on:
             consolidated = self.consolidate(scope, dry_run=dry_run)
         entries = len(self.entries(scope)) if dry_run else self.backend.clear(scope)
-        return {"scope": scope, "entries": entries, "consolidated": [c.as_dict() for c in consolidated],
-                "dry_run": dry_run}
+        return Cleared(scope, entries, consolidated, dry_run)
 
     def consolidate(self, scope: str, *, everything: bool = False, dry_run: bool = False,
                     only: list[Entry] | None = None, index: bool = True):
@@ -251,10 +291,11 @@ class Cache:
             raise MemctlError("this cache writes no long-term memory; open it through Memory(...).cache")
         return self._consolidator(self, scope, everything=everything, dry_run=dry_run, only=only, index=index)
 
-    def search(self, query: str, *, scope: str | None = None, tools: tuple[str, ...] = (),
-               agents: tuple[str, ...] = (), k: int = 10):
+    def search(self, query: str, *, scope: str | None = None, tools: Iterable[str] = (),
+               agents: Iterable[str] = (), k: int = 5) -> list["Result"]:
         """Search what the agents of a run already found (design 004's search_shared_memory):
         the consolidated items in long-term memory, by meaning and words."""
+        need_query(query)
         from memctl.index.filters import Filters
         from memctl.search.queries import Query
         from memctl.search.search import search_store

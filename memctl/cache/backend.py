@@ -13,12 +13,13 @@ import math
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Literal, Protocol
 
 from memctl import clock
 from memctl.cache.keys import check_args
 from memctl.errors import InputError, MemctlError
 from memctl.store import store
+from memctl.text.shape import ABSENT, Shape, derived, hidden, shown
 
 EVENTS = ("hits", "misses", "negative_hits")
 
@@ -28,27 +29,45 @@ class CacheError(MemctlError):
 
 
 @dataclass
-class Entry:
-    """One stored tool call. `args` is the canonical JSON arguments, or the argv of a command."""
-    id: str               # this version of the key's output: a new run is a new id
-    key: str
-    scope: str
-    tool: str
-    args: Any
-    output: bytes
-    stderr_tail: str = ""
-    exit_code: int = 0
-    agent: str = ""
-    created_at: str = ""  # ISO 8601
-    expires_at: float = 0.0  # Unix seconds
-    duration_ms: float = 0.0
-    access_count: int = 1
-    consolidated: str | None = None  # the memory id it became
+class Entry(Shape):
+    """One stored tool call (`memctl cache get --json`)."""
+    id: str = shown("This version of the call's output: a new run is a new id.")
+    key: str = shown("The call's key: the tool and its canonical arguments.")
+    scope: str = shown("The run whose agents share it.")
+    tool: str = shown()
+    args: Any = shown("The canonical JSON arguments, or the argv of a command.")
+    output: bytes = hidden()
+    stderr_tail: str = shown("The last lines of its stderr (or error message).", default="")
+    exit_code: int = shown(default=0)
+    agent: str = shown("Who made the call.", default="")
+    created_at: str = shown("When the tool ran, ISO 8601.", default="")
+    expires_at: float = hidden(default=0.0)  # Unix seconds
+    duration_ms: float = shown(default=0.0)
+    access_count: int = shown("Times it was served.", default=1)
+    consolidated: str | None = shown("The memory id it became in long-term memory, or null.", default=None)
 
-    @property
+    key_order = ("id", "key", "scope", "tool", "args", "stderr_tail", "exit_code", "agent", "created_at",
+                 "expires", "duration_ms", "output_text", "output_base64", "negative", "access_count",
+                 "consolidated")
+
+    @derived("An empty or failed result (H2): cached too, with its own TTL.")
     def negative(self) -> bool:
-        """An empty or failed result (H2): cached too, with its own TTL."""
         return self.exit_code != 0 or not self.output.strip()
+
+    @derived("When it stops being served, ISO 8601.", name="expires_at")
+    def expires(self) -> str:
+        return clock.format_ts(clock.parse_ts(round(self.expires_at, 3)))
+
+    @derived("What the tool returned, when it is UTF-8 text.", name="output", optional=True)
+    def output_text(self) -> str:
+        try:
+            return self.output.decode("utf-8")
+        except UnicodeDecodeError:
+            return ABSENT
+
+    @derived("What the tool returned, in base64, when it is not UTF-8 text.", optional=True)
+    def output_base64(self) -> str:
+        return ABSENT if self.output_text is not ABSENT else base64.b64encode(self.output).decode()
 
     @property
     def text(self) -> str:
@@ -100,12 +119,16 @@ class Entry:
                    expires_at=float(checked("expires_at", _is_expiry, f"Unix seconds from 0 to {_LAST_SECOND}")),
                    duration_ms=float(checked("duration_ms", _is_duration, "milliseconds, 0 or more")))
 
-    def as_dict(self) -> dict[str, Any]:
-        """What `memctl cache get --json` prints (docs/cache.md)."""
-        out = self.to_json()
-        out["expires_at"] = clock.format_ts(clock.parse_ts(round(self.expires_at, 3)))
-        out.update(negative=self.negative, access_count=self.access_count, consolidated=self.consolidated)
-        return out
+
+@dataclass
+class Consolidated(Shape):
+    """A cached call consolidated into long-term memory (memctl/ingest/consolidate.py)."""
+    key: str = shown("The call's key.")
+    tool: str = shown()
+    memory_id: str = shown("The memory it became.")
+    status: Literal["stored", "duplicate", "marked"] = shown("duplicate: already in MEMORY.md; marked: "
+                                                             "consolidated before.")
+    access_count: int = shown()
 
 
 EXIT_CODE_MAX = 255  # what a process can exit with: `cache run` exits with the stored status

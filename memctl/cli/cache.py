@@ -7,6 +7,7 @@ ingest and search machinery when they run.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import click
@@ -70,8 +71,21 @@ def cache(ctx, backend):
       memctl cache consolidate --scope debate-7
       memctl cache clear --scope debate-7
     """
-    memory = ctx.obj
-    ctx.obj = memory.cache.on(backend)  # opened by the first call: --help opens nothing
+    ctx.meta[_BACKEND_KEY] = backend
+
+
+_BACKEND_KEY = "memctl.cache.backend"  # the group's --backend, for the command that runs
+
+
+def _pass_cache(command):
+    """Hand the command `memory.cache` on the group's --backend, made when the command runs: `memctl cache
+    run --help` reads no settings and opens no backend."""
+
+    @click.pass_context
+    def with_cache(ctx, *args, **kwargs):
+        return ctx.invoke(command, ctx.obj.cache.on(ctx.meta[_BACKEND_KEY]), *args, **kwargs)
+
+    return functools.update_wrapper(with_cache, command)
 
 
 @cache.command("run", context_settings={"allow_interspersed_args": False})
@@ -91,7 +105,7 @@ def cache(ctx, backend):
 @click.option("--json", "as_json", is_flag=True, help=f"Print the entry instead of the output: {_ENTRY_SCHEMA[:-1]}, "
               '"hit", "waited"}.')
 @click.argument("command", nargs=-1, required=True, metavar="-- COMMAND [ARGS...]")
-@click.pass_obj
+@_pass_cache
 def cache_run(cache, scope, tool, args_json, ttl, refresh, agent, timeout, as_json, command):
     """Run COMMAND once per scope and TTL; every later call gets its stored output.
 
@@ -124,7 +138,7 @@ def cache_run(cache, scope, tool, args_json, ttl, refresh, agent, timeout, as_js
 @_scope_option()
 @_call_options
 @click.option("--json", "as_json", is_flag=True, help=f"Print the entry: {_ENTRY_SCHEMA}.")
-@click.pass_obj
+@_pass_cache
 def cache_get(cache, scope, tool, args_json, argv, as_json):
     """The stored result of a tool call, for tools that are not commands.
 
@@ -160,7 +174,7 @@ def cache_get(cache, scope, tool, args_json, argv, as_json):
               help="How long it is served, up to ten years. [default: cache.ttl or cache.negative_ttl]")
 @click.option("--agent", envvar="MEMCTL_AGENT", default="", metavar="ID", help=_AGENT_HELP)
 @click.option("--json", "as_json", is_flag=True, help=f"Print the stored entry: {_ENTRY_SCHEMA}.")
-@click.pass_obj
+@_pass_cache
 def cache_put(cache, scope, tool, args_json, argv, source, exit_code, error, ttl, agent, as_json):
     """Store the result of a tool call made outside memctl.
 
@@ -186,7 +200,7 @@ def cache_put(cache, scope, tool, args_json, argv, source, exit_code, error, ttl
 @_scope_option(required=False)
 @click.option("--json", "as_json", is_flag=True, help='One JSON object a scope and tool: {"scope", "tool", '
               '"hits", "misses", "negative_hits", "keys", "negative_keys", "bytes", "consolidated"}.')
-@click.pass_obj
+@_pass_cache
 def cache_stats(cache, scope, as_json):
     """Hits, misses, negative hits, keys and bytes per scope and tool.
 
@@ -214,7 +228,7 @@ def cache_stats(cache, scope, as_json):
 @click.option("-n", "--dry-run", is_flag=True, help="Say what would be removed (and consolidated); change nothing.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"scope", "entries", "consolidated": [...], '
               '"dry_run"}.')
-@click.pass_obj
+@_pass_cache
 def cache_clear(cache, scope, dry_run, as_json):
     """End a run: remove the scope's entries and counters.
 
@@ -241,7 +255,7 @@ def cache_clear(cache, scope, dry_run, as_json):
 @click.option("-n", "--dry-run", is_flag=True, help="Say what would be written; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object an item: {"key", "tool", "memory_id", '
               '"status": "stored"|"duplicate"|"marked", "access_count"}.')
-@click.pass_obj
+@_pass_cache
 def cache_consolidate(cache, scope, everything, dry_run, as_json):
     """Write what proved useful to long-term memory, once.
 
@@ -277,7 +291,7 @@ def cache_consolidate(cache, scope, everything, dry_run, as_json):
 @click.option("--agent", "agents", multiple=True, metavar="ID", help="Only what this agent found (repeatable).")
 @click.option("-k", "--limit", "k", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a result, as `memctl search --json`.")
-@click.pass_obj
+@_pass_cache
 def cache_search(cache, query, scope, tools, agents, k, as_json):
     """Search what the run's agents already found (consolidated tool results).
 

@@ -54,7 +54,7 @@ def forget(memory, ids, session, match, scope, yes, dry_run, as_json):
         rows = [["forgot" if found.applied else "would forget", r.kind, r.id,
                  f"{r.file}:{r.line}" if r.line else r.file, r.scope] for r in found.records]
         if not found.applied:
-            rows = [row + [r.as_dict(True)["preview"]] for row, r in zip(rows, found.records)]
+            rows = [row + [r.preview] for row, r in zip(rows, found.records)]
         for line in columns(rows):
             click.echo(line.rstrip())
     if not found.records:

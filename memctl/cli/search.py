@@ -69,7 +69,7 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
             raise click.UsageError("give either QUERY or --batch, not both")
         data, source = read_input(batch)
         answers = memory.search_batch(data, source=source, where=where, **declared)
-        json_lines(answer.as_dict(explain) for answer in answers)
+        json_lines(answer.as_dict(explain=explain) for answer in answers)
         sys.exit(EXIT_OK if any(answer.results for answer in answers) else EXIT_NOTHING)
     if not (query or plan_message) or not (query or plan_message).strip():
         raise click.UsageError("give a QUERY (or --batch FILE)")
@@ -86,7 +86,7 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
     elif explain and not found:
         say(f"memctl: nothing passed: {found.why_none}")
     if as_json:
-        json_lines(r.as_dict(explain) for r in found)
+        json_lines(r.as_dict(explain=explain) for r in found)
     else:
         for result in found:
             _print_result(result, explain)
@@ -97,8 +97,9 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
 @click.argument("memory_id", metavar="ID")
 @click_options(HISTORY_SCOPE)
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"links": [{"id", "status", "supersedes", '
-              '"superseded_by", "summary"?, "created_at"?, "section"?, "text"?}], "current": [ids of the current '
-              'versions], "problems": [text]}, as the MCP history tool returns.')
+              '"superseded_by", "summary"?, "canonical_topic"?, "created_at"?, "status_changed_at"?, "section"?, '
+              '"text"?}], "current": [ids of the current versions], "problems": [text]}, as the MCP history tool '
+              'returns.')
 @click.pass_obj
 def history(memory, memory_id, scope, as_json):
     """The version chain of memory ID, oldest first: every version that

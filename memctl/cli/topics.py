@@ -7,6 +7,7 @@ import sys
 import click
 
 from memctl.api.params import ACTIVATE, TOPICS_SCOPE, click_options
+from memctl.api.rooms import TopicRow
 from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, progress, read_input, say
 from memctl.text.clip import clip
 
@@ -92,8 +93,8 @@ def topics():
 @click.option("--archived", is_flag=True, help="The archived topics (topics/archived/YYYY-MM/) instead.")
 @click.option("--since", metavar="YYYY-MM", help="With --archived: only months from this one on.")
 @scope_options
-@click.option("--json", "as_json", is_flag=True, help='One JSON object a topic: {"id", "name", "state", "scope", '
-              '"messages", "tokens", "updated", "parent"}; scope null: an old topic of several scopes.')
+@click.option("--json", "as_json", is_flag=True, help='One JSON object a topic: {"id", "name", "state", "messages", '
+              '"tokens", "updated", "parent", "summary", "scope"}; scope null: an old topic of several scopes.')
 @click.pass_obj
 def list_topics(memory, archived, since, session, scope, as_json):
     """Every topic (of one scope): state, scope, name, size, last active. Exit 1 when there is none."""
@@ -104,9 +105,8 @@ def list_topics(memory, archived, since, session, scope, as_json):
     if not found:
         say("memctl: no topics")
         sys.exit(EXIT_NOTHING)
-    keys = ("id", "name", "state", "messages", "tokens", "updated", "parent")
     if as_json:
-        json_lines({**{k: t.header.get(k) for k in keys}, "scope": t.scope} for t in found)
+        json_lines(TopicRow.of(t).as_dict() for t in found)
         return
     rows = [("ID", "STATE", "SCOPE", "MESSAGES", "TOKENS", "UPDATED", "NAME")]
     rows += [(t.id, t.state, t.scope or "(several)", str(t.header.get("messages", 0)), str(t.header.get("tokens", 0)),

@@ -54,10 +54,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from memctl.errors import InputError
+from memctl.text.shape import Shape, shown
 from memctl.text.tokens import count_tokens
 
 if TYPE_CHECKING:
@@ -118,20 +119,20 @@ class Part:
 
 
 @dataclass
-class Context:
-    budget: int
-    tokens: int = 0
-    sections: list[dict] = field(default_factory=list)
-    activated: list[dict] = field(default_factory=list)
-    made_dormant: list[dict] = field(default_factory=list)
-    ambiguous: list[dict] = field(default_factory=list)
-    dropped: list[dict] = field(default_factory=list)
-    text: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"budget": self.budget, "tokens": self.tokens, "sections": self.sections,
-                "activated": self.activated, "made_dormant": self.made_dormant,
-                "ambiguous": self.ambiguous, "dropped": self.dropped}
+class Context(Shape):
+    """The context for the next turn (`memctl context --json`; the MCP context tool adds "text")."""
+    budget: int = shown("The token budget.")
+    tokens: int = shown("The tokens it takes.", default=0)
+    sections: list[dict] = shown('The parts, in order: {"kind": "system"|"core"|"memory"|"found"|"topic"|'
+                                 '"unsplit"|"recent", "messages": [{"id", "role", "speaker", "text", "ts"}], core '
+                                 'and memory: "id", "section", "score", "summary", "content", "text"; topic: '
+                                 '"topic_id", "name", "score", "summary"}.', default_factory=list)
+    activated: list[dict] = shown("Topics the round activated.", default_factory=list)
+    made_dormant: list[dict] = shown("Topics the round made dormant.", default_factory=list)
+    ambiguous: list[dict] = shown("Dormant topics an amnesia cue may mean: ask which.", default_factory=list)
+    dropped: list[dict] = shown("Parts left out for the budget.", default_factory=list)
+    text: str = shown("The context as one text (what `memctl context` prints; the MCP tool gives it).",
+                      when="text", default="")
 
 
 def message_view(message: dict) -> dict:

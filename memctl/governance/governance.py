@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Literal
 
 import orjson
 
@@ -27,6 +27,7 @@ from memctl.store.status import active_tails, chain_tails, is_current, status_of
 from memctl.store.store import Store
 from memctl.text import cjk
 from memctl.text.clip import clip
+from memctl.text.shape import ABSENT, Shape, derived, hidden, shown
 from memctl.text.words import STOPWORDS
 
 LOG_FILE = "governance.log.jsonl"
@@ -105,52 +106,67 @@ def similar(entries: Iterable[Entry], text: str, *, k: int = 5, min_score: float
 
 
 # -- version chains (G6) -----------------------------------------------------
-@dataclass
-class Link:
-    """One version in a chain. `entry` is None when the id is named but found nowhere."""
-    id: str
-    entry: Entry | None
-    supersedes: list[str] = field(default_factory=list)
-    superseded_by: list[str] = field(default_factory=list)
-    deleted: bool = False   # found only among soft-deleted entries (deleted/*.md)
+def _entry_key(name: str, doc: str) -> derived:
+    """A key of a Link taken from its entry's fields, there when the entry has it."""
 
-    @property
-    def status(self) -> str:
+    @derived(doc, name=name, optional=True)
+    def value(self) -> str:
+        return self.entry.fields[name] if self.entry is not None and name in self.entry.fields else ABSENT
+
+    return value
+
+
+@dataclass
+class Link(Shape):
+    """One version in a chain. `entry` is None when the id is named but found nowhere."""
+    id: str = shown("The memory's id.")
+    entry: Entry | None = hidden()
+    supersedes: list[str] = shown("Ids of the versions it replaces.", default_factory=list)
+    superseded_by: list[str] = shown("Ids of the versions that replace it.", default_factory=list)
+    deleted: bool = hidden(default=False)   # found only among soft-deleted entries (deleted/*.md)
+
+    key_order = ("id", "status", "supersedes", "superseded_by", "summary_key", "topic_key", "created_key",
+                 "changed_key", "section", "text")
+
+    @derived("missing: named but found nowhere; deleted: only in deleted/.")
+    def status(self) -> Literal["active", "deprecated", "low_priority", "archived", "deleted",
+                                "missing"]:
         if self.entry is None:
             return "missing"
         return "deleted" if self.deleted else status_of(self.entry)
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "status": self.status, "supersedes": self.supersedes,
-                               "superseded_by": self.superseded_by}
-        if self.entry is not None:
-            for key in ("summary", "canonical_topic", "created_at", "status_changed_at"):
-                if key in self.entry.fields:
-                    out[key] = self.entry.fields[key]
-            out["section"] = self.entry.section
-            out["text"] = self.entry.text
-        return out
+    summary_key = _entry_key("summary", "Its summary field.")
+    topic_key = _entry_key("canonical_topic", "Its canonical_topic field.")
+    created_key = _entry_key("created_at", "Its created_at field.")
+    changed_key = _entry_key("status_changed_at", "Its status_changed_at field.")
+
+    @derived("Its MEMORY.md section (not for a missing version).", optional=True)
+    def section(self) -> str | None:
+        return ABSENT if self.entry is None else self.entry.section
+
+    @derived("Its text (not for a missing version).", optional=True)
+    def text(self) -> str:
+        return ABSENT if self.entry is None else self.entry.text
 
 
 @dataclass
-class Chain:
-    """Every version connected to one memory, oldest first, and what is wrong with the chain."""
-    links: list[Link]
-    problems: list[str] = field(default_factory=list)
+class Chain(Shape):
+    """A memory's version chain: every version that supersedes or is superseded by it, oldest first, and
+    what is wrong with the chain. `memctl history ID --json` prints it and the MCP history tool returns it."""
+    links: list[Link] = shown("The versions, oldest first.")
+    problems: list[str] = shown("What is wrong with the chain (a fork, a cycle), as text.", default_factory=list)
+
+    key_order = ("links", "tails", "problems")
 
     @property
     def ids(self) -> list[str]:
         return [link.id for link in self.links]
 
-    @property
+    @derived("Ids of the current versions (normally one).", name="current")
     def tails(self) -> list[str]:
         """Current versions that no current version supersedes (normally exactly one)."""
         return chain_tails((link.id, link.entry is not None and not link.deleted and is_current(link.entry),
                             link.supersedes) for link in self.links)
-
-    def as_dict(self) -> dict[str, Any]:
-        """What `search --history --json` prints and the MCP history tool returns: one shape."""
-        return {"links": [link.as_dict() for link in self.links], "current": self.tails, "problems": self.problems}
 
 
 class Graph:
@@ -302,29 +318,30 @@ def topic_conflicts(doc: Document) -> dict[str, list[str]]:
 
 # -- writing notes with chains and conflict checks --------------------------
 @dataclass
-class NoteReport:
+class Similar(Shape):
+    id: str = shown("A current memory close to the note.")
+    score: float = shown("How close, 0-1.", digits=3)
+
+
+@dataclass
+class NoteReport(Shape):
     """What governance found about one note written (or held as pending)."""
-    supersedes: list[str] = field(default_factory=list)
-    conflicts: list[str] = field(default_factory=list)   # current ids with the same canonical_topic
-    similar: list[tuple[str, float]] = field(default_factory=list)
-    topic: str | None = None
-    duplicate_of: str | None = None  # a current memory saying the same: the note is not written
+    supersedes: list[str] = shown("Ids the note replaces.", omit="empty", default_factory=list)
+    conflicts: list[str] = shown("Current ids with the same canonical_topic.", omit="empty", default_factory=list)
+    similar: list[tuple[str, float]] = hidden(default_factory=list)
+    topic: str | None = hidden(default=None)
+    duplicate_of: str | None = shown("A current memory saying the same: the note is not written.", omit="empty",
+                                     default=None)
+
+    key_order = ("supersedes", "conflicts", "similar_shown", "duplicate_of")
+
+    @derived("Current memories close to the note.", name="similar", omit="empty")
+    def similar_shown(self) -> list[Similar]:
+        return [Similar(i, s) for i, s in self.similar]
 
     def subject(self) -> str:
         """What the conflict is about: the shared canonical_topic, or the near-duplicate's subject."""
         return f"canonical_topic '{self.topic}'" if self.topic else "its subject (a near-duplicate)"
-
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.supersedes:
-            out["supersedes"] = self.supersedes
-        if self.conflicts:
-            out["conflicts"] = self.conflicts
-        if self.similar:
-            out["similar"] = [{"id": i, "score": round(s, 3)} for i, s in self.similar]
-        if self.duplicate_of:
-            out["duplicate_of"] = self.duplicate_of
-        return out
 
     def warning(self, memory_id: str) -> str | None:
         if not self.conflicts:

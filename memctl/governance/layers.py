@@ -15,9 +15,9 @@ isolation (G7): only global memories and the workspace's.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
@@ -28,6 +28,7 @@ from memctl.search.scores import Scorer, is_core
 from memctl.store.status import active_tails
 from memctl.store.store import Store, atomic_write, read_file
 from memctl.text.words import MEMORY_WORDS
+from memctl.text.shape import Shape, shown
 
 if TYPE_CHECKING:
     from memctl.runtime import Runtime
@@ -43,17 +44,32 @@ EVERY_NTH_TURN = 5
 
 
 @dataclass
-class Layered:
-    budget: int
-    workspace: str | None
-    trigger: str | None
-    layers: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {"L0": [], "L1": [], "L2": []})
-    tokens_used: int = 0
-    left_out: list[str] = field(default_factory=list)
+class LayerItem(Shape):
+    """A memory placed in a layer."""
+    id: str = shown("The memory's id.")
+    section: str = shown("Its MEMORY.md section.")
+    scope: str = shown()
+    summary: str | None = shown()
+    score: float | None = shown("L2: its search score.", omit="none")
+    layer: Literal["L0", "L1", "L2"] = shown()
+    content: Literal["full", "summary"] = shown("summary: the budget took its summary only.")
+    text: str = shown("Its text, or its summary.")
+    tokens: int = shown("The tokens it takes.")
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"budget": self.budget, "tokens_used": self.tokens_used, "workspace": self.workspace,
-                "trigger": self.trigger, "layers": self.layers, "left_out": self.left_out}
+
+@dataclass
+class Layered(Shape):
+    """The layered context of G1 within a token budget: L0 core memories, L1 the workspace's, L2 the
+    query's (only when a G3 trigger fires)."""
+    budget: int = shown("The token budget of all three layers together.")
+    workspace: str | None = shown("The scope whose memories form L1.")
+    trigger: str | None = shown("Why L2 ran, or null.")
+    layers: dict[str, list[LayerItem]] = shown('"L0", "L1" and "L2", each a list of items.', default_factory=lambda: {
+        "L0": [], "L1": [], "L2": []})
+    tokens_used: int = shown(default=0)
+    left_out: list[str] = shown("Ids of memories over the budget.", default_factory=list)
+
+    key_order = ("budget", "tokens_used", "workspace", "trigger", "layers", "left_out")
 
 
 def trigger(query: str, covered_text: str, turn: int) -> str | None:
@@ -149,8 +165,8 @@ def _place(result: Layered, layer: str, item: dict[str, Any], count_tokens) -> N
             continue
         tokens = count_tokens(text)
         if tokens <= left:
-            result.layers[layer].append({**{k: v for k, v in item.items() if k != "text"}, "layer": layer,
-                                         "content": content, "text": text, "tokens": tokens})
+            result.layers[layer].append(LayerItem(item["id"], item["section"], item["scope"], item["summary"],
+                                                  item.get("score"), layer, content, text, tokens).as_dict())
             result.tokens_used += tokens
             return
     result.left_out.append(item["id"])

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 from memctl import clock
 from memctl import config
@@ -38,6 +38,7 @@ from memctl.store.status import status_of
 from memctl.store import memoryfile
 from memctl.store.memoryfile import Entry, summary_of
 from memctl.store.store import Store
+from memctl.text.shape import Shape, shown
 
 if TYPE_CHECKING:
     from memctl.runtime import Runtime
@@ -46,24 +47,19 @@ DELETED_DIR = "deleted"
 
 
 @dataclass
-class Change:
-    id: str
-    action: str              # status | delete | stamp (archived without a date: the 60-day clock starts now)
-    before: str              # status before
-    after: str               # status after, or "deleted"
-    health: float | None = None
-    mode: str | None = None  # delete: soft | hard
-    file: str | None = None  # delete (soft): where the entry went
-    line: int = 0            # the entry's line in MEMORY.md before the run
+class Change(Shape):
+    """What the lifecycle did (or, dry, would do) to one memory by its health score (G5)."""
+    id: str = shown()
+    action: Literal["status", "delete", "stamp"] = shown("stamp: archived without a date, the 60-day clock "
+                                                         "starts now.")
+    before: str = shown("Its status before.", name="from")
+    after: str = shown('Its status after, or "deleted".', name="to")
+    health: float | None = shown("Its health score.", digits=6, default=None)
+    mode: Literal["soft", "hard"] | None = shown("A delete: soft (to deleted/) or hard.", omit="empty", default=None)
+    file: str | None = shown("A soft delete: where the entry went.", omit="empty", default=None)
+    line: int = shown("Its line in MEMORY.md before the run.", default=0)
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "action": self.action, "from": self.before, "to": self.after,
-                               "health": None if self.health is None else round(self.health, 6), "line": self.line}
-        if self.mode:
-            out["mode"] = self.mode
-        if self.file:
-            out["file"] = self.file
-        return out
+    key_order = ("id", "action", "before", "after", "health", "line", "mode", "file")
 
 
 def deleted_file(store: Store, moment: datetime) -> Path:

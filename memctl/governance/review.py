@@ -20,16 +20,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from memctl import clock
 from memctl import config
 from memctl.governance import governance
+from memctl.governance.governance import NoteReport
 from memctl.store import status
 from memctl.store import memoryfile
 from memctl.errors import InputError
 from memctl.store import jsonl
 from memctl.store.store import Store
+from memctl.text.shape import Shape, shown
 
 if TYPE_CHECKING:
     from memctl.runtime import Runtime
@@ -58,7 +60,7 @@ class Pending:
         expires = self.expires()
         return expires is not None and expires <= now
 
-    def as_dict(self, now: datetime) -> dict[str, Any]:
+    def row(self, now: datetime) -> "PendingRow":
         item = self.item or {}
         fields = item.get("fields") if isinstance(item.get("fields"), dict) else {}
         since, expires = item.get("pending_since"), self.expires()
@@ -67,11 +69,46 @@ class Pending:
         except ValueError:
             age = None
         left = None if expires is None else (expires - now).total_seconds() / 3600
-        return {"id": self.id, "line": self.line, "section": item.get("section"),
-                "summary": fields.get("summary"), "text": item.get("text"),
-                "pending_since": since, "expires_at": item.get("expires_at"),
-                "age_hours": None if age is None else round(age, 2),
-                "left_hours": None if left is None else round(left, 2)}
+        return PendingRow(self.id, self.line, item.get("section"), fields.get("summary"), item.get("text"), since,
+                          item.get("expires_at"), age, left)
+
+
+@dataclass
+class PendingRow(Shape):
+    """A pending memory, waiting for the user's confirmation."""
+    id: str = shown()
+    line: int = shown("Its line in pending.jsonl.")
+    section: str | None = shown()
+    summary: str | None = shown()
+    text: str | None = shown()
+    pending_since: str | None = shown()
+    expires_at: str | None = shown()
+    age_hours: float | None = shown(digits=2)
+    left_hours: float | None = shown("Hours until it expires.", digits=2)
+
+
+@dataclass
+class ExpiredRow(Shape):
+    """A pending memory whose time ran out, dropped."""
+    id: str = shown()
+    line: int = shown("Its line in pending.jsonl.")
+    expires_at: str = shown()
+
+
+@dataclass
+class RejectedRow(Shape):
+    """A pending memory dropped at the user's word."""
+    id: str = shown()
+    status: Literal["rejected"] = shown(default="rejected")
+
+
+@dataclass
+class ConfirmedRow(Shape):
+    """A pending memory written to MEMORY.md."""
+    id: str = shown()
+    status: Literal["confirmed", "duplicate"] = shown("duplicate: MEMORY.md already had it.")
+    file: str = shown()
+    governance: NoteReport | None = shown(flatten=True, default=None)
 
 
 def pending_scope(item: dict[str, Any]) -> str:
@@ -111,7 +148,7 @@ def drop_expired(rt: Runtime, *, dry_run: bool = False, scope: str | None = None
             stamp = clock.format_ts(now)
             tx.append(governance.log_path(store), governance.log_records(
                 [{"ts": stamp, "action": "expire", "id": p.id, "expires_at": p.item["expires_at"]} for p in gone]))
-    return [{"id": p.id, "line": p.line, "expires_at": p.item["expires_at"]} for p in gone]
+    return [ExpiredRow(p.id, p.line, p.item["expires_at"]).as_dict() for p in gone]
 
 
 def listing(rt: Runtime, scope: str | None = None) -> list[dict]:
@@ -121,7 +158,8 @@ def listing(rt: Runtime, scope: str | None = None) -> list[dict]:
     store.require()
     with store.reading():
         items = read(store)
-    return [p.as_dict(now) for p in items if p.item is not None and not p.expired(now) and _in_scope(p, scope)]
+    return [p.row(now).as_dict() for p in items
+            if p.item is not None and not p.expired(now) and _in_scope(p, scope)]
 
 
 def _pick(items: list[Pending], ids: list[str], now: datetime, scope: str | None = None) -> list[Pending]:
@@ -168,7 +206,7 @@ def confirm(rt: Runtime, ids: list[str], *, dry_run: bool = False, allow_conflic
                 if existing.text != note["text"]:
                     raise InputError(f"id '{p.id}' is already in MEMORY.md with different text",
                                      source=SOURCE, line=p.line, field="id")
-                out.append({"id": p.id, "status": "duplicate", "file": store.relative(store.memory_md)})
+                out.append(ConfirmedRow(p.id, "duplicate", store.relative(store.memory_md)).as_dict())
                 continue
             notes.append((p.line, note))
         reports, log = governance.apply_notes(doc, notes, source=SOURCE, allow_conflict=allow_conflict,
@@ -181,9 +219,8 @@ def confirm(rt: Runtime, ids: list[str], *, dry_run: bool = False, allow_conflic
         log += [{"ts": stamp, "action": "confirm", "id": p.id} for p in picked]
         tx.append(governance.log_path(store), governance.log_records(log))
         for _, note in notes:
-            record = {"id": note["id"], "status": "confirmed", "file": store.relative(store.memory_md)}
-            record.update(reports[note["id"]].as_dict())
-            out.append(record)
+            out.append(ConfirmedRow(note["id"], "confirmed", store.relative(store.memory_md),
+                                    reports[note["id"]]).as_dict())
     order = {memory_id: n for n, memory_id in enumerate(dict.fromkeys(ids))}
     out.sort(key=lambda r: order[r["id"]])
     return out
@@ -227,4 +264,4 @@ def reject(rt: Runtime, ids: list[str], *, dry_run: bool = False, scope: str | N
         stamp = clock.format_ts(now)
         tx.append(governance.log_path(store), governance.log_records(
             [{"ts": stamp, "action": "reject", "id": p.id} for p in picked]))
-    return [{"id": p.id, "status": "rejected"} for p in picked]
+    return [RejectedRow(p.id).as_dict() for p in picked]

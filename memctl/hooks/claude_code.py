@@ -27,15 +27,16 @@ import shlex
 import signal
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal
 
 import orjson
 
 from memctl.configfiles import json_object, json_text, memctl_argv, read_text, replace
 from memctl.errors import InputError, MemctlError
 from memctl.store.store import Store, check_name
+from memctl.text.shape import Shape, hidden, shown
 
 CLIENT = "claude-code"
 CONTEXT_CHARS = 10_000  # Claude Code's cap on the text one hook adds to the context
@@ -63,19 +64,17 @@ class Event:
 
 
 @dataclass
-class Answer:
+class Answer(Shape):
     """What `memctl hooks run` prints: `stdout` for the client ("" for nothing), `note` one line on stderr."""
 
-    event: str
-    session: str
-    stdout: str = ""
-    note: str = ""
-    stored: int = 0
-    context_chars: int = 0
+    event: str = shown("The hook event handled.")
+    session: str = shown()
+    stdout: str = hidden(default="")
+    note: str = shown("What was done, one line.", default="")
+    stored: int = shown("Messages of the transcript stored.", default=0)
+    context_chars: int = shown("Characters of context given to the prompt.", default=0)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"event": self.event, "session": self.session, "stored": self.stored,
-                "context_chars": self.context_chars, "note": self.note}
+    key_order = ("event", "session", "stored", "context_chars", "note")
 
 
 def parse_event(data: bytes) -> Event:
@@ -262,19 +261,15 @@ def deadline(seconds: float) -> Iterator[None]:
 
 # -- settings.json --------------------------------------------------------------------------
 @dataclass
-class Setup:
+class Setup(Shape):
     """What `install` or `uninstall` did (or, dry, would do) to a settings file."""
 
-    client: str
-    path: Path
-    command: str
-    status: str                                   # added | removed | unchanged
-    events: list[str] = field(default_factory=list)  # the events whose entries were added or removed
-    backup: Path | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"client": self.client, "path": str(self.path), "command": self.command, "status": self.status,
-                "events": self.events, "backup": str(self.backup) if self.backup else None}
+    client: str = shown()
+    path: Path = shown("The settings file.")
+    command: str = shown("The hook command.")
+    status: Literal["added", "removed", "unchanged"] = shown()
+    events: list[str] = shown("The events whose entries were added or removed.", default_factory=list)
+    backup: Path | None = shown("The copy of the file before the change, or null.", default=None)
 
 
 def settings_path(*, settings: str | None = None, project: bool = False, home: Path | None = None,

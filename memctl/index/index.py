@@ -38,6 +38,7 @@ from memctl import config
 from memctl.errors import MemctlError
 from memctl.store.store import KeptWhileUnchanged, NotRegularFile, Store, atomic_write, open_file, read_file
 from memctl.store.seam import Searchable
+from memctl.text.shape import Shape, shown
 
 if TYPE_CHECKING:
     from memctl.index.units import Unit
@@ -111,24 +112,23 @@ class IndexCorrupt(Exception):
 
 
 @dataclass
-class UpdateReport:
-    units: int = 0
-    added: int = 0
-    changed: int = 0
-    removed: int = 0
-    embedded: int = 0
-    files_read: int = 0   # source files read: those whose stamps changed, or all of them
-    rebuilt: bool = False
-    reason: str = ""   # why a rebuild happened: missing, corrupt, model changed, asked
-    # lines of the files read that are no message, "FILE:LINE: why": passed over, not indexed
-    skipped: list[str] = field(default_factory=list)
+class UpdateReport(Shape):
+    """What an index update did."""
+    units: int = shown("Search units in the index now.", default=0)
+    added: int = shown("Units added.", default=0)
+    changed: int = shown("Units changed.", default=0)
+    removed: int = shown("Units removed.", default=0)
+    embedded: int = shown("Units embedded.", default=0)
+    files_read: int = shown("Source files read: those whose size, time or inode changed, or all of them.", default=0)
+    rebuilt: bool = shown("The index was started over.", default=False)
+    reason: str = shown("Why it was rebuilt: asked, missing, old format, model changed: ..., corrupt (...).",
+                        default="")
+    skipped: list[str] = shown('Lines of the files read that are no message ("FILE:LINE: why"): passed over, '
+                               "not indexed.", default_factory=list)
 
     @property
     def touched(self) -> bool:
         return bool(self.added or self.changed or self.removed or self.rebuilt)
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
 
     def skipped_notes(self) -> list[str]:
         """What a person is told of the lines the update passed over: one line each, a few at most."""

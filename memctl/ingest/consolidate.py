@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from memctl import config
-from memctl.cache.backend import CacheError, Entry
+from memctl.cache.backend import CacheError, Consolidated, Entry
 from memctl.errors import MemctlError
 from memctl.programs import ProgramFailed, program_argv, run_program
 from memctl.store.memoryfile import SUMMARY_MAX
@@ -36,18 +35,6 @@ if TYPE_CHECKING:
 
 # Seconds a summary_command may take on one item (its whole process group is killed after).
 SUMMARY_TIMEOUT = 120.0
-
-
-@dataclass
-class Consolidated:
-    key: str
-    tool: str
-    memory_id: str
-    status: str   # stored | duplicate (already in MEMORY.md) | marked (consolidated before)
-    access_count: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def consolidate(cache: "Cache", scope: str, *, everything: bool = False, dry_run: bool = False,

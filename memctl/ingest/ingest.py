@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import orjson
 
@@ -32,10 +32,12 @@ from memctl.store import memoryfile
 from memctl.errors import InputError
 from memctl.store.memoryfile import check_field
 from memctl.text.noise import noise_reason
+from memctl.text.shape import Shape, shown
 from memctl.store.sessions import append_daily_log, item_scope, load_ids, message_line, stored_session_scope
 from memctl.store.store import Store, check_name, check_scope
 
 if TYPE_CHECKING:
+    from memctl.governance.governance import NoteReport
     from memctl.runtime import Runtime
 
 _MESSAGE_KEYS = ("id", "session", "scope", "role", "speaker", "ts", "text")
@@ -44,25 +46,15 @@ _LOGGED_ROLES = (None, "user", "human")
 
 
 @dataclass
-class Outcome:
-    """What became of one input record."""
-    id: str
-    kind: str        # message | memory | pending
-    status: str      # stored | duplicate | noise
-    line: int
-    file: str = ""   # store-relative file it went to
-    reason: str = ""  # for noise: which kind
-    governance: Any = None  # for notes: governance.NoteReport (supersedes, conflicts, similar)
-
-    def as_dict(self) -> dict[str, Any]:
-        out = {"id": self.id, "kind": self.kind, "status": self.status, "line": self.line}
-        if self.file:
-            out["file"] = self.file
-        if self.reason:
-            out["reason"] = self.reason
-        if self.governance is not None:
-            out.update(self.governance.as_dict())
-        return out
+class Outcome(Shape):
+    """What became of one input record (a line of `memctl ingest --json`)."""
+    id: str = shown("The record's id.")
+    kind: Literal["message", "memory", "pending"] = shown("pending: a note waiting for the user's confirmation.")
+    status: Literal["stored", "duplicate", "noise"] = shown("noise: dropped by the noise filter.")
+    line: int = shown("Its line in the input.")
+    file: str = shown("The store file it went to.", omit="empty", default="")
+    reason: str = shown("For noise: which kind (greeting, ...).", omit="empty", default="")
+    governance: NoteReport | None = shown("For notes: what governance found.", flatten=True, default=None)
 
 
 @dataclass

@@ -21,30 +21,37 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from memctl import configfiles
 from memctl.errors import InputError
+from memctl.text.shape import Shape, derived, hidden, shown
 
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "codex")
 SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a bare TOML key, and a name every client shows
 
 
 @dataclass
-class Setup:
+class Setup(Shape):
     """What `install` did (or, dry, would do) to one client's config."""
 
-    client: str
-    path: Path
-    name: str
-    entry: dict[str, Any]   # {"command", "args"}
-    snippet: str            # the entry as it stands in the file
-    status: str             # "added" | "replaced" | "unchanged"
-    backup: Path | None = None
+    client: str = shown()
+    path: Path = shown("The client's config file.")
+    name: str = shown("The server's name there.")
+    entry: dict[str, Any] = hidden()  # {"command", "args"}
+    snippet: str = hidden()  # the entry as it stands in the file
+    status: Literal["added", "replaced", "unchanged"] = shown()
+    backup: Path | None = shown("The copy of the file before the change, or null.", default=None)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"client": self.client, "path": str(self.path), "name": self.name, **self.entry,
-                "status": self.status, "backup": str(self.backup) if self.backup else None}
+    key_order = ("client", "path", "name", "command", "args", "status", "backup")
+
+    @derived("The command the client runs.")
+    def command(self) -> str:
+        return self.entry["command"]
+
+    @derived("Its arguments.")
+    def args(self) -> list[str]:
+        return self.entry["args"]
 
 
 def config_path(client: str, home: Path | None = None) -> Path:

@@ -116,7 +116,7 @@ class Tools:
 
     def describe(self) -> list[types.Tool]:
         return [types.Tool(name=t.name, description=t.description, input_schema=t.input_schema,
-                           annotations=types.ToolAnnotations(read_only_hint=t.read_only))
+                           output_schema=t.output_schema, annotations=types.ToolAnnotations(read_only_hint=t.read_only))
                 for t in self.tools.values()]
 
     def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

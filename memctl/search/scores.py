@@ -23,6 +23,7 @@ from memctl import config
 from memctl.store.memoryfile import Entry
 from memctl.store.status import fields_of
 from memctl.store.store import Store
+from memctl.text.shape import Shape, shown
 
 
 def governance_settings() -> config.Governance:
@@ -56,24 +57,16 @@ def parse_time(value: Any) -> datetime | None:
 
 
 @dataclass
-class Score:
+class Score(Shape):
     """A score and the parts it was made of (each in [0, 1] but user_weight, 0..10)."""
-    total: float
-    recency_decay: float
-    access_frequency: float
-    user_weight: float          # 0..10 as used (the entry's, else the default); the formulas use /10
-    access_count: int
-    age_days: float | None      # None when created_at is missing or unreadable
-    relevance: float | None = None  # retrieval scores only
-
-    def as_dict(self) -> dict[str, Any]:
-        out = {"score": round(self.total, 6), "recency_decay": round(self.recency_decay, 6),
-               "access_frequency": round(self.access_frequency, 6), "user_weight": round(self.user_weight, 6),
-               "access_count": self.access_count,
-               "age_days": None if self.age_days is None else round(self.age_days, 3)}
-        if self.relevance is not None:
-            out["relevance"] = round(self.relevance, 6)
-        return out
+    total: float = shown(name="score", digits=6)
+    recency_decay: float = shown(digits=6)
+    access_frequency: float = shown(digits=6)
+    # 0..10 as used (the entry's, else the default); the formulas use /10
+    user_weight: float = shown("0-10, as used (the memory's, else the default).", digits=6)
+    access_count: int = shown()
+    age_days: float | None = shown("Null when created_at is missing or unreadable.", digits=3)
+    relevance: float | None = shown("Retrieval scores only.", digits=6, omit="none", default=None)
 
 
 def _parts(entry: Entry | Mapping[str, Any], now: datetime, accesses: int,

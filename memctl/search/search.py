@@ -16,8 +16,8 @@ at 0.5 and above the model is not even loaded.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import orjson
 
@@ -29,36 +29,39 @@ from memctl.index.units_reader import UnitsReader
 from memctl.search.candidates import Candidates, IndexRows, UnitWords
 from memctl.search.queries import Query
 from memctl.search.stages import ROUNDING, SearchRun, rank
+from memctl.text.shape import ABSENT, Shape, derived, hidden, shown
 
 
 @dataclass
-class Result:
-    id: str
-    kind: str
-    text: str
-    score: float
-    source: str
-    lines: list[int]
-    section: str | None
-    session: str | None
-    ts: str | None
-    speaker: str | None
-    scope: str
-    record_id: str = ""
-    row: int = -1
-    fields: dict[str, Any] = field(default_factory=dict)
-    explain: dict[str, Any] = field(default_factory=dict)
+class Result(Shape):
+    """One search result, best first: a MEMORY.md note, a chat message, a daily-log entry or a topic."""
 
-    def as_dict(self, explain: bool = False) -> dict[str, Any]:
-        out = {"id": self.record_id or self.id, "kind": self.kind, "text": self.text,
-               "score": round(self.score, 6), "source": self.source, "lines": self.lines,
-               "section": self.section, "session": self.session, "ts": self.ts, "speaker": self.speaker,
-               "scope": self.scope}
-        if self.kind == "memory":
-            out["fields"] = self.fields
-        if explain:
-            out["explain"] = self.explain
-        return out
+    id: str = hidden()  # the search unit's id; a record cut into several units has one record_id
+    kind: Literal["memory", "message", "log", "topic"] = shown("memory: a MEMORY.md note; message: a chat "
+                                                               "message; log: a daily-log entry; topic: a topic.")
+    text: str = shown("The matched text.")
+    score: float = shown("The final ranking score (higher is better).", digits=6)
+    source: str = shown("The store file it is in, relative to the store.")
+    lines: tuple[int, int] = shown("Its first and last line in that file.")
+    section: str | None = shown("A memory's MEMORY.md section.")
+    session: str | None = shown("A message's session id.")
+    ts: str | None = shown("When it was said or written, ISO 8601.")
+    speaker: str | None = shown("Who said it.")
+    scope: str = shown("Its scope: global, user:<name>, project:<name> or lang:<name>.")
+    record_id: str = hidden(default="")
+    row: int = hidden(default=-1)
+    fields: dict[str, Any] = hidden(default_factory=dict)
+    explain: dict[str, Any] = shown("Each ranking stage's score (asked with explain).", when="explain",
+                                    default_factory=dict)
+
+    @derived("The record's id (as show, forget and history take it).", name="id", after="")
+    def shown_id(self) -> str:
+        return self.record_id or self.id
+
+    @derived("A memory's schema fields (summary, memory_class, ...); memories only.", name="fields",
+             optional=True, after="scope")
+    def memory_fields(self) -> dict[str, Any]:
+        return self.fields if self.kind == "memory" else ABSENT
 
     def explain_lines(self) -> list[str]:
         """`--explain` for a person: each ranking stage's own factor beside the running score."""

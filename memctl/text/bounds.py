@@ -24,3 +24,10 @@ def within_bound(text: str, source: str, *, line: int | None = None, field: str 
         raise InputError(f"{len(text):,} characters; a search reads at most {MAX_QUERY_CHARS:,}: send the gist",
                          source=source, line=line, field=field)
     return text
+
+
+def need_query(query: str | None, source: str = "query") -> str:
+    """A text to search for: not empty, and within the one bound of every face."""
+    if not query or not query.strip():
+        raise InputError(f"give a {source}", source=source)
+    return within_bound(query, source)

@@ -40,7 +40,7 @@ scope of the sessions it names). A topic in no scope is neither merged nor linke
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import orjson
@@ -50,6 +50,7 @@ from memctl import config
 from memctl.errors import InputError
 from memctl.store import jsonl
 from memctl.store.store import Store
+from memctl.text.shape import Shape, shown
 from memctl.store import topicfile
 from memctl.topics import activation, log
 from memctl.store.topicfile import Topic
@@ -74,17 +75,15 @@ RELATED_PERCENTILE = 99
 
 
 @dataclass
-class DailyReport:
-    dry_run: bool
-    compressed: list[dict] = field(default_factory=list)    # {"topic_id", "importance"}
-    archived: list[dict] = field(default_factory=list)      # {"topic_id", "reason", "to"}
-    merged: list[dict] = field(default_factory=list)        # {"topic_id", "into", "similarity" | "reason"}
-    related: list[dict] = field(default_factory=list)       # {"topic_id", "with", "similarity" | "reason"}
-    idle_summaries: list[dict] = field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return {"dry_run": self.dry_run, "compressed": self.compressed, "archived": self.archived,
-                "merged": self.merged, "related": self.related, "idle_summaries": self.idle_summaries}
+class DailyReport(Shape):
+    """What the daily topic review did (or, dry, would do)."""
+    dry_run: bool = shown()
+    compressed: list[dict] = shown('{"topic_id", "importance"}', default_factory=list)
+    archived: list[dict] = shown('{"topic_id", "reason", "to"}', default_factory=list)
+    merged: list[dict] = shown('{"topic_id", "into", "similarity" | "reason"}', default_factory=list)
+    related: list[dict] = shown('{"topic_id", "with", "similarity" | "reason"}', default_factory=list)
+    idle_summaries: list[dict] = shown('Idle sessions summarised: {"session", "keywords", ...}',
+                                       default_factory=list)
 
 
 def restore_archived(tx, store: Store, query: str, now: str, scope: str | None = None) -> dict[str, Topic]:

@@ -28,9 +28,10 @@ a failure or time-out) gets the built-in result and the reason in `fallback`.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from memctl.store.store import Store
+from memctl.text.shape import ABSENT, Shape, derived, hidden, shown
 from memctl.store.topicfile import Topic, topic_path
 
 REFERENCE_FROM = 0.3    # §4.2: from this score on, referenced messages and a summary
@@ -41,24 +42,37 @@ MESSAGE_HITS = 80
 
 
 @dataclass
-class Evaluation:
-    topic_id: str
-    name: str
-    file: str
-    relevance_score: float
-    referenced_message_ids: list[str] = field(default_factory=list)
-    summary: str = ""
-    method: str = "builtin"
-    fallback: str | None = None
-    message_scores: dict[str, float] = field(default_factory=dict)  # why each reference was taken
-    strength: float = 0.0  # the score before clamping to 0..1: ranks topics that all score 1.0
+class TopicRef(Shape):
+    name: str = shown()
+    file: str = shown("The topic's file, relative to the store.")
 
-    def as_dict(self) -> dict:
-        out = {"topic_id": self.topic_id, "relevance_score": round(self.relevance_score, 4),
-               "topic_ref": {"name": self.name, "file": self.file}}
-        if self.relevance_score >= REFERENCE_FROM:
-            out.update(referenced_message_ids=self.referenced_message_ids, summary=self.summary)
-        return out
+
+@dataclass
+class Evaluation(Shape):
+    """How relevant a topic is to the message (§4.2); from REFERENCE_FROM on, with its referenced
+    messages and summary."""
+    topic_id: str = shown()
+    name: str = hidden()
+    file: str = hidden()
+    relevance_score: float = shown("0-1.", digits=4)
+    referenced_message_ids: list[str] = hidden(default_factory=list)
+    summary: str = hidden(default="")
+    method: str = hidden(default="builtin")
+    fallback: str | None = hidden(default=None)
+    message_scores: dict[str, float] = hidden(default_factory=dict)  # why each reference was taken
+    strength: float = hidden(default=0.0)  # the score before clamping to 0..1: ranks topics that all score 1.0
+
+    @derived()
+    def topic_ref(self) -> TopicRef:
+        return TopicRef(self.name, self.file)
+
+    @derived("The messages it refers to (relevant topics only).", name="referenced_message_ids", optional=True)
+    def referenced(self) -> list[str]:
+        return self.referenced_message_ids if self.relevance_score >= REFERENCE_FROM else ABSENT
+
+    @derived("Its summary (relevant topics only).", name="summary", optional=True)
+    def summary_shown(self) -> str:
+        return self.summary if self.relevance_score >= REFERENCE_FROM else ABSENT
 
 
 def calibrated(raw: float) -> float:

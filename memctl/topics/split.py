@@ -13,7 +13,7 @@ messages go to them or to new topics of that scope, never to another's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Literal
 
 from memctl import clock, config
 from memctl.errors import InputError
@@ -21,6 +21,7 @@ from memctl.store import jsonl
 from memctl.store.memoryfile import check_field
 from memctl.store.sessions import session_scope
 from memctl.store.store import Store
+from memctl.text.shape import Shape, shown
 from memctl.text.tokens import count_tokens
 from memctl.store import topicfile
 from memctl.topics import segment
@@ -33,13 +34,11 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Assignment:
-    message_id: str
-    topic_id: str
-    action: str   # active | reactivated | new
-
-    def as_dict(self) -> dict:
-        return {"message_id": self.message_id, "topic_id": self.topic_id, "action": self.action}
+class Assignment(Shape):
+    """A message moved into a topic."""
+    message_id: str = shown()
+    topic_id: str = shown()
+    action: Literal["active", "reactivated", "new"] = shown("What the topic was: active, brought back, or new.")
 
 
 @dataclass

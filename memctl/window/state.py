@@ -45,9 +45,9 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Literal
 
 import orjson
 
@@ -56,6 +56,7 @@ from memctl import config
 from memctl.errors import InputError, StoreError
 from memctl.store.store import Store, Transaction, read_file
 from memctl.text.cjk import CJK
+from memctl.text.shape import Shape, derived, hidden, shown
 from memctl.text.words import STOPWORDS
 
 if TYPE_CHECKING:
@@ -72,29 +73,29 @@ _FIX_HINT = "fix the file by hand, or start over with 'memctl state reset'"
 # -- the state file ----------------------------------------------------------
 
 @dataclass
-class Turn:
-    turn_id: int
-    ts: str
-    sections_hit: list[str]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"turn_id": self.turn_id, "ts": self.ts, "sections_hit": list(self.sections_hit)}
+class Turn(Shape):
+    """A recorded turn."""
+    turn_id: int = shown()
+    ts: str = shown()
+    sections_hit: list[str] = shown("The MEMORY.md sections the turn used.")
 
 
 @dataclass
-class State:
-    """index_state.json in memory; see the module doc for the fields."""
-    window_size: int = 5
-    dominant_threshold: float = 0.7
-    turns: list[Turn] = field(default_factory=list)
-    proportions: dict[str, float] = field(default_factory=dict)
-    current_topic: str = ""
-    topic_summary: str = ""
-    last_updated: str = ""
-    miss_count: dict[str, int] = field(default_factory=dict)
+class State(Shape):
+    """index_state.json: the section window (see the module doc for the fields)."""
+    window_size: int = shown("Turns in the window (3, 5 or 10).", default=5)
+    dominant_threshold: float = shown("The share of the window's hits that makes a section dominant.",
+                                      default=0.7)
+    turns: list[Turn] = shown("The window's turns, oldest first.", default_factory=list)
+    proportions: dict[str, float] = shown("Each section's share of the window's hits.", default_factory=dict)
+    current_topic: str = shown(default="")
+    topic_summary: str = shown(default="")
+    last_updated: str = shown(default="")
+    miss_count: dict[str, int] = shown("Turns in a row each section went unused.", default_factory=dict)
     # The topic activation part (T6): kept as it was read, written back as it is;
     # memctl/topics/activation.py reads, checks and replaces it. None: not there yet.
-    topic_activation: dict[str, Any] | None = None
+    topic_activation: dict[str, Any] | None = shown("The topics' activation (T6), once there is one.",
+                                                    omit="none", default=None)
 
     @classmethod
     def new(cls, state_settings: config.State) -> "State":
@@ -153,19 +154,6 @@ class State:
         self.proportions = {s: round(p, 3) for s, p in self.exact_proportions().items()}
 
     # -- serialisation --------------------------------------------------------
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "window_size": self.window_size,
-            "dominant_threshold": self.dominant_threshold,
-            "turns": [t.as_dict() for t in self.turns],
-            "proportions": dict(self.proportions),
-            "current_topic": self.current_topic,
-            "topic_summary": self.topic_summary,
-            "last_updated": self.last_updated,
-            "miss_count": dict(self.miss_count),
-            **({"topic_activation": self.topic_activation} if self.topic_activation is not None else {}),
-        }
-
     def dumps(self) -> bytes:
         return orjson.dumps(self.as_dict(), option=orjson.OPT_INDENT_2) + b"\n"
 
@@ -272,47 +260,71 @@ def memory_sections(store: Store) -> list[str]:
 # -- end of a turn: record (W2, W4) ------------------------------------------
 
 @dataclass
-class Suggestion:
-    section: str
-    miss_count: int
+class Suggestion(Shape):
+    """A section the window has not used for a while."""
+    section: str = shown()
+    miss_count: int = shown("Turns in a row it went unused.")
 
-    @property
+    @derived("What to do about it, in words.", name="suggestion")
     def text(self) -> str:
         turns = "turn" if self.miss_count == 1 else f"{self.miss_count} turns"
         return (f"{self.section}: not used in the last {turns}; consider removing it "
                 "from MEMORY.md or merging it into another section")
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"section": self.section, "miss_count": self.miss_count, "suggestion": self.text}
-
 
 @dataclass
-class RecordResult:
-    turn: Turn
-    state: State
-    unknown_sections: list[str]   # hits that are not MEMORY.md headings (recorded all the same)
-    suggestions: list[Suggestion]
-    topic_written: bool           # MEMORY_TOPIC.md was (or, dry run, would be) rewritten
-    dry_run: bool = False
+class RecordResult(Shape):
+    """A turn recorded at its end (`memctl state record --json`, the MCP state_record tool)."""
+    turn: Turn = hidden()
+    state: State = hidden()
+    unknown_sections: list[str] = shown("Hits that are not MEMORY.md headings (recorded all the same).")
+    suggestions: list[Suggestion] = shown()
+    topic_written: bool = shown("MEMORY_TOPIC.md was (or, dry run, would be) rewritten.")
+    dry_run: bool = shown(default=False)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The `state record --json` object (one line)."""
-        return {
-            "turn_id": self.turn.turn_id,
-            "ts": self.turn.ts,
-            "sections_hit": list(self.turn.sections_hit),
-            "unknown_sections": list(self.unknown_sections),
-            "window_size": self.state.window_size,
-            "turns_in_window": len(self.state.turns),
-            "proportions": dict(self.state.proportions),
-            "dominant": self.state.dominant(),
-            "miss_count": dict(self.state.miss_count),
-            "suggestions": [s.as_dict() for s in self.suggestions],
-            "current_topic": self.state.current_topic,
-            "topic_summary": self.state.topic_summary,
-            "topic_written": self.topic_written,
-            "dry_run": self.dry_run,
-        }
+    key_order = ("turn_id", "ts", "sections_hit", "unknown_sections", "window_size", "turns_in_window",
+                 "proportions", "dominant", "miss_count", "suggestions", "current_topic", "topic_summary",
+                 "topic_written", "dry_run")
+
+    @derived()
+    def turn_id(self) -> int:
+        return self.turn.turn_id
+
+    @derived()
+    def ts(self) -> str:
+        return self.turn.ts
+
+    @derived("The sections the turn used.")
+    def sections_hit(self) -> list[str]:
+        return self.turn.sections_hit
+
+    @derived()
+    def window_size(self) -> int:
+        return self.state.window_size
+
+    @derived()
+    def turns_in_window(self) -> int:
+        return len(self.state.turns)
+
+    @derived("Each section's share of the window's hits.")
+    def proportions(self) -> dict[str, float]:
+        return self.state.proportions
+
+    @derived("The dominant sections of the window.")
+    def dominant(self) -> list[str]:
+        return self.state.dominant()
+
+    @derived("Turns in a row each section went unused.")
+    def miss_count(self) -> dict[str, int]:
+        return self.state.miss_count
+
+    @derived()
+    def current_topic(self) -> str:
+        return self.state.current_topic
+
+    @derived()
+    def topic_summary(self) -> str:
+        return self.state.topic_summary
 
 
 def record(rt: Runtime, hits: Iterable[str], *, summary: str | None = None, dry_run: bool = False) -> RecordResult:
@@ -496,22 +508,20 @@ def _keyword_pattern(keyword: str) -> re.Pattern[str]:
 
 
 @dataclass
-class PlannedSection:
-    section: str
-    reason: str            # "dominant" or "keyword"
-    matched: list[str]     # keywords found in the message (may be empty for a dominant section)
-    proportion: float | None  # share of the window's hits, rounded to 3 places; None without state
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"section": self.section, "reason": self.reason, "matched": list(self.matched),
-                "proportion": self.proportion}
+class PlannedSection(Shape):
+    """A MEMORY.md section worth searching this turn."""
+    section: str = shown()
+    reason: Literal["dominant", "keyword"] = shown()
+    matched: list[str] = shown("Keywords found in the message (may be empty for a dominant section).")
+    proportion: float | None = shown("Its share of the window's hits, rounded to 3 places; null without state.")
 
 
 @dataclass
-class Plan:
-    sections: list[PlannedSection]
-    dominant: list[str]    # dominant sections of the window (even if not in MEMORY.md)
-    has_state: bool
+class Plan(Shape):
+    """The sections to search at the start of a turn (the MCP state_plan tool)."""
+    sections: list[PlannedSection] = shown()
+    dominant: list[str] = shown("The dominant sections of the window (even if not in MEMORY.md).")
+    has_state: bool = shown("Whether any turn was recorded yet.")
 
     @property
     def names(self) -> list[str]:
