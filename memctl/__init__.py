@@ -8,7 +8,7 @@
         print(result.score, result.text)
 
 `Memory` is the whole API (docs/api.md): the per-turn calls are its methods,
-the rest its rooms (memory.topics, .state, .review, .health, .cache); the
+the rest its command groups (memory.topics, .state, .review, .health, .cache); the
 command line and the MCP server are front ends over it. The feature ids the
 comments name (P3, G6, T12, ...) are said in words in docs/design.md; the
 measurements they cite, with when and how, are in bench/README.md.

@@ -570,7 +570,7 @@ def test_redis_values_edited_by_hand_are_misses_and_skipped(redis_server, tmp_pa
 
 
 def test_memory_cache_is_the_cache_itself_on_one_backend_or_another(store_dir, cache_backend):
-    """`memory.cache` is memctl.cache.Cache, not a room forwarding some of its methods (#32): every
+    """`memory.cache` is memctl.cache.Cache, not a group forwarding some of its methods (#32): every
     method of the cache is there, the one object each time, and `on` another backend shares the
     consolidator, so what it stores can become long-term memory."""
     from memctl import Memory

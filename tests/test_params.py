@@ -12,7 +12,7 @@ import pytest
 from memctl import Filters, Memory
 from memctl.api import params
 from memctl.errors import InputError
-from memctl.api.rooms import ReviewRoom, TopicsRoom
+from memctl.api.groups import ReviewGroup, TopicsGroup
 from memctl.cli.context import context
 from memctl.cli.forget import forget
 from memctl.cli.ingest import ingest
@@ -25,14 +25,14 @@ OPERATIONS = [
     (Memory.search, search, "search", params.SEARCH),
     (Memory.ingest, ingest, "ingest", params.INGEST),
     (Memory.context, context, "context", params.CONTEXT),
-    (TopicsRoom.activate, activate, "topics_activate", params.ACTIVATE),
-    (TopicsRoom.list, list_topics, "topics_list", params.TOPICS_SCOPE),
-    (TopicsRoom.show, show_topic, "topics_show", params.TOPICS_SCOPE),
+    (TopicsGroup.activate, activate, "topics_activate", params.ACTIVATE),
+    (TopicsGroup.list, list_topics, "topics_list", params.TOPICS_SCOPE),
+    (TopicsGroup.show, show_topic, "topics_show", params.TOPICS_SCOPE),
     (Memory.forget, forget, "forget", params.FORGET),
     (Memory.history, history, "history", params.HISTORY_SCOPE),
-    (ReviewRoom.pending, review_pending, "review_pending", params.REVIEW_SCOPE),
-    (ReviewRoom.confirm, review_confirm, "confirm", params.REVIEW_SCOPE),
-    (ReviewRoom.reject, review_reject, "reject", params.REVIEW_SCOPE),
+    (ReviewGroup.pending, review_pending, "review_pending", params.REVIEW_SCOPE),
+    (ReviewGroup.confirm, review_confirm, "confirm", params.REVIEW_SCOPE),
+    (ReviewGroup.reject, review_reject, "reject", params.REVIEW_SCOPE),
 ]
 
 

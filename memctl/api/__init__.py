@@ -2,8 +2,8 @@
 
 The command line and the MCP server call nothing else: they parse, call a
 method and print what it returns. The per-call operations (ingest, index,
-search, context, history) are methods; the rest live in rooms, one small
-class a part of memctl (memctl/api/rooms.py): `memory.topics`, `memory.state`,
+search, context, history) are methods; the rest live in groups, one small
+class a command group of memctl (memctl/api/groups.py): `memory.topics`, `memory.state`,
 `memory.review`, `memory.health`, `memory.hooks`; `memory.cache` is the
 tool-output cache itself (memctl/cache). Every result is a dataclass
 whose `as_dict()` is the documented JSON schema (docs/api.md).
@@ -22,7 +22,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from memctl.api.params import Filters
-from memctl.api.rooms import HealthRoom, HooksRoom, ReviewRoom, Say, StateRoom, TopicsRoom, given_or
+from memctl.api.groups import HealthGroup, HooksGroup, ReviewGroup, Say, StateGroup, TopicsGroup, given_or
 from memctl.store.store import DEFAULT_STORE, STORE_ENV, Store, check_scope
 from memctl.text.bounds import need_query, within_bound
 from memctl.text.shape import Shape, hidden, shown
@@ -90,11 +90,11 @@ class Memory:
         # The settings (read once, on first use), the clock and the query embedder every call shares.
         self.runtime = Runtime(self.store, open_embedder=_query_embedder)
         self._retriever = None
-        self.topics = TopicsRoom(self.store, self.runtime, self._retriever_open)
-        self.state = StateRoom(self.store, self.runtime)
-        self.review = ReviewRoom(self.store, self.runtime, self._say)
-        self.health = HealthRoom(self.store, self.runtime)
-        self.hooks = HooksRoom(self.store, self.runtime, self.context, self.ingest)
+        self.topics = TopicsGroup(self.store, self.runtime, self._retriever_open)
+        self.state = StateGroup(self.store, self.runtime)
+        self.review = ReviewGroup(self.store, self.runtime, self._say)
+        self.health = HealthGroup(self.store, self.runtime)
+        self.hooks = HooksGroup(self.store, self.runtime, self.context, self.ingest)
 
     @property
     def path(self):

@@ -9,7 +9,7 @@ and the rest, so the command line never does (its help names the keys, checked b
 from __future__ import annotations
 
 from memctl.api import Answer, Found
-from memctl.api.rooms import (Activation, Confirmation, HealthScores, Lifecycle, PendingReview, Rejection, TopicLink,
+from memctl.api.groups import (Activation, Confirmation, HealthScores, Lifecycle, PendingReview, Rejection, TopicLink,
                               TopicLog, TopicRow)
 from memctl.cache import CacheStats, Cleared, RunResult
 from memctl.cache.backend import Consolidated, Entry

@@ -7,7 +7,7 @@ import sys
 import click
 
 from memctl.api.params import ACTIVATE, TOPICS_SCOPE, click_options
-from memctl.api.rooms import TopicRow
+from memctl.api.groups import TopicRow
 from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, progress, read_input, say
 from memctl.text.clip import clip
 

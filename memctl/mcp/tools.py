@@ -22,7 +22,7 @@ from memctl.api import Memory
 from memctl.api import params
 from memctl.api.params import (ACTIVATE, CONTEXT, FORGET, HISTORY_SCOPE, INGEST, REVIEW_SCOPE, SEARCH, TOPICS_SCOPE,
                                 Filters, json_schema, keywords)
-from memctl.api.rooms import TopicRow
+from memctl.api.groups import TopicRow
 from memctl.text.bounds import MAX_QUERY_CHARS
 from memctl.text.shape import Shape, shown
 

@@ -222,8 +222,9 @@ def activate(rt: Runtime, retriever, query: str, *, include_archived: bool = Fal
                               for tid, level, reason in order]
             except llm.LLMAnswerError as exc:
                 fallback = str(exc)
-        room = max(1, topics_settings.active_target - active_count)
-        chosen = [c["topic_id"] for rank, c in enumerate(candidates[:room]) if rank == 0 or c["score"] >= threshold]
+        places_left = max(1, topics_settings.active_target - active_count)
+        chosen = [c["topic_id"] for rank, c in enumerate(candidates[:places_left])
+                  if rank == 0 or c["score"] >= threshold]
     with store.transaction() as tx:
         current = topicfile.load_topics(store)
         events = []

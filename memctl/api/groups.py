@@ -1,11 +1,10 @@
-"""The rooms of `Memory`: topics, the section window, review, health and hooks (`memory.cache` is
-memctl.cache.Cache itself).
+"""The command groups of `Memory`: topics, the section window, review, health and hooks
+(`memory.cache` is memctl.cache.Cache itself).
 
-`memory.topics.list()`, `memory.state.plan(message)`, ...: one small class a
-part of memctl, each holding its Memory, as sqlite-utils' `db["table"]` holds
-its Database; it is given the parts of its Memory it uses. What a room returns is a dataclass; those that are not one of
-the layer below are here, each with the `as_dict()` its `--json` command and
-MCP tool print.
+`memory.topics.list()`, `memory.state.plan(message)`, ...: one small class a command group of
+memctl, each holding its Memory, as sqlite-utils' `db["table"]` holds its Database; it is given
+the parts of its Memory it uses. What a group returns is a shape (memctl/text/shape.py); those
+that are not one of the layer below are here, each the JSON its `--json` command and MCP tool print.
 """
 
 from __future__ import annotations
@@ -86,7 +85,7 @@ class TopicLog(Shape):
     events: list[dict[str, Any]] = shown()
 
 
-class TopicsRoom:
+class TopicsGroup:
     """Topic files (T1-T12). The calls that look into one scope take it as a session (its scope) or a
     scope (both: they must agree); given neither, they look into the whole store."""
 
@@ -193,7 +192,7 @@ class WindowShown:
     fields: dict[str, Any] | None
 
 
-class StateRoom:
+class StateGroup:
     def __init__(self, store: "Store", runtime: "Runtime"):
         self.store = store
         self.runtime = runtime
@@ -288,7 +287,7 @@ class Lifecycle(Shape):
     expired: list[ExpiredRow] = shown(default_factory=list)
 
 
-class ReviewRoom:
+class ReviewGroup:
     def __init__(self, store: "Store", runtime: "Runtime", say: Say):
         self.store = store
         self.runtime = runtime
@@ -363,7 +362,7 @@ class HealthScores(Shape):
                                        name="scores")
 
 
-class HealthRoom:
+class HealthGroup:
     def __init__(self, store: "Store", runtime: "Runtime"):
         self.store = store
         self.runtime = runtime
@@ -389,7 +388,7 @@ class HealthRoom:
 
 
 # -- agent clients' hooks (memctl/hooks/, README "Hooks") ----------------------------------------------
-class HooksRoom:
+class HooksGroup:
     """Memory given to each prompt and the conversation kept, by a client's hooks, without the model
     calling a tool. `context` and `ingest` are its Memory's."""
 
