@@ -24,6 +24,7 @@ from memctl.index.index import UpdateReport
 from memctl.ingest.ingest import Outcome
 from memctl.overview import Shown, Status
 from memctl.search.search import Result
+from memctl.store.copy import Copied
 from memctl.topics.daily import DailyReport
 from memctl.topics.split import Assignment
 from memctl.window.state import Plan, PlannedSection, RecordResult, State
@@ -32,6 +33,6 @@ from memctl.window.state import Plan, PlannedSection, RecordResult, State
 SHAPES = (Outcome, UpdateReport, Result, Found, Answer, Layered, LayerItem, Chain, Context, TopicRow, TopicLink,
           Activation, TopicLog, Assignment, PendingReview, Confirmation, Rejection, Lifecycle, Change, DailyReport,
           Problem, HealthScores, Plan, PlannedSection, RecordResult, State, Entry, RunResult, CacheStats, Cleared,
-          Consolidated, Forgotten, Shown, Status, HookAnswer, HookSetup)
+          Consolidated, Forgotten, Shown, Status, Copied, HookAnswer, HookSetup)
 
 __all__ = [shape.__name__ for shape in SHAPES]

@@ -51,6 +51,6 @@ def copy(source, target, dry_run, as_json):
         return
     for path, size in copied.files.items():
         click.echo(f"{'would copy' if dry_run else 'copied'}\t{path}\t{size}")
-    kinds = ", ".join(f"{count} {kind}" for kind, count in copied.kinds().items() if count)
+    kinds = ", ".join(f"{count} {kind}" for kind, count in copied.kinds.items() if count)
     say(f"memctl: {'dry run: would copy' if dry_run else 'copied'} {len(copied.files)} file(s) "
         f"({kinds or 'none'}) from {copied.source} to {copied.target}")

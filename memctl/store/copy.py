@@ -13,25 +13,35 @@ in the source is refused, naming it, as every read of a store refuses it (README
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
 
 from memctl.errors import StoreError
 from memctl.store.store import Store, read_file
+from memctl.text.shape import Shape, derived, hidden, shown
 
 
 @dataclass
-class Copied:
+class Copied(Shape):
     """What a copy took (or, dry, would take) from `source` to `target` (both as messages name them)."""
 
-    source: str
-    target: str
-    files: dict[str, int] = field(default_factory=dict)  # path -> bytes
-    dry_run: bool = False
+    source: str = shown("The store copied from: a folder, or a URL without its password.")
+    target: str = shown("The store copied into.")
+    files: dict[str, int] = hidden(default_factory=dict)  # path -> bytes
+    dry_run: bool = shown("True when nothing was written (-n): what would go.", default=False)
 
+    key_order = ("source", "target", "dry_run", "file_count", "byte_count", "kinds", "paths")
+
+    @derived("How many files.", name="files")
+    def file_count(self) -> int:
+        return len(self.files)
+
+    @derived("Their bytes in all.", name="bytes")
+    def byte_count(self) -> int:
+        return sum(self.files.values())
+
+    @derived("Files by kind: notes (MEMORY.md), sessions, pending, and the rest kept whole.")
     def kinds(self) -> dict[str, int]:
-        """Files by kind: notes (MEMORY.md), sessions, pending, and the rest kept whole."""
         counts = {"notes": 0, "sessions": 0, "pending": 0, "other": 0}
         for path in self.files:
             kind = ("notes" if path == "MEMORY.md" else "pending" if path == "pending.jsonl"
@@ -39,10 +49,9 @@ class Copied:
             counts[kind] += 1
         return counts
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "target": self.target, "dry_run": self.dry_run,
-                "files": len(self.files), "bytes": sum(self.files.values()), "kinds": self.kinds(),
-                "paths": list(self.files)}
+    @derived("Each file's path in the store, as a folder store lays it out.")
+    def paths(self) -> list[str]:
+        return list(self.files)
 
 
 def copy_store(source, target, *, dry_run: bool = False) -> Copied:
