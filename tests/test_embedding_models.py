@@ -75,7 +75,7 @@ def test_the_default_model_is_one_space_and_the_old_names_still_open():
 
 
 @pytest.mark.real_model
-@pytest.mark.parametrize("fact, question", [("Ana 對花生過敏，不能吃花生醬。", "what is Ana allergic to?"),
+@pytest.mark.parametrize("fact, question", [("我妹妹對花生過敏，不能吃花生醬。", "what is my sister allergic to?"),
                                             ("My sister Lena works as an architect in Porto.", "莉娜做什麼工作？")])
 def test_a_question_in_one_language_finds_the_fact_in_the_other(tmp_path, fact, question):
     import orjson
@@ -88,9 +88,11 @@ def test_a_question_in_one_language_finds_the_fact_in_the_other(tmp_path, fact, 
               "The quarterly report is due on the fifth; Tom will send the draft.",
               "昨天晚上我們在家看了一部關於深海的紀錄片。"]
     memory.ingest(b"".join(orjson.dumps({"id": f"mem-{i}", "text": text}) + b"\n"
-                           for i, text in enumerate([fact, *others])), fmt="jsonl", kind="memory")
-    found = memory.search(question, k=1, min_score=0)  # the subject test is the relevance gate's, not this
-    assert [r.record_id for r in found] == ["mem-0"]
+                           for i, text in enumerate([*others, fact])), fmt="jsonl", kind="memory")
+    # the fact last: results of equal score come in id order, and the former default gave every
+    # text of the other language cosine 0 (so all tied). The gate is another matter: --min-score 0.
+    found = memory.search(question, k=1, min_score=0)
+    assert [r.record_id for r in found] == ["mem-4"]
 
 
 @pytest.mark.real_model
