@@ -68,6 +68,40 @@ def test_one_space_puts_every_text_in_the_shared_model_and_latin_text_in_both():
     assert (model.cosine_floor, model.cosine_ceiling) == (0.2, 0.6)
 
 
+def test_the_subject_test_judges_a_pair_in_the_finest_model_both_texts_are_in():
+    """Two Latin texts on the Latin model's own cosine and calibration (as before the one space),
+    a pair across scripts on the shared model's own, not on the √(1 − share) of it the mixed dot
+    product gives, nor on the mix's calibration (which orders)."""
+    from memctl.search.search import judged_cosines
+
+    latin, shared = fake_embedder.FakeEmbedder(), fake_embedder.FakeEmbedder()
+    model = embedders.OneSpace(latin, shared, 0.35, ((0.065, 0.805), (0.1, 0.7)), "k", "test",
+                               own_calibrations=((0.0, 1.0), (0.1, 0.7), (0.2, 0.8)))
+    texts = ["the boiler was serviced on Monday", "鍋爐在星期一保養了 boiler", "鍋爐 boiler 保養了"]
+    stored = model.embed(texts)
+    query = model.embed_queries(["who serviced the boiler"])
+    judged = judged_cosines(stored, query, [0, 1], model.models)
+    own_latin = latin.embed(texts[:1])[0] @ latin.embed(["who serviced the boiler"])[0]
+    own_shared = shared.embed(texts[1:2])[0] @ shared.embed(["who serviced the boiler"])[0]
+    assert own_shared > 0.2  # the pair shares a word: the shared model's cosine is not 0
+    assert judged == pytest.approx([own_latin, (own_shared - 0.2) / 0.6], abs=1e-5)  # across: its calibration
+    assert stored[1] @ query[0] == pytest.approx(np.sqrt(0.65) * own_shared, abs=1e-5)  # what the mix gives
+
+    # two CJK texts: the shared model's own cosine on its calibration within a script
+    query = model.embed_queries(["鍋爐"])
+    within = shared.embed(texts[2:])[0] @ shared.embed(["鍋爐"])[0]
+    assert judged_cosines(stored, query, [2], model.models)[0] == pytest.approx((within - 0.1) / 0.6, abs=1e-5)
+
+    # a query of several lines: the closest line and the whole, as search combines them
+    lines = model.embed_queries(["who serviced it", "the boiler", "who serviced it\nthe boiler"])
+    per_line = latin.embed(texts[:1])[0] @ latin.embed(["who serviced it", "the boiler", "who serviced it\nthe boiler"]).T
+    assert judged_cosines(stored, lines, [0], model.models)[0] == pytest.approx(
+        (per_line[:2].max() + per_line[2]) / 2, abs=1e-5)
+
+    model.cosine_floor = 0.3  # [retrieval] sets a calibration: the whole vector is judged on it
+    assert model.models is None
+
+
 def test_the_default_model_is_one_space_and_the_old_names_still_open():
     assert embedders.backend_for("").name == embedders.DEFAULT == "usem3-minilm"
     assert embedders.backend_for("minilm-usem3").open is embedders.backend_for("").open  # the former default's name
