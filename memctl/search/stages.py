@@ -15,10 +15,11 @@ date          + 0.2 for a chat turn or log entry said in a period the query name
 minimum       nothing when the store does not know the subject (subject.SubjectTest: no candidate's
               own calibrated cosine, in the finest model it and the query share, reaches
               subject_min_cosine (0.5), none matches subject_min_coverage (0.4) of the query's BM25
-              weight, none has min_best_relevance (0.38), no two hold subject_min_words (0.55) of its
-              words' idf, and, of a query in two scripts, no unit of one holds subject_min_coverage
-              of the query's names in it); else every result stays (hard_min_score, 0 by default, is
-              a floor on relevance; --min-score replaces the test by a floor)
+              weight, none has min_best_relevance (0.38), no two hold subject_min_words (0.55) of
+              its words' idf, and, of a query in two scripts, no unit of one holds
+              subject_min_coverage of the query's names in it); else every result stays
+              (hard_min_score, 0 by default, is a floor on relevance; --min-score replaces the test
+              by a floor)
 noise         drops refusals, greetings, questions about the memory itself
 recency       + exp(−age_days / 14) · 0.10
 importance    × (0.7 + 0.3 · importance)
