@@ -90,7 +90,7 @@ class SubjectTest:
         that script, when the query is written in two: "Kestrel 的菜谱存在哪个数据库？" over the
         English note "Kestrel stores its recipes in PostgreSQL". The two meet in one space
         (embedders.OneSpace), but across scripts a pair passes on its meaning only at USE's cosine
-        0.55 (embedders.ACROSS_CALIBRATION: below it, Chinese chat excerpts found English
+        0.58 (embedders.ACROSS_CALIBRATION: below it, Chinese chat excerpts found English
         conversations that never spoke of them); that note's is .41 ("Lena 住在哪里？" over Lena's:
         .45), and the Chinese words, which no English text can hold, leave its coverage at ~1/20:
         a bilingual user's question that names an English project, person or tool found nothing. Judged on the words (idf) of the
