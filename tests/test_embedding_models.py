@@ -102,6 +102,21 @@ def test_the_subject_test_judges_a_pair_in_the_finest_model_both_texts_are_in():
     assert model.models is None
 
 
+def test_the_topic_split_reads_each_text_in_its_finest_model_alone():
+    """The split's constants were tuned on MiniLM's English and USE's Chinese: it compares texts
+    in the one model that reads each, not in the mix (its similarities: the former default's)."""
+    latin, shared = _Counted(), _Counted()
+    finest = embedders.OneSpace(latin, shared, 0.35, ((0.065, 0.805), (0.1, 0.7)), "k", "test").finest()
+    texts = ["the boiler was serviced on Monday", "鍋爐在星期一保養了", "who serviced it?\n鍋爐保養了嗎"]
+    vectors = finest.embed(texts)
+    assert (latin.texts, shared.texts) == (1, 2)  # one model a text
+    split = fake_embedder.DIMENSION
+    np.testing.assert_allclose(vectors[0, :split], latin.embed(texts[:1])[0], atol=1e-6)
+    np.testing.assert_allclose(vectors[1:, split:], shared.embed(texts[1:]), atol=1e-6)
+    assert not vectors[0, split:].any() and not vectors[1:, :split].any()
+    assert finest.unknown_share("鍋爐") == 0.0
+
+
 def test_the_default_model_is_one_space_and_the_old_names_still_open():
     assert embedders.backend_for("").name == embedders.DEFAULT == "usem3-minilm"
     assert embedders.backend_for("minilm-usem3").open is embedders.backend_for("").open  # the former default's name

@@ -327,6 +327,10 @@ class OneSpace:
     def _calibration(self) -> tuple[float, float]:
         return self._override or self._calibrations[self._cjk_query]
 
+    def finest(self) -> FinestOf:
+        """This space read as each text's finest model alone (FinestOf)."""
+        return FinestOf(self)
+
     @property
     def models(self) -> tuple[int, tuple[float, float], tuple[float, float], tuple[float, float]] | None:
         """How the subject test reads a vector (search.judged_cosines): the column where the
@@ -339,6 +343,38 @@ class OneSpace:
         if self._override:
             return None
         return (self._split, *self._own_calibrations)
+
+
+class FinestOf:
+    """A OneSpace read as each text's finest model alone: MiniLM for a text not mostly CJK, USE
+    for a CJK one, each in its part of the vector and the other part 0 (the former default's
+    vectors). What the topic split and the daily review compare messages with: their constants
+    were tuned on MiniLM's English and USE's Chinese (topics/segment.py), and with the mix a
+    question pointing back to the guest house two exchanges ago stayed with the weather, and two
+    close topics' summaries were no longer related (tests/test_topics.py, tests/test_context.py)."""
+
+    def __init__(self, space: OneSpace):
+        self._space = space
+
+    @property
+    def dimension(self) -> int:
+        return self._space.dimension
+
+    def embed(self, texts: list[str], progress=None) -> np.ndarray:
+        """A text is CJK or not by its last line, as OneSpace.embed reads it."""
+        space = self._space
+        out = np.zeros((len(texts), space.dimension), dtype=np.float32)
+        cjk = np.array([reads_as_cjk(text.rsplit("\n", 1)[-1]) for text in texts], dtype=bool)
+        for rows, model, columns in ((np.flatnonzero(~cjk), space._latin, slice(0, space._split)),
+                                     (np.flatnonzero(cjk), space._shared, slice(space._split, None))):
+            if rows.size:
+                out[rows, columns] = model.embed([texts[i] for i in rows])
+        if progress:
+            progress(len(texts))
+        return out
+
+    def unknown_share(self, text: str) -> float:
+        return 0.0 if reads_as_cjk(text) else self._space._latin.unknown_share(text)
 
 
 # MiniLM's share of a Latin text's cosine (the rest is USE's): dense recall on the dev sets,
