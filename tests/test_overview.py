@@ -90,7 +90,7 @@ def test_status_names_the_model_the_index_is_built_with(run, store_dir):
     run("ingest", "-", input=chat("a", ["alice talks about her garden roses"]))
     run("index")
     data = json.loads(run("status", "--json").stdout)
-    assert data["model"] == data["index"]["model"] == "minilm-usem3"
+    assert data["model"] == data["index"]["model"] == "usem3-minilm"
 
 
 def test_config_says_where_each_value_came_from(run, store_dir, tmp_path):

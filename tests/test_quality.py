@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.real_model,
               pytest.mark.skipif(not DATA.is_dir(), reason=f"no benchmark data at {DATA}")]
 
 LOCOMO_CONVERSATION = "conv-26"
-LOCOMO_RECALL_AT_10_FLOOR = 0.78    # .803 on main 5cfe6a2
+LOCOMO_RECALL_AT_10_FLOOR = 0.80    # .820 with the one space (.803 on main 5cfe6a2)
 MADIAL_ZH_RECALL_AT_5_FLOOR = 0.67  # .690 on main 5cfe6a2
 
 

@@ -395,7 +395,7 @@ def test_an_unknown_model_name_is_one_line_naming_the_known_ones(run_process, de
         result = run_process(*args, store=demo.root)
         assert result.returncode == 2 and result.stdout == b"", args
         assert result.stderr.decode() == ("memctl: error: [embedding] model: unknown model 'minilm-l12'; known: "
-                                          "minilm-usem3, minilm, usem3, e5-small, or the path of a sentence-transformers "
+                                          "usem3-minilm, minilm-usem3, minilm, usem3, e5-small, or the path of a sentence-transformers "
                                           "directory\n"), args
     (demo.root / "memctl.toml").unlink()
 

@@ -165,17 +165,21 @@ class Searcher:
         weights = self._weights(query)
         # Every row's cosine to the query, when it is embedded: the candidates', their turns
         # before's and their replies' are read from this one product (each was a product again).
-        cosines = None
+        cosines = judged = None
         vector_rows: list[int] = []
         if weights[0] > 0:
             query_vectors = self.embedder.embed_queries(_query_lines(query.text, retrieval.split_query_lines))
             cosines = _query_cosines(self.vectors, query_vectors)
             vector_rows = self._vector_candidates(cosines, query.filters, limit)
+            models = getattr(self.embedder, "models", None)
+            if models:
+                def judged(rows, vectors=self.vectors):
+                    return judged_cosines(vectors, query_vectors, rows, models)
         found = self.rows.gather(bm25, vector_rows, cosines is not None, query.filters)
         now = self.runtime.clock.now()
         periods = _named_periods(query.text, now) if retrieval.date_weight > 0 and query.neighbours else []
         run = SearchRun(self.settings, self.store, self.rows, self.words, self.vectors, bm25, cosines, vector_rows,
-                        weights, periods, self._cosine_calibration, now)
+                        weights, periods, self._cosine_calibration, now, judged)
         rank(found, query, run)
         results = [self._result(found, at) for at in found.best_of_each_record(query.k)]
         self._snippets(results)
@@ -354,6 +358,38 @@ def _query_cosines(vectors, query_vectors):
         return vectors[:, columns] @ query_vectors[0, columns]
     products = vectors @ query_vectors.T
     return (products[:, :-1].max(axis=1) + products[:, -1]) / 2
+
+
+def judged_cosines(vectors, query_vectors, rows, models):
+    """Each of `rows`' own cosine to the query as the subject test judges it, calibrated
+    (embedders.OneSpace.models: the shared part's first column; the calibrations of the Latin
+    part's cosine, the shared part's within a script and across): the Latin part's where the
+    row and the query both fill it, else the shared part's, with each part's norms divided out
+    (a part holds its model's unit vector times a weight); lines combined as _query_cosines
+    combines them."""
+    import numpy as np
+
+    split, latin, shared, across = models
+    picked = np.asarray(vectors[rows], dtype=np.float64)
+    query_vectors = np.asarray(query_vectors, dtype=np.float64)
+
+    def own(columns):
+        part, query_part = picked[:, columns], query_vectors[:, columns]
+        norms, query_norms = np.linalg.norm(part, axis=1), np.linalg.norm(query_part, axis=1)
+        products = (part @ query_part.T) / np.maximum(norms, 1e-12)[:, None] / np.maximum(query_norms, 1e-12)[None, :]
+        cosine = products[:, 0] if len(query_part) == 1 else (products[:, :-1].max(axis=1) + products[:, -1]) / 2
+        return cosine, norms > 0
+
+    def calibrated(cosine, calibration):
+        floor, ceiling = calibration
+        return np.clip((cosine - floor) / (ceiling - floor), 0.0, 1.0)
+
+    shared_cosine, _ = own(slice(split, None))
+    latin_cosine, row_latin = own(slice(0, split))
+    query_latin = bool(np.linalg.norm(query_vectors[:, :split]) > 0)  # a query's lines are read alike
+    return np.where(row_latin & query_latin, calibrated(latin_cosine, latin),
+                    np.where(row_latin == query_latin, calibrated(shared_cosine, shared),
+                             calibrated(shared_cosine, across)))
 
 
 def _named_periods(text: str, now) -> list:

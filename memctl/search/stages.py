@@ -13,12 +13,13 @@ neighbours    + 0.4 · (the better fused score of the turns right before and aft
               only, when that is above their own
 date          + 0.2 for a chat turn or log entry said in a period the query names
 minimum       nothing when the store does not know the subject (subject.SubjectTest: no candidate's
-              own calibrated cosine reaches subject_min_cosine (0.5), none matches
-              subject_min_coverage (0.4) of the query's BM25 weight, none has min_best_relevance
-              (0.38), no two hold subject_min_words (0.55) of its words' idf, and, of a query in two
-              scripts, no unit of one holds subject_min_coverage of the query's names in it); else
-              every result stays (hard_min_score, 0 by default, is a floor on relevance; --min-score
-              replaces the test by a floor)
+              own calibrated cosine, in the finest model it and the query share, reaches
+              subject_min_cosine (0.5), none matches subject_min_coverage (0.4) of the query's BM25
+              weight, none has min_best_relevance (0.38), no two hold subject_min_words (0.55) of
+              its words' idf, and, of a query in two scripts, no unit of one holds
+              subject_min_coverage of the query's names in it); else every result stays
+              (hard_min_score, 0 by default, is a floor on relevance; --min-score replaces the test
+              by a floor)
 noise         drops refusals, greetings, questions about the memory itself
 recency       + exp(−age_days / 14) · 0.10
 importance    × (0.7 + 0.3 · importance)
@@ -70,7 +71,8 @@ class SearchRun:
 
     def __init__(self, settings: config.Settings, store: Store, rows: IndexRows, words: UnitWords, vectors,
                  bm25: lexical.Hits, cosines, vector_rows: list[int], weights: tuple[float, float, float | None],
-                 periods: list, calibration: Callable[[], tuple[float, float]], now: datetime):
+                 periods: list, calibration: Callable[[], tuple[float, float]], now: datetime,
+                 judged: Callable | None = None):
         self.settings = settings
         self.retrieval = settings.retrieval
         self.store = store
@@ -84,6 +86,9 @@ class SearchRun:
         self.periods = periods
         self.calibration = calibration  # the model's cosine floor and ceiling, read when fusing cosines
         self.now = now  # this search's moment (its runtime's clock): what ages count to
+        # rows -> their own calibrated cosines as one model of a vector of several reads them
+        # (search.judged_cosines); None: the whole vector's cosine, calibrated
+        self.judged = judged
 
         self._facts: RowFacts | None = None
         self._age = None
@@ -192,7 +197,8 @@ class Fusion(Stage):
         answered = ~np.isnan(reply)
         cosine = np.where(answered, own + run.retrieval.context_weight * np.maximum(0.0, reply - own), own)
         meaning = np.minimum(1.0, np.maximum(0.0, (cosine - floor) / span))
-        own_meaning = np.minimum(1.0, np.maximum(0.0, (own - floor) / span))
+        own_meaning = (run.judged(found.rows) if run.judged is not None
+                       else np.minimum(1.0, np.maximum(0.0, (own - floor) / span)))
         found.explain("cosine_own", own, answered)
         found.explain("cosine_reply", reply, answered)
         return cosine, meaning, own_meaning
@@ -308,10 +314,10 @@ class Minimum(Stage):
 
     name = "minimum"
     summary = ("nothing when the store does not know the subject (subject.SubjectTest: no candidate's own "
-               "calibrated cosine reaches subject_min_cosine (0.5), none matches subject_min_coverage (0.4) of "
-               "the query's BM25 weight, none has min_best_relevance (0.38), no two hold subject_min_words (0.55) "
-               "of its words' idf, and, of a query in two scripts, no unit of one holds subject_min_coverage of "
-               "the query's names in it); else every result stays (hard_min_score, 0 by default, is a floor on "
+               "calibrated cosine, in the finest model it and the query share, reaches subject_min_cosine (0.5), "
+               "none matches subject_min_coverage (0.4) of the query's BM25 weight, none has min_best_relevance "
+               "(0.38), no two hold subject_min_words (0.55) of its words' idf, and, of a query in two scripts, no "
+               "unit of one holds subject_min_coverage of the query's names in it); else every result stays (hard_min_score, 0 by default, is a floor on "
                "relevance; --min-score replaces the test by a floor)")
 
     def apply(self, found: Candidates, query: Query, run: SearchRun) -> None:

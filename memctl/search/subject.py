@@ -88,10 +88,12 @@ class SubjectTest:
     def named_in_its_script(self, evidence: Evidence) -> bool:
         """Whether a unit written in one script holds subject_min_coverage of the query's words of
         that script, when the query is written in two: "Kestrel 的菜谱存在哪个数据库？" over the
-        English note "Kestrel stores its recipes in PostgreSQL". Each script goes to its own model
-        (embedders.ByScript), so the note's cosine to the Chinese query is 0, and the Chinese words,
-        which no English text can hold, left its coverage at ~1/20: a bilingual user's question that
-        names an English project, person or tool found nothing. Judged on the words (idf) of the
+        English note "Kestrel stores its recipes in PostgreSQL". The two meet in one space
+        (embedders.OneSpace), but across scripts a pair passes on its meaning only at USE's cosine
+        0.58 (embedders.ACROSS_CALIBRATION: below it, Chinese chat excerpts found English
+        conversations that never spoke of them); that note's is .41 ("Lena 住在哪里？" over Lena's:
+        .45), and the Chinese words, which no English text can hold, leave its coverage at ~1/20:
+        a bilingual user's question that names an English project, person or tool found nothing. Judged on the words (idf) of the
         unit's own script only, as words_known counts them: held or not.
         """
         from memctl.index import lexical

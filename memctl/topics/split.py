@@ -169,7 +169,7 @@ def builtin_describer(background: Background, budget: int, taken: Iterable[str] 
 
 def readable_by(model) -> Callable[[str], float]:
     """Share of a text the model's vectors read, for the split's mix of vectors and word overlap: all
-    of it where the model knows every word piece (Chinese read by USE in the default minilm-usem3),
+    of it where the model knows every word piece (Chinese read by USE in the default usem3-minilm),
     else the text outside CJK runs (MiniLM knows a few hundred Chinese characters)."""
     from memctl.topics import segment
 
@@ -178,10 +178,12 @@ def readable_by(model) -> Callable[[str], float]:
 
 def embedder(embedding_settings: config.Embedding):
     """The sentence model the split reads messages with: the index's ([embedding] model, any
-    backend of embedders.py; the bundled MiniLM unless memctl.toml says otherwise)."""
+    backend of embedders.py), of the default one space each text's finest model alone
+    (embedders.FinestOf: what the split's constants were tuned on)."""
     from memctl.index.embedders import open_embedder
 
-    return open_embedder(embedding_settings)
+    model = open_embedder(embedding_settings)
+    return model.finest() if hasattr(model, "finest") else model
 
 
 def _apply(tx, store: Store, topics_settings: config.Topics, messages: list[dict], chosen: list[Choice],
