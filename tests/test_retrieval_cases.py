@@ -64,8 +64,6 @@ def test_a_chinese_fact_is_found_by_an_english_question(run):
     assert status == 0 and found[0] == "ana-peanuts"
 
 
-@pytest.mark.xfail(strict=True, reason="#33: nothing ranks the newer of two facts on one subject first: "
-                                       "the January key outranks the March rotation that replaced it")
 def test_the_newer_fact_on_a_subject_ranks_above_the_one_it_replaced(run):
     # Two notes an agent wrote two months apart, the second without naming the first (--supersedes
     # would deprecate it and hide it: that is not the case here).
