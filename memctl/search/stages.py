@@ -511,8 +511,8 @@ class NewerFirst(Stage):
     Kestrel deploy key is in 1Password", then a note written later, "We rotated the Kestrel
     deploy key; it now lives in Vault": it restates the first, as close in meaning as a
     paraphrase (the cosine of their vectors at least newer_twin_cosine) and holding every word
-    of the query the first holds, so "The Osprey deploy key is in Bitwarden", a note of the same
-    form on another subject, is none. (Two memories joined by a supersedes link never meet here:
+    of the query the first holds, so "The Osprey deploy key is in 1Password vault Infra", a note
+    of the same form on another subject, is none. (Two memories joined by a supersedes link never meet here:
     only a chain's current version is searched.) A candidate so linked to a top result, of its
     kind and later than it (a chat message of a later session: a reply in the same conversation
     is not an update; a message later than a memory is as often the talk it was written from),
@@ -597,7 +597,7 @@ class NewerFirst(Stage):
         reach[:below] = False
         reach[at + 1:below] = True
         later = reach & (times > facts.micros[row])
-        later &= messages & (sessions != facts.session[row]) if link.rare else memories
+        later &= (messages & (sessions != facts.session[row])) if link.rare else memories
         places = np.flatnonzero(later)
         cosines = (run.vectors[rows[places]] @ np.asarray(run.vectors[row], dtype=np.float32) if not link.rare
                    else np.zeros(len(places)))
