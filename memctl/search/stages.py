@@ -512,8 +512,8 @@ class NewerFirst(Stage):
     deploy key; it now lives in Vault": it restates the first, as close in meaning as a
     paraphrase (the cosine of their vectors at least newer_twin_cosine) and holding every word
     of the query the first holds, so "The Osprey deploy key is in 1Password vault Infra", a note
-    of the same form on another subject, is none. (Two memories joined by a supersedes link never meet here:
-    only a chain's current version is searched.) A candidate so linked to a top result, of its
+    of the same form on another subject, is none. (Two memories joined by a supersedes link never
+    meet here: only a chain's current version is searched.) A candidate so linked to a top result, of its
     kind and later than it (a chat message of a later session: a reply in the same conversation
     is not an update; a message later than a memory is as often the talk it was written from),
     moves right above it (the best ranked, if several). From below the first page it comes only
