@@ -146,6 +146,8 @@ class Retrieval(Table):
     # top result ranks above it; rare: held by at most this share of the store's units.
     newer_first: bool = True
     newer_rare_share: float = limited(0.01, SHARE)
+    # ... or restating it: at least this cosine between the two (and every query word it holds)
+    newer_twin_cosine: float = 0.75
     newer_pull_share: float = limited(0.8, SHARE)  # from below the first page: this share of its relevance
     # A chat turn moves this share of the way up to the better fused score of the turns right
     # before and after it (search/stages.py Neighbours; ordering only, the minimum reads each turn's own)

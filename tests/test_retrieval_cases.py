@@ -67,12 +67,28 @@ def test_a_chinese_fact_is_found_by_an_english_question(run):
 def test_the_newer_fact_on_a_subject_ranks_above_the_one_it_replaced(run):
     # Two notes an agent wrote two months apart, the second without naming the first (--supersedes
     # would deprecate it and hide it: that is not the case here).
-    for note_id, created, text in (
-            ("key-january", "2026-01-12T10:00:00Z", "The Kestrel deploy key is in 1Password vault Ops."),
-            ("key-march", "2026-03-09T15:30:00Z",
-             "We rotated the Kestrel deploy key in March; it now lives in Vault at secret/kestrel.")):
-        note = orjson.dumps({"id": note_id, "text": text, "created_at": created}) + b"\n"
-        assert run("ingest", "--kind", "memory", "-f", "jsonl", "-", input=note, env=NOW).returncode == 0
-    assert run("index", env=NOW).returncode == 0
+    notes_of(run, ("key-january", "2026-01-12T10:00:00Z", "The Kestrel deploy key is in 1Password vault Ops."),
+             ("key-march", "2026-03-09T15:30:00Z",
+              "We rotated the Kestrel deploy key in March; it now lives in Vault at secret/kestrel."))
     status, found = answer(run, "Where is the Kestrel deploy key?")
     assert status == 0 and found.index("key-march") < found.index("key-january")
+
+
+def test_an_older_fact_nothing_replaced_keeps_its_place(run):
+    # A later note of the same form on another project (the model's cosine to the January note
+    # .755, over the restating link's 0.75, but without the question's "Kestrel"), and a later
+    # note on Kestrel's database (the name, not the subject: cosine .33): neither replaces it.
+    notes_of(run, ("key-january", "2026-01-12T10:00:00Z", "The Kestrel deploy key is in 1Password vault Ops."),
+             ("osprey-key", "2026-03-09T15:30:00Z", "The Osprey deploy key is in 1Password vault Infra."),
+             ("kestrel-db", "2026-04-02T09:00:00Z", "Kestrel moved its database to PostgreSQL 16 in April."))
+    status, found = answer(run, "Where is the Kestrel deploy key?")
+    assert status == 0 and found[0] == "key-january"
+
+
+def notes_of(run, *notes: tuple[str, str, str]) -> None:
+    """Notes an agent wrote one at a time (id, time, text), each added even where it nearly repeats
+    one (--add), then indexed."""
+    for note_id, created, text in notes:
+        note = orjson.dumps({"id": note_id, "text": text, "created_at": created}) + b"\n"
+        assert run("ingest", "--kind", "memory", "--add", "-f", "jsonl", "-", input=note, env=NOW).returncode == 0
+    assert run("index", env=NOW).returncode == 0

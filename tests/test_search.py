@@ -583,6 +583,58 @@ def test_a_later_chat_statement_ranks_above_the_one_it_updates(tmp_path, run, mo
     assert off.index("h1") < off.index("h4")
 
 
+KEY_JANUARY = {"id": "key-january", "text": "The Kestrel deploy key is in 1Password vault Ops.",
+               "created_at": "2026-01-12T10:00:00Z"}
+KEY_MARCH = {"id": "key-march", "created_at": "2026-03-09T15:30:00Z",
+             "text": "We rotated the Kestrel deploy key in March; it now lives in Vault at secret/kestrel."}
+
+
+# The restating link at the fake embedder's scale: it reads words, not meaning, so the March note's
+# cosine to the January one is .60 here (the bundled model's: .80, over its 0.75).
+FAKE_TWINS = {"MEMCTL_RETRIEVAL_NEWER_TWIN_COSINE": "0.55"}
+
+
+@pytest.fixture
+def fake_twins(monkeypatch):
+    for name, value in FAKE_TWINS.items():
+        monkeypatch.setenv(name, value)
+
+
+def remembered(store: Store, *items: dict) -> None:
+    """Notes written one after another, each added even where it nearly repeats one (--add)."""
+    for item in items:
+        ingest(runtime_of(store), orjson.dumps(item) + b"\n", source="<stdin>", kind="memory", fmt="jsonl",
+               allow_conflict=True)
+
+
+def test_a_later_memory_restating_a_top_one_ranks_above_it(tmp_path, run, monkeypatch, fake_twins):
+    # Two notes two months apart, the second not naming the first (--supersedes would hide it).
+    store = Store(tmp_path / "keys")
+    remembered(store, KEY_JANUARY, KEY_MARCH)
+    assert ids(find(store, "Where is the Kestrel deploy key?"))[:2] == ["key-march", "key-january"]
+    result = run("search", "--explain", "Where is the Kestrel deploy key?", store=store.root, env=FAKE_TWINS)
+    assert result.returncode == 0
+    assert ("newer first: moved above key-january: later (2026-03-09T15:30:00Z > 2026-01-12T10:00:00Z) and "
+            "restates it (cosine 0." in result.stdout.decode())
+    # Without the stage the older note, closer to the question's words, comes first.
+    monkeypatch.setenv("MEMCTL_RETRIEVAL_NEWER_FIRST", "false")
+    assert ids(find(store, "Where is the Kestrel deploy key?"))[:2] == ["key-january", "key-march"]
+
+
+def test_a_later_memory_on_another_subject_does_not_demote_an_older_one(tmp_path, fake_twins):
+    # The Osprey note is the January note's twin in form (the fake embedder's cosine .90) but
+    # lacks the question's "Kestrel"; the Kestrel database note shares the name, not the subject.
+    store = Store(tmp_path / "keys")
+    remembered(store, KEY_JANUARY,
+               {"id": "osprey-key", "text": "The Osprey deploy key is in 1Password vault Ops.",
+                "created_at": "2026-03-09T15:30:00Z"},
+               {"id": "kestrel-db", "text": "Kestrel moved its database to PostgreSQL 16 in April.",
+                "created_at": "2026-04-02T09:00:00Z"})
+    results = find(store, "Where is the Kestrel deploy key?")
+    assert ids(results)[0] == "key-january"
+    assert all("newer_first" not in r.explain for r in results)
+
+
 def test_a_reply_in_the_same_session_is_not_an_update(tmp_path):
     store = Store(tmp_path / "harbor")
     chat(store, [("a", "s1", "2026-03-02T10:00:00Z", "Harbor uses MySQL 8 for its primary database."),

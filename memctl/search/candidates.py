@@ -121,6 +121,7 @@ class RowFacts:
         self.session = np.zeros(rows, dtype=np.int64)  # its session, as a number
         self.line = np.zeros(rows, dtype=np.int64)  # a message's source (as a number) and first line, one number
         self.message = np.zeros(rows, dtype=bool)  # it is a chat message
+        self.memory = np.zeros(rows, dtype=bool)  # it is a memory (a note)
         self.record = np.full(rows, -1, dtype=np.int64)  # its record, as a number (records)
         self.turn_before = np.full(rows, -1, dtype=np.int64)  # a message's turn before's record, as a number; -1: none
         self._numbers: dict[str | None, int] = {}  # sessions' and sources' numbers
@@ -151,6 +152,7 @@ class RowFacts:
                 self.message[row] = True
                 source = self._numbers.setdefault(unit["source"], len(self._numbers))
                 self.line[row] = (source << 32) + unit["line_start"]
+            self.memory[row] = unit["kind"] == "memory"
             moment = moment_of(unit["ts"])
             if moment is not None:
                 self.timed[row] = True

@@ -29,7 +29,8 @@ final         the results kept, best first (ties by id)
 mera          with --rank mera: reordered by the governance's retrieval score
 mmr           a result whose cosine to a better one is > 0.85 and half of whose content words that
               one holds moves after the rest
-newer_first   a later chat message naming a rare word of a top result moves right above it
+newer_first   a later chat message naming a rare word of a top result, or a later memory restating
+              it (cosine >= 0.75, every query word it holds), moves right above it
 [[[end]]]
 
 The design's order drops below 0.35 after the time decay. With that order a relevant turn
@@ -42,7 +43,7 @@ whatever it matched.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import orjson
 
@@ -509,24 +510,35 @@ class MMR(Stage):
 class NewerFirst(Stage):
     """A later statement on the subject of a top result ranks right above it.
 
-    "Harbor uses MySQL 8", then in a later session "we switched from MySQL to PostgreSQL": the
-    second rarely names what the question names ("which database does Harbor use"), but it names
-    what the first answered: a word of the top result that the query does not hold and few units
-    of the store hold (at most newer_rare_share of them, and at least 2). A candidate later than
-    a top result (in a later session: a reply in the same conversation is not an update) that
-    holds such a word moves right above it (the best ranked, if several). From below the first
-    page it comes only with newer_pull_share (0.8) of the older one's relevance. --explain says
-    which word and which result. Chat messages only: memories have their supersedes chains.
-    After MMR, which would otherwise demote the newer of two twins. Not when the query names a
-    period: it asks about then, not the latest.
+    Chat: "Harbor uses MySQL 8", then in a later session "we switched from MySQL to PostgreSQL":
+    the second rarely names what the question names ("which database does Harbor use"), but it
+    names what the first answered: a word of the top result that the query does not hold and few
+    units of the store hold (at most newer_rare_share of them, and at least 2). Memories: "The
+    Kestrel deploy key is in 1Password", then a note written later, "We rotated the Kestrel
+    deploy key; it now lives in Vault": it restates the first, as close in meaning as a
+    paraphrase (the cosine of their vectors at least newer_twin_cosine) and holding every word
+    of the query the first holds, so "The Osprey deploy key is in 1Password vault Infra", a note
+    of the same form on another subject, is none. (Two memories joined by a supersedes link never
+    meet here: only a chain's current version is searched.) A candidate so linked to a top result, of its
+    kind and later than it (a chat message of a later session: a reply in the same conversation
+    is not an update; a message later than a memory is as often the talk it was written from),
+    moves right above it (the best ranked, if several). From below the first page it comes only
+    with newer_pull_share (0.8) of the older one's relevance. --explain says which link and which
+    result. After MMR, which would otherwise demote the newer of two twins. Not when the query
+    names a period: it asks about then, not the latest.
 
-    Measured (bench/README.md, "The newer fact"): LongMemEval dev all@10 .767 -> .800 (one
-    temporal question), LoCoMo dev recall@10 -.003; pulling any later candidate up cost LoCoMo
-    .028 (a later turn naming the same pet is rarely an update there).
+    Measured (bench/README.md, "The newer fact" and "Issue 33, newer facts and spread evidence"):
+    LongMemEval dev all@10 .767 -> .800 (one temporal question), LoCoMo dev recall@10 -.003;
+    pulling any later candidate up cost LoCoMo .028 (a later turn naming the same pet is rarely
+    an update there). Each link on the other kind cost: the word link on memories MADial en
+    recall@5 .719 -> .693 (a later memory of a user naming a rare word of another is another
+    event), the restating link on chat LoCoMo recall@10 .782 -> .779 (a later session repeating
+    a subject is rarely an update there).
     """
 
     name = "newer_first"
-    summary = "a later chat message naming a rare word of a top result moves right above it"
+    summary = ("a later chat message naming a rare word of a top result, or a later memory restating it (cosine "
+               ">= 0.75, every query word it holds), moves right above it")
 
     def runs(self, query: Query, run: SearchRun) -> bool:
         return run.retrieval.newer_first and not run.periods
@@ -542,62 +554,93 @@ class NewerFirst(Stage):
         facts = run.facts(found)
         most = max(2, int(run.words.documents * run.retrieval.newer_rare_share))
         asked = lexical.content_terms(query.text)
+        twins = run.cosines is not None  # restating is read from the vectors
         moved: set[int] = set()
         ranked = None  # the candidates in the order, as arrays (made again after a move)
         for older in top:
-            row = found.units[older]["row"]
-            if older in moved or not found.messages[older] or not facts.timed[row]:
+            unit = found.units[older]
+            row = unit["row"]
+            if older in moved or not facts.timed[row]:
                 continue
-            rare = run.words.rare_terms_of(found.units[older], most) - asked
-            if not rare:
+            if facts.message[row]:
+                link = Link(unit, rare=run.words.rare_terms_of(unit, most) - asked)
+                if not link.rare:
+                    continue
+            elif facts.memory[row] and twins:
+                link = Link(unit, asked=run.words.terms_of(unit) & asked)
+            else:
                 continue
             if ranked is None:
                 ranked = self._ranked(found, facts)
-            if self._pull_up(found, older, rare, page, moved, ranked, run):
+            if self._pull_up(found, older, link, page, moved, ranked, run):
                 ranked = None
 
     @staticmethod
     def _ranked(found: Candidates, facts: RowFacts):
-        """The order's candidates' rows, relevance, whether a timed message, time and session."""
+        """The order's candidates' rows, relevance, whether a timed message / memory, time and session."""
         rows = found.rows[found.order]
-        return (rows, found.relevance[found.order], found.messages[found.order] & facts.timed[rows],
+        timed = facts.timed[rows]
+        return (rows, found.relevance[found.order], facts.message[rows] & timed, facts.memory[rows] & timed,
                 facts.micros[rows], facts.session[rows])
 
     @staticmethod
-    def _pull_up(found: Candidates, older: int, rare: frozenset[str], page: int, moved: set[int], ranked,
+    def _pull_up(found: Candidates, older: int, link: Link, page: int, moved: set[int], ranked,
                  run: SearchRun) -> bool:
-        """Move the best later candidate naming one of `rare` right above `older`, if any; whether one moved.
+        """Move the best later candidate `link` joins to `older` right above it, if any; whether one moved.
 
-        Later: a chat message of a later session (a reply in the same conversation is not an
-        update; a message later than a memory is as often the talk it was written from). From
-        below the page, only a statement about as relevant as the one it updates. Tested on
-        arrays, the words last: ~1,250 pairs a warm 6k search, each a Python test, took ~1.5 ms.
+        From below the page, only a statement about as relevant as the one it updates. Tested
+        on arrays, the words last: ~1,250 pairs a warm 6k search, each a Python test, took ~1.5 ms.
         """
         import numpy as np
 
         order, units, facts = found.order, found.units, run.facts(found)
-        old = units[older]
+        old = link.unit
         row = old["row"]
-        _, relevance, messages, times, sessions = ranked
+        rows, relevance, messages, memories, times, sessions = ranked
         at = order.index(older)
         below = min(max(page, at + 1), len(order))
         reach = relevance >= run.retrieval.newer_pull_share * found.relevance[older]
         reach[:below] = False
         reach[at + 1:below] = True
-        later = reach & messages & (times > facts.micros[row]) & (sessions != facts.session[row])
-        for place in np.flatnonzero(later).tolist():
+        later = reach & (times > facts.micros[row])
+        later &= (messages & (sessions != facts.session[row])) if link.rare else memories
+        places = np.flatnonzero(later)
+        cosines = (run.vectors[rows[places]] @ np.asarray(run.vectors[row], dtype=np.float32) if not link.rare
+                   else np.zeros(len(places)))
+        for place, cosine in zip(places.tolist(), cosines.tolist()):
             newer = order[place]
+            if newer in moved:
+                continue
             new = units[newer]
-            shared = sorted(rare & run.words.terms_of(new)) if newer not in moved else None
-            if shared:
-                del order[place]
-                order.insert(at, newer)
-                moved.add(newer)
-                found.note(newer, "newer_first", f"moved above {old['record_id'] or old['id']}: later "
-                                                 f"({new['ts']} > {old['ts']}) and names '{shared[0]}' as it does")
-                found.note(older, "newer_first", f"below {new['record_id'] or new['id']}, a later statement")
-                return True
+            words = run.words.terms_of(new)
+            if link.rare:
+                shared = sorted(link.rare & words)
+                if not shared:
+                    continue
+                how = f"names '{shared[0]}' as it does"
+            elif cosine >= run.retrieval.newer_twin_cosine and link.asked <= words:
+                how = f"restates it (cosine {cosine:.2f}, every word of the query it holds)"
+            else:
+                continue
+            del order[place]
+            order.insert(at, newer)
+            moved.add(newer)
+            found.note(newer, "newer_first", f"moved above {old['record_id'] or old['id']}: later "
+                                             f"({new['ts']} > {old['ts']}) and {how}")
+            found.note(older, "newer_first", f"below {new['record_id'] or new['id']}, a later statement")
+            return True
         return False
+
+
+class Link(NamedTuple):
+    """What joins a top result to a later statement on its subject (NewerFirst): a chat message's
+    `rare` words, those the query lacks and few units hold (the later one names one of them); a
+    memory's `asked`, the query's words it holds (the later one, as close as a paraphrase, holds
+    them all)."""
+
+    unit: dict
+    rare: frozenset[str] = frozenset()
+    asked: frozenset[str] = frozenset()
 
 
 STAGES: list[Stage] = [Fusion(), Neighbours(), Dates(), Minimum(), Noise(), Recency(), Importance(), Length(),
