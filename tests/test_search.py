@@ -90,6 +90,10 @@ def test_a_chinese_question_naming_an_english_project_finds_its_note(tmp_path):
     # An English word not written as a name ("OK", "bug") names no subject of the store's.
     assert find(store, "OK 我们明天见") == []
     assert find(store, "我妹妹住在哪里？") == []  # nothing of the note's script: no evidence to judge by
+    # A name is held as written, not by its stem: a Chinese chat's role tag "Assistant" names no
+    # subject of a note that speaks of assistance (the held-out Chinese excerpts).
+    notes(store, {"id": "mem-desk", "text": "The shop assistant said the luggage would come on Friday."})
+    assert find(store, "<User>: 我今天好累，不想做饭\n<Assistant>: 辛苦了，早点休息吧") == []
 
 
 @pytest.mark.real_model
