@@ -294,7 +294,7 @@ def test_an_amnesia_cue_reactivates_the_dormant_topic_that_holds_the_answer(run,
     assert result["activated"][0]["reason"] == "amnesia cue" and "m7" in shown_ids(result)
     assert ids["hotel"] in {s.get("topic_id") for s in result["sections"]}
     assert f"activated topic {ids['hotel']}" in said
-    assert json.loads(run("topics", "show", ids["hotel"], "--json").stdout.splitlines()[0])["state"] == "active"
+    assert json.loads(run("topics", "show", ids["hotel"], "--json").stdout)["topic"]["state"] == "active"
     log = [json.loads(line) for line in run("topics", "log", "--json").stdout.splitlines()]
     assert {"event": "activated", "topic": ids["hotel"], "reason": "amnesia cue"}.items() <= log[-1].items()
 
@@ -423,7 +423,7 @@ def test_daily_review_links_close_topics_as_related_once(run, store_dir):
     assert [(r["topic_id"], r["with"]) for r in report["related"]] == [("t-booking", "t-breakfast")]
     assert report["merged"] == [] and 0.72 <= report["related"][0]["similarity"] < 0.85
     for one, other in (("t-booking", "t-breakfast"), ("t-breakfast", "t-booking")):
-        shown = json.loads(run("topics", "show", one, "--json").stdout.splitlines()[0])
+        shown = json.loads(run("topics", "show", one, "--json").stdout)["topic"]
         assert [(link["kind"], link["topic_id"]) for link in shown["links"]] == [("related", other)]
     assert "related: t-booking" in run("topics", "show", "t-breakfast").stdout.decode()
     again = json.loads(run("review", "daily", "--json", env=FEW_RECENT).stdout)
@@ -486,7 +486,7 @@ def test_llm_review_merges_links_and_compresses_dry_run_first(run, store_dir, re
     assert sorted((c["topic_id"], c["importance"]) for c in planned["compressed"]) == [("t-booking", 0.8), ("t-rain", 0.8)]
     done = json.loads(run("review", "daily", "--json", "--llm", reviewer("good"), env=FEW_RECENT).stdout)
     assert done["merged"] == planned["merged"] and done["related"] == planned["related"]
-    booking = json.loads(run("topics", "show", "t-breakfast", "--json").stdout.splitlines()[0])
+    booking = json.loads(run("topics", "show", "t-breakfast", "--json").stdout)["topic"]
     assert booking["id"] == "t-booking" and booking["summary"] == "booking, compressed."
     assert {(link["kind"], link["topic_id"]) for link in booking["links"]} == {("merged-from", "t-breakfast"),
                                                                                ("related", "t-rain")}
@@ -629,7 +629,7 @@ def test_daily_review_plans_then_archives_and_merges(run, store_dir):
                                                  "--json").stdout.splitlines()]
     assert [a["id"] for a in archived] == [ids["weather"]] and archived[0]["state"] == "archived"
     assert run("topics", "list", "--archived", "--since", "2027-01").returncode == 1
-    merged = json.loads(run("topics", "show", duplicate, "--json").stdout.splitlines()[0])
+    merged = json.loads(run("topics", "show", duplicate, "--json").stdout)["topic"]
     assert merged["id"] == ids["hotel"]  # the merged id still resolves
     assert ("merged-from", duplicate) in [(link["kind"], link["topic_id"]) for link in merged["links"]]
     assert (store_dir / "auto_summaries.jsonl").exists()

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO
 from memctl import Memory
-from memctl.api.shapes import SHAPES, Chain, Entry, Result, TopicRow
+from memctl.api.shapes import SHAPES, Chain, Entry, Result, TopicRow, TopicShown
 from memctl.mcp.tools import TOOLS
 from memctl.text.shape import ABSENT, Shape, derived, hidden, shown
 
@@ -153,7 +153,7 @@ def test_the_command_line_prints_the_declared_shapes(seeded, run):
 
 
 @pytest.mark.parametrize("command, shape", [(["search"], Result), (["history"], Chain), (["cache", "get"], Entry),
-                                            (["topics", "list"], TopicRow)])
+                                            (["topics", "list"], TopicRow), (["topics", "show"], TopicShown)])
 def test_a_command_s_json_help_names_every_key_of_its_shape(run, command, shape):
     """The help is written out (making it from the shape would import search at every start) and
     checked here against the declaration."""
@@ -190,6 +190,23 @@ def test_history_is_one_shape_on_the_command_line_and_through_mcp(seeded, run):
         if scope is None:
             assert [(link["id"], link["status"]) for link in printed["links"]] == [
                 ("mem-older", "deleted"), (first, "deprecated"), ("mem-gone", "missing"), (second, "active")]
+
+
+def test_a_topic_is_one_shape_on_the_command_line_and_through_mcp(seeded, run):
+    """`memctl topics show --json` once printed JSON lines (the header, then each message with the topic
+    file's "type" tag) where the MCP topics_show tool gave {"topic", "messages"}: now both give the one
+    declared TopicShown, links and all."""
+    memory, _, _ = seeded
+    memory.topics.split("s1", force=True, keep_recent=0)
+    (topic,) = memory.topics.list()
+    command = run("topics", "show", topic.id, "--json", env=NOW)
+    assert command.returncode == 0, command.stderr
+    (printed,) = [orjson.loads(line) for line in command.stdout.splitlines()]
+    assert printed == TOOLS["topics_show"].run(Memory(memory.path), id=topic.id)
+    jsonschema.validate(printed, TopicShown.schema())
+    assert printed["topic"]["id"] == topic.id and printed["topic"]["links"] == []
+    assert [m["text"] for m in printed["messages"]] == ["The Tamsui shop opens at seven", "Kestrel orders ship at noon"]
+    assert all("type" not in one for one in (printed["topic"], *printed["messages"]))
 
 
 @pytest.mark.process

@@ -87,7 +87,7 @@ def test_a_returning_subject_goes_back_to_its_dormant_topic(run, store_dir):
     lines = topic_file.read_bytes().splitlines()
     assert orjson.loads(lines[-1])["type"] == "topic"  # the latest header, appended after the messages
     assert orjson.loads(lines[-1])["state"] == "active"
-    shown = json.loads(run("topics", "show", weather_topic, "--json").stdout.splitlines()[0])
+    shown = json.loads(run("topics", "show", weather_topic, "--json").stdout)["topic"]
     assert shown["messages"] == 6 and shown["state"] == "active"
 
 
@@ -186,7 +186,7 @@ def test_a_topic_past_its_limit_splits_into_subtopics(run, store_dir):
     assert {(link["from"], link["to"]) for link in links} == {(c["parent"], c["id"]) for c in children}
     # Each end shows the link from its side.
     child = children[0]
-    shown = json.loads(run("topics", "show", child["id"], "--json").stdout.splitlines()[0])
+    shown = json.loads(run("topics", "show", child["id"], "--json").stdout)["topic"]
     assert [(link["kind"], link["topic_id"]) for link in shown["links"]] == [("parent", child["parent"])]
     parent = run("topics", "show", child["parent"]).stdout.decode()
     listed = next(line for line in parent.splitlines() if line.startswith("child: "))[len("child: "):]

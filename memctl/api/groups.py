@@ -79,6 +79,22 @@ class TopicRow(Shape):
 
 
 @dataclass
+class TopicShown(Shape):
+    """One topic with its links and messages (`memctl topics show --json`, the MCP topics_show tool).
+    Neither carries the topic file's record tag ("type"): the key holding each says what it is."""
+
+    topic: dict[str, Any] = shown('Its header fields (name, summary, state, size, ...) with "links", a list '
+                                  "of TopicLink (its kind, topic_id and at).")
+    messages: list[dict[str, Any]] = shown('{"id", "session", "role", "speaker", "text", "ts"}')
+
+    @classmethod
+    def of(cls, topic: "Topic", links: list[TopicLink]) -> "TopicShown":
+        header = {k: v for k, v in topic.header.items() if k != "type"}
+        return cls({**header, "links": [link.as_dict() for link in links]},
+                   [{k: v for k, v in m.items() if k != "type"} for m in topic.messages])
+
+
+@dataclass
 class TopicLog(Shape):
     """The tuning log (T11): rounds' scores and activation events, oldest first."""
 

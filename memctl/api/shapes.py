@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from memctl.api import Answer, Found
 from memctl.api.groups import (Activation, Confirmation, HealthScores, Lifecycle, PendingReview, Rejection, TopicLink,
-                              TopicLog, TopicRow)
+                              TopicLog, TopicRow, TopicShown)
 from memctl.cache import CacheStats, Cleared, RunResult
 from memctl.cache.backend import Consolidated, Entry
 from memctl.check import Problem
@@ -30,7 +30,7 @@ from memctl.topics.split import Assignment
 from memctl.window.state import Plan, PlannedSection, RecordResult, State
 
 # In the order docs/api.md gives them: by the part of memctl that returns them.
-SHAPES = (Outcome, UpdateReport, Result, Found, Answer, Layered, LayerItem, Chain, Context, TopicRow, TopicLink,
+SHAPES = (Outcome, UpdateReport, Result, Found, Answer, Layered, LayerItem, Chain, Context, TopicRow, TopicShown, TopicLink,
           Activation, TopicLog, Assignment, PendingReview, Confirmation, Rejection, Lifecycle, Change, DailyReport,
           Problem, HealthScores, Plan, PlannedSection, RecordResult, State, Entry, RunResult, CacheStats, Cleared,
           Consolidated, Forgotten, Shown, Status, Copied, HookAnswer, HookSetup)

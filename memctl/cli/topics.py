@@ -7,7 +7,7 @@ import sys
 import click
 
 from memctl.api.params import ACTIVATE, TOPICS_SCOPE, click_options
-from memctl.api.groups import TopicRow
+from memctl.api.groups import TopicRow, TopicShown
 from memctl.cli.output import EXIT_NOTHING, EXIT_OK, columns, json_lines, progress, read_input, say
 from memctl.text.clip import clip
 
@@ -117,15 +117,16 @@ def list_topics(memory, archived, since, session, scope, as_json):
 @topics.command("show")
 @click.argument("topic_id", metavar="ID")
 @scope_options
-@click.option("--json", "as_json", is_flag=True, help='The header with its "links": [{"kind": "parent" | "child" | '
-              '"related" | "merged-into" | "merged-from", "topic_id", "at"}], then one JSON object a message (JSON lines).')
+@click.option("--json", "as_json", is_flag=True, help='One JSON object, as the MCP topics_show tool gives it: '
+              '{"topic": the header with its "links": [{"kind": "parent" | "child" | "related" | "merged-into" | '
+              '"merged-from", "topic_id", "at"}], "messages": [{"id", "session", "role", "speaker", "text", "ts"}]}.')
 @click.pass_obj
 def show_topic(memory, topic_id, session, scope, as_json):
     """A topic's header, links, summary and messages; with --session or --scope, only a topic of that scope."""
     topic = memory.topics.show(topic_id, scope=scope, session=session)
-    links = [link.as_dict() for link in memory.topics.links(topic.id)]
+    links = memory.topics.links(topic.id)
     if as_json:
-        json_lines([{**topic.header, "links": links}, *topic.messages])
+        json_lines([TopicShown.of(topic, links).as_dict()])
         return
     header = topic.header
     click.echo(f"{header['id']}  {header.get('name', '')}\nstate {header.get('state')} · "
@@ -134,7 +135,7 @@ def show_topic(memory, topic_id, session, scope, as_json):
                f"updated {header.get('updated', '')}")
     kinds: dict[str, list[str]] = {}
     for link in links:
-        kinds.setdefault(link["kind"], []).append(link["topic_id"])
+        kinds.setdefault(link.kind, []).append(link.topic_id)
     for kind, others in kinds.items():
         click.echo(f"{kind}: {', '.join(others)}")
     click.echo(f"\n{header.get('summary', '')}\n")

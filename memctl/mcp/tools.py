@@ -22,7 +22,7 @@ from memctl.api import Memory
 from memctl.api import params
 from memctl.api.params import (ACTIVATE, CONTEXT, FORGET, HISTORY_SCOPE, INGEST, REVIEW_SCOPE, SEARCH, TOPICS_SCOPE,
                                 Filters, json_schema, keywords)
-from memctl.api.groups import TopicRow
+from memctl.api.groups import TopicRow, TopicShown
 from memctl.text.bounds import MAX_QUERY_CHARS
 from memctl.text.shape import Shape, shown
 
@@ -154,14 +154,6 @@ class CacheFound(Shape):
 class Topics(Shape):
     """The topics of the scope looked into."""
     topics: list[TopicRow] = shown()
-
-
-@dataclass
-class TopicShown(Shape):
-    """One topic with its links and messages."""
-    topic: dict[str, Any] = shown('Its header fields (name, summary, state, size, ...) with "links", a list '
-                                  "of TopicLink (its kind, topic_id and at).")
-    messages: list[dict[str, Any]] = shown('{"id", "session", "role", "speaker", "text", "ts"}')
 
 
 # -- searching -----------------------------------------------------------------------
@@ -422,8 +414,7 @@ def topics_activate(memory: Memory, query: str, include_archived: bool = False, 
       id=text("The topic's id, as topics_list gives it.", minLength=1), **SCOPE_OF)
 def topics_show(memory: Memory, id: str, session: str | None = None, scope: str | None = None) -> TopicShown:
     topic = memory.topics.show(id, session=session, scope=scope)
-    return TopicShown({**topic.header, "links": memory.topics.links(topic.id)},
-                      [{k: v for k, v in m.items() if k != "type"} for m in topic.messages])
+    return TopicShown.of(topic, memory.topics.links(topic.id))
 
 
 @tool("review_daily", """
