@@ -842,3 +842,34 @@ def test_a_memory_searches_an_index_rebuilt_elsewhere_by_its_new_documents(demo,
         return [[(r.id, r.score) for r in memory.search(question, mode="bm25")] for question in questions]
 
     assert answers(learned) == answers(Memory(demo.root))
+
+
+# A value of each search filter, by its Filters field: a field added there without one here fails.
+FILTER_VALUES = {"kinds": "memory", "scope": "project:kestrel", "sections": "重要決定", "sources": "MEMORY.md",
+                 "sessions": "2026-11-02-planning", "tools": "quote", "agents": "pro", "since": "2026-11-01",
+                 "until": "2026-11-30", "include_archived": True}
+
+
+def test_every_search_filter_is_a_batch_key_meaning_what_it_means_to_search(demo):
+    """A batch line's filter keys are the Filters fields' (#32 item 3): the hand-kept list of them
+    lacked include_archived. Each filter alone on a line finds what search() finds with it."""
+    from dataclasses import fields
+
+    from memctl import Memory
+    from memctl.api.params import SEARCH_FILTERS, Filters as Where
+
+    assert set(FILTER_VALUES) == {f.name for f in fields(Where)}
+    memory = Memory(demo.root)
+    query = "which database does Kestrel use"
+    lines = b"".join(orjson.dumps({"id": p.name, "query": query, p.wire_name: FILTER_VALUES[p.name]}) + b"\n"
+                     for p in SEARCH_FILTERS)
+    answers = memory.search_batch(lines, source="<stdin>", min_score=0)
+    assert [a.query_id for a in answers] == [p.name for p in SEARCH_FILTERS]
+    for answer, param in zip(answers, SEARCH_FILTERS):
+        value = FILTER_VALUES[param.name]
+        where = Where(**{param.name: (value,) if param.many else value})
+        assert [r.id for r in answer.results] == [r.id for r in memory.search(query, where=where, min_score=0).results]
+    assert any(a.results for a in answers) and not all(a.results for a in answers)
+    from memctl.errors import InputError
+    with pytest.raises(InputError, match=r"<stdin>:1: field 'include_archived': must be true or false"):
+        memory.search_batch(b'{"query": "x", "include_archived": "yes"}\n', source="<stdin>")

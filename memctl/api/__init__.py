@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from memctl.api.params import Filters
+from memctl.api.params import SEARCH_FILTERS, Filters
 from memctl.api.groups import HealthGroup, HooksGroup, ReviewGroup, Say, StateGroup, TopicsGroup, given_or
 from memctl.store.store import DEFAULT_STORE, STORE_ENV, Store, check_scope
 from memctl.text.bounds import need_query, within_bound
@@ -216,9 +216,10 @@ class Memory:
         if isinstance(data, str):
             data = data.encode()
         options = {"k": defaults.pop("k", 10), "mode": defaults.pop("mode", "hybrid"),
-                   "min_score": defaults.pop("min_score", None), "rank": defaults.pop("rank", "pipeline"),
-                   "filters": self.filters(defaults.pop("where", None), **defaults)}
-        queries, ids = parse_batch(data, source, default=options)
+                   "min_score": defaults.pop("min_score", None), "rank": defaults.pop("rank", "pipeline")}
+        where = (defaults.pop("where", None) or Filters()).given(**defaults)
+        options["filters"] = where.rendered()
+        queries, ids = parse_batch(data, source, default=options, where=where, filter_params=SEARCH_FILTERS)
         return [Answer(query_id, results) for query_id, results in zip(ids, self._retrieve(queries))]
 
     @staticmethod

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from memctl.api.params import HISTORY_SCOPE, SEARCH, Filters, click_options
+from memctl.api.params import HISTORY_SCOPE, SEARCH, SEARCH_FILTERS, Filters, click_options
 from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
 
 
@@ -14,8 +14,8 @@ from memctl.cli.output import EXIT_NOTHING, EXIT_OK, json_lines, read_input, say
 @click.argument("query", required=False)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a result (JSON lines); schema below.")
 @click.option("--batch", "batch", metavar="FILE|-", help='Many queries, one JSON object a line: {"id", "query", '
-              '"k"?, "mode"?, "rank"?, "min_score"?, "kind"?, "scope"?, "section"?, "source"?, "session"?, '
-              '"tool"?, "agent"?, "since"?, "until"?}; the options given are the defaults of lines that name none.')
+              '"k"?, "mode"?, "rank"?, "min_score"?, ' + ", ".join(f'"{p.wire_name}"?' for p in SEARCH_FILTERS)
+              + '}; the options given are the defaults of lines that name none.')
 @click_options(SEARCH)
 @click.option("--plan", "plan_message", metavar="MESSAGE", help="Search the sections `memctl state plan "
               "MESSAGE` picks; QUERY defaults to MESSAGE.")

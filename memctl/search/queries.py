@@ -40,9 +40,8 @@ class Query:
                              field="min_score")
 
 
-_BATCH_KEYS = {"id", "query", "k", "mode", "kind", "scope", "section", "source", "session", "since", "until",
-               "min_score", "rank", "tool", "agent"}
-_KINDS = ("memory", "message", "log", "topic")
+# A batch line's keys besides its filters, whose keys are the search filters' (api Filters, passed down).
+_BATCH_KEYS = {"id", "query", "k", "mode", "min_score", "rank"}
 
 
 def filters_from(*, kinds=(), scope=None, sections=(), sources=(), sessions=(), since=None, until=None,
@@ -51,34 +50,39 @@ def filters_from(*, kinds=(), scope=None, sections=(), sources=(), sessions=(), 
     check_scope(scope, source=where or "--scope")
     return Filters(kinds=tuple(kinds), scopes=(scope,) if scope else (), sections=tuple(sections),
                    sources=tuple(sources), sessions=tuple(sessions), tools=tuple(tools), agents=tuple(agents),
-                   since=_time_bound(since, False, where or "--since"),
-                   until=_time_bound(until, True, where or "--until"))
+                   since=_time_bound(since, False, where or "--since", "since"),
+                   until=_time_bound(until, True, where or "--until", "until"))
 
 
-def _time_bound(value: str | None, end_of_day: bool, where: str) -> int | None:
+def _time_bound(value: str | None, end_of_day: bool, where: str, name: str) -> int | None:
     """Unix seconds of an ISO date or time; a bare date as an upper bound means its whole day."""
     if value is None:
         return None
     try:
         moment = clock.parse_ts(value)
     except (ValueError, TypeError):
-        raise InputError(f"not an ISO 8601 date or time: {value!r}", source=where) from None
+        raise InputError(f"not an ISO 8601 date or time: {value!r}", source=where, field=name) from None
     if end_of_day and isinstance(value, str) and len(value.strip()) == 10:
         moment += timedelta(days=1, seconds=-1)
     return int(moment.timestamp())
 
 
-def parse_batch(data: bytes, source: str, default: dict[str, Any]) -> tuple[list[Query], list[Any]]:
-    """Queries of a --batch input, one JSON object a line; every line is checked before any runs."""
+def parse_batch(data: bytes, source: str, default: dict[str, Any], where: Any,
+                filter_params: tuple[Any, ...]) -> tuple[list[Query], list[Any]]:
+    """Queries of a --batch input, one JSON object a line; every line is checked before any runs.
+    `where` (the api's Filters) holds the default filters, `filter_params` their declarations (Params):
+    a line's filter keys are theirs, so a filter added there is a batch key too."""
     from memctl.store import jsonl
 
+    filter_keys = {p.wire_name: p for p in filter_params}
+    known = _BATCH_KEYS | set(filter_keys)
     text = jsonl.decode(data, source)
     queries, ids = [], []
     for record in jsonl.read_input(text, source):
         line, item = record.line, record.value
-        unknown = sorted(set(item) - _BATCH_KEYS)
+        unknown = sorted(set(item) - known)
         if unknown:
-            raise InputError(f"not a batch field; known: {', '.join(sorted(_BATCH_KEYS))}", source=source,
+            raise InputError(f"not a batch field; known: {', '.join(sorted(known))}", source=source,
                              line=line, field=unknown[0])
         query = item.get("query")
         if not isinstance(query, str) or not query.strip():
@@ -101,44 +105,34 @@ def parse_batch(data: bytes, source: str, default: dict[str, Any]) -> tuple[list
             if not isinstance(item["min_score"], (int, float)) or isinstance(item["min_score"], bool):
                 raise InputError("must be a number", source=source, line=line, field="min_score")
             options["min_score"] = float(item["min_score"])
-        if any(key in item for key in ("kind", "scope", "section", "source", "session", "since", "until", "tool",
-                                       "agent")):
-            options["filters"] = _batch_filters(item, source, line, default["filters"])
+        given = {param.name: _filter_value(param, item[key], source, line)
+                 for key, param in filter_keys.items() if key in item}
+        if given:
+            try:
+                options["filters"] = where.given(**given).rendered()
+            except InputError as exc:  # named after the flag; here the field of this line is at fault
+                raise InputError(exc.message, source=source, line=line, field=exc.field) from None
         try:
             queries.append(Query(text=query, **options))
-        except InputError as exc:  # named after the flag; here the field of this line is at fault
+        except InputError as exc:
             raise InputError(exc.message, source=source, line=line, field=exc.field) from None
         ids.append(item.get("id", line))
     return queries, ids
 
 
-def _batch_filters(item: dict, source: str, line: int, default: Filters) -> Filters:
-    def many(name: str, current: tuple) -> tuple:
-        value = item.get(name)
-        if value is None:
-            return current
+def _filter_value(param: Any, value: Any, source: str, line: int) -> Any:
+    """A batch line's value of a filter, checked against its declaration (a Param); a list filter
+    takes one text or a list of them, as its option is repeatable."""
+    key = param.wire_name
+    if param.type is bool:
+        if not isinstance(value, bool):
+            raise InputError("must be true or false", source=source, line=line, field=key)
+        return value
+    if param.many:
         values = [value] if isinstance(value, str) else value
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            raise InputError("must be text or a list of text", source=source, line=line, field=name)
+            raise InputError("must be text or a list of text", source=source, line=line, field=key)
+        if param.choices and any(v not in param.choices for v in values):
+            raise InputError(f"must be one of {', '.join(param.choices)}", source=source, line=line, field=key)
         return tuple(values)
-
-    kinds = many("kind", default.kinds)
-    bad = [k for k in kinds if k not in _KINDS]
-    if bad:
-        raise InputError(f"must be one of {', '.join(_KINDS)}", source=source, line=line, field="kind")
-    where = f"{source}:{line}"
-    scope = item.get("scope", default.scopes[0] if default.scopes else None)
-    try:
-        filters = filters_from(kinds=kinds, scope=scope, sections=many("section", default.sections),
-                               sources=many("source", default.sources), sessions=many("session", default.sessions),
-                               tools=many("tool", default.tools), agents=many("agent", default.agents),
-                               since=item.get("since"), until=item.get("until"), where=where)
-    except InputError as exc:
-        raise InputError(exc.message, source=source, line=line, field=exc.field) from None
-    if "since" not in item:
-        filters.since = default.since
-    if "until" not in item:
-        filters.until = default.until
-    return filters
-
-
+    return value
