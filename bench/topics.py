@@ -109,9 +109,9 @@ class CachedModel:
 
     def __init__(self, name: str = ""):
         from memctl import config
-        from memctl.index.embedders import open_embedder
+        from memctl.topics.split import embedder
 
-        self.model = open_embedder(config.Embedding(model=name))
+        self.model = embedder(config.Embedding(model=name))  # what `memctl split` reads messages with
         self.path = Path(tempfile.gettempdir()) / f"memctl-bench-topics-{hashlib.md5(str(getattr(self.model, 'model_key', None) or self.model.key).encode()).hexdigest()}.pickle"
         self.vectors = pickle.loads(self.path.read_bytes()) if self.path.exists() else {}
         self.added = 0

@@ -362,6 +362,11 @@ class FinestOf:
     def dimension(self) -> int:
         return self._space.dimension
 
+    @property
+    def key(self) -> str:
+        """Its vectors' name: another than the space's, whose vectors differ."""
+        return f"{self._space.key}:finest"
+
     def embed(self, texts: list[str], progress=None) -> np.ndarray:
         """A text is CJK or not by its last line, as OneSpace.embed reads it."""
         space = self._space
