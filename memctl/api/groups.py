@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from memctl.topics.daily import DailyReport
     from memctl.topics.split import SplitReport
     from memctl.window.state import Plan, RecordResult, ResetResult, State
-    from memctl.hooks.claude_code import Answer as HookAnswer, Setup as HookSetup
+    from memctl.hooks.protocol import Answer as HookAnswer, Setup as HookSetup
 
 Say = Callable[[str], None]
 
@@ -417,42 +417,46 @@ class HooksGroup:
     def run(self, client: str, event: bytes) -> "HookAnswer":
         """Handle one hook event of `client` (its JSON, as the client gives it on stdin): a prompt gets
         the context memory has for it, within [hooks] context_budget tokens; the end of a turn, a
-        compaction or the end of a session stores the transcript's new messages. Raises MemctlError
+        compaction or the end of a session stores the conversation's new messages. Raises MemctlError
         (or OSError): a client's hook must then print nothing and let the agent go on."""
-        from memctl.hooks import claude_code
+        from memctl.hooks import protocol
 
-        _client(client)
         settings = self.runtime.settings
-        return claude_code.run(event, store=self.store, budget=settings.hooks.context_budget,
-                               timeout=settings.hooks.timeout_seconds, max_text_bytes=settings.ingest.max_text_bytes,
-                               context=self._context, ingest=self._ingest)
+        return protocol.run(_client(client), event, store=self.store, budget=settings.hooks.context_budget,
+                            timeout=settings.hooks.timeout_seconds, max_text_bytes=settings.ingest.max_text_bytes,
+                            context=self._context, ingest=self._ingest)
 
     def install(self, client: str, *, settings: str | None = None, project: bool = False,
                 dry_run: bool = False) -> "HookSetup":
         """Add the hooks that run `memctl hooks run CLIENT` on this store to the client's settings
         (the user's, the project's, or the file `settings`), keeping everything else in it."""
-        from memctl.hooks import claude_code
+        from memctl.hooks import protocol
 
-        _client(client)
-        return claude_code.install(claude_code.settings_path(settings=settings, project=project), self.store.root,
-                                   dry_run=dry_run)
+        spec = _client(client)
+        return protocol.install(spec, spec.settings_path(settings=settings, project=project), self.store.root,
+                                dry_run=dry_run)
 
     def uninstall(self, client: str, *, settings: str | None = None, project: bool = False,
                   dry_run: bool = False) -> "HookSetup":
         """Take out of the client's settings exactly the hooks `install` added for this store."""
-        from memctl.hooks import claude_code
+        from memctl.hooks import protocol
 
-        _client(client)
-        return claude_code.install(claude_code.settings_path(settings=settings, project=project), self.store.root,
-                                   dry_run=dry_run, remove=True)
+        spec = _client(client)
+        return protocol.install(spec, spec.settings_path(settings=settings, project=project), self.store.root,
+                                dry_run=dry_run, remove=True)
+
+    def note(self, client: str) -> str:
+        """What the user must still do in the client for its hooks to run ("" for nothing)."""
+        return _client(client).install_note
 
 
-def _client(client: str) -> None:
+def _client(client: str):
     from memctl.errors import InputError
-    from memctl.hooks import CLIENTS
+    from memctl.hooks import CLIENTS, client as hook_client
 
     if client not in CLIENTS:
         raise InputError(f"no hooks for client {client!r:.40}; one of {', '.join(CLIENTS)}", source="CLIENT")
+    return hook_client(client)
 
 
 def scope_looked_into(store: "Store", session: str | None, scope: str | None) -> str | None:

@@ -19,7 +19,7 @@ from memctl.forget import Forgotten
 from memctl.governance.governance import Chain
 from memctl.governance.layers import LayerItem, Layered
 from memctl.governance.lifecycle import Change
-from memctl.hooks.claude_code import Answer as HookAnswer, Setup as HookSetup
+from memctl.hooks.protocol import Answer as HookAnswer, Setup as HookSetup
 from memctl.index.index import UpdateReport
 from memctl.ingest.ingest import Outcome
 from memctl.overview import Shown, Status

@@ -22,12 +22,14 @@ def hooks(ctx):
     on the model remembering to call a tool. `memctl hooks install CLIENT`
     adds the hooks to the client's settings.
 
-    Clients: claude-code (README "Hooks" says why not the others yet).
+    Clients: claude-code, codex, gemini-cli (README "Hooks" says why not
+    Cursor or OpenClaw).
 
     \b
     Examples:
       memctl hooks install claude-code --store ~/agent/.memory
-      memctl hooks uninstall claude-code --store ~/agent/.memory
+      memctl hooks install codex --store ~/agent/.memory
+      memctl hooks uninstall gemini-cli --store ~/agent/.memory
     """
     from memctl.errors import MemctlError
 
@@ -57,6 +59,16 @@ def hooks_run(memory, client):
                         store the transcript's new user and assistant text in
                         the session named by session_id (each line once, by
                         its uuid; tool calls and results are not stored)
+    codex events:
+      UserPromptSubmit  as claude-code's, within Codex's 10,000 bytes
+      Stop, PreCompact, SessionEnd
+                        store the rollout file's new user and assistant
+                        messages (each line once, by its hash)
+    gemini-cli events:
+      BeforeAgent       prints {"hookSpecificOutput": {"hookEventName":
+                        "BeforeAgent", "additionalContext": TEXT}}
+      AfterAgent        stores the turn's prompt and answer the event carries
+                        (each once); prints {}
 
     It never stops the agent: on any failure (no store, a broken one, a lock
     held past [hooks] timeout_seconds) it prints nothing on stdout, one line
@@ -90,15 +102,19 @@ def _settings_options(command):
     command = click.option("-n", "--dry-run", is_flag=True, help="Print what would change; write nothing.")(command)
     command = click.option("--json", "as_json", is_flag=True, help='Print {"client", "path", "command", "status": '
                            '"added"|"removed"|"unchanged", "events", "backup"}.')(command)
-    command = click.option("--project", is_flag=True, help="The project's .claude/settings.json (in the working "
-                           "directory), shared with the project's other users.")(command)
+    command = click.option("--project", is_flag=True, help="The project's settings in the working directory "
+                           "(.claude/settings.json, .codex/hooks.json, .gemini/settings.json), shared with the "
+                           "project's other users.")(command)
     command = click.option("--settings", "settings_file", metavar="FILE",
-                           help="This settings file. [default: ~/.claude/settings.json, in $CLAUDE_CONFIG_DIR "
-                                "when set]")(command)
+                           help="This settings file. [default: the user's: ~/.claude/settings.json "
+                                "($CLAUDE_CONFIG_DIR), ~/.codex/hooks.json ($CODEX_HOME), ~/.gemini/settings.json "
+                                "($GEMINI_CLI_HOME)]")(command)
     command = click.option("--store", "store_dir", metavar="DIR", type=click.Path(file_okay=False),
                            help="The store the hooks use. [default: memctl's --store, else $MEMCTL_STORE, "
                                 "else ./.memory; made absolute]")(command)
-    return click.argument("client", type=click.Choice(("claude-code",)))(command)
+    from memctl.hooks import CLIENTS
+
+    return click.argument("client", type=click.Choice(CLIENTS))(command)
 
 
 @hooks.command("install")
@@ -107,8 +123,10 @@ def _settings_options(command):
 def hooks_install(memory, client, store_dir, settings_file, project, as_json, dry_run):
     """Add memctl's hooks to CLIENT's settings.
 
-    One entry each for UserPromptSubmit, Stop, PreCompact and SessionEnd,
-    running `memctl --store DIR hooks run CLIENT` by absolute paths. Every
+    One entry for each event CLIENT's `hooks run` handles (claude-code and
+    codex: UserPromptSubmit, Stop, PreCompact, SessionEnd; gemini-cli:
+    BeforeAgent, AfterAgent), running `memctl --store DIR hooks run CLIENT`
+    by absolute paths. Every
     other key and hook of the file is kept; the old file is kept beside it
     (FILE.<time>.bak); running it again changes nothing. A file that is not
     valid JSON is refused with one line, and nothing is written.
@@ -158,5 +176,7 @@ def _settings_change(memory, client, store_dir, settings_file, project, as_json,
     else:
         kept = f" (the old file is {setup.backup})" if setup.backup else ""
         say(f"memctl: {setup.status} {events} hooks in {setup.path}{kept}; they apply to {client}'s next session")
+    if not remove and memory.hooks.note(client):
+        say(f"memctl: note: {memory.hooks.note(client)}")
     if not remove and not memory.store.exists():
-        say(f"memctl: note: no store at {os.path.abspath(memory.store.root)} yet; the first Stop event makes it")
+        say(f"memctl: note: no store at {os.path.abspath(memory.store.root)} yet; the first turn stored makes it")
