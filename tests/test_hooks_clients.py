@@ -108,6 +108,15 @@ def test_a_codex_session_without_a_rollout_stores_nothing(run, store_dir):
     assert stored(store_dir, CODEX_SESSION) == []
 
 
+def test_a_codex_sub_agents_turn_is_not_stored(run, store_dir):
+    """An event fired inside a sub-agent carries agent_id (codex-rs/hooks, #22882): its turns are the
+    sub-agent's work, not the conversation, as Claude Code's sidechain lines are not."""
+    done = run("hooks", "run", "codex", input=codex_event("Stop", stop_hook_active=False, agent_id="019d0400-0000-7000",
+                                                          agent_type="explorer"))
+    assert (done.returncode, done.stdout) == (0, b"") and "sub-agent" in done.stderr.decode()
+    assert stored(store_dir, CODEX_SESSION) == []
+
+
 def test_the_codex_context_stays_within_its_10000_bytes(run, store_dir):
     """Codex counts a hook's text as UTF-8 bytes / 4 up to 2,500 tokens: 10,000 bytes, which
     Chinese reaches at a third of 10,000 characters."""

@@ -10,14 +10,19 @@ and stdout is read as in Claude Code: `{"hookSpecificOutput": {"hookEventName":
 "UserPromptSubmit", "additionalContext": TEXT}}` gives TEXT to the model as developer context
 (events/user_prompt_submit.rs); exit 2 with a reason on stderr blocks the prompt. Text a hook adds
 is kept within 2,500 tokens counted as UTF-8 bytes / 4 (output_spill.rs HOOK_OUTPUT_TOKEN_LIMIT;
-longer is saved under $CODEX_HOME/hook_outputs and replaced by a preview): CAP_BYTES.
+longer is saved under $CODEX_HOME/hook_outputs and replaced by a preview): cap_bytes below.
+SessionEnd is on the hooks page ("when the main thread ends"), for the releases that have it.
+An event fired inside a sub-agent carries `agent_id` and `agent_type` (#22882, the
+SubagentCommandInputFields of user_prompt_submit.rs): a sub-agent's turns are not stored.
 
 Settings: ~/.codex/hooks.json ($CODEX_HOME) or a project's .codex/hooks.json (loaded only when
 the project is trusted), `{"hooks": {EVENT: [{"matcher"?, "hooks": [{"type": "command",
-"command", "timeout"}]}]}}`, timeout in seconds. Codex runs a hook only once the user has
-reviewed and trusted it (/hooks), and again after any change to it.
+"command", "timeout"}]}]}}`, timeout in seconds (engine/config.rs). memctl writes hooks.json; a
+layer that also has inline [hooks] in config.toml gets both, merged, with a warning. Codex runs a
+hook only once the user has reviewed and trusted it (/hooks), and again after any change to it.
 
-The transcript is the session's rollout ($CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl): JSON
+The transcript is the session's rollout (`transcript_path` is codex-rs/core's hook_transcript_path,
+the rollout's path: $CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl): JSON
 lines {"timestamp", "type", "payload"}, appended as the session goes. Two logs interleave:
 `response_item` lines are what the model sees (the user's text, but also the environment and
 AGENTS.md it is given as user messages, and hook context as developer messages), `event_msg`
@@ -87,6 +92,7 @@ CLIENT = Client(
     timeout=30,  # seconds; the hook gives up sooner by itself ([hooks] timeout_seconds)
     cap_bytes=10_000,  # 2,500 tokens at 4 bytes a token
     transcript_message=transcript_message,
+    subagent_field="agent_id",
     install_note="Codex runs a new or changed hook only once you trust it: open /hooks in Codex and trust "
                  "memctl's",
 )

@@ -5,8 +5,8 @@ The protocol (google-gemini/gemini-cli docs/hooks/reference.md and packages/core
 one event as a JSON object on stdin, with `session_id`, `transcript_path`, `cwd`,
 `hook_event_name`, `timestamp` (ISO 8601) and the event's own fields. BeforeAgent (after the user
 submits a prompt, before the agent plans) carries `prompt`; its answer
-`{"hookSpecificOutput": {"additionalContext": TEXT}}` is added to the prompt of this turn (as a
-<hook_context> part, core/client.ts). AfterAgent (once a turn, after the final answer) carries
+`{"hookSpecificOutput": {"hookEventName": "BeforeAgent", "additionalContext": TEXT}}` (types.ts
+BeforeAgentOutput) is added to the prompt of this turn (as a <hook_context> part, core/client.ts). AfterAgent (once a turn, after the final answer) carries
 `prompt` (the request as the user sent it, before any hook context: client.ts originalRequest),
 `prompt_response` (all the text the model answered in the turn, tool calls and results left out)
 and `stop_hook_active` (a retry another hook asked for). No cap on the added text is documented.

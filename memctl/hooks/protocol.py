@@ -58,6 +58,9 @@ class Client:
     transcript_message: Callable[[bytes, int], dict | None] | None = None
     # Or the messages an event carries itself: (event, max_text_bytes) -> records.
     event_messages: Callable[[Event, int], list[dict]] | None = None
+    # The field an event fired inside a sub-agent carries: its turns are the sub-agent's, not the
+    # conversation's, and are not stored (as Claude Code's isSidechain lines are not).
+    subagent_field: str | None = None
     quiet_stdout: str = ""  # what a handled event prints when it adds nothing
     install_note: str = ""  # one line `install` says after writing
 
@@ -168,6 +171,9 @@ def progress_file(store: Store, client: Client, session: str) -> Path:
 def _store_messages(client: Client, event: Event, store: Store, max_text_bytes: int,
                     ingest: Callable[..., Any]) -> Answer:
     answer = Answer(event.name, event.session, stdout=client.quiet_stdout)
+    if client.subagent_field and (event.fields or {}).get(client.subagent_field):
+        answer.note = "memctl: a sub-agent's turn; nothing stored"
+        return answer
     if client.event_messages is not None:
         _ingest(answer, client.event_messages(event, max_text_bytes), f"{client.name} {event.name} event", ingest)
         answer.note = f"memctl: stored {answer.stored} new message(s) of session {event.session}"
