@@ -15,6 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Callable
 
+from memctl.hooks import CLIENTS
+
+HOOK_CLIENTS: tuple[str, ...] = CLIENTS  # the clients `hooks install` and `hooks run` take (memctl/hooks/)
+
 if TYPE_CHECKING:
     from memctl.index.filters import Filters as IndexFilters
 

@@ -112,9 +112,9 @@ def _settings_options(command):
     command = click.option("--store", "store_dir", metavar="DIR", type=click.Path(file_okay=False),
                            help="The store the hooks use. [default: memctl's --store, else $MEMCTL_STORE, "
                                 "else ./.memory; made absolute]")(command)
-    from memctl.hooks import CLIENTS
+    from memctl.api.params import HOOK_CLIENTS
 
-    return click.argument("client", type=click.Choice(CLIENTS))(command)
+    return click.argument("client", type=click.Choice(HOOK_CLIENTS))(command)
 
 
 @hooks.command("install")
