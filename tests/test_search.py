@@ -873,3 +873,18 @@ def test_every_search_filter_is_a_batch_key_meaning_what_it_means_to_search(demo
     from memctl.errors import InputError
     with pytest.raises(InputError, match=r"<stdin>:1: field 'include_archived': must be true or false"):
         memory.search_batch(b'{"query": "x", "include_archived": "yes"}\n', source="<stdin>")
+
+
+def test_a_keyword_hit_holding_little_of_the_query_does_not_lead_as_a_full_one(tmp_path):
+    # Max-normalised BM25 gave the best keyword hit 1.0 whatever it matched: a chat line sharing one
+    # word of a paraphrased question outranked the fact by the keyword weight alone (bench/README.md,
+    # "Issue 33, third pass"). Now the best hit counts as in full only when it holds
+    # bm25_full_coverage of the query's word weight.
+    store = Store(tmp_path / "s")
+    notes(store, {"id": "one-word", "text": "The garden hose is in the shed."},
+          {"id": "other", "text": "Standup moved to ten fifteen."})
+    partial = find(store, "garden budget invoices quarterly", mode="bm25", min_score=0)
+    assert ids(partial)[0] == "one-word"
+    assert partial[0].explain["bm25_norm"] < 0.5
+    full = find(store, "garden hose shed", mode="bm25", min_score=0)
+    assert full[0].explain["bm25_norm"] == 1.0

@@ -73,7 +73,7 @@ class SearchRun:
     def __init__(self, settings: config.Settings, store: Store, rows: IndexRows, words: UnitWords, vectors,
                  bm25: lexical.Hits, cosines, vector_rows: list[int], weights: tuple[float, float, float | None],
                  periods: list, calibration: Callable[[], tuple[float, float]], now: datetime,
-                 judged: Callable | None = None):
+                 judged: Callable | None = None, compared: int = 0):
         self.settings = settings
         self.retrieval = settings.retrieval
         self.store = store
@@ -90,6 +90,7 @@ class SearchRun:
         # rows -> their own calibrated cosines as one model of a vector of several reads them
         # (search.judged_cosines); None: the whole vector's cosine, calibrated
         self.judged = judged
+        self.compared = compared  # the rows the query's vector was compared with (the filters allow)
 
         self._facts: RowFacts | None = None
         self._age = None
@@ -158,7 +159,7 @@ class Fusion(Stage):
         retrieval, bm25, cosines = run.retrieval, run.bm25, run.cosines
         vector_weight, bm25_weight = run.vector_weight, run.bm25_weight
         scores = bm25.scores
-        top_bm25 = max(scores.values(), default=0.0) or 1.0
+        top_bm25 = max(max(scores.values(), default=0.0), retrieval.bm25_full_coverage * bm25.ideal) or 1.0
         raw = found.bm25
         coverage = np.minimum(1.0, raw / bm25.ideal) if bm25.ideal > 0 else np.zeros(len(found))
         total = (vector_weight + bm25_weight) or 1.0
@@ -325,7 +326,7 @@ class Minimum(Stage):
         if query.min_score is None:
             floor = run.retrieval.hard_min_score
             evidence = Evidence(found.relevance, found.relevance_cosine, found.coverage, found.vector_weight,
-                                run.bm25, found.units, run.words.terms_of, query.text)
+                                run.bm25, found.units, run.words.terms_of, query.text, run.compared)
             if not SubjectTest(run.retrieval).knows(evidence):
                 found.stopped = True
                 return
