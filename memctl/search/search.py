@@ -197,8 +197,8 @@ class Searcher:
         dot product down to √(1 − latin_share) of USE's cosine (OneSpace): English lines on the
         theme of an English question outranked the Chinese fact that answers it. Its own USE cosine, mapped from USE's calibration onto the query's (the one
         Fusion reads), orders it instead. The paraphrase set, gate off, dev hit@3: English fact,
-        Chinese question .050 -> .200, the other way .350 -> .350 (with bm25_full_coverage:
-        .500); no question lost (bench/README.md, "Issue 33, third pass")."""
+        Chinese question .050 -> .200, the other way .350 -> .350 (.550 with
+        bm25_full_coverage); no question lost (bench/README.md, "Issue 33, third pass")."""
         import numpy as np
 
         split = models[0]

@@ -166,7 +166,9 @@ class Fusion(Stage):
         retrieval, bm25, cosines = run.retrieval, run.bm25, run.cosines
         vector_weight, bm25_weight = run.vector_weight, run.bm25_weight
         scores = bm25.scores
-        top_bm25 = max(max(scores.values(), default=0.0), retrieval.bm25_full_coverage * bm25.ideal) or 1.0
+        # with no vectors to take the weight (bm25 mode), the best hit leads as before
+        full = retrieval.bm25_full_coverage if vector_weight > 0 else 0.0
+        top_bm25 = max(max(scores.values(), default=0.0), full * bm25.ideal) or 1.0
         raw = found.bm25
         coverage = np.minimum(1.0, raw / bm25.ideal) if bm25.ideal > 0 else np.zeros(len(found))
         total = (vector_weight + bm25_weight) or 1.0

@@ -70,7 +70,7 @@ class SubjectTest:
         text falls there. The best of n unrelated cosines grows about as their deviation times
         √(2 ln n) (the maximum of n draws): MiniLM's unrelated pairs have mean .09 and deviation
         .11, and the median best of 1, 4, 20, 100 and 600 is .08, .17, .28, .38, .49
-        (bench/README.md, "The subject test by store size"). A store of four messages met the
+        (bench/README.md, "Issue 33, third pass"). A store of four messages met the
         one of 600 turns' threshold, and a paraphrase of its fact at .34 was no answer."""
         import math
 
