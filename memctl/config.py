@@ -111,7 +111,7 @@ class Retrieval(Table):
     # BM25 enters the fused score as score / max(best score, bm25_full_coverage · ideal): the best
     # keyword hit leads only when it holds this share of the query's word weight (lexical.Hits);
     # 0 is plain max-normalisation
-    bm25_full_coverage: float = limited(0.7, SHARE)
+    bm25_full_coverage: float = limited(0.5, SHARE)
     # BM25 of a message's turn before it counts this much (index with_previous_turn)
     context_weight: float = limited(0.5, SHARE)
     split_query_lines: bool = True  # a query of several lines: a cosine is the mean of its closest line's and the whole's

@@ -4,7 +4,7 @@ rounding of the numbers a result shows follow from it. Each stage is configured 
 [retrieval].
 
 [[[cog import cog, gen_docs; cog.out(gen_docs.stage_table()) ]]]
-fusion        orders: weighted w_vec·cal(cosine) + w_bm25·BM25/max(best BM25, 0.7·ideal) (0.7 /
+fusion        orders: weighted w_vec·cal(cosine) + w_bm25·BM25/max(best BM25, 0.5·ideal) (0.7 /
               0.3), or rrf Σ w/(k + rank) scaled to [0, 1]; and judges: relevance, calibrated, 0..1:
               w_vec·cal(own cosine) + w_bm25·coverage, where cal() maps the model's cosines onto one
               scale (embedders.py) and coverage is the share of the query's BM25 weight a result
@@ -141,9 +141,10 @@ class Fusion(Stage):
     of a hit holding every query word (Hits.ideal) when that is more: the best keyword hit
     leads in full only when it holds that share of the query's weight. Plain max-normalising
     gave a chat line sharing one word of a question in other words the whole BM25 weight over
-    the fact it asks about (the paraphrase set, gate off, dev hit@3 .412 -> .500 at 0.7; LoCoMo
-    and MADial: bench/README.md, "Issue 33, third pass"). `relevance` reads BM25 as the share of
-    the query's weight matched (Hits.coverage). A message's cosine
+    the fact it asks about. At 0.5: the paraphrase set, gate off, dev hit@3 .412 -> .487,
+    MADial en R@5 .736 -> .760, LoCoMo R@10 .783 -> .780 (0.7: .500, .774, .775; bench/README.md,
+    "Issue 33, third pass"). Not in --mode bm25: no vectors take the weight there.
+    `relevance` reads BM25 as the share of the query's weight matched (Hits.coverage). A message's cosine
     gains context_weight of what its reply's vector (which reads it as the turn before) scores
     above its own, as BM25 counts the turn before at that weight: a reply's vector is evidence
     for both turns, and whose words matched it cannot tell. That credit orders; relevance reads
@@ -154,7 +155,7 @@ class Fusion(Stage):
     name = "fusion"
     rounding = {"cosine_own": 4, "cosine_reply": 4, "bm25": 4, "bm25_norm": 4, "cosine": 4, "cosine_calibrated": 4,
                 "fused": 4, "unknown_share": 3}
-    summary = ("orders: weighted w_vec·cal(cosine) + w_bm25·BM25/max(best BM25, 0.7·ideal) (0.7 / 0.3), or rrf Σ "
+    summary = ("orders: weighted w_vec·cal(cosine) + w_bm25·BM25/max(best BM25, 0.5·ideal) (0.7 / 0.3), or rrf Σ "
                "w/(k + rank) "
                "scaled to [0, 1]; and judges: relevance, calibrated, 0..1: w_vec·cal(own cosine) + "
                "w_bm25·coverage, where cal() maps the model's cosines onto one scale (embedders.py) and coverage "
