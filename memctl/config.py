@@ -108,6 +108,10 @@ class Retrieval(Table):
     unknown_share_low: float = 0.1   # the query's share of word pieces the model does not know:
     unknown_share_high: float = 0.5  # above low, vector weight moves to BM25; at high, all of it
     candidates: int = limited(200, WHOLE)
+    # BM25 enters the fused score as score / max(best score, bm25_full_coverage · ideal): the best
+    # keyword hit leads only when it holds this share of the query's word weight (lexical.Hits);
+    # 0 is plain max-normalisation
+    bm25_full_coverage: float = limited(0.5, SHARE)
     # BM25 of a message's turn before it counts this much (index with_previous_turn)
     context_weight: float = limited(0.5, SHARE)
     split_query_lines: bool = True  # a query of several lines: a cosine is the mean of its closest line's and the whole's
@@ -133,6 +137,10 @@ class Retrieval(Table):
     # candidate matches its meaning (own calibrated cosine), its words (BM25 coverage) or both
     # together (relevance) this well. Chosen on the dev sets together (bench/README.md).
     subject_min_cosine: float = limited(0.5, SHARE)
+    # ... in a store of this many units or more; a smaller one asks less, subject_size_slope for
+    # each unit of √(2 ln units) it has fewer (subject.SubjectTest.min_cosine); 0: one threshold
+    subject_reference_units: int = limited(600, WHOLE)
+    subject_size_slope: float = limited(0.11, SHARE)
     subject_min_coverage: float = limited(0.4, SHARE)
     min_best_relevance: float = limited(0.38, SHARE)
     # ... or two units together hold this share of the query's word weight (idf, a word held or

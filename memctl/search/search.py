@@ -122,6 +122,7 @@ class Searcher:
             self.units.db.close()
             raise
         self.rows = IndexRows(self.units, lambda: len(self.vectors), self.retrieval)
+        self._parts = None  # the vectors' parts, read once (_comparable)
         self.words = UnitWords(self.tantivy)
 
     def _table_version(self) -> int:
@@ -167,11 +168,14 @@ class Searcher:
         # before's and their replies' are read from this one product (each was a product again).
         cosines = judged = None
         vector_rows: list[int] = []
+        compared = 0  # the rows the query's vector was compared with (the filters allow)
         if weights[0] > 0:
             query_vectors = self.embedder.embed_queries(_query_lines(query.text, retrieval.split_query_lines))
             cosines = _query_cosines(self.vectors, query_vectors)
-            vector_rows = self._vector_candidates(cosines, query.filters, limit)
             models = getattr(self.embedder, "models", None)
+            if models:
+                cosines = self._comparable(cosines, query_vectors, models)
+            vector_rows, compared = self._vector_candidates(cosines, query.filters, limit)
             if models:
                 def judged(rows, vectors=self.vectors):
                     return judged_cosines(vectors, query_vectors, rows, models)
@@ -179,13 +183,41 @@ class Searcher:
         now = self.runtime.clock.now()
         periods = _named_periods(query.text, now) if retrieval.date_weight > 0 and query.neighbours else []
         run = SearchRun(self.settings, self.store, self.rows, self.words, self.vectors, bm25, cosines, vector_rows,
-                        weights, periods, self._cosine_calibration, now, judged)
+                        weights, periods, self._cosine_calibration, now, judged, compared)
         rank(found, query, run)
         results = [self._result(found, at) for at in found.best_of_each_record(query.k)]
         self._snippets(results)
         if not results:
             query.why_none = self._why_none(found, query)
         return results
+
+    def _comparable(self, cosines, query_vectors, models):
+        """Every row's cosine to the query on the query's own scale. A row in the other script
+        meets the query in the shared model (USE) alone, and the one space's weights scale their
+        dot product down to √(1 − latin_share) of USE's cosine (OneSpace): English lines on the
+        theme of an English question outranked the Chinese fact that answers it. Its own USE cosine, mapped from USE's calibration onto the query's (the one
+        Fusion reads), orders it instead. The paraphrase set, gate off, dev hit@3: English fact,
+        Chinese question .050 -> .200, the other way .350 -> .350 (.550 with
+        bm25_full_coverage); no question lost (bench/README.md, "Issue 33, third pass")."""
+        import numpy as np
+
+        split = models[0]
+        if self._parts is None:  # once an open index: each row's shared part's norm, and whether it fills the Latin part
+            vectors = self.vectors
+            # einsum over the column slices: np.linalg.norm of the strided slice took 65 ms at 6k, this 2
+            self._parts = (np.sqrt(np.einsum("ij,ij->i", vectors[:, split:], vectors[:, split:])),
+                           np.einsum("ij,ij->i", vectors[:, :split], vectors[:, :split]) > 0)
+        shared_norms, latin_rows = self._parts
+        query_shared = float(np.linalg.norm(query_vectors[-1, split:]))
+        query_latin = bool(np.any(query_vectors[:, :split] != 0))
+        across = latin_rows != query_latin
+        if not across.any() or query_shared == 0:
+            return cosines
+        floor, ceiling = self._cosine_calibration()
+        low, high = models[2]  # the shared model's own calibration
+        own = cosines / np.maximum(shared_norms, 1e-12) / query_shared
+        mapped = floor + (own - low) / (high - low) * (ceiling - floor)
+        return np.where(across, mapped, cosines).astype(np.float32)
 
     def _why_none(self, found: Candidates, query: Query) -> str:
         """Why a search returned nothing, for --explain: no candidate, the minimum, or the noise filter."""
@@ -225,19 +257,22 @@ class Searcher:
         vector_weight = retrieval_settings.vector_weight * confidence
         return vector_weight, retrieval_settings.bm25_weight + retrieval_settings.vector_weight - vector_weight, unknown
 
-    def _vector_candidates(self, cosines, filters: Filters, limit: int) -> list[int]:
-        """The `limit` rows of the best cosines the filters allow (in no particular order)."""
+    def _vector_candidates(self, cosines, filters: Filters, limit: int) -> tuple[list[int], int]:
+        """The `limit` rows of the best cosines the filters allow (in no particular order), and
+        how many rows they allow."""
         import numpy as np
 
         if len(cosines) == 0:
-            return []
+            return [], 0
         scores = np.asarray(cosines, dtype=np.float32)
         mask = self.units.mask(filters, len(scores))
+        allowed = len(scores)
         if mask is not None:
             scores = scores + mask
+            allowed = int(np.count_nonzero(mask == 0))
         count = min(limit, len(scores))
         top = np.argpartition(-scores, count - 1)[:count]
-        return top[np.isfinite(scores[top])].tolist()
+        return top[np.isfinite(scores[top])].tolist(), allowed
 
     @staticmethod
     def _result(found: Candidates, at: int) -> Result:

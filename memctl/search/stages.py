@@ -4,17 +4,18 @@ rounding of the numbers a result shows follow from it. Each stage is configured 
 [retrieval].
 
 [[[cog import cog, gen_docs; cog.out(gen_docs.stage_table()) ]]]
-fusion        orders: weighted w_vec·cal(cosine) + w_bm25·BM25/max(BM25) (0.7 / 0.3), or rrf Σ w/(k
-              + rank) scaled to [0, 1]; and judges: relevance, calibrated, 0..1: w_vec·cal(own
-              cosine) + w_bm25·coverage, where cal() maps the model's cosines onto one scale
-              (embedders.py) and coverage is the share of the query's BM25 weight a result matched
-              (lexical.Hits)
+fusion        orders: weighted w_vec·cal(cosine) + w_bm25·BM25/max(best BM25, 0.5·ideal) (0.7 /
+              0.3), or rrf Σ w/(k + rank) scaled to [0, 1]; and judges: relevance, calibrated, 0..1:
+              w_vec·cal(own cosine) + w_bm25·coverage, where cal() maps the model's cosines onto one
+              scale (embedders.py) and coverage is the share of the query's BM25 weight a result
+              matched (lexical.Hits)
 neighbours    + 0.4 · (the better fused score of the turns right before and after − own), chat turns
               only, when that is above their own
 date          + 0.2 for a chat turn or log entry said in a period the query names
 minimum       nothing when the store does not know the subject (subject.SubjectTest: no candidate's
               own calibrated cosine, in the finest model it and the query share, reaches
-              subject_min_cosine (0.5), none matches subject_min_coverage (0.4) of the query's BM25
+              subject_min_cosine (0.5; in a store of fewer than 600 units, less:
+              SubjectTest.min_cosine), none matches subject_min_coverage (0.4) of the query's BM25
               weight, none has min_best_relevance (0.38), no two hold subject_min_words (0.55) of
               its words' idf, and, of a query in two scripts, no unit of one holds
               subject_min_coverage of the query's names in it); else every result stays
@@ -73,7 +74,7 @@ class SearchRun:
     def __init__(self, settings: config.Settings, store: Store, rows: IndexRows, words: UnitWords, vectors,
                  bm25: lexical.Hits, cosines, vector_rows: list[int], weights: tuple[float, float, float | None],
                  periods: list, calibration: Callable[[], tuple[float, float]], now: datetime,
-                 judged: Callable | None = None):
+                 judged: Callable | None = None, compared: int = 0):
         self.settings = settings
         self.retrieval = settings.retrieval
         self.store = store
@@ -90,6 +91,7 @@ class SearchRun:
         # rows -> their own calibrated cosines as one model of a vector of several reads them
         # (search.judged_cosines); None: the whole vector's cosine, calibrated
         self.judged = judged
+        self.compared = compared  # the rows the query's vector was compared with (the filters allow)
 
         self._facts: RowFacts | None = None
         self._age = None
@@ -135,8 +137,14 @@ class Fusion(Stage):
 
     Both read the cosine through the model's calibration (0 at the cosine of unrelated text, 1
     at a close paraphrase), so one threshold and one weighting mean the same for every model.
-    BM25 enters `fused` max-normalised (the best keyword hit leads, whatever it is) and
-    `relevance` as the share of the query's weight matched (Hits.coverage). A message's cosine
+    BM25 enters `fused` divided by the best hit's score, or by bm25_full_coverage of the score
+    of a hit holding every query word (Hits.ideal) when that is more: the best keyword hit
+    leads in full only when it holds that share of the query's weight. Plain max-normalising
+    gave a chat line sharing one word of a question in other words the whole BM25 weight over
+    the fact it asks about. At 0.5: the paraphrase set, gate off, dev hit@3 .412 -> .487,
+    MADial en R@5 .736 -> .760, LoCoMo R@10 .783 -> .780 (0.7: .500, .774, .775; bench/README.md,
+    "Issue 33, third pass"). Not in --mode bm25: no vectors take the weight there.
+    `relevance` reads BM25 as the share of the query's weight matched (Hits.coverage). A message's cosine
     gains context_weight of what its reply's vector (which reads it as the turn before) scores
     above its own, as BM25 counts the turn before at that weight: a reply's vector is evidence
     for both turns, and whose words matched it cannot tell. That credit orders; relevance reads
@@ -147,7 +155,8 @@ class Fusion(Stage):
     name = "fusion"
     rounding = {"cosine_own": 4, "cosine_reply": 4, "bm25": 4, "bm25_norm": 4, "cosine": 4, "cosine_calibrated": 4,
                 "fused": 4, "unknown_share": 3}
-    summary = ("orders: weighted w_vec·cal(cosine) + w_bm25·BM25/max(BM25) (0.7 / 0.3), or rrf Σ w/(k + rank) "
+    summary = ("orders: weighted w_vec·cal(cosine) + w_bm25·BM25/max(best BM25, 0.5·ideal) (0.7 / 0.3), or rrf Σ "
+               "w/(k + rank) "
                "scaled to [0, 1]; and judges: relevance, calibrated, 0..1: w_vec·cal(own cosine) + "
                "w_bm25·coverage, where cal() maps the model's cosines onto one scale (embedders.py) and coverage "
                "is the share of the query's BM25 weight a result matched (lexical.Hits)")
@@ -158,7 +167,9 @@ class Fusion(Stage):
         retrieval, bm25, cosines = run.retrieval, run.bm25, run.cosines
         vector_weight, bm25_weight = run.vector_weight, run.bm25_weight
         scores = bm25.scores
-        top_bm25 = max(scores.values(), default=0.0) or 1.0
+        # with no vectors to take the weight (bm25 mode), the best hit leads as before
+        full = retrieval.bm25_full_coverage if vector_weight > 0 else 0.0
+        top_bm25 = max(max(scores.values(), default=0.0), full * bm25.ideal) or 1.0
         raw = found.bm25
         coverage = np.minimum(1.0, raw / bm25.ideal) if bm25.ideal > 0 else np.zeros(len(found))
         total = (vector_weight + bm25_weight) or 1.0
@@ -315,7 +326,8 @@ class Minimum(Stage):
 
     name = "minimum"
     summary = ("nothing when the store does not know the subject (subject.SubjectTest: no candidate's own "
-               "calibrated cosine, in the finest model it and the query share, reaches subject_min_cosine (0.5), "
+               "calibrated cosine, in the finest model it and the query share, reaches subject_min_cosine (0.5; in a "
+               "store of fewer than 600 units, less: SubjectTest.min_cosine), "
                "none matches subject_min_coverage (0.4) of the query's BM25 weight, none has min_best_relevance "
                "(0.38), no two hold subject_min_words (0.55) of its words' idf, and, of a query in two scripts, no "
                "unit of one holds subject_min_coverage of the query's names in it); else every result stays (hard_min_score, 0 by default, is a floor on "
@@ -325,7 +337,7 @@ class Minimum(Stage):
         if query.min_score is None:
             floor = run.retrieval.hard_min_score
             evidence = Evidence(found.relevance, found.relevance_cosine, found.coverage, found.vector_weight,
-                                run.bm25, found.units, run.words.terms_of, query.text)
+                                run.bm25, found.units, run.words.terms_of, query.text, run.compared)
             if not SubjectTest(run.retrieval).knows(evidence):
                 found.stopped = True
                 return

@@ -27,6 +27,7 @@ class Evidence:
     units: list[dict]  # the candidates' units
     terms_of: Callable[[dict], frozenset[str]]  # a unit's analysed content words
     query: str
+    compared: int = 0  # the units the query's vector was compared with (0: not known)
 
 
 class SubjectTest:
@@ -59,9 +60,25 @@ class SubjectTest:
         retrieval = self.retrieval
         trust = evidence.vector_weight / retrieval.vector_weight if retrieval.vector_weight > 0 else 0.0
         meaning = evidence.relevance_cosine * min(1.0, trust)
-        return bool(np.any((meaning >= retrieval.subject_min_cosine)
+        return bool(np.any((meaning >= self.min_cosine(evidence.compared))
                            | (evidence.coverage >= retrieval.subject_min_coverage)
                            | (evidence.relevance >= retrieval.min_best_relevance)))
+
+    def min_cosine(self, compared: int) -> float:
+        """The calibrated cosine a candidate needs, in a store of `compared` units: subject_min_cosine
+        from subject_reference_units on, lower below, by as much as the best cosine of unrelated
+        text falls there. The best of n unrelated cosines grows about as their deviation times
+        √(2 ln n) (the maximum of n draws): MiniLM's unrelated pairs have mean .09 and deviation
+        .11, and the median best of 1, 4, 20, 100 and 600 is .08, .17, .28, .38, .49
+        (bench/README.md, "Issue 33, third pass"). A store of four messages met the
+        one of 600 turns' threshold, and a paraphrase of its fact at .34 was no answer."""
+        import math
+
+        retrieval = self.retrieval
+        if compared <= 0 or compared >= retrieval.subject_reference_units:
+            return retrieval.subject_min_cosine
+        spread = math.sqrt(2 * math.log(retrieval.subject_reference_units)) - math.sqrt(2 * math.log(compared))
+        return max(0.0, retrieval.subject_min_cosine - retrieval.subject_size_slope * spread)
 
     def words_known(self, evidence: Evidence) -> bool:
         """Whether two units together hold subject_min_words of the query's word weight (idf).
