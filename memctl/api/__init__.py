@@ -139,7 +139,10 @@ class Memory:
     def index(self, *, rebuild: bool = False,
               progress: Callable[[str, int, int], None] | None = None) -> "UpdateReport":
         """Bring .index/ up to date with the files (a search does this by itself)."""
-        from memctl.index.index import Index
+        if self.store.is_folder:
+            from memctl.index.index import Index
+        else:
+            from memctl.index.postgres import PgIndex as Index
 
         self.store.require()
         report = Index(self.runtime).update(rebuild=rebuild, progress=progress)
@@ -329,7 +332,10 @@ class Memory:
             self.say(message)
 
     def _retriever_open(self):
-        from memctl.search.search import Retriever
+        if self.store.is_folder:
+            from memctl.search.search import Retriever
+        else:
+            from memctl.search.postgres import PgRetriever as Retriever
 
         if self._retriever is None:
             self._retriever = Retriever(self.runtime, say=self.say)

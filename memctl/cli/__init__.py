@@ -45,7 +45,7 @@ _COMMANDS = {
 }
 # What runs on a store named by a PostgreSQL URL so far (#35); every other command says it does not
 # (`hooks` itself: `hooks run` exits 0 whatever fails).
-_ON_POSTGRES = {"store", "hooks"}
+_ON_POSTGRES = {"store", "hooks", "index", "search"}
 
 
 def _set_quiet(ctx: click.Context, _param, value: bool) -> None:
