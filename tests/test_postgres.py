@@ -196,7 +196,7 @@ def test_the_password_is_in_no_message(run, postgres_server, postgres_url, store
     assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
     calls = [("store", "copy", wrong, str(store_dir / "x")), ("store", "copy", missing, str(store_dir / "x")),
              ("store", "copy", str(store_dir), postgres_url), ("store", "copy", "-n", postgres_url, str(store_dir)),
-             ("--store", postgres_url, "search", "kestrel"), ("store", "copy", "--json", postgres_url, "/dev/null/x")]
+             ("--store", wrong, "search", "kestrel"), ("store", "copy", "--json", postgres_url, "/dev/null/x")]
     for call in calls:
         done = run(*call)
         said = done.stdout + done.stderr
@@ -206,7 +206,7 @@ def test_the_password_is_in_no_message(run, postgres_server, postgres_url, store
 
 
 @pytest.mark.parametrize("argv", [
-    ["search", "kestrel"], ["ingest", "-"], ["index"], ["context", "--session", "s1", "hello"], ["status"],
+    ["ingest", "-"], ["context", "--session", "s1", "hello"], ["status"],
     ["show", "s1-01"], ["config"], ["forget", "s1-01"], ["review"], ["health"], ["state", "show"],
     ["topics", "list"], ["split", "s1"], ["history", "mem-1"], ["cache", "stats"], ["mcp"], ["server", "status"],
     ["hooks", "install", "claude-code"]], ids=lambda argv: argv[0])

@@ -359,7 +359,8 @@ class PgReader:
         # each clause's term frequency in a field: a word's occurrences, a pair's adjacent occurrences
         tf = ("CASE WHEN q.second IS NULL THEN cardinality(array_positions(u.{f}, q.first)) ELSE "
               "(SELECT count(*) FROM unnest(array_positions(u.{f}, q.first)) AS p WHERE u.{f}[p + 1] = q.second) END")
-        score = ("q.{w} * t.{n} / (t.{n} + {k1}::real * ({one_b}::real + {b}::real * u.{norm}::real / {avg}::real))")
+        # in float4 and in Tantivy's order: weight × tf / (tf + k1 · (1 − b + b · length / average))
+        score = ("q.{w} * (t.{n} / (t.{n} + {k1}::real * ({one_b}::real + {b}::real * u.{norm}::real / {avg}::real)))")
         sql = f"""
             SELECT id, score FROM (
                 SELECT u.id, u.row, sum(greatest(
@@ -389,7 +390,8 @@ class PgReader:
         count = len(terms) + 2 * len(pairs)
         if count > ideal_terms:
             ideal *= ideal_terms / count
-        return lexical.Hits({unit_id: float(score) for unit_id, score in hits}, ideal,
+        # a float4 arrives as its shortest decimal: read as the float32 it is, as Tantivy's scores are
+        return lexical.Hits({unit_id: float(np.float32(score)) for unit_id, score in hits}, ideal,
                             {term: idfs[term] for term in terms})
 
     def nearest(self, query_vectors, filters: Filters, limit: int) -> list[str]:
