@@ -182,6 +182,7 @@ class Memory:
         """Every setting's effective value and where it came from (config.origins)."""
         from memctl.config import origins
 
+        self.require_folder("`config`")  # it names the files settings come from: a PostgreSQL store's is none yet
         return origins(self.store.config_file)
 
     # -- searching -----------------------------------------------------------------

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Callable
 
 import orjson
@@ -221,9 +221,8 @@ class PgIndex(Searchable):
             with_turn = model.embedding_settings.with_previous_turn
             rows = []
             for at, unit in enumerate(change.fresh):
-                vector = vectors.get(at)
-                rows.append(_row(unit, top + at, change.digests[at], embed_digests[at], with_turn,
-                                 None if vector is None else vector.tolist(), donors.get(embed_digests[at])))
+                vector = vectors[at].tolist() if at in vectors else donors[embed_digests[at]]
+                rows.append(_row(unit, top + at, change.digests[at], embed_digests[at], with_turn, vector))
             _insert(conn, rows)
             counts = conn.execute("SELECT count(*), coalesce(sum(cardinality(body_terms)), 0), "
                                   "coalesce(sum(cardinality(context_terms)), 0) FROM memctl_units").fetchone()
@@ -266,13 +265,14 @@ def _create_units(conn, dimension: int) -> None:
     conn.execute(_UNITS.format(dimension=int(dimension)))
 
 
-def _donors(conn, digests: set[str]) -> dict[str, int]:
-    """embed digest -> a row holding the vector of that text."""
-    return dict(conn.execute("SELECT DISTINCT ON (embed_digest) embed_digest, row FROM memctl_units "
+def _donors(conn, digests: set[str]) -> dict[str, list[float]]:
+    """embed digest -> the vector the table holds of that text (read before the update deletes its row:
+    a unit whose place moved keeps its text's vector)."""
+    return dict(conn.execute("SELECT DISTINCT ON (embed_digest) embed_digest, embedding::float4[] FROM memctl_units "
                              "WHERE embed_digest = ANY(%s)", (sorted(digests),)).fetchall())
 
 
-def _row(unit: Unit, row: int, digest: str, embed_digest: str, with_turn: bool, vector, donor) -> tuple:
+def _row(unit: Unit, row: int, digest: str, embed_digest: str, with_turn: bool, vector: list[float]) -> tuple:
     meta = _meta(unit)
     body = tokens_of(_bm25_text(unit))
     context = tokens_of(unit.context) if unit.context and with_turn else []
@@ -280,20 +280,17 @@ def _row(unit: Unit, row: int, digest: str, embed_digest: str, with_turn: bool, 
             unit.line_start, unit.line_end, meta["section"], meta["session"], unit.speaker, unit.ts, meta["scope"],
             meta["status"], orjson.dumps(unit.fields).decode(), unit.context_id, meta["ts_epoch"], meta["tool"],
             meta["agent"], meta["cache_scope"], body, context, field_norm(len(body)), field_norm(len(context)),
-            vector, donor)
+            vector)
 
 
 def _insert(conn, rows: list[tuple]) -> None:
-    """The rows, each's vector given or copied from its donor row (a unit of the same text)."""
     if not rows:
         return
     names = ("row, id, digest, embed_digest, kind, record_id, text, source, line_start, line_end, section, session, "
              "speaker, ts, scope, status, fields, context_id, ts_epoch, tool, agent, cache_scope, body_terms, "
              "context_terms, body_norm, context_norm")
-    values = ", ".join(["%s"] * 26)
-    conn.cursor().executemany(
-        f"INSERT INTO memctl_units ({names}, embedding) SELECT {values}, coalesce(%s::float4[]::vector, "
-        "(SELECT embedding FROM memctl_units WHERE row = %s))", rows)
+    conn.cursor().executemany(f"INSERT INTO memctl_units ({names}, embedding) VALUES "
+                              f"({', '.join(['%s'] * 26)}, %s::float4[]::vector)", rows)
 
 
 # -- reading, for a search ---------------------------------------------------------------------
