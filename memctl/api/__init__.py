@@ -80,9 +80,9 @@ class Memory:
     """
 
     def __init__(self, path: str | os.PathLike | None = None, *, say: Say | None = None):
-        """The store at `path` (a folder, or a postgresql:// URL: only copy_store runs on one yet), else
-        $MEMCTL_STORE, else ./.memory. `say` gets progress notes
-        meant for a person (re-indexing, rebuilds); by default they are dropped."""
+        """The store at `path` (a folder, or a postgresql:// URL: only copy_store, index and search run
+        on one yet), else $MEMCTL_STORE, else ./.memory. `say` gets progress notes meant for a person
+        (re-indexing, rebuilds); by default they are dropped."""
         from memctl.runtime import Runtime
 
         self.store = open_store(path)
@@ -102,7 +102,8 @@ class Memory:
 
     def require_folder(self, what: str) -> None:
         """NotOnPostgres (a MemctlError, exit 2) naming `what` when the store is a PostgreSQL one, on
-        which only copy_store runs yet (#35): a face says so before it starts on anything."""
+        which only copy_store, index and search run yet (#35): a face says so before it starts on
+        anything."""
         if not self.store.is_folder:
             from memctl.store.postgres import NotOnPostgres
 
