@@ -268,8 +268,9 @@ def _create_units(conn, dimension: int) -> None:
 def _donors(conn, digests: set[str]) -> dict[str, list[float]]:
     """embed digest -> the vector the table holds of that text (read before the update deletes its row:
     a unit whose place moved keeps its text's vector)."""
-    return dict(conn.execute("SELECT DISTINCT ON (embed_digest) embed_digest, embedding::float4[] FROM memctl_units "
-                             "WHERE embed_digest = ANY(%s)", (sorted(digests),)).fetchall())
+    found = conn.execute("SELECT DISTINCT ON (embed_digest) embed_digest, embedding FROM memctl_units "
+                         "WHERE embed_digest = ANY(%s)", (sorted(digests),), binary=True).fetchall()
+    return dict(zip([digest for digest, _ in found], vectors_of([vector for _, vector in found], 0).tolist()))
 
 
 def _row(unit: Unit, row: int, digest: str, embed_digest: str, with_turn: bool, vector: list[float]) -> tuple:
@@ -407,10 +408,13 @@ class PgReader:
                 sql, (*params, vector.tolist(), limit))))
         return list(found)
 
-    def slice(self, ids: list[str]) -> tuple[list[tuple], list[list[float]]]:
+    def slice(self, ids: list[str], dimension: int):
         """The units a search reads with these: them, the turns before them (every unit of those
         records) and the messages read with any of those as their turn before; in row order, each
-        as COLUMNS, and their vectors."""
+        as COLUMNS, and their vectors as a float32 matrix (`dimension` columns when there are none).
+        Read in binary: pgvector's vectors as text, parsed into Python floats, took 0.3 s of a
+        0.6 s search on a 419-unit LoCoMo store; in binary 20 ms for the whole table."""
+
         rows = self.conn.execute(f"""
             WITH first AS (SELECT row, record_id, context_id, kind FROM memctl_units WHERE id = ANY(%s)),
             before AS (SELECT row, record_id, kind FROM memctl_units
@@ -418,10 +422,20 @@ class PgReader:
             answered AS (SELECT record_id FROM first WHERE kind = 'message'
                          UNION SELECT record_id FROM before WHERE kind = 'message'),
             replies AS (SELECT row FROM memctl_units WHERE context_id IN (SELECT record_id FROM answered))
-            SELECT {', '.join(COLUMNS)}, embedding::float4[] FROM memctl_units
+            SELECT {', '.join(COLUMNS)}, embedding FROM memctl_units
             WHERE row IN (SELECT row FROM first UNION SELECT row FROM before UNION SELECT row FROM replies)
-            ORDER BY row""", (ids,)).fetchall()
-        return [row[:-1] for row in rows], [row[-1] for row in rows]
+            ORDER BY row""", (ids,), binary=True).fetchall()
+        return [row[:-1] for row in rows], vectors_of([row[-1] for row in rows], dimension)
+
+
+def vectors_of(values: list[bytes], dimension: int):
+    """pgvector's binary vectors (two int16, the dimension and 0, then big-endian float4s) as a float32 matrix."""
+    import numpy as np
+
+    if not values:
+        return np.zeros((0, dimension), dtype=np.float32)
+    return np.frombuffer(b"".join(value[4:] for value in values), dtype=">f4").astype(np.float32).reshape(
+        len(values), -1)
 
 
 def _filters_sql(filters: Filters) -> tuple[list[str], list]:

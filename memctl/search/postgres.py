@@ -42,10 +42,9 @@ class PgSearcher(Ranking):
         weights = self._weights(query)
         query_vectors = self.query_vectors(query, weights)
         nearest = reader.nearest(query_vectors, query.filters, limit) if query_vectors is not None else []
-        units, vectors = reader.slice(list(dict.fromkeys([*bm25.scores, *nearest])))
+        dimension = query_vectors.shape[1] if query_vectors is not None else 0
+        units, matrix = reader.slice(list(dict.fromkeys([*bm25.scores, *nearest])), dimension)
         local = {unit[1]: row for row, unit in enumerate(units)}  # id -> its row in the slice
-        dimension = query_vectors.shape[1] if query_vectors is not None else len(vectors[0]) if vectors else 0
-        matrix = np.array(vectors, dtype=np.float32).reshape(len(vectors), dimension)
         cosines = vector_rows = None
         if query_vectors is not None:
             cosines = _query_cosines(matrix, query_vectors)
