@@ -189,9 +189,7 @@ class PgIndex(Searchable):
             written = conn.execute("SELECT written FROM memctl_store").fetchone()[0]
             if not rebuild and state == (written, built):
                 return UpdateReport(units=conn.execute("SELECT units FROM memctl_index").fetchone()[0])
-            reason = "asked" if rebuild else "missing" if state is None else \
-                "" if state[1] == built else f"model changed: {state[1]['model'].get('name')} to " \
-                f"{built['model']['name']}"
+            reason = "asked" if rebuild else _rebuild_reason(state, built)
             start_over = bool(reason) or not _has_units(conn)
             model = _Model(self.settings.embedding)
             units, skipped, files = self._units()
@@ -250,6 +248,18 @@ class PgIndex(Searchable):
             skipped: list[str] = []
             units, _ = _unique(collect(truth, skipped))
         return units, skipped, len(files)
+
+
+def _rebuild_reason(state: tuple[int, dict] | None, built: dict) -> str:
+    """Why the index is made from scratch, as the folder's says it; "" when it is only updated."""
+    if state is None:
+        return "missing"
+    was = state[1]
+    if was.get("format") != built["format"]:
+        return "old format"
+    if any((was.get("model") or {}).get(key) != built["model"].get(key) for key in ("sha256", "precision")):
+        return f"model changed: {(was.get('model') or {}).get('name')} to {built['model']['name']}"
+    return "" if was == built else "embedding settings changed"
 
 
 def _has_units(conn) -> bool:
