@@ -98,7 +98,7 @@ def main() -> None:
                         nearest = reader.nearest(np.array([vector], dtype=np.float32), Filters(), 200)
                         took["HNSW, 200 nearest"].append(time.perf_counter() - started)
                         started = time.perf_counter()
-                        reader.slice(list(dict.fromkeys([*bm25, *nearest])))
+                        reader.slice(list(dict.fromkeys([*bm25, *nearest])), len(vector))
                         took["the slice (units and vectors)"].append(time.perf_counter() - started)
                         conn.rollback()
                         ranked = {"BM25 (memctl's: Tantivy's, the turn before at 0.5)": bm25,
