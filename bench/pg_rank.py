@@ -6,10 +6,11 @@ PostgreSQL search's reads cost.
 Each LoCoMo dev conversation is a store (one message a turn, as retrieval.py makes it), copied
 into a database of its own on that server (its user may create databases; dropped after) and
 indexed there (`memctl index`). Then, for every question with evidence, the keyword candidates
-of the index (units holding a word of the question, within the default filters) are ranked
-keywords alone, no ranking stage: memctl's BM25 (index/postgres.py, Tantivy's to the bit; with the
-turn before a message at 0.5, as a search reads it, and on the text alone), ts_rank over a tsvector of the same tokens with their positions (normalisation 0, and 1:
-divided by 1 + the log of the length), and ts_rank_cd. Printed: each one's evidence recall@10
+of the index (units holding a word of the question, within the default filters) are ranked by
+keywords alone, no ranking stage: memctl's BM25 (index/postgres.py, Tantivy's to the bit; with
+the turn before a message at 0.5, as a search reads it, and on the text alone), ts_rank over a
+tsvector of the same tokens with their positions (normalisation 0, and 1: divided by 1 + the
+log of the length), and ts_rank_cd. Printed: each one's evidence recall@10
 and @50, and the share of memctl's BM25's top 10 it keeps; then the time of each read a search makes
 (BM25's words' document frequencies on the GIN index, BM25, the HNSW query, the slice).
 """
@@ -118,8 +119,8 @@ def main() -> None:
           "keywords alone\n")
     print("| ranking | recall@10 | recall@50 | share of BM25's top 10 kept |\n| --- | --- | --- | --- |")
     for name, values in recall.items():
-        print(f"| {name} | {sum(v[0] for v in values) / len(values):.3f} | {sum(v[1] for v in values) / len(values):.3f} "
-              f"| {sum(kept[name]) / len(kept[name]):.3f} |")
+        at10, at50 = (sum(v[i] for v in values) / len(values) for i in (0, 1))
+        print(f"| {name} | {at10:.3f} | {at50:.3f} | {sum(kept[name]) / len(kept[name]):.3f} |")
     print("\n| a search's read | median ms | p95 ms |\n| --- | --- | --- |")
     for name, values in took.items():
         values = sorted(values)

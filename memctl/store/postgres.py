@@ -22,8 +22,8 @@ number of machines because the database refuses a second row with the same id.
 The features still reach the truth by its place (a path, seam.Places): on this store every place
 but the settings' file (config_file: a private copy of its memctl.toml) is NotOnPostgres, so every
 command that would read or write by place stops with one line and exit 2 instead of running on
-something else. Its index lives in the same database (index/postgres.py). The URL's password never appears in a message:
-`shown` is what every message names.
+something else. Its index lives in the same database (index/postgres.py). The URL's password
+never appears in a message: `shown` is what every message names.
 
 psycopg is imported by the first connection only: a folder store never loads it.
 """
