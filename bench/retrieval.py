@@ -35,6 +35,11 @@ dialogues over the Chinese memories.
 
 The data stays in shared/bench; nothing is copied into the repository.
 Extra flags after `--` go to every `memctl search` (e.g. -- --mode bm25).
+
+`--store-url postgresql://USER@HOST:PORT/DB` searches each store on PostgreSQL (#35): a store is
+ingested into a folder as always, then copied (`memctl store copy`) into a database of its own
+made on that server (its user may create databases; dropped after), indexed and searched there.
+`--conversations N`: the first N LoCoMo conversations only.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 from collections import defaultdict
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -68,9 +74,33 @@ VARIANTS = (  # (label, extra search flags, environment)
      {"MEMCTL_RETRIEVAL_RECENCY_WEIGHT": "0", "MEMCTL_RETRIEVAL_TIME_DECAY_DAYS": "1e12"}),
 )
 NEGATIVES_PER_KIND = 40
+CONVERSATIONS: int | None = None  # --conversations: the first N of LoCoMo's
+STORE_URL: str | None = None  # --store-url: search each store on this PostgreSQL server
+_DATABASES = iter(range(1_000_000))
 
 
-def memctl(store: Path, *args: str, stdin: bytes = b"", env: dict | None = None) -> bytes:
+@contextmanager
+def searched(folder: Path):
+    """The store to index and search: the folder, or with --store-url a copy of it in a database of
+    its own on that server (dropped after)."""
+    if STORE_URL is None:
+        yield folder
+        return
+    import psycopg
+
+    name = f"memctl_bench_{os.getpid()}_{next(_DATABASES)}"
+    with psycopg.connect(STORE_URL, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    target = STORE_URL.rsplit("/", 1)[0] + "/" + name
+    try:
+        memctl(folder, "store", "copy", str(folder), target)
+        yield target
+    finally:
+        with psycopg.connect(STORE_URL, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def memctl(store: Path | str, *args: str, stdin: bytes = b"", env: dict | None = None) -> bytes:
     done = subprocess.run([*MEMCTL, "--store", str(store), *args], input=stdin, capture_output=True,
                           env={**os.environ, **CHECKOUT_ENV, **(env or {})})
     if done.returncode not in (0, 1):
@@ -78,7 +108,7 @@ def memctl(store: Path, *args: str, stdin: bytes = b"", env: dict | None = None)
     return done.stdout
 
 
-def batch_search(store: Path, queries: list[dict], extra: list[str], env: dict) -> dict:
+def batch_search(store: Path | str, queries: list[dict], extra: list[str], env: dict) -> dict:
     data = b"".join(orjson.dumps(q) + b"\n" for q in queries)
     out = memctl(store, "search", "--batch", "-", "-k", str(max(KS)), *extra, stdin=data, env=env)
     return {row["query_id"]: [r["id"] for r in row["results"]] for row in map(orjson.loads, out.splitlines())}
@@ -89,7 +119,7 @@ def locomo_time(text: str) -> datetime:
 
 
 def run_locomo(data: Path, extra: list[str]) -> None:
-    conversations = json.loads((data / "locomo_dev.json").read_text())
+    conversations = json.loads((data / "locomo_dev.json").read_text())[:CONVERSATIONS]
     hits = {label: defaultdict(list) for label, _, _ in VARIANTS}
     returned: dict[str, list[bool]] = defaultdict(list)
     for conversation in conversations:
@@ -98,21 +128,8 @@ def run_locomo(data: Path, extra: list[str]) -> None:
             store = Path(tmp) / "store"
             memctl(store, "ingest", "--keep-noise", "-f", "jsonl", "-",
                    stdin=b"".join(orjson.dumps(m) + b"\n" for m in messages))
-            memctl(store, "index")
-            questions = [q for q in conversation["qa"] if q.get("evidence")]
-            for label, flags, env in VARIANTS:
-                answers = batch_search(store, [{"id": i, "query": q["question"]} for i, q in enumerate(questions)],
-                                       [*flags, *extra], env)
-                for i, question in enumerate(questions):
-                    evidence = {e.replace(":", "-") for item in question["evidence"] for e in item.split()}
-                    evidence = {e.rstrip(";,") for e in evidence}
-                    ranked = answers.get(i, [])
-                    hits[label][question["category"]].append(
-                        [len(evidence & set(ranked[:k])) / len(evidence) for k in KS])
-            negatives = unrelated_queries(data, conversations, conversation["sample_id"])
-            answers = batch_search(store, [{"id": i, "query": q} for i, (_, q) in enumerate(negatives)], extra, {})
-            for i, (kind, _) in enumerate(negatives):
-                returned[kind].append(bool(answers.get(i)))
+            with searched(store) as store:
+                locomo_store(data, conversations, conversation, store, extra, hits, returned)
     labels = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
     for label, _, _ in VARIANTS:
         report(f"LoCoMo, {label}", hits[label], labels)
@@ -121,6 +138,25 @@ def run_locomo(data: Path, extra: list[str]) -> None:
     everything = [r for values in returned.values() for r in values]
     for kind, values in [*returned.items(), ("all", everything)]:
         print(f"| {kind} | {len(values)} | {sum(values) / len(values):.3f} |")
+
+
+def locomo_store(data: Path, conversations: list[dict], conversation: dict, store: Path | str, extra: list[str],
+                 hits: dict, returned: dict) -> None:
+    """One conversation's store indexed, its questions and the unrelated queries searched."""
+    memctl(store, "index")
+    questions = [q for q in conversation["qa"] if q.get("evidence")]
+    for label, flags, env in VARIANTS:
+        answers = batch_search(store, [{"id": i, "query": q["question"]} for i, q in enumerate(questions)],
+                               [*flags, *extra], env)
+        for i, question in enumerate(questions):
+            evidence = {e.replace(":", "-") for item in question["evidence"] for e in item.split()}
+            evidence = {e.rstrip(";,") for e in evidence}
+            ranked = answers.get(i, [])
+            hits[label][question["category"]].append([len(evidence & set(ranked[:k])) / len(evidence) for k in KS])
+    negatives = unrelated_queries(data, conversations, conversation["sample_id"])
+    answers = batch_search(store, [{"id": i, "query": q} for i, (_, q) in enumerate(negatives)], extra, {})
+    for i, (kind, _) in enumerate(negatives):
+        returned[kind].append(bool(answers.get(i)))
 
 
 def locomo_messages(convo: dict) -> list[dict]:
@@ -198,22 +234,28 @@ def madial_recall(data: Path, memory_lang: str, dialogue_lang: str, extra: list[
         store = Path(tmp) / "store"
         memctl(store, "ingest", "--kind", "memory", "--keep-noise", "-f", "jsonl", "-",
                stdin=b"".join(orjson.dumps(n) + b"\n" for n in notes))
-        memctl(store, "index")
-        queries = [{"id": d["id"], "query": "".join(d["dialogue"][:d["test-turn"][0]]),
-                    "scope": f"project:user-{d['user-id']}", "kind": "memory"} for d in dialogues]
-        runs = [(label, queries, [*flags, *extra], env) for label, flags, env in VARIANTS]
-        if traditional:
-            import zhconv
-
-            runs.append(("traditional", [{**q, "query": zhconv.convert(q["query"], "zh-tw")} for q in queries],
-                         extra, {}))
-        for label, asked, flags, env in runs:
-            answers = batch_search(store, asked, flags, env)
-            for dialogue in dialogues:
-                ranked = answers.get(dialogue["id"], [])
-                hits[label][0].append([len(dialogue["relevant"] & set(ranked[:k])) / len(dialogue["relevant"])
-                                       for k in KS])
+        with searched(store) as store:
+            madial_store(store, dialogues, extra, hits, traditional)
     return hits
+
+
+def madial_store(store: Path | str, dialogues: list[dict], extra: list[str], hits: dict, traditional: bool) -> None:
+    """The store of MADial's memories indexed, and each dialogue searched in its user's scope."""
+    memctl(store, "index")
+    queries = [{"id": d["id"], "query": "".join(d["dialogue"][:d["test-turn"][0]]),
+                "scope": f"project:user-{d['user-id']}", "kind": "memory"} for d in dialogues]
+    runs = [(label, queries, [*flags, *extra], env) for label, flags, env in VARIANTS]
+    if traditional:
+        import zhconv
+
+        runs.append(("traditional", [{**q, "query": zhconv.convert(q["query"], "zh-tw")} for q in queries],
+                     extra, {}))
+    for label, asked, flags, env in runs:
+        answers = batch_search(store, asked, flags, env)
+        for dialogue in dialogues:
+            ranked = answers.get(dialogue["id"], [])
+            hits[label][0].append([len(dialogue["relevant"] & set(ranked[:k])) / len(dialogue["relevant"])
+                                   for k in KS])
 
 
 def run_lme(data: Path, extra: list[str]) -> None:
@@ -229,12 +271,13 @@ def run_lme(data: Path, extra: list[str]) -> None:
             store = Path(tmp) / "store"
             memctl(store, "ingest", "--keep-noise", "-f", "jsonl", "-",
                    stdin=b"".join(orjson.dumps(m) + b"\n" for m in messages))
-            memctl(store, "index")
-            for label, flags, env in VARIANTS:
-                ranked = batch_search(store, [{"id": 0, "query": question["question"]}], [*flags, *extra],
-                                      env).get(0, [])
-                found = [len(evidence & set(ranked[:k])) / len(evidence) for k in KS]
-                hits[label][question["question_type"]].append([float(f == 1.0) for f in found] + [found[1]])
+            with searched(store) as store:
+                memctl(store, "index")
+                for label, flags, env in VARIANTS:
+                    ranked = batch_search(store, [{"id": 0, "query": question["question"]}], [*flags, *extra],
+                                          env).get(0, [])
+                    found = [len(evidence & set(ranked[:k])) / len(evidence) for k in KS]
+                    hits[label][question["question_type"]].append([float(f == 1.0) for f in found] + [found[1]])
     for label, _, _ in VARIANTS:
         report(f"LongMemEval S dev, user turns, {label}: all evidence in the top k", hits[label],
                {t: t for t in sorted(hits[label])}, [f"all@{k}" for k in KS] + ["frac@10"])
@@ -281,7 +324,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dataset", choices=[*RUNS, "all"])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--store-url", help="search each store on this PostgreSQL server (module doc)")
+    parser.add_argument("--conversations", type=int, help="the first N LoCoMo conversations only")
     args = parser.parse_args(argv)
+    global STORE_URL, CONVERSATIONS
+    STORE_URL, CONVERSATIONS = args.store_url, args.conversations
     for name in RUNS if args.dataset == "all" else [args.dataset]:
         RUNS[name](args.data, extra)
 

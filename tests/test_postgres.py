@@ -196,7 +196,7 @@ def test_the_password_is_in_no_message(run, postgres_server, postgres_url, store
     assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
     calls = [("store", "copy", wrong, str(store_dir / "x")), ("store", "copy", missing, str(store_dir / "x")),
              ("store", "copy", str(store_dir), postgres_url), ("store", "copy", "-n", postgres_url, str(store_dir)),
-             ("--store", postgres_url, "search", "kestrel"), ("store", "copy", "--json", postgres_url, "/dev/null/x")]
+             ("--store", wrong, "search", "kestrel"), ("store", "copy", "--json", postgres_url, "/dev/null/x")]
     for call in calls:
         done = run(*call)
         said = done.stdout + done.stderr
@@ -206,7 +206,7 @@ def test_the_password_is_in_no_message(run, postgres_server, postgres_url, store
 
 
 @pytest.mark.parametrize("argv", [
-    ["search", "kestrel"], ["ingest", "-"], ["index"], ["context", "--session", "s1", "hello"], ["status"],
+    ["ingest", "-"], ["context", "--session", "s1", "hello"], ["status"],
     ["show", "s1-01"], ["config"], ["forget", "s1-01"], ["review"], ["health"], ["state", "show"],
     ["topics", "list"], ["split", "s1"], ["history", "mem-1"], ["cache", "stats"], ["mcp"], ["server", "status"],
     ["hooks", "install", "claude-code"]], ids=lambda argv: argv[0])
@@ -286,3 +286,69 @@ def test_the_library_on_postgresql_refuses_what_is_not_there_yet_and_writes_noth
             call()
         assert "\n" not in str(refused.value) and urlsplit(postgres_url).password not in str(refused.value)
     assert not PostgresStore(postgres_url).exists()
+
+
+# -- the index in the database (#35 item 2) -------------------------------------------------------------
+def units_in(url: str) -> dict[str, tuple]:
+    """id -> (row, text, embed digest, vector) of every unit the database's index holds."""
+    import psycopg
+
+    with psycopg.connect(url) as database:
+        return {unit_id: (row, text, digest, vector) for unit_id, row, text, digest, vector in database.execute(
+            "SELECT id, row, text, embed_digest, embedding::float4[] FROM memctl_units")}
+
+
+def test_index_on_postgresql_embeds_what_is_new_or_changed_and_deletes_what_is_gone(run, store_dir, postgres_url):
+    import orjson
+
+    demo_store(run, store_dir)
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    first = run("index", "--json", store=postgres_url)
+    built = orjson.loads(first.stdout)
+    assert first.returncode == 0 and built["rebuilt"] and built["units"] == built["embedded"] > 10
+    before = units_in(postgres_url)
+    assert len(before) == built["units"]
+    again = orjson.loads(run("index", "--json", store=postgres_url).stdout)  # idempotent: nothing to do
+    assert (again["units"], again["added"], again["changed"], again["removed"], again["embedded"]) == \
+        (built["units"], 0, 0, 0, 0)
+    assert units_in(postgres_url) == before
+
+    # One message's text changed, another message forgotten, in one write of the store.
+    store = PostgresStore(postgres_url)
+    session = store.files()["sessions/2026-11-02-planning.jsonl"].decode().splitlines(keepends=True)
+    changed = orjson.loads(session[2])
+    changed["text"] = "Python with FastAPI, and SQLite after all: one file is enough for a bakery"
+    with store.transaction() as tx:
+        tx.replace("sessions/2026-11-02-planning.jsonl",
+                   "".join([session[0], session[1], orjson.dumps(changed).decode() + "\n", *session[4:]]).encode())
+    store.close()
+    gone = orjson.loads(session[3])["id"]
+    done = run("index", "--json", store=postgres_url)
+    assert done.returncode == 0, done.stderr
+    update = orjson.loads(done.stdout)
+    # embedded again: the changed message, and the one after the forgotten one, which now reads it as
+    # its turn before; the later lines of the file moved (new rows, their vectors kept)
+    assert (update["removed"], update["added"], update["embedded"]) == (1, 0, 2)
+    after = units_in(postgres_url)
+    assert gone in before and gone not in after and len(after) == len(before) - 1
+    assert after[changed["id"]][1] == changed["text"] and after[changed["id"]][2] != before[changed["id"]][2]
+    assert after[changed["id"]][3] != before[changed["id"]][3]
+    elsewhere = [unit_id for unit_id in after if not unit_id.startswith("s1-")]  # another file's units: untouched
+    assert len(elsewhere) > 10 and all(after[unit_id] == before[unit_id] for unit_id in elsewhere)
+    # What an update leaves is what indexing the same store from scratch makes, vector for vector.
+    rebuilt = orjson.loads(run("index", "--rebuild", "--json", store=postgres_url).stdout)
+    assert rebuilt["rebuilt"] and rebuilt["reason"] == "asked" and rebuilt["units"] == len(after)
+    assert {k: v[1:] for k, v in units_in(postgres_url).items()} == {k: v[1:] for k, v in after.items()}
+
+
+def test_a_search_on_postgresql_indexes_the_store_written_since(run, store_dir, postgres_url):
+    demo_store(run, store_dir)
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    assert run("search", "--json", "--mode", "bm25", "quokka", store=postgres_url).returncode == 1
+    store = PostgresStore(postgres_url)
+    with store.transaction() as tx:
+        tx.append("sessions/zoo.jsonl", b'{"id": "zoo-1", "role": "user", "text": "we saw a quokka at the zoo"}\n')
+    store.close()
+    done = run("search", "--json", "--mode", "bm25", "quokka", store=postgres_url)
+    assert done.returncode == 0 and b'"id":"zoo-1"' in done.stdout
+    assert b"updated the index: 1 added" in done.stderr and postgres_url.encode() not in done.stderr

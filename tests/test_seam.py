@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import runtime_of
+from conftest import FIXTURES, runtime_of
 from memctl.index.index import Index
 from memctl.store import seam
 from memctl.store.copy import files_of, place
@@ -168,3 +168,111 @@ def store_again(store):
     """Another handle on the same store, as another process or thread has (its own lock descriptor,
     its own connection)."""
     return Store(store.root) if store.is_folder else PostgresStore(store.url)
+
+
+# -- the index's promises: search on a folder and on PostgreSQL alike -----------------------------------
+DEMO = FIXTURES / "demo"
+NOW = {"MEMCTL_NOW": "2026-11-20T10:00:00Z"}
+CHINESE = ['{"id": "zh-1", "role": "user", "speaker": "Mei", "ts": "2026-11-05T09:00:00+08:00", '
+           '"text": "我们的面包店用 PostgreSQL 存库存，每天早上六点盘点"}',
+           '{"id": "zh-2", "role": "assistant", "ts": "2026-11-05T09:00:09+08:00", '
+           '"text": "好的，我记住了：库存每天早上六点盘点。"}']
+
+
+@pytest.fixture(scope="module")
+def searched_stores(tmp_path_factory, postgres_server):
+    """The bundled demo, a Chinese session and a user's own session in a folder store, and the same
+    store copied into PostgreSQL (both indexed by their first search, with the fake embedder)."""
+    from conftest import run_in_process
+
+    folder = tmp_path_factory.mktemp("searched") / "store"
+    for args, data in ((("ingest", str(DEMO / "chat.jsonl")), None), (("ingest", str(DEMO / "MEMORY.md")), None),
+                       (("ingest", "--session", "bakery-zh", "-"), "\n".join(CHINESE)),
+                       (("ingest", "--scope", "user:alice", "--session", "alice-1", "-"),
+                        '{"role": "user", "text": "my PostgreSQL password for Kestrel is in the locker, code 4711"}')):
+        assert run_in_process(folder, *args, input=data, env=NOW).returncode == 0
+    url = postgres_server.new_database()
+    assert run_in_process(folder, "store", "copy", str(folder), url).returncode == 0
+    return folder, url
+
+
+SEARCHES = [["which database does kestrel use"], ["PostgreSQL", "--explain"], ["库存 盘点", "--explain"],
+            ["面包店"], ["recipe metadata JSONB", "--mode", "bm25"], ["inventory for the bakery", "--mode", "vector"],
+            ["kestrel", "--kind", "memory", "-k", "3"], ["locker code", "--scope", "user:alice"],
+            ["locker code"], ["zebra quantum marmalade"], ["kestrel stack", "--min-score", "0", "-k", "20"],
+            ["kestrel", "--session", "2026-11-02-planning"], ["kestrel", "--since", "2026-11-03"]]
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("argv", SEARCHES, ids=lambda argv: " ".join(argv))
+def test_a_search_gives_the_same_results_on_a_folder_and_on_postgresql(searched_stores, argv):
+    """Same queries, same store, the same results: ids in order, scores and every --explain number,
+    the same exit status (1: nothing found), on the folder's index and on the database's."""
+    from conftest import run_in_process
+
+    folder, url = searched_stores
+    on_folder = run_in_process(folder, "search", "--json", *argv, env=NOW)
+    on_postgres = run_in_process(url, "search", "--json", *argv, env=NOW)
+    assert on_postgres.returncode == on_folder.returncode, on_postgres.stderr
+    assert on_postgres.stdout == on_folder.stdout
+    assert on_folder.stdout or on_folder.returncode == 1
+
+
+@pytest.mark.process
+def test_what_search_does_not_do_on_postgresql_yet_says_so_in_one_line(searched_stores):
+    """--rank mera reads the memories' access counts, which are not on PostgreSQL yet: exit 2, one line."""
+    from conftest import run_in_process
+
+    done = run_in_process(searched_stores[1], "search", "--rank", "mera", "kestrel", env=NOW)
+    errors = [line for line in done.stderr.decode().splitlines() if "error" in line]
+    assert done.returncode == 2 and done.stdout == b"" and len(errors) == 1
+    assert "access.json" in errors[0] and "not yet on PostgreSQL (#35)" in errors[0]
+
+
+SCOPES = ["user:alice", "user:bob", "project:kestrel", "project:osprey"]
+WORDS = "kestrel osprey deploy key vault locker postgres redis bakery recipe 库存 密码 盘点 面包".split()
+
+
+@pytest.fixture(params=["folder", "postgresql"])
+def scoped_store(request, tmp_path):
+    """A store whose scopes (and global notes) all speak of the same few words, on each backend."""
+    import random
+
+    from memctl import Memory
+    from memctl.api import copy_store
+
+    pick = random.Random(35)
+    folder = tmp_path / "store"
+    memory = Memory(folder)
+    for number in range(40):
+        scope = pick.choice([*SCOPES, None])
+        text = " ".join(pick.sample(WORDS, 4))
+        if number % 2:
+            memory.ingest(f'{{"text": "note {number}: {text}"}}', kind="memory", scope=scope)
+        else:
+            memory.ingest(f'{{"id": "m{number}", "role": "user", "text": "{text}"}}', kind="message",
+                          session=f"s-{(scope or 'global').replace(':', '-')}", scope=scope)
+    if request.param == "folder":
+        return folder
+    url = request.getfixturevalue("postgres_url")
+    copy_store(folder, url)
+    return url
+
+
+@pytest.mark.process
+def test_a_scoped_search_never_sees_another_scopes_records(scoped_store):
+    """Scopes are walls in SQL too: for random queries of the store's words in random scopes (and
+    any mode), every result is of that scope or global, on both backends."""
+    import random
+
+    from memctl import Memory
+
+    memory, pick = Memory(scoped_store), random.Random(7)
+    seen = set()
+    for _ in range(40):
+        scope = pick.choice(SCOPES)
+        query = " ".join(pick.sample(WORDS, pick.randint(1, 3)))
+        found = memory.search(query, scope=scope, k=20, min_score=0, mode=pick.choice(["hybrid", "bm25", "vector"]))
+        assert {result.scope for result in found} <= {scope, "global"}, (query, scope)
+        seen |= {result.scope for result in found}
+    assert seen == {*SCOPES, "global"}  # every scope's walls were tested with results on both sides

@@ -80,9 +80,9 @@ class Memory:
     """
 
     def __init__(self, path: str | os.PathLike | None = None, *, say: Say | None = None):
-        """The store at `path` (a folder, or a postgresql:// URL: only copy_store runs on one yet), else
-        $MEMCTL_STORE, else ./.memory. `say` gets progress notes
-        meant for a person (re-indexing, rebuilds); by default they are dropped."""
+        """The store at `path` (a folder, or a postgresql:// URL: only copy_store, index and search run
+        on one yet), else $MEMCTL_STORE, else ./.memory. `say` gets progress notes meant for a person
+        (re-indexing, rebuilds); by default they are dropped."""
         from memctl.runtime import Runtime
 
         self.store = open_store(path)
@@ -102,7 +102,8 @@ class Memory:
 
     def require_folder(self, what: str) -> None:
         """NotOnPostgres (a MemctlError, exit 2) naming `what` when the store is a PostgreSQL one, on
-        which only copy_store runs yet (#35): a face says so before it starts on anything."""
+        which only copy_store, index and search run yet (#35): a face says so before it starts on
+        anything."""
         if not self.store.is_folder:
             from memctl.store.postgres import NotOnPostgres
 
@@ -139,7 +140,10 @@ class Memory:
     def index(self, *, rebuild: bool = False,
               progress: Callable[[str, int, int], None] | None = None) -> "UpdateReport":
         """Bring .index/ up to date with the files (a search does this by itself)."""
-        from memctl.index.index import Index
+        if self.store.is_folder:
+            from memctl.index.index import Index
+        else:
+            from memctl.index.postgres import PgIndex as Index
 
         self.store.require()
         report = Index(self.runtime).update(rebuild=rebuild, progress=progress)
@@ -179,6 +183,7 @@ class Memory:
         """Every setting's effective value and where it came from (config.origins)."""
         from memctl.config import origins
 
+        self.require_folder("`config`")  # it names the files settings come from: a PostgreSQL store's is none yet
         return origins(self.store.config_file)
 
     # -- searching -----------------------------------------------------------------
@@ -329,7 +334,10 @@ class Memory:
             self.say(message)
 
     def _retriever_open(self):
-        from memctl.search.search import Retriever
+        if self.store.is_folder:
+            from memctl.search.search import Retriever
+        else:
+            from memctl.search.postgres import PgRetriever as Retriever
 
         if self._retriever is None:
             self._retriever = Retriever(self.runtime, say=self.say)

@@ -45,7 +45,7 @@ _COMMANDS = {
 }
 # What runs on a store named by a PostgreSQL URL so far (#35); every other command says it does not
 # (`hooks` itself: `hooks run` exits 0 whatever fails).
-_ON_POSTGRES = {"store", "hooks"}
+_ON_POSTGRES = {"store", "hooks", "index", "search"}
 
 
 def _set_quiet(ctx: click.Context, _param, value: bool) -> None:
@@ -151,8 +151,8 @@ def _hook_call(args) -> bool:
 @click.group(cls=MemctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="memctl")
 @click.option("--store", "store_path", metavar="DIR|URL", type=click.Path(file_okay=False),
-              help="The memory store: a folder, or a postgresql:// URL (only `store copy` runs on one "
-                   "yet). [default: $MEMCTL_STORE, else ./.memory; a store made there unasked is named "
+              help="The memory store: a folder, or a postgresql:// URL (`store copy`, `index` and "
+                   "`search` run on one yet). [default: $MEMCTL_STORE, else ./.memory; a store made there unasked is named "
                    "on stderr]")
 @click.pass_context
 def cli(ctx: click.Context, store_path: str | None) -> None:

@@ -173,10 +173,12 @@ def search(reader: Reader, text: str, filters: Filters, limit: int, ideal_terms:
                 {term: idf[term] for term in terms})
 
 
-def rare_terms(reader: Reader, words: set[str], most: int) -> set[str]:
-    """Of a text's content words (content_terms), those not numbers that at most `most` units hold."""
-    searcher = reader.searcher
-    return {word for word in words if not word.isdigit() and 0 < searcher.doc_freq("body", word) <= most}
+def rare_terms(doc_freqs, words: set[str], most: int) -> set[str]:
+    """Of a text's content words (content_terms), those not numbers that at most `most` units hold
+    (`doc_freqs`: words -> how many units hold each, search.candidates.UnitWords')."""
+    asked = {word for word in words if not word.isdigit()}
+    found = doc_freqs(asked) if asked else {}
+    return {word for word in asked if 0 < found[word] <= most}
 
 
 def content_terms(text: str) -> set[str]:

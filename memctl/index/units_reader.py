@@ -27,14 +27,31 @@ class UnitsReader:
     """units.db opened read-only, and the units read from it so far (dicts of FIELDS, read-only:
     a caller may not change them), by row and by id."""
 
-    def __init__(self, path: Path):
-        self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
         self.by_row: dict[int, dict | None] = {}  # None: no unit (a hole's row)
         self.by_id: dict[str, dict | None] = {}
         self.row_of: dict[str, int] = {}  # unit id -> row, of the units kept
         self._replies_of: dict[str, tuple[int, ...]] = {}
         self._units_of: dict[str, tuple[dict, ...]] = {}  # record id -> its units, in row order
         self._masks: dict[tuple, Any] = {}
+
+    @classmethod
+    def open(cls, path: Path) -> UnitsReader:
+        """units.db at `path`, read-only."""
+        return cls(sqlite3.connect(f"file:{path}?mode=ro", uri=True))
+
+    @classmethod
+    def of_rows(cls, rows: list[tuple], columns: tuple[str, ...]) -> UnitsReader:
+        """Units given as rows of `columns` (FIELDS and the columns filters compare), in a table of
+        their own in memory: a PostgreSQL store's search reads the units it gathered with its
+        candidates as a folder's reads units.db (search/postgres.py)."""
+        db = sqlite3.connect(":memory:")
+        db.execute(f"CREATE TABLE units ({', '.join(columns)})")
+        db.executemany(f"INSERT INTO units VALUES ({', '.join('?' * len(columns))})", rows)
+        for column in ("row", "id", "record_id", "context_id"):
+            db.execute(f"CREATE INDEX units_{column} ON units ({column})")
+        return cls(db)
 
     def units(self, column: str, keys: list) -> list[dict]:
         """The units whose `column`, "id" or "row", is among `keys`, in the order select_in gives

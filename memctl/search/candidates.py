@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import orjson
 
@@ -310,17 +310,20 @@ class IndexRows:
 class UnitWords:
     """Units' analysed content words, kept by row while the index is open (a unit's text does not
     change): newer-first, MMR's twin test and the minimum's word test analysed ~26 texts a warm 6k
-    search, mostly the same from one search to the next."""
+    search, mostly the same from one search to the next. `documents`: how many units the index
+    holds; `doc_freqs`: words -> how many units hold each in their text (Tantivy's, or the
+    PostgreSQL index's: index/postgres.py)."""
 
-    def __init__(self, reader: lexical.Reader):
-        self.reader = reader
+    def __init__(self, documents: int, doc_freqs: Callable[[set[str]], dict[str, int]]):
+        self.documents = documents
+        self.doc_freqs = doc_freqs
         self._terms: dict[int, frozenset[str]] = {}
         self._rare: dict[int, frozenset[str]] = {}
 
-    @property
-    def documents(self) -> int:
-        """How many documents the open index holds."""
-        return self.reader.searcher.num_docs
+    @classmethod
+    def of_tantivy(cls, reader: lexical.Reader) -> UnitWords:
+        searcher = reader.searcher
+        return cls(searcher.num_docs, lambda words: {word: searcher.doc_freq("body", word) for word in words})
 
     def terms_of(self, unit: dict) -> frozenset[str]:
         """lexical.content_terms of a unit."""
@@ -338,7 +341,7 @@ class UnitWords:
 
         row = unit["row"]
         if row not in self._rare:
-            self._rare[row] = frozenset(lexical.rare_terms(self.reader, self.terms_of(unit), most))
+            self._rare[row] = frozenset(lexical.rare_terms(self.doc_freqs, self.terms_of(unit), most))
         return self._rare[row]
 
 

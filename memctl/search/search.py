@@ -80,109 +80,47 @@ class IndexChanged(StoreError):
 READS_FREE = 3  # reads of changing generations before one with updates held off (Retriever._answers)
 
 
-class Searcher:
-    """An open index, reused for every query of one process (see --batch): its BM25 reader, its
-    rows (IndexRows: units.db and what is kept of it), its units' words and its vectors; each
-    search gathers its candidates there and walks the ranking stages (stages.STAGES)."""
+class Ranking:
+    """What a search does once its candidates are gathered, whichever index gave them: the ranking
+    stages (stages.STAGES) over them, and the results. The folder's index (Searcher: Tantivy, the
+    vector file, units.db) and a PostgreSQL store's (search/postgres.py: SQL, pgvector) each gather
+    BM25's hits, every row's cosine to the query that a stage reads, the vectors' candidates and
+    the rows' units (IndexRows), and hand them to `ranked`: one ranking for both."""
 
     def __init__(self, rt: Runtime):
-        import numpy as np
-
-        from memctl.index import lexical
-
-        self.runtime = rt  # the call's: a resident server hands this Searcher on (Retriever._open)
-        self.store = store = rt.store
+        self.runtime = rt  # the call's: a resident server hands a Searcher on (Retriever._open)
+        self.store = rt.store
         self.settings = rt.settings
         self.retrieval = self.settings.retrieval
-        index_dir = store.index_dir
-        # One generation of the index, the table's rows read with the vectors they number: a search
-        # read rows an update had just added against the vectors before them (IndexError, or
-        # scores of neither version). An update patches in place: it appends vectors, then commits
-        # the table; so the table's version is read first, the vectors mapped after it hold every
-        # row of that version, and a search that ends on another version (data_version: a commit
-        # of another connection) is done again on the new one (IndexChanged). A compaction
-        # replaces the files between two manifests, the first saying so: a manifest that changed
-        # while they were opened, or says so, is an open done again.
-        self.manifest, manifest = kept_manifest(index_dir)  # every update rewrites the manifest (a new file)
-        if manifest is not None and manifest.get("compacting"):
-            raise IndexChanged
-        self.units = UnitsReader(index_dir / "units.db")
-        try:
-            self._version = self._table_version()
-            # A plain ndarray over the mapped file: products with a np.memmap pay its subclass's
-            # wrapping, 1.5 ms of a warm search's 2.7 ms product at 6k.
-            self.vectors = np.asarray(np.load(index_dir / "vectors.npy", mmap_mode="r"))
-            # One segment set for as long as this Searcher is used: it is made anew when the index
-            # changes (Retriever._open), and the ids of its documents are kept with it (lexical.Reader).
-            # Its ids are looked up in the table: one it lacks (or a newer hit) is no candidate.
-            self.tantivy = lexical.Reader(lexical.open_index(index_dir / "tantivy"))
-            if manifest_stamp(index_dir) != self.manifest:
-                raise IndexChanged
-        except BaseException:
-            self.units.db.close()
-            raise
-        self.rows = IndexRows(self.units, lambda: len(self.vectors), self.retrieval)
-        self._parts = None  # the vectors' parts, read once (_comparable)
-        self.words = UnitWords(self.tantivy)
-
-    def _table_version(self) -> int:
-        (version,) = self.units.db.execute("PRAGMA data_version").fetchone()
-        return version
-
-    def current(self) -> bool:
-        """Whether every read of the table so far read the version this Searcher opened."""
-        return self._table_version() == self._version
-
-    # -- the pieces, loaded only when a query needs them -------------------------
 
     @property
     def embedder(self):
-        return self.runtime.embedder  # the call's (a resident server hands this Searcher on: Retriever._open)
+        return self.runtime.embedder  # the call's (a resident server hands a Searcher on: Retriever._open)
 
-    # -- search ------------------------------------------------------------------
-    def search(self, query: Query) -> list[Result]:
-        """The results of one query; IndexChanged when the table changed while it was read (what it
-        read may mix two versions: an error, or scores of neither)."""
-        try:
-            results = self._search(query)
-        except Exception:
-            if not self.current():
-                raise IndexChanged from None
-            raise
-        if not self.current():
-            raise IndexChanged
-        return results
+    def limit(self, query: Query) -> int:
+        """How many candidates each of BM25 and the vectors gives."""
+        return max(self.retrieval.candidates, query.k * 3)
 
-    def _search(self, query: Query) -> list[Result]:
-        from memctl.index import lexical
+    def query_vectors(self, query: Query, weights) -> Any:
+        """The query embedded as _query_lines says, or None when the vectors have no weight."""
+        if weights[0] <= 0:
+            return None
+        return self.embedder.embed_queries(_query_lines(query.text, self.retrieval.split_query_lines))
 
-        retrieval = self.retrieval
-        limit = max(retrieval.candidates, query.k * 3)
-        bm25 = lexical.Hits({}, 0.0)
-        if query.mode != "vector":
-            bm25 = lexical.search(self.tantivy, query.text, query.filters, limit, retrieval.coverage_query_words,
-                                  retrieval.context_weight)
-
-        weights = self._weights(query)
-        # Every row's cosine to the query, when it is embedded: the candidates', their turns
-        # before's and their replies' are read from this one product (each was a product again).
-        cosines = judged = None
-        vector_rows: list[int] = []
-        compared = 0  # the rows the query's vector was compared with (the filters allow)
-        if weights[0] > 0:
-            query_vectors = self.embedder.embed_queries(_query_lines(query.text, retrieval.split_query_lines))
-            cosines = _query_cosines(self.vectors, query_vectors)
-            models = getattr(self.embedder, "models", None)
-            if models:
-                cosines = self._comparable(cosines, query_vectors, models)
-            vector_rows, compared = self._vector_candidates(cosines, query.filters, limit)
-            if models:
-                def judged(rows, vectors=self.vectors):
-                    return judged_cosines(vectors, query_vectors, rows, models)
-        found = self.rows.gather(bm25, vector_rows, cosines is not None, query.filters)
+    def ranked(self, query: Query, bm25, weights, rows: IndexRows, words: UnitWords, vectors, query_vectors,
+               cosines, vector_rows: list[int], compared: int = 0) -> list[Result]:
+        """The results of the ranking stages over BM25's hits and the vectors' rows (`cosines`: the
+        cosine to the query of every row a stage reads, comparable(); `vectors`: those rows' vectors;
+        `compared`: how many units the filters allow, which the subject test reads)."""
+        judged = None
+        models = getattr(self.embedder, "models", None) if cosines is not None else None
+        if models:
+            def judged(rows, vectors=vectors):
+                return judged_cosines(vectors, query_vectors, rows, models)
+        found = rows.gather(bm25, vector_rows, cosines is not None, query.filters)
         now = self.runtime.clock.now()
-        periods = _named_periods(query.text, now) if retrieval.date_weight > 0 and query.neighbours else []
-        run = SearchRun(self.settings, self.store, self.rows, self.words, self.vectors, bm25, cosines, vector_rows,
+        periods = _named_periods(query.text, now) if self.retrieval.date_weight > 0 and query.neighbours else []
+        run = SearchRun(self.settings, self.store, rows, words, vectors, bm25, cosines, vector_rows,
                         weights, periods, self._cosine_calibration, now, judged, compared)
         rank(found, query, run)
         results = [self._result(found, at) for at in found.best_of_each_record(query.k)]
@@ -191,23 +129,22 @@ class Searcher:
             query.why_none = self._why_none(found, query)
         return results
 
-    def _comparable(self, cosines, query_vectors, models):
+    def comparable(self, vectors, cosines, query_vectors, parts=None):
         """Every row's cosine to the query on the query's own scale. A row in the other script
         meets the query in the shared model (USE) alone, and the one space's weights scale their
         dot product down to √(1 − latin_share) of USE's cosine (OneSpace): English lines on the
-        theme of an English question outranked the Chinese fact that answers it. Its own USE cosine, mapped from USE's calibration onto the query's (the one
-        Fusion reads), orders it instead. The paraphrase set, gate off, dev hit@3: English fact,
-        Chinese question .050 -> .200, the other way .350 -> .350 (.550 with
-        bm25_full_coverage); no question lost (bench/README.md, "Issue 33, third pass")."""
+        theme of an English question outranked the Chinese fact that answers it. Its own USE
+        cosine, mapped from USE's calibration onto the query's (the one Fusion reads), orders it
+        instead. The paraphrase set, gate off, dev hit@3: English fact, Chinese question .050 ->
+        .200, the other way .350 -> .350 (.500 with bm25_full_coverage); no question lost
+        (bench/README.md, "Issue 33, third pass"). `parts`: vector_parts of `vectors`, when kept."""
         import numpy as np
 
+        models = getattr(self.embedder, "models", None)
+        if not models or cosines is None:
+            return cosines
         split = models[0]
-        if self._parts is None:  # once an open index: each row's shared part's norm, and whether it fills the Latin part
-            vectors = self.vectors
-            # einsum over the column slices: np.linalg.norm of the strided slice took 65 ms at 6k, this 2
-            self._parts = (np.sqrt(np.einsum("ij,ij->i", vectors[:, split:], vectors[:, split:])),
-                           np.einsum("ij,ij->i", vectors[:, :split], vectors[:, :split]) > 0)
-        shared_norms, latin_rows = self._parts
+        shared_norms, latin_rows = parts or vector_parts(vectors, split)
         query_shared = float(np.linalg.norm(query_vectors[-1, split:]))
         query_latin = bool(np.any(query_vectors[:, :split] != 0))
         across = latin_rows != query_latin
@@ -257,23 +194,6 @@ class Searcher:
         vector_weight = retrieval_settings.vector_weight * confidence
         return vector_weight, retrieval_settings.bm25_weight + retrieval_settings.vector_weight - vector_weight, unknown
 
-    def _vector_candidates(self, cosines, filters: Filters, limit: int) -> tuple[list[int], int]:
-        """The `limit` rows of the best cosines the filters allow (in no particular order), and
-        how many rows they allow."""
-        import numpy as np
-
-        if len(cosines) == 0:
-            return [], 0
-        scores = np.asarray(cosines, dtype=np.float32)
-        mask = self.units.mask(filters, len(scores))
-        allowed = len(scores)
-        if mask is not None:
-            scores = scores + mask
-            allowed = int(np.count_nonzero(mask == 0))
-        count = min(limit, len(scores))
-        top = np.argpartition(-scores, count - 1)[:count]
-        return top[np.isfinite(scores[top])].tolist(), allowed
-
     @staticmethod
     def _result(found: Candidates, at: int) -> Result:
         row = found.units[at]
@@ -295,6 +215,115 @@ class Searcher:
                 from memctl.text.tokens import truncate_tokens
 
                 result.text = truncate_tokens(result.text, limit)
+
+
+class Searcher(Ranking):
+    """An open index, reused for every query of one process (see --batch): its BM25 reader, its
+    rows (IndexRows: units.db and what is kept of it), its units' words and its vectors; each
+    search gathers its candidates there and walks the ranking stages (Ranking)."""
+
+    def __init__(self, rt: Runtime):
+        import numpy as np
+
+        from memctl.index import lexical
+
+        super().__init__(rt)
+        store = self.store
+        index_dir = store.index_dir
+        # One generation of the index, the table's rows read with the vectors they number: a search
+        # read rows an update had just added against the vectors before them (IndexError, or
+        # scores of neither version). An update patches in place: it appends vectors, then commits
+        # the table; so the table's version is read first, the vectors mapped after it hold every
+        # row of that version, and a search that ends on another version (data_version: a commit
+        # of another connection) is done again on the new one (IndexChanged). A compaction
+        # replaces the files between two manifests, the first saying so: a manifest that changed
+        # while they were opened, or says so, is an open done again.
+        self.manifest, manifest = kept_manifest(index_dir)  # every update rewrites the manifest (a new file)
+        if manifest is not None and manifest.get("compacting"):
+            raise IndexChanged
+        self.units = UnitsReader.open(index_dir / "units.db")
+        try:
+            self._version = self._table_version()
+            # A plain ndarray over the mapped file: products with a np.memmap pay its subclass's
+            # wrapping, 1.5 ms of a warm search's 2.7 ms product at 6k.
+            self.vectors = np.asarray(np.load(index_dir / "vectors.npy", mmap_mode="r"))
+            # One segment set for as long as this Searcher is used: it is made anew when the index
+            # changes (Retriever._open), and the ids of its documents are kept with it (lexical.Reader).
+            # Its ids are looked up in the table: one it lacks (or a newer hit) is no candidate.
+            self.tantivy = lexical.Reader(lexical.open_index(index_dir / "tantivy"))
+            if manifest_stamp(index_dir) != self.manifest:
+                raise IndexChanged
+        except BaseException:
+            self.units.db.close()
+            raise
+        self.rows = IndexRows(self.units, lambda: len(self.vectors), self.retrieval)
+        self.words = UnitWords.of_tantivy(self.tantivy)
+        self._parts = None  # the vectors' parts, read once an open index (comparable)
+
+    def _table_version(self) -> int:
+        (version,) = self.units.db.execute("PRAGMA data_version").fetchone()
+        return version
+
+    def current(self) -> bool:
+        """Whether every read of the table so far read the version this Searcher opened."""
+        return self._table_version() == self._version
+
+    # -- search ------------------------------------------------------------------
+    def search(self, query: Query) -> list[Result]:
+        """The results of one query; IndexChanged when the table changed while it was read (what it
+        read may mix two versions: an error, or scores of neither)."""
+        try:
+            results = self._search(query)
+        except Exception:
+            if not self.current():
+                raise IndexChanged from None
+            raise
+        if not self.current():
+            raise IndexChanged
+        return results
+
+    def _search(self, query: Query) -> list[Result]:
+        from memctl.index import lexical
+
+        retrieval = self.retrieval
+        limit = self.limit(query)
+        bm25 = lexical.Hits({}, 0.0)
+        if query.mode != "vector":
+            bm25 = lexical.search(self.tantivy, query.text, query.filters, limit, retrieval.coverage_query_words,
+                                  retrieval.context_weight)
+        weights = self._weights(query)
+        # Every row's cosine to the query, when it is embedded: the candidates', their turns
+        # before's and their replies' are read from this one product (each was a product again).
+        cosines = None
+        vector_rows: list[int] = []
+        compared = 0
+        query_vectors = self.query_vectors(query, weights)
+        if query_vectors is not None:
+            models = getattr(self.embedder, "models", None)
+            if models and self._parts is None:
+                self._parts = vector_parts(self.vectors, models[0])
+            cosines = self.comparable(self.vectors, _query_cosines(self.vectors, query_vectors), query_vectors,
+                                      self._parts)
+            vector_rows, compared = self._vector_candidates(cosines, query.filters, limit)
+        return self.ranked(query, bm25, weights, self.rows, self.words, self.vectors, query_vectors, cosines,
+                           vector_rows, compared)
+
+    def _vector_candidates(self, cosines, filters: Filters, limit: int) -> tuple[list[int], int]:
+        """The `limit` rows of the best cosines the filters allow (in no particular order), and
+        how many rows they allow."""
+        import numpy as np
+
+        if len(cosines) == 0:
+            return [], 0
+        scores = np.asarray(cosines, dtype=np.float32)
+        mask = self.units.mask(filters, len(scores))
+        allowed = len(scores)
+        if mask is not None:
+            scores = scores + mask
+            allowed = int(np.count_nonzero(mask == 0))
+        count = min(limit, len(scores))
+        top = np.argpartition(-scores, count - 1)[:count]
+        return top[np.isfinite(scores[top])].tolist(), allowed
 
 
 class Retriever:
@@ -365,6 +394,15 @@ class Retriever:
 def search_store(rt: Runtime, queries: list[Query], *, say=None, count_access: bool = True) -> list[list[Result]]:
     """One search of a store by a fresh Retriever (a command's single run)."""
     return Retriever(rt, say=say).search(queries, count_access=count_access)
+
+
+def vector_parts(vectors, split: int):
+    """Each row's shared part's norm, and whether it fills the Latin part (Ranking.comparable).
+    einsum over the column slices: np.linalg.norm of the strided slice took 65 ms at 6k, this 2."""
+    import numpy as np
+
+    return (np.sqrt(np.einsum("ij,ij->i", vectors[:, split:], vectors[:, split:])),
+            np.einsum("ij,ij->i", vectors[:, :split], vectors[:, :split]) > 0)
 
 
 def _query_lines(text: str, split: bool) -> list[str]:

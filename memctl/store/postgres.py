@@ -20,9 +20,10 @@ snapshot (no half write is ever seen). Ids stay unique under any number of write
 number of machines because the database refuses a second row with the same id.
 
 The features still reach the truth by its place (a path, seam.Places): on this store every place
-is NotOnPostgres, so every command that would read or write by place stops with one line and
-exit 2 instead of running on something else. The URL's password never appears in a message:
-`shown` is what every message names.
+but the settings' file (config_file: a private copy of its memctl.toml) is NotOnPostgres, so every
+command that would read or write by place stops with one line and exit 2 instead of running on
+something else. Its index lives in the same database (index/postgres.py). The URL's password
+never appears in a message: `shown` is what every message names.
 
 psycopg is imported by the first connection only: a folder store never loads it.
 """
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
@@ -48,6 +49,7 @@ NO_SCOPE = "none"  # the scope of a session holding no message (only torn or han
 WRITE_LOCK = 0x6D656D63746C
 MEMORY_MD = "MEMORY.md"
 PENDING = "pending.jsonl"
+CONFIG = "memctl.toml"
 SESSIONS = "sessions"
 
 SCHEMA = """
@@ -133,6 +135,7 @@ class PostgresStore:
         self.shown = shown(url)
         self._connection = None
         self._open = False  # a transaction of ours is under way on the connection
+        self._settings_folder: Path | None = None  # config_file's
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.shown!r})"
@@ -205,6 +208,21 @@ class PostgresStore:
         """One snapshot for the whole read (nothing to recover: an unfinished transaction left nothing)."""
         with self._in_transaction(write=False):
             yield
+
+    @contextmanager
+    def snapshot(self) -> Iterator:
+        """The connection in one read-only snapshot (as `reading()`), for the index's reads (index/postgres.py)."""
+        with self._in_transaction(write=False) as conn:
+            yield conn
+
+    @contextmanager
+    def indexing(self) -> Iterator:
+        """The connection in a transaction under the write lock that moves no `written` stamp: the
+        index's update (index/postgres.py) reads the truth and writes what it derives from it, and
+        no writer changes the truth meanwhile."""
+        with self._in_transaction(write=True) as conn:
+            self._check_format(conn)
+            yield conn
 
     @contextmanager
     def transaction(self, *, dry_run: bool = False) -> Iterator["PostgresWrites"]:
@@ -285,6 +303,28 @@ class PostgresStore:
                 found[path] = bytes(data)
         return dict(sorted(found.items()))
 
+    @property
+    def config_file(self) -> Path:
+        """The store's settings as a file config.load reads: its memctl.toml (kept whole in
+        memctl_files) copied into a private folder of this process, read once per PostgresStore
+        (a Memory reads its settings once); a path that does not exist when the store has none."""
+        if self._settings_folder is None:
+            import atexit
+            import shutil
+            import tempfile
+
+            folder = Path(tempfile.mkdtemp(prefix="memctl-settings-"))
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            data = None
+            if self.exists():
+                with self._in_transaction(write=False) as conn:
+                    found = conn.execute("SELECT data FROM memctl_files WHERE path = %s", (CONFIG,)).fetchone()
+                    data = bytes(found[0]) if found else None
+            if data is not None:
+                (folder / CONFIG).write_bytes(data)
+            self._settings_folder = folder
+        return self._settings_folder / CONFIG
+
     # -- Places and Names (seam.py): the features' ways by path, not yet here -----------------------
     def _by_place(self, what: str):
         raise NotOnPostgres(self.shown, f"reading or writing {what} by its place")
@@ -296,7 +336,6 @@ class PostgresStore:
     topics_dir = property(lambda self: self._by_place("the topics"))
     pending_file = property(lambda self: self._by_place(PENDING))
     state_file = property(lambda self: self._by_place("index_state.json"))
-    config_file = property(lambda self: self._by_place("memctl.toml"))
     index_dir = property(lambda self: self._by_place("the index"))
 
     def session_file(self, session: str):

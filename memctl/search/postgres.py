@@ -1,0 +1,82 @@
+"""Search of a store on PostgreSQL (#35 item 2): the candidates gathered in SQL, ranked by the
+folder store's stages (search.Ranking).
+
+BM25's hits come from index/postgres.py's SQL (Tantivy's BM25 over memctl's own tokens), the
+vectors' candidates from pgvector's HNSW index, both within the filters (a scope is a WHERE
+clause: no row of another scope is a candidate). Then the units a search reads with them (their
+turns before, the replies read with them) and their vectors come over in one query, and the
+stages run on that slice as on a folder's open index: its rows numbered 0.. in the index's row
+order, its units in a table in memory (UnitsReader), each row's cosine to the query the product
+of the same vectors with the same query vectors. Everything a search reads is one snapshot of the
+database (store.snapshot()), so an update committing meanwhile is seen whole or not at all.
+"""
+
+from __future__ import annotations
+
+from memctl.index.postgres import COLUMNS, PgIndex, PgReader
+from memctl.index.units_reader import UnitsReader
+from memctl.runtime import Runtime
+from memctl.search.candidates import IndexRows, UnitWords
+from memctl.search.queries import Query
+from memctl.search.search import Ranking, Result, _query_cosines
+
+
+class PgSearcher(Ranking):
+    """The searches of one snapshot of a PostgreSQL store's index."""
+
+    def __init__(self, rt: Runtime, conn):
+        super().__init__(rt)
+        self.reader = PgReader(conn)
+
+    def search(self, query: Query) -> list[Result]:
+        import numpy as np
+
+        from memctl.index import lexical
+
+        retrieval, reader = self.retrieval, self.reader
+        limit = self.limit(query)
+        bm25 = lexical.Hits({}, 0.0)
+        if query.mode != "vector":
+            bm25 = reader.bm25(query.text, query.filters, limit, retrieval.coverage_query_words,
+                               retrieval.context_weight)
+        weights = self._weights(query)
+        query_vectors = self.query_vectors(query, weights)
+        nearest = reader.nearest(query_vectors, query.filters, limit) if query_vectors is not None else []
+        dimension = query_vectors.shape[1] if query_vectors is not None else 0
+        units, matrix = reader.slice(list(dict.fromkeys([*bm25.scores, *nearest])), dimension)
+        local = {unit[1]: row for row, unit in enumerate(units)}  # id -> its row in the slice
+        cosines = vector_rows = None
+        compared = 0
+        if query_vectors is not None:
+            cosines = self.comparable(matrix, _query_cosines(matrix, query_vectors), query_vectors)
+            compared = reader.count(query.filters)
+            # each query line's nearest, then the `limit` best of them as the lines' cosines combine
+            found = np.array([local[unit_id] for unit_id in nearest if unit_id in local], dtype=np.intp)
+            vector_rows = found[np.argsort(-cosines[found], kind="stable")[:limit]].tolist()
+        rows = IndexRows(UnitsReader.of_rows([(row, *unit[1:]) for row, unit in enumerate(units)], COLUMNS),
+                         lambda: len(units), retrieval)
+        words = UnitWords(reader.documents, reader.doc_freqs)
+        return self.ranked(query, bm25, weights, rows, words, matrix, query_vectors, cosines, vector_rows or [],
+                           compared)
+
+
+class PgRetriever:
+    """Searches a PostgreSQL store (search.Retriever's part for a folder): indexes first when the store
+    was written since its index, then answers every query from one snapshot."""
+
+    def __init__(self, rt: Runtime, *, say=None):
+        self.store = rt.store
+        self.say = say
+        self.runtime = rt
+
+    def search(self, queries: list[Query], *, count_access: bool = True) -> list[list[Result]]:
+        """Each query's results. A memory returned is not counted as an access yet (`count_access`
+        is taken and left): the count is a file of its own (store/counters.py), and a write moves
+        the store's stamp, which would have every search index the store first."""
+        self.store.require()
+        PgIndex(self.runtime).refresh(self.say)
+        with self.store.snapshot() as conn:
+            return [PgSearcher(self.runtime, conn).search(query) for query in queries]
+
+    def learn_ahead(self, rows: int) -> bool:
+        return True  # nothing is kept between searches to learn ahead
