@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
+from test_hooks import one_line_and_nothing_else, stored
 
 FIXTURES = REPO / "tests" / "fixtures"
 ROLLOUT = FIXTURES / "codex" / "rollout.jsonl"
@@ -47,20 +48,6 @@ def context_of(done: subprocess.CompletedProcess, event: str) -> str:
     assert list(answer) == ["hookSpecificOutput"]
     assert answer["hookSpecificOutput"]["hookEventName"] == event
     return answer["hookSpecificOutput"]["additionalContext"]
-
-
-def stored(store: Path, session: str) -> list[dict]:
-    path = store / "sessions" / f"{session}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def one_line_and_nothing_else(done: subprocess.CompletedProcess) -> str:
-    """A hook that failed: exit 0 (2 blocks the prompt in every client), nothing on stdout, one line on stderr."""
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == b""
-    err = done.stderr.decode()
-    assert err.count("\n") == 1 and err.startswith("memctl: "), err
-    return err
 
 
 # -- Codex ------------------------------------------------------------------------------------------

@@ -139,6 +139,17 @@ class UpdateReport(Shape):
         return notes
 
 
+    def tell(self, say: Callable[[str], None] | None) -> UpdateReport:
+        """Say what a search's refresh did (an update, a rebuild and why, lines passed over); itself."""
+        if say and self.touched:
+            what = f"rebuilt the index ({self.reason})" if self.rebuilt else "updated the index"
+            say(f"memctl: {what}: {self.added} added, {self.changed} changed, {self.removed} removed")
+        if say:
+            for line in self.skipped_notes():
+                say(line)
+        return self
+
+
 SKIPPED_SHOWN = 3  # a file of bad lines is said in a few lines; `memctl health` lists them all
 
 
@@ -208,14 +219,7 @@ class Index(Searchable):
         """Index first if the files changed since the last index (what a search does)."""
         if self.is_fresh():
             return UpdateReport()
-        report = self.update()
-        if say and report.touched:
-            what = f"rebuilt the index ({report.reason})" if report.rebuilt else "updated the index"
-            say(f"memctl: {what}: {report.added} added, {report.changed} changed, {report.removed} removed")
-        if say:
-            for line in report.skipped_notes():
-                say(line)
-        return report
+        return self.update().tell(say)
 
     def _update(self, stamps: dict[str, list[int]], rebuild: bool, progress, scrub: bool = False) -> UpdateReport:
         """Read what changed, work out the units' new rows and vectors, then write them; with

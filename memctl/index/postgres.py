@@ -158,14 +158,7 @@ class PgIndex(Searchable):
         """Index first if the store was written since the last index (what a search does)."""
         if self.is_fresh():
             return UpdateReport()
-        report = self.update()
-        if say and report.touched:
-            what = f"rebuilt the index ({report.reason})" if report.rebuilt else "updated the index"
-            say(f"memctl: {what}: {report.added} added, {report.changed} changed, {report.removed} removed")
-        if say:
-            for line in report.skipped_notes():
-                say(line)
-        return report
+        return self.update().tell(say)
 
     def scrub(self) -> UpdateReport:
         """As update: a removed unit's row is deleted (what VACUUM then does with it is #35 item 4)."""
