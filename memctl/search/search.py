@@ -126,7 +126,7 @@ class Ranking:
         results = [self._result(found, at) for at in found.best_of_each_record(query.k)]
         self._snippets(results)
         if not results:
-            query.why_none = self._why_none(found, query)
+            query.why_none = self._why_none(found, query, compared)
         return results
 
     def comparable(self, vectors, cosines, query_vectors, parts=None):
@@ -156,9 +156,13 @@ class Ranking:
         mapped = floor + (own - low) / (high - low) * (ceiling - floor)
         return np.where(across, mapped, cosines).astype(np.float32)
 
-    def _why_none(self, found: Candidates, query: Query) -> str:
-        """Why a search returned nothing, for --explain: no candidate, the minimum, or the noise filter."""
+    def _why_none(self, found: Candidates, query: Query, compared: int) -> str:
+        """Why a search returned nothing, for --explain: no candidate, the minimum (its cosine
+        threshold for a store of `compared` units), or the noise filter."""
+        from memctl.search.subject import SubjectTest
+
         retrieval_settings = self.retrieval
+        min_cosine = SubjectTest(retrieval_settings).min_cosine(compared)
         if not len(found.relevance):
             return ("no unit matched the query's words or meaning" + (" within the filters" if query.filters != Filters()
                                                                       else ""))
@@ -170,11 +174,13 @@ class Ranking:
         trust = found.vector_weight / retrieval_settings.vector_weight if retrieval_settings.vector_weight > 0 else 0.0
         meaning = float((found.relevance_cosine * min(1.0, trust)).max())
         coverage = float(found.coverage.max())
-        if (best < retrieval_settings.min_best_relevance and meaning < retrieval_settings.subject_min_cosine
+        if (best < retrieval_settings.min_best_relevance and meaning < min_cosine
                 and coverage < retrieval_settings.subject_min_coverage):
+            size = (f"; {min_cosine:.3f} in a store of {compared} units"
+                    if min_cosine != retrieval_settings.subject_min_cosine else "")
             return (f"the store does not seem to know the subject ([retrieval] minimum): of {len(found.relevance)} "
                     f"candidates the best calibrated cosine is {meaning:.3f} (subject_min_cosine "
-                    f"{retrieval_settings.subject_min_cosine:g}), "
+                    f"{retrieval_settings.subject_min_cosine:g}{size}), "
                     f"the best share of the query's words {coverage:.3f} (subject_min_coverage "
                     f"{retrieval_settings.subject_min_coverage:g}), the best relevance {best:.3f} (min_best_relevance "
                     f"{retrieval_settings.min_best_relevance:g}), and no two units hold subject_min_words "
