@@ -271,10 +271,13 @@ def _check_cache(store: Store, problems: list[Problem], clock: Clock) -> None:
 def index_problems(rt: Runtime) -> list[Problem]:
     """Is .index/ in step with the files? A stale or missing index is a warning, never
     damage: search rebuilds it by itself, and `health --fix` does it now."""
-    from memctl.index.index import rebuild_reasons
+    from memctl.index import open_index
 
-    return [Problem(file, None, message, "index", "warning", True)
-            for file, message in rebuild_reasons(rt)]
+    try:
+        index = open_index(rt)
+    except InputError:
+        return []  # a broken memctl.toml is reported by the config check
+    return [Problem(file, None, message, "index", "warning", True) for file, message in index.rebuild_reasons()]
 
 
 def _check_config(rt: Runtime, problems: list[Problem]) -> config.Settings | None:
@@ -633,9 +636,9 @@ def fix(rt: Runtime, problems: list[Problem], *, dry_run: bool = False) -> list[
             done.append(f"{problem.file}: removed")
     if "index" in codes:
         if not dry_run:
-            from memctl.index.index import Index
+            from memctl.index import open_index
 
-            Index(rt).update()
+            open_index(rt).update()
         done.append(".index: brought up to date with the files")
     if done and not dry_run:
         stamp = clock.format_ts(rt.clock.now())

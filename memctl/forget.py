@@ -516,9 +516,10 @@ def residue(store: Store, texts: list[str]) -> list[str]:
 
 
 def _scrub_index(rt: Runtime) -> str:
-    from memctl.index.index import Index
+    from memctl.index import open_index
 
-    if not rt.store.index_dir.exists():
+    index = open_index(rt)
+    if not index.summary()["built"]:
         return "none yet"
-    report = Index(rt).scrub()
+    report = index.scrub()
     return report.reason or f"written anew: {report.units} units, {report.removed} removed, {report.changed} changed"

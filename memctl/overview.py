@@ -8,10 +8,8 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import orjson
 
 from memctl import clock
 from memctl import config
@@ -162,7 +160,7 @@ def _topic(store: Store, record_id: str) -> Shown | None:
 class Status(Shape):
     """The store at a glance: `memctl status --json`."""
 
-    store: str = shown("The store's root.")
+    store: str = shown("The store: its folder, or its URL without the password.")
     counts: dict[str, Any] = shown('{"messages", "sessions", "memories": {"current", "superseded", "archived", '
                                    '"deleted"}, "pending": {"waiting", "expired"}, "topics": {state: count}, '
                                    '"cache_entries" (null on a backend that is not files)}')
@@ -202,14 +200,14 @@ def status(rt: Runtime) -> Status:
             topic_scopes[topicfile.archived_scope(store, header) or "none"] += 1
     scopes = sorted(set(messages) | set(memory_scopes) | set(topic_scopes))
     return Status(**{
-        "store": str(store.root),
+        "store": store.shown,
         "counts": {"messages": sum(messages.values()), "sessions": len(sessions), "memories": memories,
                    "pending": {"waiting": pending["waiting"], "expired": pending["expired"]},
                    "topics": {state: topics[state] for state in topicfile.STATES},
                    "cache_entries": _cache_entries(store, settings)},
         "scopes": {scope: {"messages": messages[scope], "memories": memory_scopes[scope],
                            "topics": topic_scopes[scope]} for scope in scopes},
-        "sizes": _sizes(store),
+        "sizes": _sizes(rt),
         "index": _index(rt),
         "model": _model_name(settings),
     })
@@ -231,36 +229,33 @@ def _expired(item: dict, now) -> bool:
 
 def _cache_entries(store: Store, settings: config.Settings) -> int | None:
     """Entries of the files cache; None on another backend (`memctl cache stats` asks it)."""
+    from memctl.cache import files_of
+
     if settings.cache.backend != "files":
         return None
+    store = files_of(store)
     return sum(len(store.listing(scope / "entries", "*.json"))
                for scope in store.listing(store.path("cache"), "*") if scope.is_dir())
 
 
-def _sizes(store: Store) -> dict[str, int]:
-    """Bytes on disk: everything, and the derived .index/ within it."""
-    def size(root: Path) -> int:
-        total = 0
-        for folder, _, files in os.walk(root):
-            for name in files:
-                try:
-                    total += os.lstat(os.path.join(folder, name)).st_size
-                except FileNotFoundError:
-                    continue
-        return total
+def _sizes(rt: Runtime) -> dict[str, int]:
+    """Bytes on disk: everything, and the derived index within it (.index/, or its tables)."""
+    from memctl.index import open_index
 
-    return {"total_bytes": size(store.root), "index_bytes": size(store.index_dir) if store.index_dir.exists() else 0}
+    index_bytes = open_index(rt).size()
+    truth = 0
+    for folder, folders, files in os.walk(rt.store.root):
+        folders[:] = [name for name in folders if name != ".index"]
+        for name in files:
+            try:
+                truth += os.lstat(os.path.join(folder, name)).st_size
+            except FileNotFoundError:
+                continue
+    return {"total_bytes": truth + index_bytes, "index_bytes": index_bytes}
 
 
 def _index(rt: Runtime) -> dict[str, Any]:
-    """The index's manifest as status shows it (reading it costs no model)."""
-    store = rt.store
-    try:
-        manifest = orjson.loads(read_file(store.index_dir / "manifest.json"))
-    except (FileNotFoundError, orjson.JSONDecodeError):
-        return {"built": False, "updated_at": None, "units": 0, "model": None, "fresh": False}
-    from memctl.index.index import Index
+    """The index as status shows it."""
+    from memctl.index import open_index
 
-    model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
-    return {"built": True, "updated_at": manifest.get("updated_at"), "units": manifest.get("units", 0),
-            "model": model.get("name") or None, "fresh": Index(rt).is_fresh()}
+    return open_index(rt).summary()

@@ -6,12 +6,14 @@ the folder's on a real server."""
 from __future__ import annotations
 
 import inspect
+import json
 import threading
 import time
 
 import pytest
 
-from conftest import FIXTURES, runtime_of
+from conftest import FIXTURES, runtime_of, snapshot
+from memctl.store.postgres import shown
 from memctl.index.index import Index
 from memctl.store import seam
 from memctl.store.copy import files_of, place
@@ -276,3 +278,74 @@ def test_a_scoped_search_never_sees_another_scopes_records(scoped_store):
         assert {result.scope for result in found} <= {scope, "global"}, (query, scope)
         seen |= {result.scope for result in found}
     assert seen == {*SCOPES, "global"}  # every scope's walls were tested with results on both sides
+
+
+# -- every command, on a folder and on PostgreSQL alike ------------------------------------------------
+PENDING_NOTE = '{"text": "Kestrel might move to Redis streams", "fields": {"scope": "project:kestrel"}}'
+EVERYDAY = [  # (argv, stdin): each on the store as the steps before left it
+    (["ingest", str(DEMO / "chat.jsonl")], None),
+    (["ingest", str(DEMO / "MEMORY.md")], None),
+    (["ingest", "--session", "bakery-zh", "-"], "\n".join(CHINESE)),
+    (["ingest", "--pending", "-"], PENDING_NOTE),
+    (["ingest", "--scope", "user:alice", "--session", "alice-1", "-"],
+     '{"role": "user", "text": "my locker code is 4711, keep it to yourself"}'),
+    (["search", "--json", "which database does kestrel use"], None),
+    (["search", "--json", "--layered", "--workspace", "project:kestrel", "--budget", "200", "which queue"], None),
+    (["context", "--json", "--session", "2026-11-09-debugging", "--message", "why did the sync time out?"], None),
+    (["status", "--json"], None),
+    (["show", "--json", "mem-kestrel-db"], None),
+    (["show", "--json", "s2-02"], None),
+    (["history", "--json", "mem-kestrel-db"], None),
+    (["review", "pending", "--json"], None),
+    (["review", "confirm", "PENDING"], None),
+    (["split", "--json", "--session", "2026-11-09-debugging", "--force"], None),
+    (["topics", "list", "--json"], None),
+    (["state", "record", "--json", "--hit", "Decisions", "--summary", "Choosing the database"], None),
+    (["state", "show", "--json"], None),
+    (["forget", "--json", "s2-03"], None),
+    (["forget", "--json", "--match", "locker code", "--yes"], None),
+    (["show", "--json", "s2-03"], None),
+    (["search", "--json", "locker code", "--scope", "user:alice"], None),
+    (["review", "lifecycle", "--json", "--dry-run"], None),
+    (["health", "check", "--json"], None),
+    (["config", "--json"], None),
+    (["cache", "run", "--json", "--scope", "s1", "--tool", "echo", "--", "echo", "hello"], None),
+    (["cache", "stats", "--json"], None),
+]
+
+
+def test_every_command_does_the_same_on_a_folder_and_on_postgresql(tmp_path, postgres_url):
+    """The README's everyday commands, one after another, on a folder store and on a store named by
+    a URL: the same exit status and the same output (the store named as it is), and at the end
+    the same truth, file for file, as `store copy` reads it back."""
+    from conftest import run_in_process
+
+    folder = tmp_path / "store"
+    env = {**NOW, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def same(argv: list[str], text: bytes, store: str):
+        text = text.decode().replace(store, "STORE")
+        if argv[0] == "status":  # bytes on disk: Tantivy's and SQLite's files against the tables' pages
+            shown = json.loads(text)
+            assert shown["sizes"]["total_bytes"] > shown["sizes"]["index_bytes"] > 0
+            return {**shown, "sizes": None}
+        if argv[:2] == ["cache", "run"]:  # a run's own: its entry's id is random, its duration measured
+            return {**json.loads(text), "id": None, "duration_ms": None}
+        return text
+
+    pending = None
+    for argv, data in EVERYDAY:
+        argv = [pending if arg == "PENDING" else arg for arg in argv]
+        on_folder = run_in_process(folder, *argv, input=data, env=env)
+        on_postgres = run_in_process(postgres_url, *argv, input=data, env=env)
+        assert on_folder.returncode in (0, 1), (argv, on_folder.stderr)
+        assert (on_postgres.returncode, same(argv, on_postgres.stdout, shown(postgres_url))) == \
+            (on_folder.returncode, same(argv, on_folder.stdout, str(folder))), (argv, on_postgres.stderr)
+        if argv[:2] == ["review", "pending"]:
+            pending = json.loads(on_folder.stdout.splitlines()[0])["id"]
+    back = tmp_path / "back"
+    assert run_in_process(folder, "store", "copy", postgres_url, str(back)).returncode == 0
+    kept_apart = ("cache/", "access.")  # the cache is this machine's; access counts are not on PostgreSQL yet
+    assert {path: digest for path, digest in snapshot(back).items()} == \
+        {path: digest for path, digest in snapshot(folder).items()
+         if not path.startswith((".", *kept_apart))}

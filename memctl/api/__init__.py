@@ -80,8 +80,7 @@ class Memory:
     """
 
     def __init__(self, path: str | os.PathLike | None = None, *, say: Say | None = None):
-        """The store at `path` (a folder, or a postgresql:// URL: only copy_store, index and search run
-        on one yet), else $MEMCTL_STORE, else ./.memory. `say` gets progress notes meant for a person
+        """The store at `path` (a folder, or a postgresql:// URL), else $MEMCTL_STORE, else ./.memory. `say` gets progress notes meant for a person
         (re-indexing, rebuilds); by default they are dropped."""
         from memctl.runtime import Runtime
 
@@ -98,12 +97,19 @@ class Memory:
 
     @property
     def path(self):
-        return self.store.root
+        """What names the store: its folder, or its URL (what Memory(path) opens again)."""
+        return self.store.root if self.store.is_folder else self.store.url
+
+    def close(self) -> None:
+        """Let go of what the store holds open: a PostgreSQL store's connection and working folder
+        (nothing for a folder). A Memory used after it opens them again."""
+        if not self.store.is_folder:
+            self.store.close()
 
     def require_folder(self, what: str) -> None:
         """NotOnPostgres (a MemctlError, exit 2) naming `what` when the store is a PostgreSQL one, on
-        which only copy_store, index and search run yet (#35): a face says so before it starts on
-        anything."""
+        which the resident server and the installers do not run yet (#35): a face says so before it
+        starts on anything."""
         if not self.store.is_folder:
             from memctl.store.postgres import NotOnPostgres
 
@@ -140,13 +146,10 @@ class Memory:
     def index(self, *, rebuild: bool = False,
               progress: Callable[[str, int, int], None] | None = None) -> "UpdateReport":
         """Bring .index/ up to date with the files (a search does this by itself)."""
-        if self.store.is_folder:
-            from memctl.index.index import Index
-        else:
-            from memctl.index.postgres import PgIndex as Index
+        from memctl.index import open_index
 
         self.store.require()
-        report = Index(self.runtime).update(rebuild=rebuild, progress=progress)
+        report = open_index(self.runtime).update(rebuild=rebuild, progress=progress)
         self._retriever = None  # reopen on the next search
         return report
 
@@ -183,8 +186,11 @@ class Memory:
         """Every setting's effective value and where it came from (config.origins)."""
         from memctl.config import origins
 
-        self.require_folder("`config`")  # it names the files settings come from: a PostgreSQL store's is none yet
-        return origins(self.store.config_file)
+        rows = origins(self.store.config_file)
+        if not self.store.is_folder:  # its memctl.toml is read from a private copy: named as the store's
+            for row in rows:
+                row["source"] = row["source"].replace(str(self.store.config_file), f"{self.store.shown} memctl.toml")
+        return rows
 
     # -- searching -----------------------------------------------------------------
     def search(self, query: str, *, where: Filters | None = None, k: int = 10, mode: str = "hybrid",
@@ -313,7 +319,7 @@ class Memory:
         from memctl.index.index import Index
 
         stamp = self.store.written_stamp()
-        if stamp != written:
+        if stamp != written and self.store.is_folder:  # a PostgreSQL store's index embeds in its update
             # A store of its own, by absolute path: the thread outlives the call, whose working
             # directory and objects the server's next call replaces.
             Index(self.runtime.on(Store(os.path.abspath(self.store.root)))).embed_ahead()
@@ -334,13 +340,10 @@ class Memory:
             self.say(message)
 
     def _retriever_open(self):
-        if self.store.is_folder:
-            from memctl.search.search import Retriever
-        else:
-            from memctl.search.postgres import PgRetriever as Retriever
+        from memctl.search import open_retriever
 
         if self._retriever is None:
-            self._retriever = Retriever(self.runtime, say=self.say)
+            self._retriever = open_retriever(self.runtime, say=self.say)
         return self._retriever
 
     def _retrieve(self, queries) -> list[list["Result"]]:

@@ -28,6 +28,7 @@ import os
 import time
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from memctl.runtime import Runtime
@@ -77,7 +78,22 @@ def cache_problems(store: Store, clock: Clock) -> list[tuple[str, int | None, st
     not counted, a bad consolidation mark is no mark. The Redis backend is not read."""
     from memctl.cache.files import FileBackend
 
-    return FileBackend(store, clock).problems()
+    return FileBackend(files_of(store), clock).problems()
+
+
+def files_of(store) -> Store:
+    """Where the files backend keeps a store's cache: the store's own folder, or for a store on
+    PostgreSQL a folder of this machine's user, $XDG_CACHE_HOME/memctl/postgresql/<hash of the URL
+    without its password> (~/.cache when unset): tool output is this machine's, kept for minutes,
+    and written outside any transaction, which a database store has no place for (a cache shared
+    by several machines is the Redis backend's)."""
+    if store.is_folder:
+        return store
+    from _blake2 import blake2b
+
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    folder = (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "memctl" / "postgresql"
+    return Store(folder / blake2b(store.shown.encode(), digest_size=8).hexdigest())
 
 
 @dataclass
@@ -112,7 +128,7 @@ def open_backend(spec: str, store: Store, settings: config.Cache, clock: Clock) 
     if spec == "files":
         from memctl.cache.files import FileBackend
 
-        return FileBackend(store, clock)
+        return FileBackend(files_of(store), clock)
     if spec.startswith(("redis://", "rediss://", "unix://")):
         try:
             from memctl.cache.redis_backend import RedisBackend
@@ -298,11 +314,11 @@ class Cache:
         need_query(query)
         from memctl.index.filters import Filters
         from memctl.search.queries import Query
-        from memctl.search.search import search_store
+        from memctl.search import open_retriever
 
         filters = Filters(kinds=("memory",), cache_scopes=(check_name(scope, "scope"),) if scope else (),
                           tools=tuple(check_name(t, "tool") for t in tools), agents=tuple(agents))
-        (results,) = search_store(self.runtime, [Query(text=query, k=k, filters=filters)])
+        (results,) = open_retriever(self.runtime).search([Query(text=query, k=k, filters=filters)])
         return results
 
 

@@ -43,9 +43,9 @@ _COMMANDS = {
     "config": ("memctl.cli.overview", "config"), "server": ("memctl.cli.server", "server"),
     "hooks": ("memctl.cli.hooks", "hooks"), "store": ("memctl.cli.store", "store"),
 }
-# What runs on a store named by a PostgreSQL URL so far (#35); every other command says it does not
-# (`hooks` itself: `hooks run` exits 0 whatever fails).
-_ON_POSTGRES = {"store", "hooks", "index", "search"}
+# What does not run on a store named by a PostgreSQL URL yet (#35): the resident server, which is
+# found by its store's folder (`hooks install` and `mcp install` say so themselves).
+_NOT_ON_POSTGRES = {"server"}
 
 
 def _set_quiet(ctx: click.Context, _param, value: bool) -> None:
@@ -127,7 +127,8 @@ class MemctlGroup(click.Group):
         try:
             return super().invoke(ctx)
         except MemctlError as exc:
-            alert(f"memctl: error: {exc}")
+            memory = ctx.obj if hasattr(ctx.obj, "store") else None  # a file of a PostgreSQL store named by its URL
+            alert(f"memctl: error: {memory.store.named(str(exc)) if memory else exc}")
             ctx.exit(exc.exit_code)
         except OSError as exc:
             if isinstance(exc, BrokenPipeError):
@@ -151,8 +152,8 @@ def _hook_call(args) -> bool:
 @click.group(cls=MemctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="memctl")
 @click.option("--store", "store_path", metavar="DIR|URL", type=click.Path(file_okay=False),
-              help="The memory store: a folder, or a postgresql:// URL (`store copy`, `index` and "
-                   "`search` run on one yet). [default: $MEMCTL_STORE, else ./.memory; a store made there unasked is named "
+              help="The memory store: a folder, or a postgresql:// URL (every command but `server`, "
+                   "`hooks install` and `mcp install`). [default: $MEMCTL_STORE, else ./.memory; a store made there unasked is named "
                    "on stderr]")
 @click.pass_context
 def cli(ctx: click.Context, store_path: str | None) -> None:
@@ -177,7 +178,7 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
     # A caller may pass the maker of the command's Memory as obj: main() keeps it, a resident
     # server gives it the open index of its last call (memctl/server/serve.py).
     ctx.obj = (ctx.obj or Memory)(store_path, say=say)
-    if ctx.invoked_subcommand not in _ON_POSTGRES:
+    if ctx.invoked_subcommand in _NOT_ON_POSTGRES:
         ctx.obj.require_folder(f"`memctl {ctx.invoked_subcommand}`")
     if store_path is None and not os.environ.get("MEMCTL_STORE") and not ctx.obj.store.exists():
         ctx.call_on_close(lambda: _name_unasked_store(ctx.obj.store.root))
@@ -215,6 +216,8 @@ def main() -> None:
         sys.exit(130)
     except SystemExit as done:
         _start_server(made)
+        for memory in made:
+            memory.close()  # _exit_at_once skips atexit: a PostgreSQL store's working folder goes now
         if done.code is None or isinstance(done.code, int):
             _exit_at_once(done.code or 0)
         raise
@@ -232,7 +235,7 @@ def _start_server(made: list) -> None:
 
     memory = made[0]
     try:
-        if memory.store.exists() and memory.runtime.settings.server.enabled:
+        if memory.store.is_folder and memory.store.exists() and memory.runtime.settings.server.enabled:
             start(str(memory.store.root), memory.runtime.settings.server.max_running)
     except (MemctlError, OSError):
         pass

@@ -85,6 +85,7 @@ def mcp_install(memory, client, name, force, dry_run, as_json):
     """
     from memctl.mcp.clients import install
 
+    memory.require_folder("`memctl mcp install`")  # it writes the store's folder into the client's config
     setup = install(client, memory.store.root, name=name, force=force, dry_run=dry_run)
     if as_json:
         json_lines([setup.as_dict()])

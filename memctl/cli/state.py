@@ -149,7 +149,7 @@ def state_show(memory, as_json):
     """
     shown = memory.state.show().fields
     if shown is None:
-        say(f"memctl: no state yet: {memory.store.state_file} does not exist (memctl state record starts it)")
+        say(f"memctl: no state yet: {memory.store.named(str(memory.store.state_file))} does not exist (memctl state record starts it)")
         sys.exit(EXIT_NOTHING)
     if as_json:
         json_lines([shown])
@@ -174,7 +174,7 @@ def state_reset(memory, yes, dry_run):
       memctl state reset --yes      # in scripts
       memctl state reset --dry-run
     """
-    state_file = memory.store.state_file
+    state_file = memory.store.named(str(memory.store.state_file))
     if not (yes or dry_run):
         if not sys.stdin.isatty() or quiet():  # no one to ask, or the question would not be seen
             alert("memctl: error: state reset: " + ("--quiet asks nothing" if quiet() else "stdin is not a terminal")
@@ -226,7 +226,7 @@ def _state_table(store, shown: dict) -> str:
     """`state show` for people: a header, the turns, then one row per section."""
     turns = shown["turns"]
     span = f" (turns {turns[0]['turn_id']}-{turns[-1]['turn_id']})" if turns else ""
-    lines = [f"{store.state_file}: {len(turns)} of {shown['window_size']} turns{span}, "
+    lines = [f"{store.named(str(store.state_file))}: {len(turns)} of {shown['window_size']} turns{span}, "
              f"dominant threshold {shown['dominant_threshold']}"]
     dominant = ", ".join(f"{s} ({shown['proportions'].get(s, 0):.3f})" for s in shown["dominant"])
     lines.append(f"dominant: {dominant or '-'}")

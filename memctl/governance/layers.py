@@ -26,7 +26,7 @@ from memctl.errors import StoreError
 from memctl.store import memoryfile
 from memctl.search.scores import Scorer, is_core
 from memctl.store.status import active_tails
-from memctl.store.store import Store, atomic_write, read_file
+from memctl.store.store import Store, read_file
 from memctl.text.words import MEMORY_WORDS
 from memctl.text.shape import Shape, shown
 
@@ -96,7 +96,7 @@ def layered_search(rt: Runtime, query: str, *, workspace: str | None, budget: in
     """L0 core, L1 workspace, then L2 query results when a G3 trigger fires; `retriever` is
     an open search.Retriever to reuse (a server's), else one is made for this search."""
     from memctl.search.queries import Query
-    from memctl.search.search import Retriever
+    from memctl.search import open_retriever
     from memctl.index.filters import Filters
     from memctl.text.tokens import count_tokens
 
@@ -114,7 +114,7 @@ def layered_search(rt: Runtime, query: str, *, workspace: str | None, budget: in
     if result.trigger:
         taken = core_ids | {e.id for e in scoped}
         filters = Filters(kinds=("memory",), scopes=(workspace,) if workspace else ())
-        retriever = retriever or Retriever(rt, say=say)
+        retriever = retriever or open_retriever(rt, say=say)
         (found,) = retriever.search([Query(text=query, k=governance_settings.layer_query_max + len(taken),
                                            filters=filters)])
         for hit in [r for r in found if r.record_id not in taken][:governance_settings.layer_query_max]:
@@ -186,7 +186,7 @@ def _count_turn(store: Store) -> None:
     if not store.exists():
         return
     try:
-        with store.lock():
-            atomic_write(store.path(COUNTER_FILE), orjson.dumps({"layered_turns": _turns(store) + 1}))
+        with store.transaction() as tx:  # a store on PostgreSQL keeps it in its database too
+            tx.replace(store.path(COUNTER_FILE), orjson.dumps({"layered_turns": _turns(store) + 1}))
     except StoreError:
         return  # as counters.record: a wedged store is read on, uncounted

@@ -175,6 +175,45 @@ class Index(Searchable):
     def manifest(self) -> dict | None:
         return _read_manifest(self.dir)
 
+    def summary(self) -> dict:
+        """The index as `memctl status` shows it (its manifest: reading it costs no model)."""
+        manifest = self.manifest()
+        if manifest is None:
+            return {"built": False, "updated_at": None, "units": 0, "model": None, "fresh": False}
+        model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
+        return {"built": True, "updated_at": manifest.get("updated_at"), "units": manifest.get("units", 0),
+                "model": model.get("name") or None, "fresh": self.is_fresh()}
+
+    def size(self) -> int:
+        """Bytes of .index/ on disk."""
+        total = 0
+        for folder, _, files in os.walk(self.dir):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(folder, name)).st_size
+                except FileNotFoundError:
+                    continue
+        return total
+
+    def rebuild_reasons(self) -> list[tuple[str, str]]:
+        """(file, message) for each way .index/ needs more than the next search's update.
+
+        Files changed since the last index are not reported: that is the state
+        after every ingest, and a search updates the index by itself, re-reading
+        only those files. What is worth a warning is what costs a full rebuild
+        (the whole store embedded again) at the next search.
+        """
+        manifest = self.manifest()
+        if manifest is None:  # no index yet is no fault: search builds it
+            if (self.dir / "manifest.json").exists():
+                return [(".index/manifest.json", "unreadable; the next search rebuilds the index")]
+            return []
+        if manifest.get("format") != FORMAT:
+            return [(".index", "written by another version of memctl; the next search rebuilds it")]
+        if manifest.get("embedding") != self._embedding_settings():
+            return [(".index", "built with other embedding settings; the next search rebuilds it")]
+        return []
+
     def is_fresh(self) -> bool:
         """True when the index reflects the files as they are now (one stat a file)."""
         return self._fresh(self.stamps())
@@ -865,32 +904,6 @@ def _insert(conn: sqlite3.Connection, records: list[dict]) -> None:
 def _records(change: _Change, rows: range, embed_digests: list[str]) -> list[dict]:
     return [_record(unit, row, digest, embed_digest)
             for unit, row, digest, embed_digest in zip(change.fresh, rows, change.digests, embed_digests)]
-
-
-def rebuild_reasons(rt: Runtime) -> list[tuple[str, str]]:
-    """(file, message) for each way .index/ needs more than the next search's update.
-
-    Files changed since the last index are not reported: that is the state
-    after every ingest, and a search updates the index by itself, re-reading
-    only those files. What is worth a warning is what costs a full rebuild
-    (the whole store embedded again) at the next search.
-    """
-    from memctl.errors import InputError
-
-    try:
-        index = Index(rt)
-    except InputError:
-        return []  # a broken memctl.toml is reported by the config check
-    manifest = index.manifest()
-    if manifest is None:  # no index yet is no fault: search builds it
-        if (index.dir / "manifest.json").exists():
-            return [(".index/manifest.json", "unreadable; the next search rebuilds the index")]
-        return []
-    if manifest.get("format") != FORMAT:
-        return [(".index", "written by another version of memctl; the next search rebuilds it")]
-    if manifest.get("embedding") != index._embedding_settings():
-        return [(".index", "built with other embedding settings; the next search rebuilds it")]
-    return []
 
 
 def _unique(units: Iterable[Unit]) -> tuple[list[Unit], bool]:

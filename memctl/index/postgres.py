@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
-from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Callable
 
 import orjson
@@ -142,17 +140,46 @@ class PgIndex(Searchable):
                 "format": FORMAT}
 
     def is_fresh(self) -> bool:
-        """Whether the index holds the truth as the store's last committed write left it, made by this model."""
+        """Whether the index holds what it is made of as the last write of it left it, made by this model."""
         if not self.store.exists():
             return True
         with self.store.snapshot() as conn:
-            return self._state(conn) == (self.store.written_stamp(), self._built())
+            return self._state(conn) == (_sources_written(conn), self._built())
 
     def _state(self, conn) -> tuple[int, dict] | None:
         if not conn.execute("SELECT to_regclass('memctl_index') IS NOT NULL").fetchone()[0]:
             return None
         found = conn.execute("SELECT written, built FROM memctl_index").fetchone()
         return (found[0], found[1]) if found else None
+
+    def summary(self) -> dict:
+        """The index as `memctl status` shows it (index.Index.summary)."""
+        state = None
+        if self.store.exists():
+            with self.store.snapshot() as conn:
+                state = self._state(conn)
+                found = conn.execute("SELECT units, updated_at FROM memctl_index").fetchone() if state else None
+        if state is None or found is None:
+            return {"built": False, "updated_at": None, "units": 0, "model": None, "fresh": False}
+        return {"built": True, "updated_at": found[1], "units": found[0],
+                "model": (state[1].get("model") or {}).get("name"), "fresh": self.is_fresh()}
+
+    def size(self) -> int:
+        """Bytes of the index's tables in the database (their indexes and TOAST included)."""
+        if not self.store.exists():
+            return 0
+        with self.store.snapshot() as conn:
+            return conn.execute("SELECT coalesce(sum(pg_total_relation_size(to_regclass(name))), 0)::bigint FROM "
+                                "unnest(ARRAY['memctl_units', 'memctl_index']) AS name").fetchone()[0]
+
+    def rebuild_reasons(self) -> list[tuple[str, str]]:
+        """(where, message) for each way the index needs more than the next search's update."""
+        if not self.store.exists():
+            return []
+        with self.store.snapshot() as conn:
+            state = self._state(conn)
+        reason = "" if state is None else _rebuild_reason(state, self._built())
+        return [("memctl_units", f"{reason}; the next search rebuilds it")] if reason else []
 
     def refresh(self, say: Callable[[str], None] | None = None) -> UpdateReport:
         """Index first if the store was written since the last index (what a search does)."""
@@ -179,7 +206,7 @@ class PgIndex(Searchable):
         with self.store.indexing() as conn:
             conn.execute(_STATE)
             state = self._state(conn)
-            written = conn.execute("SELECT written FROM memctl_store").fetchone()[0]
+            written = _sources_written(conn)
             if not rebuild and state == (written, built):
                 return UpdateReport(units=conn.execute("SELECT units FROM memctl_index").fetchone()[0])
             reason = "asked" if rebuild else _rebuild_reason(state, built)
@@ -225,22 +252,20 @@ class PgIndex(Searchable):
         return report
 
     def _units(self) -> tuple[list[Unit], list[str], int]:
-        """Every unit of the truth (units.collect over the store's files as a folder store holds them,
-        written to a private temporary folder: the units, their ids and sources are the folder's),
-        the lines passed over, and how many files were read."""
+        """Every unit of the truth (units.collect over the store's working folder, read in the
+        caller's transaction: the units, their ids and sources are a folder's), the lines passed
+        over, and how many files were read."""
         from memctl.index.units import collect
-        from memctl.store.store import Store
 
-        files = self.store.files()
-        with tempfile.TemporaryDirectory(prefix="memctl-units-") as folder:
-            truth = Store(folder)
-            for name, data in files.items():
-                path = truth.path(*PurePosixPath(name).parts)  # each part checked, inside the folder
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
-            skipped: list[str] = []
-            units, _ = _unique(collect(truth, skipped))
-        return units, skipped, len(files)
+        truth = self.store.working_folder()
+        skipped: list[str] = []
+        units, _ = _unique(collect(truth, skipped))
+        return units, skipped, len(truth.source_names())
+
+
+def _sources_written(conn) -> int:
+    """The `written` of the last transaction that changed what the index is made of (store/postgres.py)."""
+    return conn.execute("SELECT sources_written FROM memctl_store").fetchone()[0]
 
 
 def _rebuild_reason(state: tuple[int, dict] | None, built: dict) -> str:

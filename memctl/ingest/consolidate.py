@@ -60,9 +60,9 @@ def consolidate(cache: "Cache", scope: str, *, everything: bool = False, dry_run
         for outcome in result.outcomes:
             notes[outcome.id].consolidated = outcome.id
     if index and not dry_run and result.stored:
-        from memctl.index.index import Index
+        from memctl.index import open_index
 
-        Index(cache.runtime).update()
+        open_index(cache.runtime).update()
     return out
 
 

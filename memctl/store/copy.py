@@ -57,19 +57,15 @@ class Copied(Shape):
 def copy_store(source, target, *, dry_run: bool = False) -> Copied:
     """Copy the whole of `source` into `target` (each a Store or a PostgresStore), which must be empty."""
     if not source.exists():
-        raise StoreError(f"no store at {name_of(source)}")
+        raise StoreError(f"no store at {source.shown}")
     if not is_empty(target):
-        raise StoreError(f"{name_of(target)}: not empty; a copy goes into a new or empty store, never over one")
+        raise StoreError(f"{target.shown}: not empty; a copy goes into a new or empty store, never over one")
     with source.reading():
         files = files_of(source)
     with target.transaction(dry_run=dry_run) as tx:
         for path, data in files.items():
             tx.replace(place(target, path), data)
-    return Copied(name_of(source), name_of(target), {path: len(data) for path, data in files.items()}, dry_run)
-
-
-def name_of(store) -> str:
-    return str(store.root) if store.is_folder else store.shown
+    return Copied(source.shown, target.shown, {path: len(data) for path, data in files.items()}, dry_run)
 
 
 def is_empty(store) -> bool:

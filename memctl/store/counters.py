@@ -57,8 +57,8 @@ def count(store: Store, memory_id: str, base: int = 0) -> int:
 def record(store: Store, memory_ids: list[str], now: datetime) -> None:
     """Count one access for each id at `now`: one line appended to access.log. The store lock is held
     shared, only so that a compaction (exclusive) never folds the log while a line is added."""
-    if not memory_ids or not store.exists():
-        return
+    if not memory_ids or not store.is_folder or not store.exists():
+        return  # on PostgreSQL, not counted yet: a write per search would move the stamp every index checks
     line = orjson.dumps({"at": clock.format_ts(now), "ids": list(dict.fromkeys(memory_ids))}) + b"\n"
     try:
         with store.reading():

@@ -30,6 +30,7 @@ psycopg is imported by the first connection only: a folder store never loads it.
 
 from __future__ import annotations
 
+import os
 import re
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -41,9 +42,9 @@ import orjson
 from memctl.errors import MemctlError, StoreError
 from memctl.store import memoryfile
 from memctl.store.sessions import message_scope
-from memctl.store.store import check_name, mended
+from memctl.store.store import Store, _make_dirs, _unlink_if_there, _write_all, check_name, mended, open_file
 
-FORMAT = 1
+FORMAT = 2
 NO_SCOPE = "none"  # the scope of a session holding no message (only torn or hand-made lines): no scope's
 # One writer at a time: the key of the advisory lock every write transaction takes ("memctl" in ASCII).
 WRITE_LOCK = 0x6D656D63746C
@@ -89,6 +90,18 @@ CREATE TABLE IF NOT EXISTS memctl_files (
     data bytea NOT NULL);
 """
 TABLES = ("memctl_messages", "memctl_sessions", "memctl_notes", "memctl_pending", "memctl_files")
+# Each step makes format n + 2 from format n + 1 (SCHEMA makes format 1). Format 2: the `written`
+# value of the transaction that last changed each session, file, the notes and the pending notes,
+# so that a working folder (Mirror) brings over only what changed since it was last read, and of
+# the last to change what the index is made of (sources_written), so that a write of anything
+# else (the window's state, a counter) has no search update the index first.
+MIGRATIONS = [
+    """ALTER TABLE memctl_store ADD COLUMN IF NOT EXISTS sources_written bigint NOT NULL DEFAULT 0;
+       ALTER TABLE memctl_store ADD COLUMN IF NOT EXISTS notes_written bigint NOT NULL DEFAULT 0;
+       ALTER TABLE memctl_store ADD COLUMN IF NOT EXISTS pending_written bigint NOT NULL DEFAULT 0;
+       ALTER TABLE memctl_sessions ADD COLUMN IF NOT EXISTS written bigint NOT NULL DEFAULT 0;
+       ALTER TABLE memctl_files ADD COLUMN IF NOT EXISTS written bigint NOT NULL DEFAULT 0;""",
+]
 
 
 class NotOnPostgres(MemctlError):
@@ -135,10 +148,19 @@ class PostgresStore:
         self.shown = shown(url)
         self._connection = None
         self._open = False  # a transaction of ours is under way on the connection
+        self._folder_read = False  # ... and the working folder was brought up to date in it
         self._settings_folder: Path | None = None  # config_file's
+        self._mirror: Mirror | None = None  # made when a feature first asks for a place
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.shown!r})"
+
+    def named(self, message: str) -> str:
+        """A message as a person reads it: a file of the working folder named by the store's URL
+        (without its password) and its path in the store."""
+        if self._mirror is None:
+            return message
+        return message.replace(str(self._mirror.folder.root), self.shown)
 
     # -- the connection ----------------------------------------------------------------
     def _connect(self):
@@ -155,6 +177,10 @@ class PostgresStore:
                 self._connection = psycopg.connect(self.url, connect_timeout=10)
             except psycopg.Error as exc:
                 raise StoreError(f"{self.shown}: cannot connect: {self.hidden(exc)}") from None
+            try:
+                _upgrade(self._connection)
+            except psycopg.Error as exc:
+                raise StoreError(f"{self.shown}: {self.hidden(exc)}") from None
         return self._connection
 
     def hidden(self, exc: BaseException) -> str:
@@ -164,9 +190,17 @@ class PostgresStore:
         return text.replace(password, "***") if password else text
 
     def close(self) -> None:
+        """Close the connection and remove the working folder and the settings' copy (used again,
+        the store opens them anew)."""
+        import shutil
+
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+        for folder in (self._mirror and self._mirror.folder.root, self._settings_folder):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+        self._mirror = self._settings_folder = None
 
     @contextmanager
     def _in_transaction(self, *, write: bool) -> Iterator:
@@ -178,7 +212,7 @@ class PostgresStore:
         if self._open:
             yield conn
             return
-        self._open = True
+        self._open, self._folder_read = True, False
         try:
             with conn.transaction():
                 if write:
@@ -236,17 +270,23 @@ class PostgresStore:
         try:
             with self._in_transaction(write=True) as conn:
                 if not conn.execute("SELECT to_regclass('memctl_store') IS NOT NULL").fetchone()[0]:
-                    # made by the first writer (under the lock: two first writers make it once)
+                    # made by the first writer, under the lock; the catalog a waiting writer looked in may
+                    # predate the tables the first made, so making them is idempotent too
                     conn.execute(SCHEMA)  # no parameters: several statements go as one simple query
-                    conn.execute("INSERT INTO memctl_store (format) VALUES (%s)", (FORMAT,))
+                    conn.execute("INSERT INTO memctl_store (format) VALUES (1) ON CONFLICT DO NOTHING")
+                    _upgrade(conn, locked=True)
                 self._check_format(conn)
-                writes = PostgresWrites(self, conn)
+                stamp = conn.execute("SELECT written + 1 FROM memctl_store").fetchone()[0]
+                writes = PostgresWrites(self, conn, stamp, mirrored=not dry_run)
                 yield writes
-                conn.execute("UPDATE memctl_store SET written = written + 1")
+                conn.execute("UPDATE memctl_store SET written = %s", (stamp,))
                 if dry_run:
                     raise psycopg.Rollback()
         except psycopg.Rollback:
             pass
+        else:
+            if writes.wrote_folder:  # committed: the folder holds what the database now does
+                self._mirror.synced = stamp
 
     def _check_format(self, conn) -> None:
         """Tables laid out by a newer memctl are neither read nor written: this one could misread them."""
@@ -283,25 +323,12 @@ class PostgresStore:
         """Every file of the truth as a folder store holds it, by its path relative to the root, read
         in one snapshot: MEMORY.md from its blocks, each session's file from its lines, pending.jsonl,
         and the files kept whole."""
-        found: dict[str, bytes] = {}
         if not self.exists():
-            return found
+            return {}
         with self._in_transaction(write=False) as conn:
             self._check_format(conn)
-            notes = conn.execute("SELECT raw FROM memctl_notes ORDER BY seq").fetchall()
-            if notes:
-                found[MEMORY_MD] = "".join(raw for (raw,) in notes).encode()
-            sessions: dict[str, list[str]] = {}
-            for session, line in conn.execute("SELECT session, line FROM memctl_messages ORDER BY session, seq"):
-                sessions.setdefault(session, []).append(line)
-            for session, lines in sessions.items():
-                found[f"{SESSIONS}/{session}.jsonl"] = "".join(lines).encode()
-            pending = conn.execute("SELECT line FROM memctl_pending ORDER BY seq").fetchall()
-            if pending:
-                found[PENDING] = "".join(line for (line,) in pending).encode()
-            for path, data in conn.execute("SELECT path, data FROM memctl_files ORDER BY path"):
-                found[path] = bytes(data)
-        return dict(sorted(found.items()))
+            changed, _ = _truth(conn, since=-1)
+        return dict(sorted((path, data) for path, data in changed.items() if data is not None))
 
     @property
     def config_file(self) -> Path:
@@ -325,109 +352,325 @@ class PostgresStore:
             self._settings_folder = folder
         return self._settings_folder / CONFIG
 
-    # -- Places and Names (seam.py): the features' ways by path, not yet here -----------------------
-    def _by_place(self, what: str):
-        raise NotOnPostgres(self.shown, f"reading or writing {what} by its place")
+    # -- Places and Names (seam.py): the working folder's -------------------------------------------
+    def working_folder(self) -> Store:
+        """The truth as files in this process's working folder (Mirror), brought up to date with the
+        database once per transaction or snapshot (the first place a feature asks for in it), and,
+        outside any, on first use only: a feature reads the truth inside `reading()` or a
+        transaction, as on a folder store, and there it reads what the database holds."""
+        if self._mirror is None:
+            self._mirror = Mirror()
+        if self._open:
+            if not self._folder_read:
+                self._mirror.sync(self._connection)
+                self._folder_read = True
+        elif self._mirror.synced is None:
+            with self._in_transaction(write=False) as conn:
+                self._mirror.sync(conn)
+        return self._mirror.folder
 
-    root = property(lambda self: self._by_place("the store's folder"))
-    memory_md = property(lambda self: self._by_place(MEMORY_MD))
-    daily_dir = property(lambda self: self._by_place("the daily logs"))
-    sessions_dir = property(lambda self: self._by_place("the sessions"))
-    topics_dir = property(lambda self: self._by_place("the topics"))
-    pending_file = property(lambda self: self._by_place(PENDING))
-    state_file = property(lambda self: self._by_place("index_state.json"))
-    index_dir = property(lambda self: self._by_place("the index"))
+    root = property(lambda self: self.working_folder().root)
+    memory_md = property(lambda self: self.working_folder().memory_md)
+    daily_dir = property(lambda self: self.working_folder().daily_dir)
+    sessions_dir = property(lambda self: self.working_folder().sessions_dir)
+    topics_dir = property(lambda self: self.working_folder().topics_dir)
+    pending_file = property(lambda self: self.working_folder().pending_file)
+    state_file = property(lambda self: self.working_folder().state_file)
+    index_dir = property(lambda self: self.working_folder().index_dir)
 
-    def session_file(self, session: str):
-        self._by_place("a session's file")
+    def session_file(self, session: str) -> Path:
+        return self.working_folder().session_file(session)
 
-    def daily_log(self, day: str):
-        self._by_place("a daily log")
+    def daily_log(self, day: str) -> Path:
+        return self.working_folder().daily_log(day)
 
-    def daily_logs(self):
-        self._by_place("the daily logs")
+    def daily_logs(self) -> list[Path]:
+        return self.working_folder().daily_logs()
 
-    def path(self, *parts: str):
-        self._by_place("/".join(parts) or "the store's folder")
+    def path(self, *parts: str) -> Path:
+        return self.working_folder().path(*parts)
 
-    def confine(self, path):
-        self._by_place(str(path))
+    def confine(self, path: Path) -> Path:
+        return self.working_folder().confine(path)
 
-    def inside(self, path):
-        self._by_place(str(path))
+    def inside(self, path: Path) -> bool:
+        return self.working_folder().inside(path)
 
-    def relative(self, path):
-        self._by_place(str(path))
+    def relative(self, path: Path) -> str:
+        return self.working_folder().relative(path)
 
-    def listing(self, folder, pattern: str):
-        self._by_place(str(folder))
+    def listing(self, folder: Path, pattern: str) -> list[Path]:
+        return self.working_folder().listing(folder, pattern)
 
-    def source_names(self):
-        self._by_place("the index's sources")
+    def source_names(self) -> list[str]:
+        return self.working_folder().source_names()
 
-    def source_files(self):
-        self._by_place("the index's sources")
+    def source_files(self) -> list[Path]:
+        return self.working_folder().source_files()
+
+
+class Mirror:
+    """The truth of a PostgreSQL store as files, in a working folder of this process's own.
+
+    The features read and write the truth by its place, as files (seam.Places): this folder gives
+    them those places, while every change goes to the database in its transaction (PostgresWrites)
+    and is copied here once made there. It is derived, as .index/ is: a private temporary folder
+    (mode 0700) brought up to date by what changed since it was last read (the `written` of the
+    transaction that last changed each session, file, the notes and the pending notes), removed
+    when the process ends, and one that a killed process left is removed by the next to make its
+    own. A forgotten record leaves it with the change that forgets it.
+    """
+
+    def __init__(self):
+        self.folder = Store(_working_folder())
+        self.synced: int | None = None  # the `written` whose truth the folder holds; None: read it all anew
+
+    def sync(self, conn) -> None:
+        """Bring the folder to what `conn`'s transaction sees."""
+        if not conn.execute("SELECT to_regclass('memctl_store') IS NOT NULL").fetchone()[0]:
+            written = 0  # no store: nothing, as a store of no committed write holds
+            changed, present = {}, set()
+        else:
+            written = conn.execute("SELECT written FROM memctl_store").fetchone()[0]
+            if written == self.synced:
+                return
+            changed, present = _truth(conn, since=-1 if self.synced is None else self.synced)
+        for name, data in changed.items():
+            self._put(name, data)
+        for name in self._names():
+            if name not in present:
+                self._put(name, None)
+        self.synced = written
+
+    def write(self, conn, name: str) -> None:
+        """One file of the folder made what `conn`'s transaction holds for it."""
+        self._put(name, _file_of(conn, name))
+
+    def _put(self, name: str, data: bytes | None) -> None:
+        path = self.folder.path(*name.split("/"))  # each part of a name from the database checked
+        if data is None:
+            _unlink_if_there(path)
+            return
+        _make_dirs(path.parent)
+        fd = open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            _write_all(fd, data)  # no fsync: the folder is rebuilt from the database, never the truth
+        finally:
+            os.close(fd)
+
+    def _names(self) -> list[str]:
+        """Every file of the folder that is not hidden, by its path relative to the folder."""
+        root = str(self.folder.root)
+        found = []
+        for folder, folders, files in os.walk(root):
+            folders[:] = [name for name in folders if not name.startswith(".")]
+            found += [os.path.relpath(os.path.join(folder, name), root) for name in files if not name.startswith(".")]
+        return found
+
+
+def _truth(conn, *, since: int) -> tuple[dict[str, bytes | None], set[str]]:
+    """The files of the truth changed by a transaction after `since` (-1: every file), by their path
+    as a folder store lays them out (None: no longer there), and the paths of all it holds."""
+    notes_at, pending_at = conn.execute("SELECT notes_written, pending_written FROM memctl_store").fetchone()
+    changed: dict[str, bytes | None] = {}
+    if notes_at > since:
+        changed[MEMORY_MD] = _file_of(conn, MEMORY_MD)
+    if pending_at > since:
+        changed[PENDING] = _file_of(conn, PENDING)
+    lines: dict[str, list[str]] = {}
+    for session, line in conn.execute(
+            "SELECT m.session, m.line FROM memctl_messages m JOIN memctl_sessions s ON s.session = m.session "
+            "WHERE s.written > %s ORDER BY m.session, m.seq", (since,)):
+        lines.setdefault(session, []).append(line)
+    for (session,) in conn.execute("SELECT session FROM memctl_sessions WHERE written > %s", (since,)):
+        changed[f"{SESSIONS}/{session}.jsonl"] = "".join(lines[session]).encode() if session in lines else None
+    for path, data in conn.execute("SELECT path, data FROM memctl_files WHERE written > %s", (since,)):
+        changed[path] = bytes(data)
+    present = {f"{SESSIONS}/{session}.jsonl" for (session,) in conn.execute(
+        "SELECT session FROM memctl_sessions s WHERE EXISTS (SELECT 1 FROM memctl_messages m WHERE m.session = s.session)")}
+    present.update(path for (path,) in conn.execute("SELECT path FROM memctl_files"))
+    for name, table in ((MEMORY_MD, "memctl_notes"), (PENDING, "memctl_pending")):
+        if conn.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]:
+            present.add(name)
+    return changed, present
+
+
+def _file_of(conn, name: str) -> bytes | None:
+    """One file of the truth as a folder store holds it (None: not there), from its rows."""
+    if name == MEMORY_MD:
+        rows = conn.execute("SELECT raw FROM memctl_notes ORDER BY seq").fetchall()
+    elif name == PENDING:
+        rows = conn.execute("SELECT line FROM memctl_pending ORDER BY seq").fetchall()
+    elif name.startswith(SESSIONS + "/") and name.count("/") == 1 and name.endswith(".jsonl") and len(name) > 15:
+        rows = conn.execute("SELECT line FROM memctl_messages WHERE session = %s ORDER BY seq",
+                            (name[len(SESSIONS) + 1:-6],)).fetchall()
+    else:
+        rows = []
+    if rows:
+        return "".join(text for (text,) in rows).encode()
+    found = conn.execute("SELECT data FROM memctl_files WHERE path = %s", (name,)).fetchone()  # kept whole
+    return None if found is None else bytes(found[0])
+
+
+def _working_folder() -> Path:
+    """A new private temporary folder for this process's Mirror, removed at exit; the folders of
+    processes no longer running are removed first (a kill skips the exit)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    parent = tempfile.gettempdir()
+    try:
+        with os.scandir(parent) as entries:
+            for entry in entries:
+                left = re.fullmatch(r"memctl-pg-(\d+)-\w+", entry.name)
+                if left and entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.getuid():
+                    try:
+                        os.kill(int(left[1]), 0)
+                    except ProcessLookupError:
+                        shutil.rmtree(entry.path, ignore_errors=True)
+                    except (OSError, OverflowError):
+                        pass  # running, or not ours to ask about: left alone
+    except OSError:
+        pass
+    folder = tempfile.mkdtemp(prefix=f"memctl-pg-{os.getpid()}-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return Path(folder)
+
+
+def _upgrade(conn, *, locked: bool = False) -> None:
+    """Tables of an older format brought to this one (MIGRATIONS) under the write lock (`locked`:
+    the caller holds it), so that a store an older memctl made is read and written as one made
+    now; tables of a newer format are left for _check_format to refuse."""
+    with conn.transaction():
+        if not conn.execute("SELECT to_regclass('memctl_store') IS NOT NULL").fetchone()[0]:
+            return
+        made = conn.execute("SELECT format FROM memctl_store").fetchone()
+        if made is None or made[0] >= FORMAT:
+            return
+        if not locked:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+            made = conn.execute("SELECT format FROM memctl_store").fetchone()  # another may have upgraded meanwhile
+        for step in MIGRATIONS[made[0] - 1:]:
+            conn.execute(step)
+        conn.execute("UPDATE memctl_store SET format = %s", (FORMAT,))
 
 
 class PostgresWrites:
     """seam.Writes on PostgreSQL: a path relative to the store (as a folder store names its file)
     goes to its kind's table; `conn` None writes nothing (a dry run of a store not made yet)."""
 
-    def __init__(self, store: PostgresStore, conn):
+    def __init__(self, store: PostgresStore, conn, stamp: int = 0, *, mirrored: bool = False):
+        """`stamp`: the `written` this transaction commits, kept on each session, file, the notes or
+        the pending notes it changes; `mirrored`: also change the working folder, when it was read
+        in this transaction (a dry run changes none)."""
         self.store = store
         self.conn = conn
+        self.stamp = stamp
+        self.mirrored = mirrored
+        self.wrote_folder = False
 
     def append(self, path, data: bytes) -> None:
         """As a folder store's append: a JSON-lines file's torn last line (from a copy of a file a
         writer was killed in) is ended or cut first (store.mended)."""
         if not data or self.conn is None:
             return
+        self._append(path, data)
+        self._mirror(path)
+
+    def _append(self, path, data: bytes) -> None:
         where = self._where(path)
         jsonl = self._name(path).endswith(".jsonl")
         if where == "files":
             old = self.conn.execute("SELECT data FROM memctl_files WHERE path = %s", (self._name(path),)).fetchone()
             if old is not None and jsonl and not bytes(old[0]).endswith(b"\n"):
-                self.replace(path, mended(bytes(old[0])) + data)
+                self._replace(path, mended(bytes(old[0])) + data)
                 return
-            self.conn.execute("INSERT INTO memctl_files (path, data) VALUES (%s, %s) ON CONFLICT (path) "
-                              "DO UPDATE SET data = memctl_files.data || excluded.data", (self._name(path), data))
+            self.conn.execute("INSERT INTO memctl_files (path, data, written) VALUES (%s, %s, %s) ON CONFLICT (path) "
+                              "DO UPDATE SET data = memctl_files.data || excluded.data, written = excluded.written",
+                              (self._name(path), data, self.stamp))
+            self._source_changed(self._name(path))
             return
+        self._unmark_empty(path)
         old = self._read(where)
         if where[0] == "notes":  # MEMORY.md's blocks depend on what precedes: parse the whole anew
-            self.replace(path, old + data)
+            self._replace(path, old + data)
         elif old and not old.endswith(b"\n"):
-            self.replace(path, mended(old) + data)
+            self._replace(path, mended(old) + data)
         else:
             self._insert_lines(where, data, start=self._next_seq(where))
 
     def replace(self, path, data: bytes) -> None:
         if self.conn is None:
             return
+        self._replace(path, data)
+        self._mirror(path)
+
+    def _replace(self, path, data: bytes) -> None:
         where = self._where(path)
-        self.delete(path)
+        self._delete(path)
         if where == "files":
-            self.conn.execute("INSERT INTO memctl_files (path, data) VALUES (%s, %s)", (self._name(path), data))
+            self.conn.execute("INSERT INTO memctl_files (path, data, written) VALUES (%s, %s, %s)",
+                              (self._name(path), data, self.stamp))
+            self._source_changed(self._name(path))
         elif where[0] == "notes":
             self._insert_notes(data)
         else:
             self._insert_lines(where, data, start=0)
+        if where != "files" and not data:  # an empty file holds no row: kept whole, so it comes back
+            self.conn.execute("INSERT INTO memctl_files (path, data, written) VALUES (%s, '', %s)",
+                              (self._name(path), self.stamp))
 
     def delete(self, path) -> None:
         if self.conn is None:
             return
+        self._delete(path)
+        self._mirror(path)
+
+    def _unmark_empty(self, path) -> None:
+        """MEMORY.md, pending.jsonl or a session's file is no longer an empty file kept whole."""
+        self.conn.execute("DELETE FROM memctl_files WHERE path = %s", (self._name(path),))
+
+    def _delete(self, path) -> None:
         where = self._where(path)
+        if where != "files":
+            self._unmark_empty(path)
         if where == "files":
             self.conn.execute("DELETE FROM memctl_files WHERE path = %s", (self._name(path),))
+            self._source_changed(self._name(path))
         elif where[0] == "notes":
             self.conn.execute("DELETE FROM memctl_notes")
+            self.conn.execute("UPDATE memctl_store SET notes_written = %s, sources_written = %s", (self.stamp,) * 2)
         elif where[0] == "pending":
             self.conn.execute("DELETE FROM memctl_pending")
+            self.conn.execute("UPDATE memctl_store SET pending_written = %s", (self.stamp,))
         else:
             self.conn.execute("DELETE FROM memctl_sessions WHERE session = %s", (where[1],))  # its lines cascade
+            self._source_changed()
+
+    def _source_changed(self, name: str | None = None) -> None:
+        """Mark what the index is made of as changed (a session, or the file `name` if it is one of
+        the index's sources: a topic or a daily log; MEMORY.md is marked with the notes)."""
+        if name is None or re.fullmatch(r"topics/t-[^/]*\.jsonl|memory/\d{4}-\d{2}-\d{2}\.md", name):
+            self.conn.execute("UPDATE memctl_store SET sources_written = %s", (self.stamp,))
+
+    def _mirror(self, path) -> None:
+        """The file at `path` in the working folder made what the database now holds for it, when the
+        folder was read in this transaction (else it is brought up to date when next read). Its
+        `synced` is cleared first: should the transaction not commit, the folder is read anew."""
+        if not (self.mirrored and self.store._folder_read):
+            return
+        self.store._mirror.synced = None
+        self.wrote_folder = True
+        self.store._mirror.write(self.conn, self._name(path))
 
     # -- inside ----------------------------------------------------------------------------
     def _name(self, path) -> str:
-        """A relative path from outside (a store file, a copy's source): each part a checked name."""
+        """A path relative to the store (a copy's source), or one in the working folder (a feature's,
+        from the store's places): each part a checked name."""
+        if PurePosixPath(path).is_absolute() and self.store._mirror is not None:
+            folder = self.store._mirror.folder
+            path = folder.relative(folder.confine(Path(path)))
         parts = PurePosixPath(path).parts
         if not parts or PurePosixPath(path).is_absolute():
             raise StoreError(f"{self.store.shown}: {path}: not a path inside a store")
@@ -484,6 +727,7 @@ class PostgresWrites:
                     for n, (line, record) in enumerate(zip(lines, records))]
             self.conn.cursor().executemany(
                 "INSERT INTO memctl_pending (seq, id, scope, line) VALUES (%s, %s, %s, %s)", rows)
+            self.conn.execute("UPDATE memctl_store SET pending_written = %s", (self.stamp,))
             return
         session = where[1]
         scopes = {message_scope(record[1]) for record in records if record is not None}
@@ -495,7 +739,11 @@ class PostgresWrites:
                              "is in one scope: correct its 'scope' fields")
         scope = next(iter(scopes), NO_SCOPE)
         if stored is None:
-            self.conn.execute("INSERT INTO memctl_sessions (session, scope) VALUES (%s, %s)", (session, scope))
+            self.conn.execute("INSERT INTO memctl_sessions (session, scope, written) VALUES (%s, %s, %s)",
+                              (session, scope, self.stamp))
+        else:
+            self.conn.execute("UPDATE memctl_sessions SET written = %s WHERE session = %s", (self.stamp, session))
+        self._source_changed()
         rows = [(session, start + n, None if record is None else record[0], scope, line)
                 for n, (line, record) in enumerate(zip(lines, records))]
         self.conn.cursor().executemany(
@@ -513,6 +761,7 @@ class PostgresWrites:
                 rows.append((seq, "blank", None, None, None, block.raw))
         self.conn.cursor().executemany(
             "INSERT INTO memctl_notes (seq, kind, section, id, scope, raw) VALUES (%s, %s, %s, %s, %s, %s)", rows)
+        self.conn.execute("UPDATE memctl_store SET notes_written = %s, sources_written = %s", (self.stamp,) * 2)
 
 
 def _record(line: str) -> tuple[str, dict] | None:

@@ -160,6 +160,15 @@ class Store(Truth):
 
     is_folder = True
 
+    @property
+    def shown(self) -> str:
+        """The store as messages and `status` name it."""
+        return str(self.root)
+
+    def named(self, message: str) -> str:
+        """A message as a person reads it (PostgresStore names its working folder by its URL)."""
+        return message
+
     @classmethod
     def locate(cls, path: str | os.PathLike | None = None) -> "Store":
         """The store named by `path`, else $MEMCTL_STORE, else ./.memory (a folder; memctl.api.open_store
