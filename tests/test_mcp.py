@@ -31,8 +31,8 @@ def server(store, env: dict[str, str] | None = None) -> "mcp.StdioServerParamete
                                      env={**clean, **(env or {})})
 
 
-async def session_run(store, body, env: dict[str, str] | None = None):
-    log = store.parent / "mcp-stderr.log"
+async def session_run(store, body, env: dict[str, str] | None = None, log_dir=None):
+    log = (log_dir or store.parent) / "mcp-stderr.log"
     try:
         with open(log, "w") as errlog:
             async with mcp.stdio_client(server(store, env), errlog=errlog) as (read, write):
@@ -127,6 +127,32 @@ def test_an_ingest_is_embedded_ahead_and_the_search_after_it_writes_the_vectors_
     assert found["results"][0]["id"] == "n0"
     vectors = [(store / ".index" / "vectors.npy").read_bytes() for store in stores]
     assert vectors[0] == vectors[1]
+
+
+@pytest.mark.process
+def test_the_server_on_a_postgresql_store_reads_and_writes_the_database(tmp_path, postgres_url):
+    """`memctl --store URL mcp`: an ingest lands in the database (read back by another process's
+    search and by `store copy`), and a search, context and pending review answer from it."""
+    async def body(session):
+        stored = payload(await session.call_tool("ingest", {
+            "text": "Kestrel uses PostgreSQL for JSONB recipe metadata, one schema per tenant bakery.",
+            "kind": "memory", "section": "Decisions", "pending": True}))
+        (waiting,) = payload(await session.call_tool("review_pending", {}))["pending"]
+        payload(await session.call_tool("confirm", {"ids": [waiting["id"]]}))
+        payload(await session.call_tool("ingest", {"text": '{"speaker": "Mei", "text": "The Tamsui shop '
+                                                           'opens at seven every morning"}', "format": "jsonl"}))
+        found = payload(await session.call_tool("search", {"query": "which database does Kestrel use", "k": 3}))
+        return stored, found
+
+    stored, found = anyio.run(session_run, postgres_url, body, None, tmp_path)
+    assert found["results"][0]["section"] == "Decisions" and "PostgreSQL" in found["results"][0]["text"]
+    listed = subprocess.run([*memctl_command(), "--store", postgres_url, "search", "--json", "--mode", "bm25",
+                             "Tamsui"], capture_output=True, timeout=120, env={**os.environ, "MEMCTL_SERVER": "off"})
+    assert listed.returncode == 0 and b"Tamsui" in listed.stdout, listed.stderr
+    copied = subprocess.run([*memctl_command(), "store", "copy", postgres_url, str(tmp_path / "look")],
+                            capture_output=True, timeout=120)
+    assert copied.returncode == 0, copied.stderr
+    assert "Kestrel uses PostgreSQL" in (tmp_path / "look" / "MEMORY.md").read_text()
 
 
 @pytest.mark.process

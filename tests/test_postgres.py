@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -356,3 +357,75 @@ def test_a_search_on_postgresql_indexes_the_store_written_since(run, store_dir, 
     done = run("search", "--json", "--mode", "bm25", "quokka", store=postgres_url)
     assert done.returncode == 0 and b'"id":"zoo-1"' in done.stdout
     assert b"updated the index: 1 added" in done.stderr and postgres_url.encode() not in done.stderr
+
+
+# -- the working folder (store/postgres.py Mirror) ---------------------------------------------------------
+FOLDER_OF = ("import sys, time\n"
+             "from memctl import Memory\n"
+             "memory = Memory(sys.argv[1])\n"
+             "memory.status()\n"
+             "print(memory.store.root, flush=True)\n"
+             "if sys.argv[2] == 'wait':\n"
+             "    time.sleep(60)\n")
+
+
+@pytest.mark.process
+def test_the_working_folder_is_private_and_gone_when_its_process_ends_or_is_killed(postgres_url, store_dir, run):
+    """A process's working folder (the truth as files, while it runs) is its user's alone and removed
+    at exit; one a killed process left is removed by the next process that makes one."""
+    demo_store(run, store_dir)
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    ended = subprocess.run([sys.executable, "-c", FOLDER_OF, postgres_url, "end"], capture_output=True, text=True,
+                           timeout=120)
+    assert ended.returncode == 0, ended.stderr
+    assert not os.path.exists(ended.stdout.strip())
+    waiting = subprocess.Popen([sys.executable, "-c", FOLDER_OF, postgres_url, "wait"], stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        folder = waiting.stdout.readline().strip()
+        assert os.stat(folder).st_mode & 0o777 == 0o700
+        assert (Path(folder) / "MEMORY.md").read_bytes() == (store_dir / "MEMORY.md").read_bytes()
+    finally:
+        waiting.kill()
+        waiting.wait()
+    assert os.path.exists(folder)  # a kill runs no exit handler
+    after = subprocess.run([sys.executable, "-c", FOLDER_OF, postgres_url, "end"], capture_output=True, text=True,
+                           timeout=120)
+    assert after.returncode == 0 and not os.path.exists(folder), after.stderr
+
+
+def test_a_folder_brought_up_to_date_reads_only_what_changed_and_drops_what_went(postgres_url):
+    """Two handles on one store, as two processes: what one writes, removes or empties, the other's
+    working folder shows at its next transaction, and only the changed files are written again."""
+    first, second = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    try:
+        with first.transaction() as tx:
+            tx.append("sessions/a.jsonl", b'{"id": "a1", "text": "one"}\n')
+            tx.append("sessions/b.jsonl", b'{"id": "b1", "text": "two"}\n')
+            tx.replace("topics/t-1.jsonl", b'{"id": "t-1"}\n')
+        with second.reading():
+            folder = Path(second.root)
+            assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()) == \
+                ["sessions/a.jsonl", "sessions/b.jsonl", "topics/t-1.jsonl"]
+        untouched = os.stat(folder / "sessions/b.jsonl").st_mtime_ns
+        with first.transaction() as tx:
+            tx.append("sessions/a.jsonl", b'{"id": "a2", "text": "three"}\n')
+            tx.delete("topics/t-1.jsonl")
+            tx.replace("pending.jsonl", b"")
+        with second.reading():
+            assert (folder / "sessions/a.jsonl").read_bytes().count(b"\n") == 2
+            assert not (folder / "topics/t-1.jsonl").exists()
+            assert (folder / "pending.jsonl").read_bytes() == b""
+            assert os.stat(folder / "sessions/b.jsonl").st_mtime_ns == untouched
+        with pytest.raises(StoreError, match="already exists"):  # one that does not commit leaves nothing
+            with first.transaction() as tx:
+                tx.append(first.session_file("a"), b'{"id": "a3", "text": "four"}\n')  # a place, as features write
+                assert (Path(first.root) / "sessions/a.jsonl").read_bytes().count(b"\n") == 3
+                tx.append("sessions/c.jsonl", b'{"id": "a1", "text": "a repeated id"}\n')
+        for store in (first, second):
+            with store.reading():
+                assert (Path(store.root) / "sessions/a.jsonl").read_bytes().count(b"\n") == 2
+                assert not (Path(store.root) / "sessions/c.jsonl").exists()
+    finally:
+        first.close()
+        second.close()

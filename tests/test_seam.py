@@ -221,14 +221,20 @@ def test_a_search_gives_the_same_results_on_a_folder_and_on_postgresql(searched_
 
 
 @pytest.mark.process
-def test_what_search_does_not_do_on_postgresql_yet_says_so_in_one_line(searched_stores):
-    """--rank mera reads the memories' access counts, which are not on PostgreSQL yet: exit 2, one line."""
+def test_a_search_on_postgresql_counts_no_access(searched_stores):
+    """Accesses are not counted on PostgreSQL yet (a write a search): --rank mera ranks there as a
+    folder store whose memories were never found before does."""
     from conftest import run_in_process
 
-    done = run_in_process(searched_stores[1], "search", "--rank", "mera", "kestrel", env=NOW)
-    errors = [line for line in done.stderr.decode().splitlines() if "error" in line]
-    assert done.returncode == 2 and done.stdout == b"" and len(errors) == 1
-    assert "access.json" in errors[0] and "not yet on PostgreSQL (#35)" in errors[0]
+    folder, url = searched_stores
+    fresh = folder.parent / "uncounted"
+    assert run_in_process(folder, "store", "copy", url, str(fresh)).returncode == 0
+    on_postgres = run_in_process(url, "search", "--json", "--rank", "mera", "kestrel", env=NOW)
+    assert on_postgres.returncode == 0 and on_postgres.stdout, on_postgres.stderr
+    # the folder's first search ranks before it counts its own accesses
+    assert on_postgres.stdout == run_in_process(fresh, "search", "--json", "--rank", "mera", "kestrel", env=NOW).stdout
+    assert run_in_process(url, "store", "copy", url, str(folder.parent / "again")).returncode == 0
+    assert not list((folder.parent / "again").glob("access.*"))
 
 
 SCOPES = ["user:alice", "user:bob", "project:kestrel", "project:osprey"]

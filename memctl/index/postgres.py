@@ -9,7 +9,7 @@ database, their vectors in pgvector, their words for BM25 in arrays of memctl's 
                    context_terms  Chinese cut by memctl, a character a token), in order; a GIN
                                   index finds the units holding a word
                    *_norm         each field's length as Tantivy's BM25 reads it (quantised)
-    memctl_index   one row: what the index was built from (the store's `written` stamp, the
+    memctl_index   one row: what the index was built from (the store's `sources_written`, the
                    model, the embedding settings) and the term statistics BM25 needs beyond
                    each word's document frequency (units, tokens of each field)
 
@@ -20,8 +20,8 @@ the GIN index at query time (nothing to keep up to date as units come and go), a
 field lengths from memctl_index. Postgres's own full text is not used: its parsers do not cut
 Chinese, and ts_rank is no BM25 (no idf, no length saturation).
 
-Everything here is derived: `memctl index` on the store's URL (and every search first, when the
-store was written since) makes it from the truth, embedding only new and changed text.
+Everything here is derived: `memctl index` on the store's URL (and every search first, when what
+it is made of was written since) makes it from the truth, embedding only new and changed text.
 """
 
 from __future__ import annotations

@@ -19,11 +19,12 @@ neither leaves the store locked nor anything half written) and a read is one REP
 snapshot (no half write is ever seen). Ids stay unique under any number of writers on any
 number of machines because the database refuses a second row with the same id.
 
-The features still reach the truth by its place (a path, seam.Places): on this store every place
-but the settings' file (config_file: a private copy of its memctl.toml) is NotOnPostgres, so every
-command that would read or write by place stops with one line and exit 2 instead of running on
-something else. Its index lives in the same database (index/postgres.py). The URL's password
-never appears in a message: `shown` is what every message names.
+The features still reach the truth by its place (a path, seam.Places): on this store each place is
+in a working folder of the process (Mirror), brought up to date with what the transaction or
+snapshot under way sees, while every write goes to the database first (PostgresWrites) and only
+then to the folder; the settings' file is a private copy of its memctl.toml. Its index lives in
+the same database (index/postgres.py). The URL's password never appears in a message: `shown` is
+what every message names, and `named` puts it in place of the working folder.
 
 psycopg is imported by the first connection only: a folder store never loads it.
 """
@@ -235,12 +236,14 @@ class PostgresStore:
     def lock(self) -> Iterator[None]:
         """The store's write lock, for as long as one transaction."""
         with self._in_transaction(write=True):
+            self._folder_current()
             yield
 
     @contextmanager
     def reading(self, *, recover: bool = True) -> Iterator[None]:
         """One snapshot for the whole read (nothing to recover: an unfinished transaction left nothing)."""
         with self._in_transaction(write=False):
+            self._folder_current()
             yield
 
     @contextmanager
@@ -276,6 +279,7 @@ class PostgresStore:
                     conn.execute("INSERT INTO memctl_store (format) VALUES (1) ON CONFLICT DO NOTHING")
                     _upgrade(conn, locked=True)
                 self._check_format(conn)
+                self._folder_current()
                 stamp = conn.execute("SELECT written + 1 FROM memctl_store").fetchone()[0]
                 writes = PostgresWrites(self, conn, stamp, mirrored=not dry_run)
                 yield writes
@@ -368,6 +372,13 @@ class PostgresStore:
             with self._in_transaction(write=False) as conn:
                 self._mirror.sync(conn)
         return self._mirror.folder
+
+    def _folder_current(self) -> None:
+        """At the start of a transaction or snapshot, the working folder brought up to date if this
+        process has one: a place asked for before (a path a feature keeps) reads what this one sees.
+        A process that never asked for a place (`store copy`, a search) makes none."""
+        if self._mirror is not None:
+            self.working_folder()
 
     root = property(lambda self: self.working_folder().root)
     memory_md = property(lambda self: self.working_folder().memory_md)
