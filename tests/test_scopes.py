@@ -430,9 +430,30 @@ CALLS = st.one_of(
 @example(calls=[("ingest", "alice", 0, 0, 1), ("ingest", "alice", 0, 0, 1), ("lose", "open", 0, False),
                 ("context", "alice", 0, 0, False, False)])
 def test_no_call_of_one_scope_returns_another_scopes_text(tmp_path_factory, calls):
-    root = tmp_path_factory.mktemp("walls") / "store"
-    conversations = Conversations(memory_at(root))
-    memory = conversations.memory
+    walls_hold(memory_at(tmp_path_factory.mktemp("walls") / "store"), calls)
+
+
+@pytest.mark.process
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(calls=st.lists(CALLS.filter(lambda call: call[0] != "lose"), min_size=4, max_size=14))
+def test_no_call_of_one_scope_returns_another_scopes_text_on_postgresql(postgres_server, calls):
+    """The same walls on a store named by a URL (a database an example; no file to move by hand)."""
+    from memctl.store.postgres import PostgresStore
+
+    url = postgres_server.new_database()
+    with PostgresStore(url).transaction() as tx:
+        tx.replace("memctl.toml", b'[embedding]\nmodel = "test-hashing"\n')
+    memory = Memory(url)
+    try:
+        walls_hold(memory, calls)
+    finally:
+        memory.close()
+
+
+def walls_hold(memory: Memory, calls: list[tuple]) -> None:
+    """Every scope talks on every subject, then `calls` run: no call of one scope shows another's text."""
+    conversations = Conversations(memory)
     for owner in OWNERS:  # every scope talks first, on every subject
         for subject in range(len(SUBJECTS)):
             conversations.ingest(owner, SESSIONS[owner][0], subject, 4)
@@ -476,7 +497,8 @@ def test_no_call_of_one_scope_returns_another_scopes_text(tmp_path_factory, call
                 assert owners_in(result.text) <= shared, f"search for {owner}: {result.text}"
         elif name == "review":
             memory.review.daily()
-        conversations.topic_files_each_in_one_scope(root)
+        with memory.store.reading():
+            conversations.topic_files_each_in_one_scope(Path(memory.store.root))
 
 
 # -- property: the tool cache keeps each run's results to that run ---------------------------------
