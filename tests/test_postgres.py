@@ -7,6 +7,7 @@ never connect). tests/test_seam.py runs every command on both backends."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -207,16 +208,16 @@ def test_the_password_is_in_no_message(run, postgres_server, postgres_url, store
     assert b"password authentication failed" in run(*calls[0]).stderr
 
 
-@pytest.mark.parametrize("argv", [["server", "status"], ["hooks", "install", "claude-code"],
-                                  ["mcp", "install", "--client", "cursor"]], ids=lambda argv: " ".join(argv[:2]))
+@pytest.mark.parametrize("argv", [["hooks", "install", "claude-code"], ["mcp", "install", "--client", "cursor"]],
+                         ids=lambda argv: " ".join(argv[:2]))
 def test_what_is_not_on_postgresql_yet_says_so_in_one_line(run, argv):
-    """The resident server is found by its store's folder, and the installers write that folder into
-    a client's settings: on a URL they stop before anything connects or is written."""
+    """The installers write the store's folder into a client's settings: on a URL they stop before
+    anything connects or is written."""
     url = "postgresql://mei:s3cret-pw@127.0.0.1:1/memory"  # never reached: nothing connects
     done = run(*argv, store=url, input="")
     assert done.returncode == 2, done.stderr
     assert done.stderr.decode().splitlines() == [
-        f"memctl: error: postgresql://mei:***@127.0.0.1:1/memory: `memctl {' '.join(argv[:2 if argv[0] != 'server' else 1])}` "
+        f"memctl: error: postgresql://mei:***@127.0.0.1:1/memory: `memctl {' '.join(argv[:2])}` "
         "is not yet on PostgreSQL (#35); `memctl store copy postgresql://mei:***@127.0.0.1:1/memory DIR` gives "
         "the store as a folder, which every command runs on"]
     assert done.stdout == b""
@@ -429,3 +430,35 @@ def test_a_folder_brought_up_to_date_reads_only_what_changed_and_drops_what_went
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.process
+def test_a_resident_server_serves_a_postgresql_store_with_the_password_out_of_its_arguments(postgres_url, tmp_path):
+    """`memctl --store URL server start`: the calls after it are answered by the server (its count of
+    calls grows), what they write is in the database, and no process's arguments hold the URL's
+    password (every user's `ps` shows them): the server gets the URL in its environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
+    env["XDG_RUNTIME_DIR"] = str(tmp_path / "runtime")
+    os.makedirs(env["XDG_RUNTIME_DIR"], mode=0o700)
+
+    def memctl(*args, data=None):
+        return subprocess.run([sys.executable, "-P", "-m", "memctl", "--store", postgres_url, *args], input=data,
+                              capture_output=True, env=env, timeout=300)
+
+    assert memctl("ingest", str(CHAT)).returncode == 0
+    assert memctl("server", "start").returncode == 0
+    try:
+        status = json.loads(memctl("server", "status", "--json").stdout)
+        with open(f"/proc/{status['pid']}/cmdline", "rb") as file:
+            arguments = file.read()
+        assert urlsplit(postgres_url).password.encode() not in arguments and b"server\0run" in arguments
+        assert status["store"] == shown(postgres_url)
+        found = memctl("search", "--json", "-k", "1", "which database does kestrel use")
+        stored = memctl("ingest", "-", data=b'{"id": "r-1", "text": "the Redis cache moved to a new host"}')
+        again = memctl("search", "--json", "--mode", "bm25", "Redis cache host")
+        assert (found.returncode, stored.returncode, again.returncode) == (0, 0, 0), found.stderr + again.stderr
+        assert json.loads(again.stdout.splitlines()[0])["id"] == "r-1"
+        assert json.loads(memctl("server", "status", "--json").stdout)["calls"] >= status["calls"] + 3
+    finally:
+        assert memctl("server", "stop").returncode == 0
+    assert b'"id":"r-1"' in PostgresStore(postgres_url).files()["sessions/default.jsonl"]

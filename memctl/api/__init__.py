@@ -330,7 +330,7 @@ class Memory:
         Memory anew (its settings and clock are the caller's) and hands it the last one's. Only for
         the same store path; a search still checks the files first, and reopens the index when it
         or the settings changed."""
-        if previous._retriever is not None and previous.store.root == self.store.root:
+        if previous._retriever is not None and previous.path == self.path:
             self._retriever = previous._retriever
             self._retriever.runtime, self._retriever.say = self.runtime, self.say
 
@@ -370,11 +370,13 @@ def open_store(name: str | os.PathLike | None = None):
     or for a postgresql:// URL a PostgresStore, whose module (and psycopg with it) is loaded only
     then, so that a folder store starts as it did (here, not a module of its own: one import less
     a call)."""
+    from memctl.store import is_url
+
     name = os.fspath(name or os.environ.get(STORE_ENV) or DEFAULT_STORE)
-    if name[:13].lower().startswith(("postgresql://", "postgres://")):
+    if is_url(name):
         from memctl.store.postgres import PostgresStore
 
-        return PostgresStore(name)
+        return PostgresStore.opened(name)
     return Store(name)
 
 

@@ -43,11 +43,6 @@ _COMMANDS = {
     "config": ("memctl.cli.overview", "config"), "server": ("memctl.cli.server", "server"),
     "hooks": ("memctl.cli.hooks", "hooks"), "store": ("memctl.cli.store", "store"),
 }
-# What does not run on a store named by a PostgreSQL URL yet (#35): the resident server, which is
-# found by its store's folder (`hooks install` and `mcp install` say so themselves).
-_NOT_ON_POSTGRES = {"server"}
-
-
 def _set_quiet(ctx: click.Context, _param, value: bool) -> None:
     if value:
         ctx.meta[QUIET_KEY] = True  # meta is shared by the whole run: `memctl -q X` and `memctl X -q` alike
@@ -152,8 +147,8 @@ def _hook_call(args) -> bool:
 @click.group(cls=MemctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="memctl")
 @click.option("--store", "store_path", metavar="DIR|URL", type=click.Path(file_okay=False),
-              help="The memory store: a folder, or a postgresql:// URL (every command but `server`, "
-                   "`hooks install` and `mcp install`). [default: $MEMCTL_STORE, else ./.memory; a store made there unasked is named "
+              help="The memory store: a folder, or a postgresql:// URL (every command but `hooks "
+                   "install` and `mcp install`). [default: $MEMCTL_STORE, else ./.memory; a store made there unasked is named "
                    "on stderr]")
 @click.pass_context
 def cli(ctx: click.Context, store_path: str | None) -> None:
@@ -178,8 +173,6 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
     # A caller may pass the maker of the command's Memory as obj: main() keeps it, a resident
     # server gives it the open index of its last call (memctl/server/serve.py).
     ctx.obj = (ctx.obj or Memory)(store_path, say=say)
-    if ctx.invoked_subcommand in _NOT_ON_POSTGRES:
-        ctx.obj.require_folder(f"`memctl {ctx.invoked_subcommand}`")
     if store_path is None and not os.environ.get("MEMCTL_STORE") and not ctx.obj.store.exists():
         ctx.call_on_close(lambda: _name_unasked_store(ctx.obj.store.root))
 
@@ -235,8 +228,8 @@ def _start_server(made: list) -> None:
 
     memory = made[0]
     try:
-        if memory.store.is_folder and memory.store.exists() and memory.runtime.settings.server.enabled:
-            start(str(memory.store.root), memory.runtime.settings.server.max_running)
+        if memory.store.exists() and memory.runtime.settings.server.enabled:
+            start(str(memory.path), memory.runtime.settings.server.max_running)
     except (MemctlError, OSError):
         pass
 

@@ -39,7 +39,10 @@ def server():
 
 
 def _root(memory) -> str:
-    return os.path.realpath(memory.store.root)
+    """The store as its server knows it (client.identity); messages name it as memory.store.shown."""
+    from memctl.server.client import identity
+
+    return identity(str(memory.path))
 
 
 @server.command("status")
@@ -55,7 +58,7 @@ def status(memory, as_json):
 
     found = ask(_root(memory), "status")
     if found is None:
-        say(f"memctl: no server runs for {_root(memory)}")
+        say(f"memctl: no server runs for {memory.store.shown}")
         sys.exit(EXIT_NOTHING)
     if as_json:
         json_lines([found])
@@ -84,7 +87,7 @@ def stop(memory):
         time.sleep(0.1)
         found = ask(_root(memory), "stop")
     if found is None:
-        say(f"memctl: no server runs for {_root(memory)}")
+        say(f"memctl: no server runs for {memory.store.shown}")
         sys.exit(EXIT_NOTHING)
     for _ in range(300):  # it lets go of the store's record as it leaves (after a call it is running)
         if not recorded(_root(memory)) and not starting(_root(memory)):
@@ -133,7 +136,7 @@ def run(memory):
     memory.store.require()
     settings = memory.runtime.settings.server
     ctx = click.get_current_context()
-    serving = Server(str(memory.store.root), ctx.find_root().command, idle_minutes=settings.idle_minutes,
+    serving = Server(_root(memory), ctx.find_root().command, idle_minutes=settings.idle_minutes,
                      first_idle_minutes=settings.first_idle_minutes, most=settings.max_running, make_memory=Memory)
     why = serving.run()
     if not serving.served and why and not serving.leaving:

@@ -72,9 +72,17 @@ def _private(directory: str) -> bool:
     return info.st_mode & 0o170000 == 0o040000 and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
+def identity(store: str) -> str:
+    """What a server and its calls know a store by: a folder's real path, or a PostgreSQL URL as given
+    (sent only over this user's own socket, shown nowhere: messages name the store without its password)."""
+    from memctl.store import is_url
+
+    return store if is_url(store) else os.path.realpath(store)
+
+
 def place(store_root: str, create: bool = False) -> str | None:
     """The path, without its suffix (.sock, .lock, .log), of the server files of the store at
-    `store_root`, named by a hash of its real path."""
+    `store_root`, named by a hash of its identity."""
     directory = runtime_dir(create)
     if directory is None:
         return None
@@ -84,7 +92,7 @@ def place(store_root: str, create: bool = False) -> str | None:
 def _key(store_root: str) -> str:
     from _blake2 import blake2b
 
-    return blake2b(os.path.realpath(store_root).encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
+    return blake2b(identity(store_root).encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
 
 
 # The store's own record of its server: held (flock) by the server while it serves, and naming its
@@ -132,7 +140,12 @@ def recorded(store_root: str) -> bool:
 
 def _open_record(store_root: str) -> int | None:
     """The record, opened to read: never through a link, never blocking (a FIFO put in its place),
-    only a regular file."""
+    only a regular file; a store on PostgreSQL keeps none (its server is found in the runtime
+    directory only)."""
+    from memctl.store import is_url
+
+    if is_url(store_root):
+        return None
     try:
         descriptor = os.open(os.path.join(store_root, RECORD),
                              os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -201,8 +214,10 @@ def forward(argv: list[str]) -> int | None:
     """Run the call in the store's server: its exit status, or None to run it in-process."""
     if os.environ.get(SERVER_ENV, "").lower() in OFF:
         return None
+    from memctl.store import is_url
+
     routed = store_of(argv)
-    if routed is None or not os.path.isdir(routed[1]):
+    if routed is None or not (is_url(routed[1]) or os.path.isdir(routed[1])):
         return None
     for socket_path in _sockets(routed[1]):
         try:
@@ -210,7 +225,7 @@ def forward(argv: list[str]) -> int | None:
         except OSError:
             continue  # no server (or a dead one's socket: the in-process run starts another)
         try:
-            return _call(connection, pid, argv, os.path.realpath(routed[1]), rerun=routed[0] in RUN_AGAIN)
+            return _call(connection, pid, argv, identity(routed[1]), rerun=routed[0] in RUN_AGAIN)
         finally:
             connection.close()
     return None
@@ -344,13 +359,26 @@ def start(store_root: str, most: int) -> int | None:
     try:
         # -P: `python -m` puts the working directory first on the module path, and the call's is
         # the user's: a `memctl` folder there (a checkout, a download) would have run as the server.
-        return os.posix_spawn(sys.executable, [sys.executable, "-P", "-m", "memctl", "--store",
-                                               os.path.realpath(store_root), "server", "run"], os.environ,
+        # A URL goes in the environment, never the arguments, which every user's `ps` shows.
+        return os.posix_spawn(sys.executable, [sys.executable, "-P", "-m", "memctl", *_store_argument(store_root),
+                                               "server", "run"], _store_environment(store_root),
                               file_actions=[(os.POSIX_SPAWN_DUP2, quiet, 0), (os.POSIX_SPAWN_DUP2, log, 1),
                                             (os.POSIX_SPAWN_DUP2, log, 2)], setsid=True)
     finally:
         os.close(log)
         os.close(quiet)
+
+
+def _store_argument(store: str) -> list[str]:
+    from memctl.store import is_url
+
+    return [] if is_url(store) else ["--store", os.path.realpath(store)]
+
+
+def _store_environment(store: str) -> dict:
+    from memctl.store import is_url
+
+    return {**os.environ, "MEMCTL_STORE": store} if is_url(store) else os.environ
 
 
 def running(directory: str, but: str = "") -> int:
@@ -379,7 +407,8 @@ def starting(store_root: str) -> bool:
     model before it listens): `memctl --store ROOT server run` as start() runs it. Not at once
     after start() returns: the kernel lets the starter go on before the new program's arguments
     are in place (False 2 times in 15 at load 20)."""
-    tail = ["--store", os.path.realpath(store_root), "server", "run"]
+    tail = [*_store_argument(store_root), "server", "run"]
+    url = None if tail[0] == "--store" else f"MEMCTL_STORE={store_root}".encode("utf-8", "surrogateescape")
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -390,9 +419,17 @@ def starting(store_root: str) -> bool:
                 argv = file.read().decode("utf-8", "surrogateescape").split("\0")[:-1]
         except OSError:
             continue
-        if argv[-4:] == tail:
+        if argv[-len(tail):] == tail and (url is None or argv[-3:-2] == ["memctl"] and _environment_has(pid, url)):
             return True
     return False
+
+
+def _environment_has(pid: str, entry: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as file:
+            return entry in file.read().split(b"\0")
+    except OSError:
+        return False
 
 
 def ask(store_root: str, op: str) -> dict | None:
@@ -403,7 +440,7 @@ def ask(store_root: str, op: str) -> dict | None:
         except OSError:
             continue
         try:
-            send(connection, {"op": op, "store": os.path.realpath(store_root)})
+            send(connection, {"op": op, "store": identity(store_root)})
             size = int.from_bytes(_exactly(connection, 4, HELLO_SECONDS), "big")
             return marshal.loads(_exactly(connection, size, HELLO_SECONDS))
         except (OSError, ValueError, EOFError):

@@ -66,9 +66,9 @@ class Server:
 
     def __init__(self, root: str, command, *, idle_minutes: float, first_idle_minutes: float, most: int,
                  make_memory: Callable[..., Any]):
-        from memctl.store.store import Store
+        from memctl.api import open_store
 
-        self.root = os.path.realpath(root)
+        self.root = client.identity(root)  # a folder's real path, or a URL
         self.command = command
         self.idle_seconds = idle_minutes * 60
         self.first_idle_seconds = min(first_idle_minutes, idle_minutes) * 60
@@ -83,7 +83,7 @@ class Server:
         self._connections: queue.Queue[socket.socket] = queue.Queue()  # to the connection threads waiting
         self._idle_threads = 0
         self._threads_lock = threading.Lock()
-        self.store = Store(self.root)
+        self.store = open_store(self.root)
         # The calls, with the open indexes of the kept Memories learned ahead between them
         self.ahead = Ahead(self.calls, rows=LEARN_ROWS, written=self.store.written_stamp(), say=self.say)
         self._call_memory = None  # the Memory the running call's command made, if it made one
@@ -115,7 +115,7 @@ class Server:
         signal.signal(signal.SIGINT, self._on_interrupt)
         listener = self._listen()
         self.last_call = self.began = time.monotonic()  # idle from now: opening the model can take a minute
-        self.say(f"serving {self.root} (pid {os.getpid()}, idle limit {self.first_idle_seconds / 60:g} to "
+        self.say(f"serving {self.store.shown} (pid {os.getpid()}, idle limit {self.first_idle_seconds / 60:g} to "
                  f"{self.idle_seconds / 60:g} min, as long as it is used)")
         threading.Thread(target=self._accept, args=(listener,), daemon=True, name="accept").start()
         try:
@@ -201,6 +201,8 @@ class Server:
         from memctl.errors import MemctlError
         from memctl.store.store import FILE_MODE
 
+        if not self.store.is_folder:
+            return None  # a database keeps no record: its server is found in the runtime directory only
         try:
             path = self.store.path(client.RECORD)  # the store's one path check: no link on the way
             descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
@@ -259,7 +261,7 @@ class Server:
         limit = self._idle_limit()
         if time.monotonic() - self.last_call > limit:
             self.leaving = f"idle for {limit / 60:.3g} min"
-        elif not os.path.isdir(self.root):
+        elif self.store.is_folder and not os.path.isdir(self.root):  # a database is asked by each call
             self.leaving = "the store is gone"
 
     # -- connections (a thread each) ---------------------------------------------------
@@ -405,7 +407,7 @@ class Server:
         self.calls.put(None)
 
     def status(self) -> dict:
-        return {"pid": os.getpid(), "store": self.root, "version": self.stamp[0], "python": self.stamp[2],
+        return {"pid": os.getpid(), "store": self.store.shown, "version": self.stamp[0], "python": self.stamp[2],
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
                 "calls": self.served, "running": self._running is not None, "idle_seconds": round(time.monotonic() - self.last_call, 1),
                 "idle_limit_minutes": round(self._idle_limit() / 60, 2), "rss_mb": _rss_mb(), "leaving": self.leaving}
@@ -512,7 +514,7 @@ class Server:
         with the open index and vectors of the last call on the same store path from the same
         working directory (memctl.Memory.adopt)."""
         memory = self.make_memory(path, say=say)
-        key = (str(memory.store.root), os.getcwd())
+        key = (str(memory.path), os.getcwd())
         kept = self.ahead.memories
         previous = kept.pop(key, None)
         if previous is not None:

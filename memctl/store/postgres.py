@@ -105,6 +105,9 @@ MIGRATIONS = [
 ]
 
 
+_OPEN: dict[tuple[str, int], "PostgresStore"] = {}  # PostgresStore.opened's, by URL and thread
+
+
 class NotOnPostgres(MemctlError):
     """What the features cannot do yet on a store named by a URL: exit 2, one line."""
 
@@ -155,6 +158,19 @@ class PostgresStore:
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.shown!r})"
+
+    @classmethod
+    def opened(cls, url: str) -> "PostgresStore":
+        """The store at `url` this thread has open, else a new one: the Memory a resident server or
+        `memctl mcp` makes for each call finds the connection and the working folder of the last
+        (a connection is one thread's: its transactions are)."""
+        import threading
+
+        key = (url, threading.get_ident())
+        store = _OPEN.get(key)
+        if store is None:
+            store = _OPEN[key] = cls(url)
+        return store
 
     def named(self, message: str) -> str:
         """A message as a person reads it: a file of the working folder named by the store's URL
@@ -337,24 +353,28 @@ class PostgresStore:
     @property
     def config_file(self) -> Path:
         """The store's settings as a file config.load reads: its memctl.toml (kept whole in
-        memctl_files) copied into a private folder of this process, read once per PostgresStore
-        (a Memory reads its settings once); a path that does not exist when the store has none."""
+        memctl_files) copied, as the database holds it now, into a private folder of this process
+        (a Memory reads its settings once, and a resident server's next call's Memory reads them
+        anew); a path that does not exist when the store has none. Apart from the working folder,
+        which a search never makes."""
         if self._settings_folder is None:
             import atexit
             import shutil
             import tempfile
 
-            folder = Path(tempfile.mkdtemp(prefix="memctl-settings-"))
-            atexit.register(shutil.rmtree, folder, ignore_errors=True)
-            data = None
-            if self.exists():
-                with self._in_transaction(write=False) as conn:
-                    found = conn.execute("SELECT data FROM memctl_files WHERE path = %s", (CONFIG,)).fetchone()
-                    data = bytes(found[0]) if found else None
-            if data is not None:
-                (folder / CONFIG).write_bytes(data)
-            self._settings_folder = folder
-        return self._settings_folder / CONFIG
+            self._settings_folder = Path(tempfile.mkdtemp(prefix="memctl-settings-"))
+            atexit.register(shutil.rmtree, self._settings_folder, ignore_errors=True)
+        data = None
+        if self.exists():
+            with self._in_transaction(write=False) as conn:
+                found = conn.execute("SELECT data FROM memctl_files WHERE path = %s", (CONFIG,)).fetchone()
+                data = bytes(found[0]) if found else None
+        path = self._settings_folder / CONFIG
+        if data is None:
+            path.unlink(missing_ok=True)
+        elif not path.exists() or path.read_bytes() != data:
+            path.write_bytes(data)
+        return path
 
     # -- Places and Names (seam.py): the working folder's -------------------------------------------
     def working_folder(self) -> Store:
