@@ -68,13 +68,13 @@ def replace(path: Path, new: str) -> Path | None:
     return backup
 
 
-def memctl_argv(store: Path, *args: str) -> list[str]:
-    """How a client runs memctl on `store`: by absolute paths, since a client starts it with its own
-    PATH and working directory. The install's console script when there is one, else this Python
-    with -P -m (not the client's working directory first on the module path: a `memctl` folder
-    there would run instead)."""
+def memctl_argv(store: str, *args: str) -> list[str]:
+    """How a client runs memctl on `store` (an absolute folder, or a URL): by absolute paths, since
+    a client starts it with its own PATH and working directory. The install's console script when
+    there is one, else this Python with -P -m (not the client's working directory first on the
+    module path: a `memctl` folder there would run instead)."""
     script = Path(sys.executable).parent / ("memctl.exe" if sys.platform == "win32" else "memctl")
-    store_args = ["--store", str(Path(os.path.abspath(store))), *args]
+    store_args = ["--store", str(store), *args]
     if script.is_file():
         return [str(script), *store_args]
     return [sys.executable, "-P", "-m", "memctl", *store_args]

@@ -208,19 +208,27 @@ def test_the_password_is_in_no_message(run, postgres_server, postgres_url, store
     assert b"password authentication failed" in run(*calls[0]).stderr
 
 
-@pytest.mark.parametrize("argv", [["hooks", "install", "claude-code"], ["mcp", "install", "--client", "cursor"]],
-                         ids=lambda argv: " ".join(argv[:2]))
-def test_what_is_not_on_postgresql_yet_says_so_in_one_line(run, argv):
-    """The installers write the store's folder into a client's settings: on a URL they stop before
-    anything connects or is written."""
-    url = "postgresql://mei:s3cret-pw@127.0.0.1:1/memory"  # never reached: nothing connects
-    done = run(*argv, store=url, input="")
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.decode().splitlines() == [
-        f"memctl: error: postgresql://mei:***@127.0.0.1:1/memory: `memctl {' '.join(argv[:2])}` "
-        "is not yet on PostgreSQL (#35); `memctl store copy postgresql://mei:***@127.0.0.1:1/memory DIR` gives "
-        "the store as a folder, which every command runs on"]
-    assert done.stdout == b""
+INSTALLERS = [["hooks", "install", "claude-code", "--json"], ["mcp", "install", "--client", "cursor", "--json"]]
+
+
+@pytest.mark.parametrize("argv", INSTALLERS, ids=lambda argv: " ".join(argv[:2]))
+def test_an_installer_names_a_url_store_by_its_url_and_never_writes_a_password(run, argv, tmp_path, monkeypatch):
+    """The hook or MCP server a client runs names the store by its URL; a URL holding a password is
+    refused in one line (it would sit in the client's settings in clear), nothing written."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(home / ".claude"))
+    (home / ".claude").mkdir(parents=True)
+    (home / ".cursor").mkdir()
+    refused = run(*argv, store="postgresql://mei:s3cret-pw@127.0.0.1:1/memory")
+    assert refused.returncode == 2 and refused.stdout == b"" and len(refused.stderr.splitlines()) == 1
+    assert b"holds a password" in refused.stderr and b"s3cret" not in refused.stderr
+    assert [p for p in home.rglob("*") if p.is_file()] == []
+    done = run(*argv, store="postgresql://mei@127.0.0.1:1/memory")  # never reached: nothing connects
+    assert done.returncode == 0, done.stderr
+    written = json.loads(done.stdout)
+    command = written.get("command", "") + " " + " ".join(written.get("args", []))
+    assert "--store postgresql://mei@127.0.0.1:1/memory" in command, written
 
 
 def test_a_hook_on_a_database_out_of_reach_never_blocks_the_agent(run):
@@ -437,16 +445,21 @@ def test_a_resident_server_serves_a_postgresql_store_with_the_password_out_of_it
     """`memctl --store URL server start`: the calls after it are answered by the server (its count of
     calls grows), what they write is in the database, and no process's arguments hold the URL's
     password (every user's `ps` shows them): the server gets the URL in its environment."""
+    import shutil
+    import tempfile
+
+    runtime = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: a socket's path has at most 107 bytes
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
-    env["XDG_RUNTIME_DIR"] = str(tmp_path / "runtime")
-    os.makedirs(env["XDG_RUNTIME_DIR"], mode=0o700)
+    env["XDG_RUNTIME_DIR"] = runtime
 
     def memctl(*args, data=None):
         return subprocess.run([sys.executable, "-P", "-m", "memctl", "--store", postgres_url, *args], input=data,
                               capture_output=True, env=env, timeout=300)
 
     assert memctl("ingest", str(CHAT)).returncode == 0
-    assert memctl("server", "start").returncode == 0
+    started = memctl("server", "start")
+    assert started.returncode == 0, started.stderr.decode() + "".join(
+        path.read_text() for path in Path(runtime).rglob("*.log"))
     try:
         status = json.loads(memctl("server", "status", "--json").stdout)
         with open(f"/proc/{status['pid']}/cmdline", "rb") as file:
@@ -461,4 +474,5 @@ def test_a_resident_server_serves_a_postgresql_store_with_the_password_out_of_it
         assert json.loads(memctl("server", "status", "--json").stdout)["calls"] >= status["calls"] + 3
     finally:
         assert memctl("server", "stop").returncode == 0
+        shutil.rmtree(runtime, ignore_errors=True)
     assert b'"id":"r-1"' in PostgresStore(postgres_url).files()["sessions/default.jsonl"]

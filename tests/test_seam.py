@@ -51,7 +51,7 @@ def same_operations(protocol, given_class) -> None:
 
 @pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda p: p.__name__)
 def test_a_postgresql_store_has_every_operation_of_the_truth(protocol):
-    """Places and Names are there to refuse (NotOnPostgres) until the features ask by kind."""
+    """Places and Names are its working folder's (store/postgres.py Mirror), Locked and Writes the database's."""
     same_operations(protocol, PostgresStore)
     same_operations(seam.Writes, PostgresWrites)
     store = PostgresStore("postgresql://mei:pw@127.0.0.1:1/memory")  # never connected: nothing is asked yet

@@ -106,15 +106,6 @@ class Memory:
         if not self.store.is_folder:
             self.store.close()
 
-    def require_folder(self, what: str) -> None:
-        """NotOnPostgres (a MemctlError, exit 2) naming `what` when the store is a PostgreSQL one, on
-        which the resident server and the installers do not run yet (#35): a face says so before it
-        starts on anything."""
-        if not self.store.is_folder:
-            from memctl.store.postgres import NotOnPostgres
-
-            raise NotOnPostgres(self.store.shown, what)
-
     @cached_property
     def cache(self) -> "Cache":
         """The store's tool-output cache (memctl/cache, docs/cache.md) on [cache] backend;

@@ -433,7 +433,7 @@ class HooksGroup:
         from memctl.hooks import protocol
 
         spec = _client(client)
-        return protocol.install(spec, spec.settings_path(settings=settings, project=project), self.store.root,
+        return protocol.install(spec, spec.settings_path(settings=settings, project=project), self.store.name_to_keep,
                                 dry_run=dry_run)
 
     def uninstall(self, client: str, *, settings: str | None = None, project: bool = False,
@@ -442,7 +442,7 @@ class HooksGroup:
         from memctl.hooks import protocol
 
         spec = _client(client)
-        return protocol.install(spec, spec.settings_path(settings=settings, project=project), self.store.root,
+        return protocol.install(spec, spec.settings_path(settings=settings, project=project), self.store.name_to_keep,
                                 dry_run=dry_run, remove=True)
 
     def note(self, client: str) -> str:

@@ -147,8 +147,8 @@ def _hook_call(args) -> bool:
 @click.group(cls=MemctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="memctl")
 @click.option("--store", "store_path", metavar="DIR|URL", type=click.Path(file_okay=False),
-              help="The memory store: a folder, or a postgresql:// URL (every command but `hooks "
-                   "install` and `mcp install`). [default: $MEMCTL_STORE, else ./.memory; a store made there unasked is named "
+              help="The memory store: a folder, or a postgresql:// URL (README: \"A store on "
+                   "PostgreSQL\"). [default: $MEMCTL_STORE, else ./.memory; a store made there unasked is named "
                    "on stderr]")
 @click.pass_context
 def cli(ctx: click.Context, store_path: str | None) -> None:

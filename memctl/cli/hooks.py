@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
 
-from memctl.cli.output import EXIT_OK, alert, json_lines, say
+from memctl.cli.output import EXIT_OK, alert, json_lines, say, store_reached
 
 
 @click.group("hooks")
@@ -31,8 +30,6 @@ def hooks(ctx):
       memctl hooks install codex --store ~/agent/.memory
       memctl hooks uninstall gemini-cli --store ~/agent/.memory
     """
-    if ctx.invoked_subcommand != "run":  # they write the store's folder into the client's settings
-        ctx.obj.require_folder(f"`memctl hooks {ctx.invoked_subcommand}`")
 
 
 @hooks.command("run")
@@ -171,5 +168,5 @@ def _settings_change(memory, client, store_dir, settings_file, project, as_json,
         say(f"memctl: {setup.status} {events} hooks in {setup.path}{kept}; they apply to {client}'s next session")
     if not remove and memory.hooks.note(client):
         say(f"memctl: note: {memory.hooks.note(client)}")
-    if not remove and not memory.store.exists():
-        say(f"memctl: note: no store at {os.path.abspath(memory.store.root)} yet; the first turn stored makes it")
+    if not remove and not store_reached(memory):
+        say(f"memctl: note: no store at {memory.store.name_to_keep} yet; the first turn stored makes it")

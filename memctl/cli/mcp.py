@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from memctl.cli.output import EXIT_ERROR, alert, json_lines, say
+from memctl.cli.output import EXIT_ERROR, alert, json_lines, say, store_reached
 from memctl.mcp.clients import CLIENTS
 
 
@@ -85,8 +85,7 @@ def mcp_install(memory, client, name, force, dry_run, as_json):
     """
     from memctl.mcp.clients import install
 
-    memory.require_folder("`memctl mcp install`")  # it writes the store's folder into the client's config
-    setup = install(client, memory.store.root, name=name, force=force, dry_run=dry_run)
+    setup = install(client, memory.store.name_to_keep, name=name, force=force, dry_run=dry_run)
     if as_json:
         json_lines([setup.as_dict()])
     else:
@@ -98,8 +97,8 @@ def mcp_install(memory, client, name, force, dry_run, as_json):
     else:
         kept = f" (the old file is {setup.backup})" if setup.backup else ""
         say(f"memctl: {setup.status} server '{name}' in {setup.path}{kept}; restart {client} to load it")
-    if not memory.store.exists():
-        say(f"memctl: note: no store at {os.path.abspath(memory.store.root)} yet; the server makes it on the "
+    if not store_reached(memory):
+        say(f"memctl: note: no store at {memory.store.name_to_keep} yet; the server makes it on the "
             "first write")
 
 

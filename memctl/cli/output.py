@@ -107,3 +107,15 @@ class progress:
     def __exit__(self, *exc):
         self._close()
         return False
+
+
+def store_reached(memory) -> bool:
+    """Whether the store exists, for an installer's note: a database out of reach now says so
+    (a note, as the client will reach it later), never failing what was written."""
+    from memctl.errors import MemctlError
+
+    try:
+        return memory.store.exists()
+    except MemctlError as exc:
+        say(f"memctl: note: {exc}")
+        return True

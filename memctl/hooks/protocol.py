@@ -272,7 +272,7 @@ class Setup(Shape):
     backup: Path | None = shown("The copy of the file before the change, or null.", default=None)
 
 
-def hook_command(client: Client, store: Path) -> str:
+def hook_command(client: Client, store: str) -> str:
     """The command each event runs: this memctl, by absolute paths, on `store`."""
     return shlex.join(memctl_argv(store, "hooks", "run", client.name))
 
@@ -281,7 +281,7 @@ def _ours(handler: Any, command: str) -> bool:
     return isinstance(handler, dict) and handler.get("type") == "command" and handler.get("command") == command
 
 
-def install(client: Client, path: Path, store: Path, *, dry_run: bool = False, remove: bool = False) -> Setup:
+def install(client: Client, path: Path, store: str, *, dry_run: bool = False, remove: bool = False) -> Setup:
     """Add memctl's hook for `store` to every event of the client in the settings file at `path`
     (`remove`: take exactly those entries out again), keeping every other key and hook. The three
     clients read the same shape, {"hooks": {EVENT: [{"matcher"?, "hooks": [{"type": "command",

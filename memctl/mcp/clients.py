@@ -74,13 +74,13 @@ def config_path(client: str, home: Path | None = None) -> Path:
     raise InputError(f"unknown client '{client}'; one of {', '.join(CLIENTS)}", source="--client")
 
 
-def server_entry(store: Path) -> dict[str, Any]:
+def server_entry(store: str) -> dict[str, Any]:
     """How a client starts memctl's MCP server for `store` (configfiles.memctl_argv)."""
     argv = configfiles.memctl_argv(store, "mcp")
     return {"command": argv[0], "args": argv[1:]}
 
 
-def install(client: str, store: Path, *, name: str = "memctl", force: bool = False, dry_run: bool = False,
+def install(client: str, store: str, *, name: str = "memctl", force: bool = False, dry_run: bool = False,
             home: Path | None = None) -> Setup:
     """Add (or with `force`, replace) server `name` for `store` in `client`'s config."""
     if not SERVER_NAME.fullmatch(name):

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
-from memctl.errors import MemctlError, StoreError
+from memctl.errors import StoreError
 from memctl.store import memoryfile
 from memctl.store.sessions import message_scope
 from memctl.store.store import Store, _make_dirs, _unlink_if_there, _write_all, check_name, mended, open_file
@@ -108,14 +108,6 @@ MIGRATIONS = [
 _OPEN: dict[tuple[str, int], "PostgresStore"] = {}  # PostgresStore.opened's, by URL and thread
 
 
-class NotOnPostgres(MemctlError):
-    """What the features cannot do yet on a store named by a URL: exit 2, one line."""
-
-    def __init__(self, shown: str, what: str = "this command"):
-        super().__init__(f"{shown}: {what} is not yet on PostgreSQL (#35); `memctl store copy {shown} DIR` "
-                         "gives the store as a folder, which every command runs on")
-
-
 def shown(url: str) -> str:
     """The URL as messages name it: its password (in the user part or a `password=` parameter)
     replaced by ***; for a URL that does not parse, its scheme alone (it may hold a password
@@ -158,6 +150,15 @@ class PostgresStore:
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.shown!r})"
+
+    @property
+    def name_to_keep(self) -> str:
+        """What a client's settings name the store by: its URL, which may hold no password (it
+        would sit in that file in clear; libpq reads it from ~/.pgpass or PGPASSWORD)."""
+        if _password(self.url):
+            raise StoreError(f"{self.shown}: the URL holds a password, which would be written into the client's "
+                             "settings in clear; give the URL without it and keep it in ~/.pgpass or PGPASSWORD")
+        return self.url
 
     @classmethod
     def opened(cls, url: str) -> "PostgresStore":

@@ -3,11 +3,12 @@ the features ask of a store and of its index today, named as typing.Protocol cla
 store (store.Store, its Transaction, index.index.Index) is the default and the reference; what
 each operation promises is written down in docs/design.md ("The seam for a second store").
 
-Today the features still reach each kind of truth by its place (a path the folder store gives)
-and read and write it through the store's transaction; a second backend needs them to ask by kind
-instead (docs/design.md says what is left). These classes hold the contract meanwhile, and
-tests/test_seam.py holds the folder store to it, and the PostgreSQL store (store/postgres.py:
-Locked and Writes kept, Places and Names refusing until the features ask by kind).
+The features reach each kind of truth by its place (a path the store gives) and read and write
+it through the store's transaction. The PostgreSQL store (store/postgres.py) keeps Locked and
+Writes in its database and gives Places and Names in a working folder of the process brought up
+to date in each transaction; a backend without files at all would need the features to ask by
+kind (docs/design.md says what is left). tests/test_seam.py holds both stores to the contract
+and runs every everyday command on both.
 """
 
 from __future__ import annotations

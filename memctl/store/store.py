@@ -169,6 +169,11 @@ class Store(Truth):
         """A message as a person reads it (PostgresStore names its working folder by its URL)."""
         return message
 
+    @property
+    def name_to_keep(self) -> str:
+        """What a client's settings name the store by (hooks and MCP installers): its folder."""
+        return os.path.abspath(self.root)
+
     @classmethod
     def locate(cls, path: str | os.PathLike | None = None) -> "Store":
         """The store named by `path`, else $MEMCTL_STORE, else ./.memory (a folder; memctl.api.open_store
