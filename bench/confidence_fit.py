@@ -382,7 +382,7 @@ def load_records() -> list[dict]:
     return records
 
 
-def fit(write: bool, names: tuple[str, ...], gates: bool) -> None:
+def fit(write: bool, names: tuple[str, ...], gates: tuple | None) -> None:
     records = load_records()
     fitting = [r for r in records if r["split"] in ("fit", "dev")]
     checking = [r for r in records if r["split"] in ("check", "heldout")]
@@ -395,7 +395,7 @@ def fit(write: bool, names: tuple[str, ...], gates: bool) -> None:
     calibration(predict(xc, beta), yc, gc, "check part (held out)")
     ordered(checking, names, beta)
     if gates:
-        refusals(fitting, checking, names, beta)
+        refusals(fitting, checking, names, beta, *gates)
     if write:
         write_rules(names, beta, records)
 
@@ -451,14 +451,16 @@ def best_confidence(records, names, beta):
     return np.array(out)
 
 
-def refusals(fitting, checking, names, beta):
+def refusals(fitting, checking, names, beta, either=(0.3, 0.5, 0.7), both=(0.02, 0.05, 0.1)):
+    """The subject test beside it with a result of confidence `either` or more let through, and beside
+    it with a refusal when no result reaches `both`."""
     for title, part in (("fit part", fitting), ("check part", checking)):
         best = best_confidence(part, names, beta)
         old = np.array([r["old_gate"] for r in part])
         rules = {"subject test (main)": old, "none": np.ones(len(part), dtype=bool)}
-        for t in (0.3, 0.5, 0.7):
+        for t in either:
             rules[f"test or p≥{t}"] = old | (best >= t)
-        for t in (0.02, 0.05, 0.1):
+        for t in both:
             rules[f"test and p≥{t}"] = old & (best >= t)
         print(f"\n### refusal rules, {title} (positives: the set's recall; unrelated: share returning any)\n")
         print("| set | n | " + " | ".join(rules) + " |\n| --- | --- | " + " | ".join("---" for _ in rules) + " |")
@@ -514,14 +516,20 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--only", default=",".join(SOURCES), help="collect: these sources only")
     parser.add_argument("--features", default=",".join(confidence.FEATURES))
-    parser.add_argument("--gates", action="store_true", help="fit: also the refusal rules reading the confidence")
+    parser.add_argument("--gates", metavar="EITHER/BOTH", help="fit: also the refusal rules reading the confidence, "
+                        "the subject test or a result of p >= each of EITHER, and the test and one of p >= each of "
+                        "BOTH: comma-separated levels, e.g. 0.3,0.5/0.02,0.05")
     parser.add_argument("--write", action="store_true", help="write the fit to memctl/search/rules/confidence.toml")
     args = parser.parse_args()
     CACHE.mkdir(parents=True, exist_ok=True)
     if args.step == "collect":
         collect(args.data, args.only.split(","))
     else:
-        fit(args.write, tuple(args.features.split(",")), args.gates)
+        gates = None
+        if args.gates:
+            either, both = args.gates.split("/")
+            gates = tuple(tuple(float(t) for t in levels.split(",") if t) for levels in (either, both))
+        fit(args.write, tuple(args.features.split(",")), gates)
 
 
 if __name__ == "__main__":
