@@ -28,29 +28,30 @@ RULES = Path(__file__).parent / "rules" / "confidence.toml"
 @dataclass
 class Signals:
     """What the model reads of one search's candidates (arrays: one entry a candidate)."""
-    relevance_cosine: object  # each one's own calibrated cosine (0 unrelated, 1 paraphrase)
+    relevance_cosine: object  # each one's own calibrated cosine (0 unrelated, 1 paraphrase): float64 arrays
     coverage: object  # the share of the query's BM25 weight each matched
     relevance: object  # the fused relevance the minimum judges
     trust: float  # how far the model reads the query: its vector weight over the configured one, 0..1
     units: int  # the units of the store the filters allow
 
 
-def _columns(signals: Signals) -> dict:
-    import numpy as np
-
-    meaning = signals.trust * np.asarray(signals.relevance_cosine, dtype=np.float64)
-    relevance = np.asarray(signals.relevance, dtype=np.float64)
-    n = len(relevance)
-    return {
-        "meaning": meaning,
-        "coverage": np.asarray(signals.coverage, dtype=np.float64),
-        "relevance": relevance,
-        "below_best": (float(relevance.max()) if n else 0.0) - relevance,
-        "best_meaning": np.full(n, float(meaning.max()) if n else 0.0),
+def _column(name: str, signals: Signals):
+    """One feature of every candidate (an array), or of the query (a number, the same for each)."""
+    if name == "meaning":
+        return signals.trust * signals.relevance_cosine
+    if name == "coverage":
+        return signals.coverage
+    if name == "relevance":
+        return signals.relevance
+    if name == "below_best":
+        return float(signals.relevance.max()) - signals.relevance
+    if name == "best_meaning":
+        return signals.trust * float(signals.relevance_cosine.max())
+    if name == "store_units":
         # the share of a store's results that answer falls as the store grows: 1 in 4 in a
         # store of four messages, ~1 in 20 of LoCoMo's top 10 (bench/README.md)
-        "store_units": np.full(n, math.log10(1 + signals.units)),
-    }
+        return math.log10(1 + signals.units)
+    raise ValueError(f"no feature {name!r}; known: {', '.join(FEATURES)}")
 
 
 # Chosen on the check part (bench/README.md, "Issue 33: each result's confidence"): the query's
@@ -59,13 +60,14 @@ FEATURES = ("meaning", "coverage", "relevance", "below_best", "best_meaning", "s
 
 
 def features(signals: Signals, names: tuple[str, ...] = FEATURES):
-    """The model's inputs, a row a candidate, in `names`' order."""
+    """The model's inputs, a row a candidate, in `names`' order (for fitting: bench/confidence_fit.py)."""
     import numpy as np
 
-    columns = _columns(signals)
-    if not len(signals.relevance):
+    n = len(signals.relevance)
+    if not n:
         return np.zeros((0, len(names)))
-    return np.column_stack([columns[name] for name in names])
+    return np.column_stack([np.broadcast_to(np.asarray(_column(name, signals), dtype=np.float64), n)
+                            for name in names])
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,12 @@ class Model:
         """Each candidate's probability of being relevant."""
         import numpy as np
 
-        logit = self.intercept + features(signals, self.features) @ np.asarray(self.coefficients)
-        return 1 / (1 + np.exp(-logit))
+        if not len(signals.relevance):
+            return np.zeros(0)
+        logit = self.intercept
+        for name, coefficient in zip(self.features, self.coefficients):
+            logit = logit + coefficient * _column(name, signals)
+        return 1 / (1 + np.exp(-np.broadcast_to(logit, len(signals.relevance))))
 
 
 @functools.lru_cache(maxsize=8)
