@@ -84,3 +84,14 @@ def test_the_fit_says_where_it_came_from():
         assert re.fullmatch(r"[0-9a-f]{12}", fit["signals_sha256"]), fit["signals_sha256"]
         script = re.search(r"bench/\S+\.py", fit["command"])
         assert script and (REPO / script.group()).is_file()
+
+
+def test_a_postgresql_store_gives_each_result_the_folders_confidence(run, notes_store, store_dir, postgres_url):
+    # Both count the units the filters allow (the store's size is a feature), with vectors or without.
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    for mode in ("hybrid", "bm25"):
+        folder = results(run, "--mode", mode, "--min-score", "0", ANSWERED)
+        done = run("search", "--json", "--mode", mode, "--min-score", "0", ANSWERED, store=postgres_url)
+        assert done.returncode == 0, done.stderr
+        found = [orjson.loads(line) for line in done.stdout.splitlines()]
+        assert [(r["id"], r["confidence"]) for r in found] == [(r["id"], r["confidence"]) for r in folder]
