@@ -11,8 +11,9 @@ judged by the default model's fit. Nothing reads a word list.
 
 The confidence orders nothing and drops nothing: the minimum stage decides what is returned
 (subject.SubjectTest). It says how far to trust each result: on the held-out part of the dev
-sets, results given .8 and above were relevant ~.8 of the time (bench/README.md, "Issue 33:
-each result's confidence").
+sets, results given under .2 were relevant as often as it says, from .2 to .6 ~.07-.15 less
+often (Brier .0397 against the base rate's .0447; bench/README.md, "Issue 33: each result's
+confidence, and refusals read from it").
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def _column(name: str, signals: Signals):
     raise ValueError(f"no feature {name!r}; known: {', '.join(FEATURES)}")
 
 
-# Chosen on the check part (bench/README.md, "Issue 33: each result's confidence"): the query's
+# Chosen on the check part (bench/README.md, "Issue 33: each result's confidence, ..."): the query's
 # best coverage, its word count and the model's trust alone added nothing (Brier .0396-.0397).
 FEATURES = ("meaning", "coverage", "relevance", "below_best", "best_meaning", "store_units")
 
