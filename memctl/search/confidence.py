@@ -55,8 +55,9 @@ def _column(name: str, signals: Signals):
     raise ValueError(f"no feature {name!r}; known: {', '.join(FEATURES)}")
 
 
-# Chosen on the check part (bench/README.md, "Issue 33: each result's confidence, ..."): the query's
-# best coverage, its word count and the model's trust alone added nothing (Brier .0396-.0397).
+# Chosen on the check part: the query's best coverage, its word count and the model's trust alone
+# added nothing (Brier .0396-.0397; bench/README.md, "Issue 33: each result's confidence, and
+# refusals read from it").
 FEATURES = ("meaning", "coverage", "relevance", "below_best", "best_meaning", "store_units")
 
 
