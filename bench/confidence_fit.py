@@ -5,8 +5,8 @@
 
 `collect` builds, in-process through `Memory` with the embedding model of the environment
 (MEMCTL_EMBEDDING_MODEL, else the default), the dev stores: LoCoMo dev's four conversations,
-LongMemEval dev's 30 questions (a store each), MADial zh and en memories (each side's dialogues asked
-over its own memories), the paraphrase set's store (bench/paraphrase/) and tiny stores (a paraphrase
+LongMemEval dev's 30 questions (a store each), MADial zh and en memories (both sides' dialogues asked
+over each side's), the paraphrase set's store (bench/paraphrase/) and tiny stores (a paraphrase
 fact and three of the person's other messages, as a new user's store is). Every question with its
 evidence stored, and every unrelated query (gibberish, another conversation's questions, Chinese
 MADial excerpts, the paraphrase set's never-mentioned questions), is searched with the minimum made to
@@ -180,7 +180,10 @@ def collect(data: Path, only: list[str]) -> None:
 
     if "madial" in only:
         out = []
-        for lang in ("zh", "en"):  # MADial: each side's memories, asked by its own side's dialogues
+        dialogues_of = {lang: [json.loads(line) for line in
+                               (data / f"madial_{lang}_dialogues_dev.jsonl").read_text().splitlines()]
+                        for lang in ("zh", "en")}
+        for lang in ("zh", "en"):  # MADial: each side's memories, asked by both sides' dialogues (the same ids)
             notes = []
             for line in (data / f"madial_{lang}_memory.jsonl").read_text().splitlines():
                 for memory_row in json.loads(line).values():
@@ -190,23 +193,22 @@ def collect(data: Path, only: list[str]) -> None:
             stored = {n["id"] for n in notes}
             memory = store(f"madial-{lang}", lambda m: m.ingest(jsonl(notes), kind="memory", fmt="jsonl",
                                                                  keep_noise=True))
-            dialogues = [json.loads(line) for line in
-                         (data / f"madial_{lang}_dialogues_dev.jsonl").read_text().splitlines()]
             rows = []
-            for d in dialogues:
-                relevant = {f"madial-{r}" for r in d["relevant-id"]} & stored
-                if relevant:
-                    rows.append({"source": "madial", "split": "check" if d["id"] % 3 == 0 else "fit",
-                                 "kind": "positive", "query": "".join(d["dialogue"][:d["test-turn"][0]]),
-                                 "evidence": relevant, "id": f"{lang}-{d['id']}", "direction": f"{lang}->{lang}",
-                                 "scope": f"project:user-{d['user-id']}", "memory": True})
+            for asked, dialogues in dialogues_of.items():
+                for d in dialogues:
+                    relevant = {f"madial-{r}" for r in d["relevant-id"]} & stored
+                    if relevant:
+                        rows.append({"source": "madial", "split": "check" if d["id"] % 3 == 0 else "fit",
+                                     "kind": "positive", "query": "".join(d["dialogue"][:d["test-turn"][0]]),
+                                     "evidence": relevant, "id": f"{asked}-{lang}-{d['id']}",
+                                     "direction": f"{lang}->{asked}", "scope": f"project:user-{d['user-id']}",
+                                     "memory": True})
+            # No Chinese excerpts here: they are the other side's dialogues, asked of their own memories.
             pick = random.Random(f"madial-{lang}")
-            users = sorted({d["user-id"] for d in dialogues})
+            users = sorted({d["user-id"] for d in dialogues_of[lang]})
             for split in ("fit", "check"):
                 kinds = {"gibberish": gibberish(pick, 15), "another conversation's question": every_question,
                          "never-mentioned": never_for(split)}
-                if lang == "en":
-                    kinds["Chinese excerpt"] = zh_excerpts
                 for row in negatives(pick, 15, kinds, split, "madial"):
                     rows.append({**row, "scope": f"project:user-{pick.choice(users)}", "memory": True})
             ask(recorder, memory, rows, out)
