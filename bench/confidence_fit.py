@@ -495,8 +495,9 @@ def write_rules(names, beta, records) -> None:
     fits[MODEL] = {"model": MODEL, "features": list(names),
                    "coefficients": [round(float(b), 5) for b in beta[1:]], "intercept": round(float(beta[0]), 5),
                    "fitted_on": "the fit part of bench/confidence_fit.py: " + ", ".join(sources)
-                                + " (LoCoMo dev conv-26/30/41; 2/3 of LongMemEval dev and of MADial zh/en dev; the "
-                                "paraphrase set's dev split and its tiny stores), with their unrelated queries",
+                                + " (LoCoMo dev conv-26/30/41; 2/3 of LongMemEval dev and of MADial dev, each side's "
+                                "dialogues over both sides' memories; the paraphrase set's dev split and its tiny "
+                                "stores), with their unrelated queries",
                    "checked_on": "LoCoMo conv-42, the other 1/3 of LongMemEval and MADial dev, the paraphrase "
                                  "set's heldout split and its tiny stores (bench/README.md)",
                    "command": "python bench/confidence_fit.py collect && python bench/confidence_fit.py fit "
