@@ -1,7 +1,7 @@
 """Fit each result's confidence (memctl/search/confidence.py) on dev data, and check it on a part held out.
 
     python bench/confidence_fit.py collect [--data ../shared/bench]   (builds the stores, records signals)
-    python bench/confidence_fit.py fit [--features a,b,...] [--write] (seconds: reads the recorded signals)
+    python bench/confidence_fit.py fit [--features a,b,...] [--gates EITHER/BOTH] [--write]   (seconds)
 
 `collect` builds, in-process through `Memory` with the embedding model of the environment
 (MEMCTL_EMBEDDING_MODEL, else the default), the dev stores: LoCoMo dev's four conversations,
@@ -518,7 +518,8 @@ def main() -> None:
     parser.add_argument("step", choices=("collect", "fit"))
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--only", default=",".join(SOURCES), help="collect: these sources only")
-    parser.add_argument("--features", default=",".join(confidence.FEATURES))
+    parser.add_argument("--features", help="comma-separated, of confidence.FEATURES (default: the rules file's "
+                        f"choice; all: {','.join(confidence.FEATURES)})")
     parser.add_argument("--gates", metavar="EITHER/BOTH", help="fit: also the refusal rules reading the confidence, "
                         "the subject test or a result of p >= each of EITHER, and the test and one of p >= each of "
                         "BOTH: comma-separated levels, e.g. 0.3,0.5/0.02,0.05")
@@ -532,7 +533,8 @@ def main() -> None:
         if args.gates:
             either, both = args.gates.split("/")
             gates = tuple(tuple(float(t) for t in levels.split(",") if t) for levels in (either, both))
-        fit(args.write, tuple(args.features.split(",")), gates)
+        features = args.features.split(",") if args.features else confidence.model_for(MODEL).features
+        fit(args.write, tuple(features), gates)
 
 
 if __name__ == "__main__":

@@ -320,14 +320,14 @@ class Dates(Stage):
 
 class Confidence(Stage):
     """Each candidate's probability of being relevant (confidence.Model, fitted on dev data and read
-    from rules/confidence.toml), from the signals fusion gave it and the query's best of them. It
-    orders nothing and drops nothing; every result shows it."""
+    from rules/confidence.toml), from the signals fusion gave it and the store's size. It orders
+    nothing and drops nothing; every result shows it."""
 
     name = "confidence"
     rounding = {"confidence": 4}
     summary = ("each candidate's probability of being relevant: a logistic model over its calibrated own cosine, "
-               "coverage and relevance, how far below the query's best relevance it is, the query's best cosine "
-               "and the store's units (confidence.py, fitted on dev data: rules/confidence.toml); orders nothing")
+               "its coverage and the store's units (confidence.py, fitted on dev data: rules/confidence.toml); "
+               "orders nothing")
 
     def apply(self, found: Candidates, query: Query, run: SearchRun) -> None:
         from memctl.search import confidence
