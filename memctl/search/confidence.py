@@ -10,9 +10,9 @@ fit for is judged by the default model's fit. Nothing reads a word list.
 
 The confidence orders nothing and drops nothing: the minimum stage decides what is returned
 (subject.SubjectTest). It says how far to trust each result: on the held-out part of the dev
-sets, results given under .2 were relevant as often as it says, from .2 to .6 ~.07-.15 less
-often (Brier .0397 against the base rate's .0447; bench/README.md, "Issue 33: each result's
-confidence, and refusals read from it").
+sets, the results of each bin of confidence were relevant within ~.05 of what it says (Brier
+.0453 against the base rate's .0494; bench/README.md, "Issue 33: each result's confidence, and
+refusals read from it").
 """
 
 from __future__ import annotations

@@ -13,8 +13,7 @@ neighbours    + 0.4 · (the better fused score of the turns right before and aft
               only, when that is above their own
 date          + 0.2 for a chat turn or log entry said in a period the query names
 confidence    each candidate's probability of being relevant: a logistic model over its calibrated
-              own cosine, coverage and relevance, how far below the query's best relevance it is,
-              the query's best cosine and the store's units (confidence.py, fitted on dev data:
+              own cosine, its coverage and the store's units (confidence.py, fitted on dev data:
               rules/confidence.toml); orders nothing
 minimum       nothing when the store does not know the subject (subject.SubjectTest: no candidate's
               own calibrated cosine, in the finest model it and the query share, reaches
