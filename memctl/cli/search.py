@@ -44,7 +44,8 @@ def search(memory, query, as_json, batch, plan_message, adaptive, layered, budge
 
     \b
     --json prints one object a result:
-      {"id", "kind": "memory"|"message"|"log"|"topic", "text", "score", "source",
+      {"id", "kind": "memory"|"message"|"log"|"topic", "text", "score",
+       "confidence" (0-1: how sure the search is that it is relevant), "source",
        "lines": [first, last], "section", "session", "ts", "speaker", "scope",
        "fields"? (memories: schema fields), "explain"? (with --explain)}
     --batch prints one line a query: {"query_id", "results": [...]}.

@@ -51,6 +51,7 @@ class Candidates:
         # BM25 coverage, the own calibrated cosine, and the vector weight.
         self.relevance = self.coverage = self.relevance_cosine = self.score
         self.vector_weight = 0.0
+        self.confidence = self.score  # each one's probability of being relevant (stages.Confidence)
         self.kept = None  # which pass the minimum (and the noise filter): a mask, once judged
         self.order: list[int] = []  # the positions kept, best first, once ranked
         self.stopped = False  # nothing is returned: the minimum found the store does not know the subject

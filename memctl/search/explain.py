@@ -33,6 +33,9 @@ def explain_lines(explain: dict[str, Any]) -> list[str]:
         lines.append(f"relevance {explain['relevance']:.4f} = calibrated own cosine "
                      f"{explain.get('relevance_cosine', explain['cosine_calibrated'])}, "
                      f"bm25 coverage {explain['bm25_coverage']} (the minimum judges this, before age)")
+    if "confidence" in explain:
+        lines.append(f"confidence {explain['confidence']:.4f} that it is relevant (a model fitted on dev data: "
+                     "memctl/search/rules/confidence.toml; it orders nothing)")
     steps = []
     before = explain.get("fused")
     for name, acts in ((stage.name, stage.acts) for stage in STAGES if stage.acts):

@@ -46,10 +46,9 @@ class PgSearcher(Ranking):
         units, matrix = reader.slice(list(dict.fromkeys([*bm25.scores, *nearest])), dimension)
         local = {unit[1]: row for row, unit in enumerate(units)}  # id -> its row in the slice
         cosines = vector_rows = None
-        compared = 0
+        compared = reader.count(query.filters)
         if query_vectors is not None:
             cosines = self.comparable(matrix, _query_cosines(matrix, query_vectors), query_vectors)
-            compared = reader.count(query.filters)
             # each query line's nearest, then the `limit` best of them as the lines' cosines combine
             found = np.array([local[unit_id] for unit_id in nearest if unit_id in local], dtype=np.intp)
             vector_rows = found[np.argsort(-cosines[found], kind="stable")[:limit]].tolist()

@@ -41,6 +41,9 @@ class Result(Shape):
                                                                "message; log: a daily-log entry; topic: a topic.")
     text: str = shown("The matched text.")
     score: float = shown("The final ranking score (higher is better).", digits=6)
+    confidence: float = shown("How sure the search is that it is relevant: a probability, 0-1, from a model "
+                              "fitted on dev data (memctl/search/rules/confidence.toml); it orders nothing.",
+                              digits=4)
     source: str = shown("The store file it is in, relative to the store.")
     lines: tuple[int, int] = shown("Its first and last line in that file.")
     section: str | None = shown("A memory's MEMORY.md section.")
@@ -111,7 +114,7 @@ class Ranking:
                cosines, vector_rows: list[int], compared: int = 0) -> list[Result]:
         """The results of the ranking stages over BM25's hits and the vectors' rows (`cosines`: the
         cosine to the query of every row a stage reads, comparable(); `vectors`: those rows' vectors;
-        `compared`: how many units the filters allow, which the subject test reads)."""
+        `compared`: how many units the filters allow, which the subject test and the confidence read)."""
         judged = None
         models = getattr(self.embedder, "models", None) if cosines is not None else None
         if models:
@@ -203,7 +206,8 @@ class Ranking:
     @staticmethod
     def _result(found: Candidates, at: int) -> Result:
         row = found.units[at]
-        return Result(row["id"], row["kind"], row["text"], float(found.score[at]), row["source"],
+        return Result(row["id"], row["kind"], row["text"], float(found.score[at]), float(found.confidence[at]),
+                      row["source"],
                       [row["line_start"], row["line_end"]], row["section"], row["session"], row["ts"], row["speaker"],
                       row["scope"], row["record_id"], row["row"], orjson.loads(row["fields"] or "{}"),
                       found.explain_of(at, ROUNDING))
@@ -311,8 +315,17 @@ class Searcher(Ranking):
             cosines = self.comparable(self.vectors, _query_cosines(self.vectors, query_vectors), query_vectors,
                                       self._parts)
             vector_rows, compared = self._vector_candidates(cosines, query.filters, limit)
+        else:  # the store's size still tells how sure a result is (stages.Confidence)
+            compared = self._allowed(query.filters)
         return self.ranked(query, bm25, weights, self.rows, self.words, self.vectors, query_vectors, cosines,
                            vector_rows, compared)
+
+    def _allowed(self, filters: Filters) -> int:
+        """How many rows the filters allow."""
+        import numpy as np
+
+        mask = self.units.mask(filters, len(self.vectors))
+        return len(self.vectors) if mask is None else int(np.count_nonzero(mask == 0))
 
     def _vector_candidates(self, cosines, filters: Filters, limit: int) -> tuple[list[int], int]:
         """The `limit` rows of the best cosines the filters allow (in no particular order), and

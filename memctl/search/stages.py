@@ -12,6 +12,9 @@ fusion        orders: weighted w_vec·cal(cosine) + w_bm25·BM25/max(best BM25, 
 neighbours    + 0.4 · (the better fused score of the turns right before and after − own), chat turns
               only, when that is above their own
 date          + 0.2 for a chat turn or log entry said in a period the query names
+confidence    each candidate's probability of being relevant: a logistic model over its calibrated
+              own cosine, its coverage and the store's units (confidence.py, fitted on dev data:
+              rules/confidence.toml); orders nothing
 minimum       nothing when the store does not know the subject (subject.SubjectTest: no candidate's
               own calibrated cosine, in the finest model it and the query share, reaches
               subject_min_cosine (0.5; in a store of fewer than 600 units, less:
@@ -91,7 +94,7 @@ class SearchRun:
         # rows -> their own calibrated cosines as one model of a vector of several reads them
         # (search.judged_cosines); None: the whole vector's cosine, calibrated
         self.judged = judged
-        self.compared = compared  # the rows the query's vector was compared with (the filters allow)
+        self.compared = compared  # the units the filters allow (0: not known)
 
         self._facts: RowFacts | None = None
         self._age = None
@@ -312,6 +315,27 @@ class Dates(Stage):
         found.score = found.score + bonus
         found.explain("date_bonus", bonus, dated)
         found.explain("date", found.score, dated)
+
+
+class Confidence(Stage):
+    """Each candidate's probability of being relevant (confidence.Model, fitted on dev data and read
+    from rules/confidence.toml), from the signals fusion gave it and the store's size. It orders
+    nothing and drops nothing; every result shows it."""
+
+    name = "confidence"
+    rounding = {"confidence": 4}
+    summary = ("each candidate's probability of being relevant: a logistic model over its calibrated own cosine, "
+               "its coverage and the store's units (confidence.py, fitted on dev data: rules/confidence.toml); "
+               "orders nothing")
+
+    def apply(self, found: Candidates, query: Query, run: SearchRun) -> None:
+        from memctl.search import confidence
+
+        retrieval = run.retrieval
+        trust = min(1.0, found.vector_weight / retrieval.vector_weight) if retrieval.vector_weight > 0 else 0.0
+        signals = confidence.Signals(found.relevance_cosine, found.coverage, found.relevance, trust, run.compared)
+        found.confidence = confidence.model_for(run.settings.embedding.model).confidence(signals)
+        found.explain("confidence", found.confidence)
 
 
 class Minimum(Stage):
@@ -655,7 +679,7 @@ class Link(NamedTuple):
     asked: frozenset[str] = frozenset()
 
 
-STAGES: list[Stage] = [Fusion(), Neighbours(), Dates(), Minimum(), Noise(), Recency(), Importance(), Length(),
+STAGES: list[Stage] = [Fusion(), Neighbours(), Dates(), Confidence(), Minimum(), Noise(), Recency(), Importance(), Length(),
                        TimeDecay(), Final(), Mera(), MMR(), NewerFirst()]
 # The digits each --explain number a stage leaves unrounded is shown with (Candidates.explain_of).
 ROUNDING = {name: digits for stage in STAGES for name, digits in stage.rounding.items()}
