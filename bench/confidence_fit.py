@@ -34,7 +34,6 @@ import random
 import string
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -161,7 +160,7 @@ def collect(data: Path, only: list[str]) -> None:
         for conversation in conversations:  # conv-42 checked, the others fitted on
             sample = conversation["sample_id"]
             split = "check" if sample == "conv-42" else "fit"
-            memory = store(f"locomo-{sample}", lambda m: m.ingest(jsonl(locomo_messages(conversation["conversation"])),
+            memory = store(f"locomo-{sample}", lambda m, conversation=conversation: m.ingest(jsonl(locomo_messages(conversation["conversation"])),
                                                                   fmt="jsonl", keep_noise=True))
             rows = []
             for number, q in enumerate(conversation["qa"]):
@@ -191,7 +190,7 @@ def collect(data: Path, only: list[str]) -> None:
                                   "section": memory_row["scene"], "scope": f"project:user-{memory_row['user-id']}",
                                   "created_at": memory_row["time"] + "T12:00:00Z", "memory_class": "episodic"})
             stored = {n["id"] for n in notes}
-            memory = store(f"madial-{lang}", lambda m: m.ingest(jsonl(notes), kind="memory", fmt="jsonl",
+            memory = store(f"madial-{lang}", lambda m, notes=notes: m.ingest(jsonl(notes), kind="memory", fmt="jsonl",
                                                                  keep_noise=True))
             rows = []
             for asked, dialogues in dialogues_of.items():
@@ -247,7 +246,7 @@ def collect(data: Path, only: list[str]) -> None:
             chat = sorted([{"id": f"fact-{fact['id']}", "text": fact["text"], "ts": fact["ts"]},
                            *({"id": f"chat-{d['id']}", "text": d["text"], "ts": d["ts"]} for d in others)],
                           key=lambda m: m["ts"])
-            memory = store(f"tiny-{fact['id']}", lambda m: m.ingest(jsonl([{**c, "session": "chat"} for c in chat]),
+            memory = store(f"tiny-{fact['id']}", lambda m, chat=chat: m.ingest(jsonl([{**c, "session": "chat"} for c in chat]),
                                                                      fmt="jsonl", keep_noise=True))
             rows = [{"source": "tiny", "split": split, "kind": "positive", "query": fact[f"question_{lang}"],
                      "evidence": {f"fact-{fact['id']}"}, "id": f"tiny-{fact['id']}-{lang}",
@@ -265,7 +264,7 @@ def collect(data: Path, only: list[str]) -> None:
         for number, question in enumerate(json.loads((data / "lme_dev.json").read_text())):
             split = "check" if number % 3 == 0 else "fit"
             messages, evidence = lme_messages(question)
-            memory = store(f"lme-{question['question_id']}", lambda m: m.ingest(jsonl(messages), fmt="jsonl",
+            memory = store(f"lme-{question['question_id']}", lambda m, messages=messages: m.ingest(jsonl(messages), fmt="jsonl",
                                                                                 keep_noise=True))
             rows = [{"source": "lme", "split": split, "kind": "positive", "query": question["question"],
                      "evidence": evidence, "category": question["question_type"], "id": question["question_id"]}]

@@ -94,11 +94,14 @@ def test_amnesia_cues(message, cue):
 
 # -- memctl context through real processes ---------------------------------------
 
+SPLIT_ON = {"MEMCTL_NOW": "2026-11-20T10:00:00Z"}  # the daily review tests' topics, dated
+
+
 def split_three_subjects(run, store_dir, extra_env: dict | None = None) -> dict[str, str]:
     """Weather, hotel, taxi split into topics (the last two taxi messages stay recent); returns
-    name-word -> topic id."""
-    assert run("ingest", "-", input=session_lines(WEATHER + HOTEL + TAXI)).returncode == 0
-    done = run("split", "--session", "s1", "--force", "--keep-recent", "2", "--json")
+    name-word -> topic id. `extra_env`: the ingest's and split's (MEMCTL_NOW, to date the topics)."""
+    assert run("ingest", "-", input=session_lines(WEATHER + HOTEL + TAXI), env=extra_env).returncode == 0
+    done = run("split", "--session", "s1", "--force", "--keep-recent", "2", "--json", env=extra_env)
     assert done.returncode == 0, done.stderr
     ids = {}
     for tid, records in topic_files(store_dir).items():
@@ -599,7 +602,7 @@ def test_bad_llm_routing_falls_back_to_the_builtin_search(run, store_dir, router
 
 @pytest.mark.real_model
 def test_daily_review_plans_then_archives_and_merges(run, store_dir):
-    ids = split_three_subjects(run, store_dir)
+    ids = split_three_subjects(run, store_dir, SPLIT_ON)  # dated: "later" is then a fixed 15 days on
     # A second topic on the hotel subject, from another session: the review merges it.
     again = ["I need a cheap hotel in the north of Cambridge with free parking.",
              "The Acorn Guest House is cheap, in the north, with free parking."]

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import memctl_command, snapshot
 from memctl.cli import output
-from test_context import make_dormant, split_three_subjects
+from test_context import SPLIT_ON, make_dormant, split_three_subjects
 
 MESSAGES = ('{"id": "m1", "role": "user", "text": "the Kestrel demo is on December 12th"}\n'
             '{"id": "m2", "role": "user", "text": "Mei moves the demo to the big room"}\n')
@@ -59,7 +59,7 @@ def test_split_and_daily_review_show_progress_only_on_a_terminal(run, store_dir,
 
 
 def test_daily_review_says_what_it_would_change_then_what_it_changed(run, store_dir):
-    ids = split_three_subjects(run, store_dir)
+    ids = split_three_subjects(run, store_dir, SPLIT_ON)  # dated: "later" is then a fixed 15 days on
     make_dormant(store_dir, ids["weather"])
     later = {"MEMCTL_NOW": "2026-12-05T03:00:00Z"}
     before = snapshot(store_dir)
