@@ -57,7 +57,8 @@ class Machine:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMCTL_", "XDG_"))}
         self.env.update({"HOME": str(self.home), "XDG_RUNTIME_DIR": str(runtime),
                          "XDG_CONFIG_HOME": str(self.home / ".config"), "XDG_CACHE_HOME": str(self.home / ".cache"),
-                         "XDG_STATE_HOME": str(self.home / ".local/state"), "XDG_DATA_HOME": str(self.home / ".local/share"),
+                         "XDG_STATE_HOME": str(self.home / ".local/state"),
+                         "XDG_DATA_HOME": str(self.home / ".local/share"),
                          "MEMCTL_SERVER": "off", "MEMCTL_NOW": "2026-11-20T10:00:00Z"})
 
     def command(self, *args: str) -> list[str]:
@@ -168,7 +169,8 @@ def in_transaction(store: str):
     watcher = psycopg.connect(store, autocommit=True)
 
     def probe() -> bool:
-        return watcher.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted").fetchone()[0] > 0
+        held = watcher.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted").fetchone()
+        return held[0] > 0
 
     probe.close = watcher.close
     return probe
