@@ -369,7 +369,7 @@ def main() -> None:
 
 
 def warm(found: dict, form: str) -> str:
-    return form.format(**found) if "none" not in found else f"no server: {found['none']}"
+    return form.format(**found) if "none" not in found else "none runs (below)"
 
 
 def report(figures: dict) -> None:
@@ -395,6 +395,9 @@ def report(figures: dict) -> None:
     print("| | " + " | ".join(backends) + " |\n| --- |" + " --- |" * len(backends))
     for label, cell in rows:
         print(f"| {label} | " + " | ".join(cell(figures[name]) for name in backends) + " |")
+    for name in backends:
+        if "none" in figures[name]["warm_search"]["server"]:
+            print(f"\nNo server on {name}: {figures[name]['warm_search']['server']['none']}")
     cold = figures["cold_search"]
     print("\n| cold call | p50 ms | × python -c pass |\n| --- | --- | --- |")
     for name, values in cold.items():
