@@ -42,6 +42,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -319,6 +320,7 @@ def main() -> None:
     parser.add_argument("--backends", default="folder,postgresql", help="which to measure (comma-separated)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still stops the PostgreSQL server below
     compile_package()
     sets = args.sets.split(",")
     sessions = corpus(args.data, args.messages, sets)

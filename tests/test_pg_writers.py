@@ -3,11 +3,12 @@ store and on a PostgreSQL store alike: every acknowledged record is in the store
 are unique, a killed writer's batch is all there or not there at all, and under writers at once the
 newer fact holds (one current memory a subject) and a supersede chain stays one line.
 
-A "machine" is a HOME, a runtime folder (XDG_RUNTIME_DIR), XDG config/cache/state folders and a
-working directory of its own: what two hosts sharing one store do not share. The writers are real
-`python -m memctl --store STORE ingest` processes (MEMCTL_SERVER=off: no resident server outlives
-a test; the store is the only thing the machines share). What they stored is read back through
-`memctl store copy STORE DIR`, the same way on both backends.
+A "machine" is a HOME, a runtime folder (XDG_RUNTIME_DIR), a temp folder (TMPDIR), XDG
+config/cache/state folders and a working directory of its own: what two hosts sharing one store
+do not share. The writers are real `python -m memctl --store STORE ingest` processes
+(MEMCTL_SERVER=off: no resident server outlives a test; the store is the only thing the machines
+share). What they stored is read back through `memctl store copy STORE DIR`, the same way on
+both backends.
 """
 
 from __future__ import annotations
@@ -50,12 +51,12 @@ class Machine:
         self.store = store
         self.home = root / "home"
         self.work = root / "work"
-        runtime = root / "run"
-        for folder in (self.home, self.work, runtime):
+        runtime, temp = root / "run", root / "tmp"  # a PostgreSQL store's working folder goes in the temp folder
+        for folder in (self.home, self.work, runtime, temp):
             folder.mkdir(parents=True)
         runtime.chmod(0o700)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMCTL_", "XDG_"))}
-        self.env.update({"HOME": str(self.home), "XDG_RUNTIME_DIR": str(runtime),
+        self.env.update({"HOME": str(self.home), "XDG_RUNTIME_DIR": str(runtime), "TMPDIR": str(temp),
                          "XDG_CONFIG_HOME": str(self.home / ".config"), "XDG_CACHE_HOME": str(self.home / ".cache"),
                          "XDG_STATE_HOME": str(self.home / ".local/state"),
                          "XDG_DATA_HOME": str(self.home / ".local/share"),
