@@ -33,10 +33,11 @@ def binaries() -> Path | None:
 
 
 class PostgresServer:
-    """A real PostgreSQL: loopback only, scram password, no fsync, in a temp folder of its own."""
+    """A real PostgreSQL: loopback only, scram password, no fsync (unless durable), in a temp folder of its own."""
 
-    def __init__(self, bin_dir: Path):
+    def __init__(self, bin_dir: Path, *, durable: bool = False):
         self.bin_dir = bin_dir
+        self.durable = durable  # fsync and synchronous commit as PostgreSQL's defaults (bench/pg_scale.py)
         # /tmp itself, not pytest's tmp_path: its parents are the test user's alone, and the server
         # runs as another user when the tests run as root.
         self.folder = Path(tempfile.mkdtemp(prefix="memctl-pg-"))
@@ -84,13 +85,13 @@ class PostgresServer:
                         "--locale=C", "--auth-local=trust", "--auth-host=scram-sha-256",
                         f"--pwfile={password_file}", "--no-sync", "--no-instructions"],
                        check=True, user=self.user, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # a test server: losing its data in a power cut costs nothing
+        fast = [] if self.durable else ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
         log = open(self.folder / "server.log", "wb")  # opened here: the server's user may not write our files
         try:
             self.process = subprocess.Popen(
                 [str(self.bin_dir / "postgres"), "-D", str(data), "-p", str(self.port),
-                 "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
-                 # a test server: losing its data in a power cut costs nothing
-                 "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
+                 "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=", *fast],
                 user=self.user, stdout=log, stderr=subprocess.STDOUT, cwd=self.folder)
         finally:
             log.close()
