@@ -219,7 +219,7 @@ def collect(data: Path, only: list[str]) -> None:
         questions = paraphrase.questions_of(facts, never)
 
         def build_paraphrase(m):
-            messages, notes = paraphrase_records(facts, distractors)
+            messages, notes = paraphrase.records(facts, distractors)
             m.ingest(jsonl(messages), fmt="jsonl")
             m.ingest(jsonl(notes), kind="memory", fmt="jsonl")
 
@@ -275,25 +275,6 @@ def collect(data: Path, only: list[str]) -> None:
             ask(recorder, memory, rows, out)
             print(f"lme {number + 1}/30", file=sys.stderr, flush=True)
         save("lme", out)
-
-
-def paraphrase_records(facts, distractors):
-    """bench/paraphrase.py's store (build_store), as records for Memory.ingest."""
-    messages, notes = [], []
-
-    def message(message_id, text, ts):
-        return {"id": message_id, "session": ts[:10], "speaker": "Mei", "role": "user", "text": text, "ts": ts}
-
-    for fact in facts:
-        if fact["as"] == "note":
-            notes.append({"id": f"fact-{fact['id']}", "text": fact["text"], "section": "About Mei",
-                          "created_at": fact["ts"]})
-        else:
-            messages.append(message(f"fact-{fact['id']}", fact["text"], fact["ts"]))
-        if "older" in fact:
-            messages.append(message(f"fact-{fact['id']}-older", fact["older"]["text"], fact["older"]["ts"]))
-    messages += [message(f"chat-{d['id']}", d["text"], d["ts"]) for d in distractors]
-    return sorted(messages, key=lambda m: m["ts"]), notes
 
 
 # -- fit -------------------------------------------------------------------------------------------------

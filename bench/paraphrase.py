@@ -77,8 +77,8 @@ def load(data: Path) -> tuple[list[dict], list[dict], list[dict]]:
     return rows("facts.jsonl"), rows("negatives.jsonl"), rows("distractors.jsonl")
 
 
-def build_store(memctl: Memctl, facts: list[dict], distractors: list[dict]) -> None:
-    """The person's messages (a session a day) and notes, ingested with their timestamps, then indexed."""
+def records(facts: list[dict], distractors: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The person's messages (a session a day, in time order) and notes, as records for ingest."""
     messages, notes = [], []
 
     def message(message_id: str, text: str, ts: str) -> dict:
@@ -93,7 +93,12 @@ def build_store(memctl: Memctl, facts: list[dict], distractors: list[dict]) -> N
         if "older" in fact:
             messages.append(message(f"fact-{fact['id']}-older", fact["older"]["text"], fact["older"]["ts"]))
     messages += [message(f"chat-{d['id']}", d["text"], d["ts"]) for d in distractors]
-    messages.sort(key=lambda m: m["ts"])
+    return sorted(messages, key=lambda m: m["ts"]), notes
+
+
+def build_store(memctl: Memctl, facts: list[dict], distractors: list[dict]) -> None:
+    """The person's messages (a session a day) and notes, ingested with their timestamps, then indexed."""
+    messages, notes = records(facts, distractors)
     stored = memctl("ingest", "-f", "jsonl", "-", stdin=b"".join(orjson.dumps(m) + b"\n" for m in messages))
     # --add: a note is its own fact even where its words resemble another's
     stored += memctl("ingest", "--kind", "memory", "--add", "-f", "jsonl", "-",
