@@ -394,13 +394,15 @@ def test_the_working_folder_is_private_and_gone_when_its_process_ends_or_is_kill
         folder = waiting.stdout.readline().strip()
         assert os.stat(folder).st_mode & 0o777 == 0o700
         assert (Path(folder) / "MEMORY.md").read_bytes() == (store_dir / "MEMORY.md").read_bytes()
+        settings = list(Path(folder).parent.glob(f"memctl-settings-{waiting.pid}-*"))  # the settings' copy
+        assert len(settings) == 1
     finally:
         waiting.kill()
         waiting.wait()
-    assert os.path.exists(folder)  # a kill runs no exit handler
+    assert os.path.exists(folder) and settings[0].exists()  # a kill runs no exit handler
     after = subprocess.run([sys.executable, "-c", FOLDER_OF, postgres_url, "end"], capture_output=True, text=True,
                            timeout=120)
-    assert after.returncode == 0 and not os.path.exists(folder), after.stderr
+    assert after.returncode == 0 and not os.path.exists(folder) and not settings[0].exists(), after.stderr
 
 
 def test_a_folder_brought_up_to_date_reads_only_what_changed_and_drops_what_went(postgres_url):

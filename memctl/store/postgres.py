@@ -359,12 +359,7 @@ class PostgresStore:
         anew); a path that does not exist when the store has none. Apart from the working folder,
         which a search never makes."""
         if self._settings_folder is None:
-            import atexit
-            import shutil
-            import tempfile
-
-            self._settings_folder = Path(tempfile.mkdtemp(prefix="memctl-settings-"))
-            atexit.register(shutil.rmtree, self._settings_folder, ignore_errors=True)
+            self._settings_folder = _private_folder("settings")
         data = None
         if self.exists():
             with self._in_transaction(write=False) as conn:
@@ -454,7 +449,7 @@ class Mirror:
     """
 
     def __init__(self):
-        self.folder = Store(_working_folder())
+        self.folder = Store(_private_folder("pg"))
         self.synced: int | None = None  # the `written` whose truth the folder holds; None: read it all anew
 
     def sync(self, conn) -> None:
@@ -544,9 +539,10 @@ def _file_of(conn, name: str) -> bytes | None:
     return None if found is None else bytes(found[0])
 
 
-def _working_folder() -> Path:
-    """A new private temporary folder for this process's Mirror, removed at exit; the folders of
-    processes no longer running are removed first (a kill skips the exit)."""
+def _private_folder(kind: str) -> Path:
+    """A new private temporary folder of this process, memctl-KIND-PID-… (the Mirror's "pg", the
+    settings' copy "settings"), removed at exit; the folders of either kind of processes no longer
+    running are removed first (a kill skips the exit, and they hold the store's text)."""
     import atexit
     import shutil
     import tempfile
@@ -555,7 +551,7 @@ def _working_folder() -> Path:
     try:
         with os.scandir(parent) as entries:
             for entry in entries:
-                left = re.fullmatch(r"memctl-pg-(\d+)-\w+", entry.name)
+                left = re.fullmatch(r"memctl-(?:pg|settings)-(\d+)-\w+", entry.name)
                 if left and entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.getuid():
                     try:
                         os.kill(int(left[1]), 0)
@@ -565,7 +561,7 @@ def _working_folder() -> Path:
                         pass  # running, or not ours to ask about: left alone
     except OSError:
         pass
-    folder = tempfile.mkdtemp(prefix=f"memctl-pg-{os.getpid()}-")
+    folder = tempfile.mkdtemp(prefix=f"memctl-{kind}-{os.getpid()}-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return Path(folder)
 
