@@ -5,7 +5,6 @@ Both only read, under the store's shared lock; neither opens the embedding model
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -20,7 +19,7 @@ from memctl.store import memoryfile, topicfile
 from memctl.store.memoryfile import note_scope
 from memctl.store.sessions import LOG_HEADING, iter_messages, iter_pending, log_scope, message_scope
 from memctl.store.status import status_of
-from memctl.store.store import Store, check_name, check_scope, read_file
+from memctl.store.store import Store, bytes_under, check_name, check_scope, read_file
 from memctl.text.shape import Shape, shown
 
 if TYPE_CHECKING:
@@ -243,15 +242,7 @@ def _sizes(rt: Runtime) -> dict[str, int]:
     from memctl.index import open_index
 
     index_bytes = open_index(rt).size()
-    truth = 0
-    for folder, folders, files in os.walk(rt.store.root):
-        folders[:] = [name for name in folders if name != ".index"]
-        for name in files:
-            try:
-                truth += os.lstat(os.path.join(folder, name)).st_size
-            except FileNotFoundError:
-                continue
-    return {"total_bytes": truth + index_bytes, "index_bytes": index_bytes}
+    return {"total_bytes": bytes_under(rt.store.root, leave_out=".index") + index_bytes, "index_bytes": index_bytes}
 
 
 def _index(rt: Runtime) -> dict[str, Any]:

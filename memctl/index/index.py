@@ -36,7 +36,7 @@ from memctl.store import locking
 from memctl import clock
 from memctl import config
 from memctl.errors import MemctlError
-from memctl.store.store import KeptWhileUnchanged, NotRegularFile, Store, atomic_write, open_file, read_file
+from memctl.store.store import KeptWhileUnchanged, NotRegularFile, Store, atomic_write, bytes_under, open_file, read_file
 from memctl.store.seam import Searchable
 from memctl.text.shape import Shape, shown
 
@@ -186,14 +186,7 @@ class Index(Searchable):
 
     def size(self) -> int:
         """Bytes of .index/ on disk."""
-        total = 0
-        for folder, _, files in os.walk(self.dir):
-            for name in files:
-                try:
-                    total += os.lstat(os.path.join(folder, name)).st_size
-                except FileNotFoundError:
-                    continue
-        return total
+        return bytes_under(self.dir)
 
     def rebuild_reasons(self) -> list[tuple[str, str]]:
         """(file, message) for each way .index/ needs more than the next search's update.

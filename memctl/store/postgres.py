@@ -620,7 +620,7 @@ class PostgresWrites:
             self._source_changed(self._name(path))
             return
         self._unmark_empty(path)
-        old = self._read(where)
+        old = _file_of(self.conn, self._name(path)) or b""
         if where[0] == "notes":  # MEMORY.md's blocks depend on what precedes: parse the whole anew
             self._replace(path, old + data)
         elif old and not old.endswith(b"\n"):
@@ -717,16 +717,6 @@ class PostgresWrites:
         if len(parts) == 2 and parts[0] == SESSIONS and parts[1].endswith(".jsonl") and len(parts[1]) > 6:
             return ("session", check_name(parts[1][:-6], "session", source=self.store.shown))
         return "files"
-
-    def _read(self, where) -> bytes:
-        if where[0] == "notes":
-            rows = self.conn.execute("SELECT raw FROM memctl_notes ORDER BY seq").fetchall()
-        elif where[0] == "pending":
-            rows = self.conn.execute("SELECT line FROM memctl_pending ORDER BY seq").fetchall()
-        else:
-            rows = self.conn.execute("SELECT line FROM memctl_messages WHERE session = %s ORDER BY seq",
-                                     (where[1],)).fetchall()
-        return "".join(text for (text,) in rows).encode()
 
     def _next_seq(self, where) -> int:
         if where[0] == "pending":
