@@ -78,12 +78,12 @@ def test_tables_of_another_format_are_neither_read_nor_written(run, store_dir, t
     import psycopg
 
     with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute("UPDATE memctl_store SET format = 3")
+        conn.execute("UPDATE memctl_store SET format = 4")
     for call in (("store", "copy", postgres_url, str(tmp_path / "out")), ("store", "copy", str(store_dir), postgres_url)):
         done = run(*call)
-        assert done.returncode == 2 and (b"format 3" in done.stderr or b"not empty" in done.stderr), done.stderr
-    assert b"this memctl reads format 2" in run("store", "copy", postgres_url, str(tmp_path / "out")).stderr
-    with pytest.raises(StoreError, match="format 3"):
+        assert done.returncode == 2 and (b"format 4" in done.stderr or b"not empty" in done.stderr), done.stderr
+    assert b"this memctl reads format 3" in run("store", "copy", postgres_url, str(tmp_path / "out")).stderr
+    with pytest.raises(StoreError, match="format 4"):
         with PostgresStore(postgres_url).transaction() as tx:
             tx.append("sessions/x.jsonl", b'{"id": "x1", "text": "x"}\n')
     assert not (tmp_path / "out").exists()
@@ -478,3 +478,121 @@ def test_a_resident_server_serves_a_postgresql_store_with_the_password_out_of_it
         assert memctl("server", "stop").returncode == 0
         shutil.rmtree(runtime, ignore_errors=True)
     assert b'"id":"r-1"' in PostgresStore(postgres_url).files()["sessions/default.jsonl"]
+
+
+# -- access counts, and a read-only database (a replica) ----------------------------------------------
+@pytest.mark.process
+def test_searches_of_processes_at_once_lose_no_access_count(postgres_url, tmp_path):
+    """Six `memctl search` processes at once on one store: each memory's count in the database is
+    exactly the number of searches that returned it (an upsert a search, no lost increment), and no
+    search moved the store's `written` stamp (nothing to index or bring over for a count)."""
+    import psycopg
+
+    from memctl import Memory
+
+    memory = Memory(postgres_url)
+    for number in range(8):
+        memory.ingest(f'{{"text": "kestrel note {number}: the queue runs on host {number}"}}', kind="memory",
+                      allow_conflict=True)  # alike on purpose: each query finds several
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
+
+    def memctl(*args: str) -> list[str]:
+        return [sys.executable, "-P", "-m", "memctl", "--store", postgres_url, *args]
+
+    indexed = subprocess.run(memctl("index"), capture_output=True, env=env, timeout=300)  # with the process's model
+    assert indexed.returncode == 0, indexed.stderr
+    stamp = PostgresStore(postgres_url).written_stamp()
+    queries = ["kestrel queue", "kestrel host", "queue host 3", "kestrel note", "the queue", "host 5"]
+    searches = [subprocess.Popen(memctl("search", "--json", "--mode", "bm25", "-k", "5", "--min-score", "0", query),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for query in queries]
+    returned: dict[str, int] = {}
+    for search in searches:
+        out, err = search.communicate(timeout=300)
+        assert search.returncode == 0, err
+        for line in out.splitlines():
+            found = json.loads(line)
+            returned[found["id"]] = returned.get(found["id"], 0) + 1
+    with psycopg.connect(postgres_url) as conn:
+        counted = dict(conn.execute("SELECT id, count FROM memctl_access").fetchall())
+    assert counted == returned and sum(counted.values()) == 5 * len(queries)
+    assert PostgresStore(postgres_url).written_stamp() == stamp
+
+
+def test_a_store_of_the_last_format_is_upgraded_to_count_accesses(postgres_url):
+    """A store an older memctl made (format 2: no memctl_access) is upgraded on connecting, and its
+    searches are counted."""
+    import psycopg
+
+    from memctl import Memory
+
+    Memory(postgres_url).ingest('{"text": "kestrel moves to postgres"}', kind="memory")
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE memctl_access")
+        conn.execute("UPDATE memctl_store SET format = 2")
+    PostgresStore.opened(postgres_url).close()  # this thread's connection: the next is a new process's
+    found = Memory(postgres_url).search("kestrel postgres", min_score=0)
+    assert [result.record_id for result in found]
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT format FROM memctl_store").fetchone()[0] == 3
+        assert conn.execute("SELECT id, count FROM memctl_access").fetchall() == [(found[0].record_id, 1)]
+
+
+def read_only(url: str) -> None:
+    """The database of `url` made read-only as a replica is to its clients: every new session's
+    transactions read-only by default; this thread's open connection is closed, to be a new one."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{urlsplit(url).path[1:]}" SET default_transaction_read_only = on')
+    PostgresStore.opened(url).close()
+
+
+def test_a_search_on_a_read_only_database_reads_the_index_the_primary_left(run, store_dir, postgres_url):
+    """On a read-only database (a hot standby's stand-in) a search answers from the index as it
+    stands, says that the store was written since, and counts nothing; every write stops in one
+    line naming the store (its password hidden), exit 2, writing nothing."""
+    import psycopg
+
+    demo_store(run, store_dir)
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    searched = run("search", "--json", "which database does kestrel use", store=postgres_url, env=NOW)
+    assert searched.returncode == 0 and searched.stdout, searched.stderr
+    later = run("ingest", "-", input='{"id": "late-1", "text": "kestrel now uses a new database: CockroachDB"}',
+                store=postgres_url, env=NOW)
+    assert later.returncode == 0  # on the primary; no search indexed it
+    with psycopg.connect(postgres_url) as conn:
+        counted = conn.execute("SELECT id, count FROM memctl_access ORDER BY id").fetchall()
+    assert counted
+    read_only(postgres_url)
+    on_replica = run("search", "--json", "which database does kestrel use", store=postgres_url, env=NOW)
+    assert on_replica.returncode == 0, on_replica.stderr
+    assert on_replica.stdout == searched.stdout  # the index as it was: the late message is not in it
+    assert b"read-only" in on_replica.stderr and b"memctl index" in on_replica.stderr
+    password = urlsplit(postgres_url).password
+    for argv, data in ((["ingest", "-"], '{"text": "refused"}'), (["index"], None),
+                       (["state", "record", "--hit", "Decisions"], None), (["forget", "mem-kestrel-db"], None)):
+        refused = run(*argv, input=data, store=postgres_url, env=NOW)
+        assert refused.returncode == 2, (argv, refused.stderr)
+        assert len(refused.stderr.splitlines()) == 1 and b"read-only" in refused.stderr, refused.stderr
+        assert shown(postgres_url).encode() in refused.stderr and password.encode() not in refused.stderr
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT id, count FROM memctl_access ORDER BY id").fetchall() == counted
+        assert conn.execute("SELECT count(*) FROM memctl_messages WHERE line LIKE '%refused%'").fetchone()[0] == 0
+
+
+def test_a_read_only_database_never_indexed_or_of_an_older_format_says_what_to_run(run, store_dir, postgres_url):
+    import psycopg
+
+    demo_store(run, store_dir)
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    read_only(postgres_url)
+    never_indexed = run("search", "kestrel", store=postgres_url, env=NOW)
+    assert never_indexed.returncode == 2 and len(never_indexed.stderr.splitlines()) == 1
+    assert b"read-only" in never_indexed.stderr and b"memctl index" in never_indexed.stderr
+    with psycopg.connect(postgres_url, autocommit=True, options="-c default_transaction_read_only=off") as conn:
+        conn.execute("DROP TABLE memctl_access")
+        conn.execute("UPDATE memctl_store SET format = 2")
+    PostgresStore.opened(postgres_url).close()
+    older = run("search", "kestrel", store=postgres_url, env=NOW)
+    assert older.returncode == 2 and len(older.stderr.splitlines()) == 1, older.stderr
+    assert b"format 2" in older.stderr and b"primary" in older.stderr

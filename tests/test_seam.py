@@ -220,21 +220,36 @@ def test_a_search_gives_the_same_results_on_a_folder_and_on_postgresql(searched_
     assert on_folder.stdout or on_folder.returncode == 1
 
 
+COUNTED = [["kestrel"], ["which database does kestrel use"], ["kestrel", "--kind", "memory", "-k", "3"],
+           ["kestrel"], ["locker code", "--scope", "user:alice"]]
+
+
 @pytest.mark.process
-def test_a_search_on_postgresql_counts_no_access(searched_stores):
-    """Accesses are not counted on PostgreSQL yet (a write a search): --rank mera ranks there as a
-    folder store whose memories were never found before does."""
+def test_a_search_on_postgresql_counts_its_accesses_as_a_folders_does(searched_stores, tmp_path):
+    """The same searches on both backends count the same accesses: --rank mera, which reads them,
+    then gives the same --json on both, and not what it gives on the store never searched. A copy
+    of the PostgreSQL store into a folder carries its counts (folded into access.json)."""
     from conftest import run_in_process
+    from memctl.store import counters
 
     folder, url = searched_stores
-    fresh = folder.parent / "uncounted"
-    assert run_in_process(folder, "store", "copy", url, str(fresh)).returncode == 0
-    on_postgres = run_in_process(url, "search", "--json", "--rank", "mera", "kestrel", env=NOW)
-    assert on_postgres.returncode == 0 and on_postgres.stdout, on_postgres.stderr
-    # the folder's first search ranks before it counts its own accesses
-    assert on_postgres.stdout == run_in_process(fresh, "search", "--json", "--rank", "mera", "kestrel", env=NOW).stdout
-    assert run_in_process(url, "store", "copy", url, str(folder.parent / "again")).returncode == 0
-    assert not list((folder.parent / "again").glob("access.*"))
+    never = tmp_path / "never-searched"
+    assert run_in_process(folder, "store", "copy", str(folder), str(never)).returncode == 0
+    for name in ("access.json", "access.log"):  # what the module's other searches counted
+        (never / name).unlink(missing_ok=True)
+    mera = ["search", "--json", "--rank", "mera", "kestrel", "-k", "20", "--min-score", "0"]
+    uncounted = run_in_process(never, *mera, env=NOW).stdout  # it ranks before it counts its own accesses
+    for argv in COUNTED:
+        for store in (folder, url):
+            assert run_in_process(store, "search", "--json", *argv, env=NOW).returncode == 0
+    on_folder, on_postgres = (run_in_process(store, *mera, env=NOW) for store in (folder, url))
+    assert on_postgres.returncode == on_folder.returncode == 0, on_postgres.stderr
+    assert on_postgres.stdout == on_folder.stdout
+    assert on_postgres.stdout != uncounted
+    back = tmp_path / "back"
+    assert run_in_process(url, "store", "copy", url, str(back)).returncode == 0
+    assert not (back / "access.log").exists()
+    assert counters.load(Store(back)) == counters.load(Store(folder)) != {}
 
 
 SCOPES = ["user:alice", "user:bob", "project:kestrel", "project:osprey"]
@@ -270,20 +285,24 @@ def scoped_store(request, tmp_path):
 @pytest.mark.process
 def test_a_scoped_search_never_sees_another_scopes_records(scoped_store):
     """Scopes are walls in SQL too: for random queries of the store's words in random scopes (and
-    any mode), every result is of that scope or global, on both backends."""
+    any mode, ranked by the access counts the searches before raised, or not), every result is of
+    that scope or global, on both backends."""
     import random
 
     from memctl import Memory
+    from memctl.store import counters
 
     memory, pick = Memory(scoped_store), random.Random(7)
     seen = set()
     for _ in range(40):
         scope = pick.choice(SCOPES)
         query = " ".join(pick.sample(WORDS, pick.randint(1, 3)))
-        found = memory.search(query, scope=scope, k=20, min_score=0, mode=pick.choice(["hybrid", "bm25", "vector"]))
+        found = memory.search(query, scope=scope, k=20, min_score=0, mode=pick.choice(["hybrid", "bm25", "vector"]),
+                              rank=pick.choice(["pipeline", "mera"]))
         assert {result.scope for result in found} <= {scope, "global"}, (query, scope)
         seen |= {result.scope for result in found}
     assert seen == {*SCOPES, "global"}  # every scope's walls were tested with results on both sides
+    assert counters.load(memory.store)  # ... with counts of every scope's memories in the store
 
 
 # -- every command, on a folder and on PostgreSQL alike ------------------------------------------------
@@ -351,7 +370,11 @@ def test_every_command_does_the_same_on_a_folder_and_on_postgresql(tmp_path, pos
             pending = json.loads(on_folder.stdout.splitlines()[0])["id"]
     back = tmp_path / "back"
     assert run_in_process(folder, "store", "copy", postgres_url, str(back)).returncode == 0
-    kept_apart = ("cache/", "access.")  # the cache is this machine's; access counts are not on PostgreSQL yet
-    assert {path: digest for path, digest in snapshot(back).items()} == \
+    kept_apart = ("cache/", "access.")  # the cache is this machine's; access counts are compared as counts:
+    # the folder logs each search a line (access.log), PostgreSQL raises a row, which a copy folds into access.json
+    assert {path: digest for path, digest in snapshot(back).items() if not path.startswith("access.")} == \
         {path: digest for path, digest in snapshot(folder).items()
          if not path.startswith((".", *kept_apart))}
+    from memctl.store import counters
+
+    assert counters.load(Store(back)) == counters.load(Store(folder)) != {}

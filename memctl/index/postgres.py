@@ -182,10 +182,23 @@ class PgIndex(Searchable):
         return [("memctl_units", f"{reason}; the next search rebuilds it")] if reason else []
 
     def refresh(self, say: Callable[[str], None] | None = None) -> UpdateReport:
-        """Index first if the store was written since the last index (what a search does)."""
+        """Index first if the store was written since the last index (what a search does). A read-only
+        database (a replica) cannot be indexed: its index is searched as the primary last left it,
+        and a search says so when the truth was written since; one with no index of this model is
+        refused, naming what to run on the primary."""
         if self.is_fresh():
             return UpdateReport()
-        return self.update().tell(say)
+        if not self.store.read_only():
+            return self.update().tell(say)
+        with self.store.snapshot() as conn:
+            reason = _rebuild_reason(self._state(conn), self._built()) or ("" if _has_units(conn) else "missing")
+        if reason:
+            raise StoreError(f"{self.store.shown}: the database is read-only and its index cannot be searched "
+                             f"({reason}): run `memctl index` on the primary")
+        if say:
+            say(f"memctl: {self.store.shown} is read-only: searched its index as the primary last updated it, "
+                "before the store's last writes (`memctl index` on the primary brings it up to date)")
+        return UpdateReport()
 
     def scrub(self) -> UpdateReport:
         """As update: a removed unit's row is deleted (what VACUUM then does with it is #35 item 4)."""

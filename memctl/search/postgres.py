@@ -18,7 +18,7 @@ from memctl.index.units_reader import UnitsReader
 from memctl.runtime import Runtime
 from memctl.search.candidates import IndexRows, UnitWords
 from memctl.search.queries import Query
-from memctl.search.search import Ranking, Result, _query_cosines
+from memctl.search.search import Ranking, Result, _query_cosines, count_returned
 
 
 class PgSearcher(Ranking):
@@ -69,13 +69,15 @@ class PgRetriever:
         self.runtime = rt
 
     def search(self, queries: list[Query], *, count_access: bool = True) -> list[list[Result]]:
-        """Each query's results. A memory returned is not counted as an access yet (`count_access`
-        is taken and left): the count is a file of its own (store/counters.py), and a write moves
-        the store's stamp, which would have every search index the store first."""
+        """Each query's results; every memory returned counts as an access (`count_access`), as on a
+        folder (store/counters.py: a row raised in the database, without the write lock)."""
         self.store.require()
         PgIndex(self.runtime).refresh(self.say)
         with self.store.snapshot() as conn:
-            return [PgSearcher(self.runtime, conn).search(query) for query in queries]
+            answers = [PgSearcher(self.runtime, conn).search(query) for query in queries]
+        if count_access:
+            count_returned(self.runtime, answers)
+        return answers
 
     def learn_ahead(self, rows: int) -> bool:
         return True  # nothing is kept between searches to learn ahead

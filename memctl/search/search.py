@@ -364,7 +364,6 @@ class Retriever:
 
     def search(self, queries: list[Query], *, count_access: bool = True) -> list[list[Result]]:
         from memctl.index.index import Index
-        from memctl.store import counters
 
         self.store.require()
         index = Index(self.runtime)
@@ -377,8 +376,7 @@ class Retriever:
             index.update(rebuild=True)
             answers = self._answers(index, queries, True)
         if count_access:
-            counters.record(self.store, [r.record_id or r.id for results in answers for r in results
-                                         if r.kind == "memory"], self.runtime.clock.now())
+            count_returned(self.runtime, answers)
         return answers
 
     def learn_ahead(self, rows: int) -> bool:
@@ -408,6 +406,14 @@ class Retriever:
             self._searcher = Searcher(self.runtime)
         self._searcher.runtime = self.runtime  # a Memory that adopted this one's: its model is the call's
         return self._searcher
+
+
+def count_returned(rt: Runtime, answers: list[list[Result]]) -> None:
+    """Every memory a search returned counts as an access (store/counters.py), on either backend."""
+    from memctl.store import counters
+
+    counters.record(rt.store, [r.record_id or r.id for results in answers for r in results if r.kind == "memory"],
+                    rt.clock.now())
 
 
 def search_store(rt: Runtime, queries: list[Query], *, say=None, count_access: bool = True) -> list[list[Result]]:

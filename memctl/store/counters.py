@@ -12,6 +12,10 @@ index never loses them:
 
 A count written by hand into MEMORY.md (`access_count`) is a base the counted
 accesses add to.
+
+A store on PostgreSQL keeps those two files as it keeps any (a copy from a folder brings them),
+and counts its own searches in a table (store/postgres.py, memctl_access: one row an id, its count
+raised in place by each search), which the counts read here add to the files'.
 """
 
 from __future__ import annotations
@@ -31,21 +35,42 @@ LOG_NAME = "access.log"
 
 
 def load(store: Store) -> dict[str, dict]:
-    """The compacted counts plus every access logged since."""
+    """The compacted counts plus every access logged since (and, on PostgreSQL, counted in its table)."""
+    if not store.is_folder:
+        return fold(*store.accesses())
+    return fold(_file(store, FILE_NAME), _file(store, LOG_NAME))
+
+
+def _file(store: Store, name: str) -> bytes | None:
     try:
-        data = orjson.loads(read_file(store.path(FILE_NAME)))
-    except (FileNotFoundError, orjson.JSONDecodeError):
+        return read_file(store.path(name))
+    except FileNotFoundError:
+        return None
+
+
+def fold(compacted: bytes | None, log: bytes | None, counted=()) -> dict[str, dict]:
+    """access.json's counts (`compacted`), plus one for each id of each line of access.log (`log`),
+    plus each (id, count, last) of `counted` (a PostgreSQL store's table)."""
+    try:
+        data = orjson.loads(compacted) if compacted is not None else {}
+    except orjson.JSONDecodeError:
         data = {}  # a damaged counter file costs counts, never a search; the store check reports it
     counts = data if isinstance(data, dict) else {}
-    for line in jsonl.read(store.path(LOG_NAME)):
+
+    def add(memory_id: str, more: int, last: str) -> None:
+        entry = counts.get(memory_id)
+        count = entry.get("count", 0) if isinstance(entry, dict) else 0
+        counts[memory_id] = {"count": (count if isinstance(count, int) else 0) + more, "last": last}
+
+    for line in jsonl.parse(log or b"", unterminated=False):
         record = line.value
         if record is None or not isinstance(record.get("ids"), list) or not isinstance(record.get("at"), str):
             continue  # torn or edited by hand: that search goes uncounted; the store check names the line
         for memory_id in record["ids"]:
             if isinstance(memory_id, str):
-                entry = counts.get(memory_id)
-                count = entry.get("count", 0) if isinstance(entry, dict) else 0
-                counts[memory_id] = {"count": (count if isinstance(count, int) else 0) + 1, "last": record["at"]}
+                add(memory_id, 1, record["at"])
+    for memory_id, more, last in counted:
+        add(memory_id, more, last)
     return counts
 
 
@@ -56,9 +81,19 @@ def count(store: Store, memory_id: str, base: int = 0) -> int:
 
 def record(store: Store, memory_ids: list[str], now: datetime) -> None:
     """Count one access for each id at `now`: one line appended to access.log. The store lock is held
-    shared, only so that a compaction (exclusive) never folds the log while a line is added."""
-    if not memory_ids or not store.is_folder or not store.exists():
-        return  # on PostgreSQL, not counted yet: a write per search would move the stamp every index checks
+    shared, only so that a compaction (exclusive) never folds the log while a line is added. On
+    PostgreSQL, each id's row of its table raised by one, in a transaction of its own that takes no
+    write lock (PostgresStore.count_accesses)."""
+    if not memory_ids:
+        return
+    if not store.is_folder:
+        try:
+            store.count_accesses(list(dict.fromkeys(memory_ids)), clock.format_ts(now))
+        except StoreError:
+            pass  # a read-only database (a replica) or a lost connection: the read goes on uncounted
+        return
+    if not store.exists():
+        return
     line = orjson.dumps({"at": clock.format_ts(now), "ids": list(dict.fromkeys(memory_ids))}) + b"\n"
     try:
         with store.reading():
@@ -74,9 +109,12 @@ def record(store: Store, memory_ids: list[str], now: datetime) -> None:
 
 
 def compact(store: Store, tx) -> None:
-    """Fold access.log into access.json, inside the caller's transaction (its exclusive lock)."""
+    """Fold access.log into access.json, inside the caller's transaction (its exclusive lock). A
+    PostgreSQL store's table is left as it is: its rows are compact already, and searches raise
+    them meanwhile without this lock."""
     log = store.path(LOG_NAME)
     if not log.exists():
         return
-    tx.replace(store.path(FILE_NAME), orjson.dumps(load(store), option=orjson.OPT_SORT_KEYS))
+    folded = fold(_file(store, FILE_NAME), _file(store, LOG_NAME))
+    tx.replace(store.path(FILE_NAME), orjson.dumps(folded, option=orjson.OPT_SORT_KEYS))
     tx.delete(log)

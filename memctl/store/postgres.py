@@ -9,6 +9,8 @@ PostgreSQL"):
     memctl_pending   one row a line of pending.jsonl: id, scope
     memctl_files     every other file of the truth (daily logs, topics, the window's state, the
                      governance log, the settings, ...), whole, until its kind gets a table
+    memctl_access    one row a memory a search returned: how often, and when last (the access
+                     counts of store/counters.py, which a folder appends to access.log)
     memctl_store     the format, and `written`, which moves with every committed write
 
 Each row keeps its line's or block's exact text, so a store read back as files is the files that
@@ -18,6 +20,13 @@ folder's flock; released by the server when the writer's connection dies, so a k
 neither leaves the store locked nor anything half written) and a read is one REPEATABLE READ
 snapshot (no half write is ever seen). Ids stay unique under any number of writers on any
 number of machines because the database refuses a second row with the same id.
+
+A search counts what it returned without the write lock and without moving `written`: one upsert
+of those ids' rows of memctl_access in a transaction of its own (count_accesses), so searches
+never queue behind each other or a writer to count, and no index or working folder takes a count
+for a change of the truth. On a read-only database (a hot standby, or one whose sessions default
+to read-only transactions) a search reads the index as the primary left it and counts nothing,
+and a write stops at its start, in one line (refused_read_only).
 
 The features still reach the truth by its place (a path, seam.Places): on this store each place is
 in a working folder of the process (Mirror), brought up to date with what the transaction or
@@ -41,11 +50,11 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from memctl.errors import StoreError
-from memctl.store import memoryfile
+from memctl.store import counters, memoryfile
 from memctl.store.sessions import message_scope
 from memctl.store.store import Store, _make_dirs, _unlink_if_there, _write_all, check_name, mended, open_file
 
-FORMAT = 2
+FORMAT = 3
 NO_SCOPE = "none"  # the scope of a session holding no message (only torn or hand-made lines): no scope's
 # One writer at a time: the key of the advisory lock every write transaction takes ("memctl" in ASCII).
 WRITE_LOCK = 0x6D656D63746C
@@ -90,7 +99,7 @@ CREATE TABLE IF NOT EXISTS memctl_files (
     path text PRIMARY KEY,
     data bytea NOT NULL);
 """
-TABLES = ("memctl_messages", "memctl_sessions", "memctl_notes", "memctl_pending", "memctl_files")
+TABLES = ("memctl_messages", "memctl_sessions", "memctl_notes", "memctl_pending", "memctl_files", "memctl_access")
 # Each step makes format n + 2 from format n + 1 (SCHEMA makes format 1). Format 2: the `written`
 # value of the transaction that last changed each session, file, the notes and the pending notes,
 # so that a working folder (Mirror) brings over only what changed since it was last read, and of
@@ -102,6 +111,12 @@ MIGRATIONS = [
        ALTER TABLE memctl_store ADD COLUMN IF NOT EXISTS pending_written bigint NOT NULL DEFAULT 0;
        ALTER TABLE memctl_sessions ADD COLUMN IF NOT EXISTS written bigint NOT NULL DEFAULT 0;
        ALTER TABLE memctl_files ADD COLUMN IF NOT EXISTS written bigint NOT NULL DEFAULT 0;""",
+    # Format 3: the access counts of searches (store/counters.py): one row a memory id, raised in
+    # place by an upsert, so that searches of several processes at once lose no increment.
+    """CREATE TABLE IF NOT EXISTS memctl_access (
+           id text PRIMARY KEY,
+           count bigint NOT NULL CHECK (count > 0),
+           last text NOT NULL);""",
 ]
 
 
@@ -197,7 +212,9 @@ class PostgresStore:
                 raise StoreError(f"{self.shown}: cannot connect: {self.hidden(exc)}") from None
             try:
                 _upgrade(self._connection)
-            except psycopg.Error as exc:
+            except (psycopg.Error, StoreError) as exc:
+                self._connection.close()  # not upgraded: the next call tries again, or says why again
+                self._connection = None
                 raise StoreError(f"{self.shown}: {self.hidden(exc)}") from None
         return self._connection
 
@@ -221,9 +238,11 @@ class PostgresStore:
         self._mirror = self._settings_folder = None
 
     @contextmanager
-    def _in_transaction(self, *, write: bool) -> Iterator:
-        """The connection in a transaction: a write one under the write lock, or a read-only snapshot.
-        Inside one already open (a read within `reading()`, a write within `transaction()`), that one."""
+    def _in_transaction(self, *, write: bool, locked: bool = True) -> Iterator:
+        """The connection in a transaction: a write one under the write lock (`locked`; else one that
+        takes no lock, for a write that cannot meet another's: count_accesses), or a read-only
+        snapshot. Inside one already open (a read within `reading()`, a write within
+        `transaction()`), that one. A write on a read-only database stops before its first step."""
         import psycopg
 
         conn = self._connect()
@@ -233,20 +252,28 @@ class PostgresStore:
         self._open, self._folder_read = True, False
         try:
             with conn.transaction():
-                if write:
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
-                else:
+                if write and locked:  # the lock, and whether the database takes writes at all, in one round trip
+                    if conn.execute("SELECT current_setting('transaction_read_only'), pg_advisory_xact_lock(%s)",
+                                    (WRITE_LOCK,)).fetchone()[0] == "on":
+                        raise self.refused_read_only()
+                elif not write:
                     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 yield conn
         except psycopg.IntegrityError as exc:
             detail = exc.diag.message_detail or self.hidden(exc)
             raise StoreError(f"{self.shown}: refused: {detail}") from None
+        except psycopg.errors.ReadOnlySqlTransaction:  # an unlocked write (count_accesses)
+            raise self.refused_read_only() from None
         except psycopg.Error as exc:
             if conn.broken:
                 self._connection = None
             raise StoreError(f"{self.shown}: {self.hidden(exc)}") from None
         finally:
             self._open = False
+
+    def refused_read_only(self) -> StoreError:
+        return StoreError(f"{self.shown}: the database is read-only (a standby, or its transactions default to "
+                          "read-only): write through the primary's URL")
 
     # -- Locked (seam.py) ----------------------------------------------------------------
     @contextmanager
@@ -317,6 +344,13 @@ class PostgresStore:
             raise StoreError(f"{self.shown}: its tables are of {found}; this memctl reads format {FORMAT} "
                              "(a newer memctl made them: upgrade memctl)")
 
+    def read_only(self) -> bool:
+        """Whether the database takes no write: a hot standby, or read-only transactions by default
+        (set for the database, the role or the session)."""
+        with self._in_transaction(write=False) as conn:
+            return conn.execute("SELECT pg_is_in_recovery() OR current_setting('default_transaction_read_only') = 'on'"
+                                ).fetchone()[0]
+
     def written_stamp(self) -> int | None:
         if not self.exists():
             return None
@@ -349,7 +383,35 @@ class PostgresStore:
         with self._in_transaction(write=False) as conn:
             self._check_format(conn)
             changed, _ = _truth(conn, since=-1)
+            counted = conn.execute("SELECT id, count, last FROM memctl_access ORDER BY id").fetchall()
+        if counted:  # the searches counted here folded in, as the lifecycle folds a folder's log
+            folded = counters.fold(changed.get(counters.FILE_NAME), changed.pop(counters.LOG_NAME, None), counted)
+            changed[counters.FILE_NAME] = orjson.dumps(folded, option=orjson.OPT_SORT_KEYS)
         return dict(sorted((path, data) for path, data in changed.items() if data is not None))
+
+    # -- access counts (store/counters.py) ------------------------------------------------------
+    def count_accesses(self, ids: list[str], at: str) -> None:
+        """One access more for each of `ids` (distinct), last at `at`: one upsert, in a transaction of
+        its own that takes no write lock and moves no `written` (a count is no change of the truth).
+        Concurrent searches raise the same rows one after the other, each adding to what the last
+        committed, so none is lost; taking the rows in the order of their ids, no two wait on each
+        other. A read-only database refuses it (StoreError)."""
+        with self._in_transaction(write=True, locked=False) as conn:
+            conn.execute("INSERT INTO memctl_access (id, count, last) SELECT id, 1, %s FROM unnest(%s::text[]) AS id "
+                         "ORDER BY id ON CONFLICT (id) DO UPDATE SET count = memctl_access.count + excluded.count, "
+                         "last = excluded.last", (at, ids))
+
+    def accesses(self) -> tuple[bytes | None, bytes | None, list[tuple[str, int, str]]]:
+        """What the counts are read from, in one snapshot: access.json and access.log as the store
+        keeps them (from a folder's copy; the lifecycle folds the log) and the table's rows."""
+        if not self.exists():
+            return None, None, []
+        with self._in_transaction(write=False) as conn:
+            files = dict(conn.execute("SELECT path, data FROM memctl_files WHERE path = ANY(%s)",
+                                      ([counters.FILE_NAME, counters.LOG_NAME],)).fetchall())
+            counted = conn.execute("SELECT id, count, last FROM memctl_access").fetchall()
+        return (*(bytes(files[name]) if name in files else None for name in (counters.FILE_NAME, counters.LOG_NAME)),
+                counted)
 
     @property
     def config_file(self) -> Path:
@@ -576,6 +638,9 @@ def _upgrade(conn, *, locked: bool = False) -> None:
         made = conn.execute("SELECT format FROM memctl_store").fetchone()
         if made is None or made[0] >= FORMAT:
             return
+        if conn.execute("SHOW transaction_read_only").fetchone()[0] == "on":
+            raise StoreError(f"its tables are of format {made[0]}; this memctl reads format {FORMAT}, and a "
+                             "read-only database is not upgraded: run a write of this memctl on the primary")
         if not locked:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
             made = conn.execute("SELECT format FROM memctl_store").fetchone()  # another may have upgraded meanwhile
