@@ -145,3 +145,79 @@ class PostgresServer:
                 self.process.wait()
             self.process = None
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class Standby:
+    """A hot standby of a running PostgresServer: its base backup (pg_basebackup -R, streaming from
+    it over the loopback with its password) started on a port of its own, read-only, replaying
+    what the primary commits. For a replica's tests; stopped (and its folder removed) when asked."""
+
+    def __init__(self, primary: PostgresServer):
+        self.primary = primary
+        self.folder = primary.folder / f"standby-{secrets.token_hex(4)}"  # the primary's folder: its user's
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.process: subprocess.Popen | None = None
+
+    def url(self, database: str) -> str:
+        return self.primary.url(database).replace(f":{self.primary.port}/", f":{self.port}/")
+
+    def start(self) -> None:
+        try:
+            subprocess.run([str(self.primary.bin_dir / "pg_basebackup"), "-h", "127.0.0.1", "-p",
+                            str(self.primary.port), "-U", "postgres", "-D", str(self.folder), "-R", "-X", "stream", "-c", "fast"],
+                           check=True, user=self.primary.user, capture_output=True,
+                           env={**os.environ, "PGPASSWORD": self.primary.password})
+            log = open(self.primary.folder / f"{self.folder.name}.log", "wb")
+            try:
+                self.process = subprocess.Popen(
+                    [str(self.primary.bin_dir / "postgres"), "-D", str(self.folder), "-p", str(self.port),
+                     "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=", "-c", "hot_standby=on",
+                     "-c", "wal_retrieve_retry_interval=50ms"],
+                    user=self.primary.user, stdout=log, stderr=subprocess.STDOUT, cwd=self.primary.folder)
+            finally:
+                log.close()
+            self._wait_until_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_until_ready(self) -> None:
+        import psycopg
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                psycopg.connect(self.url("postgres"), connect_timeout=2).close()
+                return
+            except psycopg.OperationalError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the standby did not answer on port {self.port}") from None
+                time.sleep(0.05)
+
+    def caught_up(self, timeout: float = 30) -> None:
+        """Wait until the standby has replayed everything the primary has committed so far."""
+        import psycopg
+
+        with self.primary.connect() as conn:
+            # the test server commits without waiting for the disk (synchronous_commit=off), and a standby
+            # is sent only what is flushed: a message written and flushed, after everything committed
+            wanted = conn.execute("SELECT pg_logical_emit_message(false, 'memctl-test', '', true)").fetchone()[0]
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            while not conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (wanted,)).fetchone()[0]:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the standby did not catch up")
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -596,3 +596,39 @@ def test_a_read_only_database_never_indexed_or_of_an_older_format_says_what_to_r
     older = run("search", "kestrel", store=postgres_url, env=NOW)
     assert older.returncode == 2 and len(older.stderr.splitlines()) == 1, older.stderr
     assert b"format 2" in older.stderr and b"primary" in older.stderr
+
+
+def test_a_search_on_a_hot_standby_reads_what_the_primary_indexed(run, store_dir, postgres_server, postgres_url):
+    """A real replica (pg_basebackup of the tests' server, streaming, in recovery): a search there
+    gives the primary's answer, counting nothing; once the primary is written and not indexed, the
+    standby still answers from the index replayed, and says so; a write there stops in one line."""
+    import psycopg
+
+    from postgres_server import Standby
+
+    demo_store(run, store_dir)
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    question = ["search", "--json", "which database does kestrel use"]
+    on_primary = run(*question, store=postgres_url, env=NOW)  # indexes, and counts
+    assert on_primary.returncode == 0 and on_primary.stdout, on_primary.stderr
+    standby = Standby(postgres_server)
+    standby.start()
+    replica = standby.url(urlsplit(postgres_url).path[1:])
+    try:
+        standby.caught_up()
+        first = run(*question, store=replica, env=NOW)
+        assert (first.returncode, first.stdout, first.stderr) == (0, on_primary.stdout, b"")
+        assert run("ingest", "-", input='{"id": "late-1", "text": "kestrel now uses CockroachDB as its database"}',
+                   store=postgres_url, env=NOW).returncode == 0
+        standby.caught_up()
+        behind = run(*question, store=replica, env=NOW)
+        assert (behind.returncode, behind.stdout) == (0, on_primary.stdout), behind.stderr
+        assert b"read-only" in behind.stderr
+        refused = run("ingest", "-", input='{"text": "refused"}', store=replica, env=NOW)
+        assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
+        assert b"read-only" in refused.stderr and shown(replica).encode() in refused.stderr
+    finally:
+        PostgresStore.opened(replica).close()
+        standby.stop()
+    with psycopg.connect(postgres_url) as conn:  # the primary counted its one search; the standby's, none
+        assert {count for (count,) in conn.execute("SELECT count FROM memctl_access")} == {1}
