@@ -537,6 +537,27 @@ def test_a_store_of_the_last_format_is_upgraded_to_count_accesses(postgres_url):
         assert conn.execute("SELECT id, count FROM memctl_access").fetchall() == [(found[0].record_id, 1)]
 
 
+def test_the_lifecycle_on_postgresql_folds_a_copied_log_and_keeps_the_counted_rows(run, store_dir, postgres_url):
+    """Counts from a folder (access.log, copied whole) and from searches on PostgreSQL (the table) add
+    up; the lifecycle folds the log into access.json and leaves the rows: no count lost or doubled."""
+    from memctl.store import counters
+
+    demo_store(run, store_dir)
+    for _ in range(2):
+        assert run("search", "kestrel", env=NOW).returncode == 0
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    assert run("search", "which database does kestrel use", store=postgres_url, env=NOW).returncode == 0
+    store = PostgresStore(postgres_url)
+    before = counters.load(store)
+    assert before["mem-kestrel-db"]["count"] == 3
+    assert run("review", "lifecycle", store=postgres_url, env=NOW).returncode == 0
+    assert counters.load(store) == before
+    compacted, log, counted = store.accesses()  # the folder's two searches folded, the table's one left
+    assert log is None and counters.fold(compacted, None)["mem-kestrel-db"]["count"] == 2
+    assert ("mem-kestrel-db", 1, "2026-11-20T10:00:00Z") in counted
+    store.close()
+
+
 def read_only(url: str) -> None:
     """The database of `url` made read-only as a replica is to its clients: every new session's
     transactions read-only by default; this thread's open connection is closed, to be a new one."""
