@@ -395,7 +395,7 @@ class PostgresStore:
         its own that takes no write lock and moves no `written` (a count is no change of the truth).
         Concurrent searches raise the same rows one after the other, each adding to what the last
         committed, so none is lost; taking the rows in the order of their ids, no two wait on each
-        other. A read-only database refuses it (StoreError)."""
+        other in a circle (no deadlock). A read-only database refuses it (StoreError)."""
         with self._in_transaction(write=True, locked=False) as conn:
             conn.execute("INSERT INTO memctl_access (id, count, last) SELECT id, 1, %s FROM unnest(%s::text[]) AS id "
                          "ORDER BY id ON CONFLICT (id) DO UPDATE SET count = memctl_access.count + excluded.count, "
