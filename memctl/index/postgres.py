@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from memctl.store.postgres import PostgresStore
 
 FORMAT = 1
+# How units are made of the truth (units.py): another value reads every unit anew at the next update,
+# embedding again only those whose text changed. 2: a message is read with the turn it answers.
+UNITS = 2
 K1, B = 1.2, 0.75  # Tantivy's BM25 constants (tantivy/src/query/bm25.rs)
 # The unit columns a search reads (units_reader.FIELDS, and what filters compare), as in units.db.
 COLUMNS = ("row", "id", "record_id", "kind", "text", "source", "line_start", "line_end", "section", "session",
@@ -137,7 +140,7 @@ class PgIndex(Searchable):
     def _built(self) -> dict:
         model = _Model(self.settings.embedding)
         return {"model": model.identity, "with_previous_turn": self.settings.embedding.with_previous_turn,
-                "format": FORMAT}
+                "format": FORMAT, "units": UNITS}
 
     def is_fresh(self) -> bool:
         """Whether the index holds what it is made of as the last write of it left it, made by this model."""
@@ -290,7 +293,9 @@ def _rebuild_reason(state: tuple[int, dict] | None, built: dict) -> str:
         return "old format"
     if any((was.get("model") or {}).get(key) != built["model"].get(key) for key in ("sha256", "precision")):
         return f"model changed: {(was.get('model') or {}).get('name')} to {built['model']['name']}"
-    return "" if was == built else "embedding settings changed"
+    made_alike = {key: value for key, value in was.items() if key != "units"} == \
+        {key: value for key, value in built.items() if key != "units"}
+    return "" if made_alike else "embedding settings changed"
 
 
 def _has_units(conn) -> bool:

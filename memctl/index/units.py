@@ -114,15 +114,29 @@ def message_units(store: Store, paths: list[Path] | None = None, *,
                   skipped: list[str] | None = None) -> Iterator[Unit]:
     """The units of the session files (all of them, or the given ones); lines passed over go to
     `skipped` (see iter_messages)."""
-    previous: dict[Path, tuple[str, str]] = {}  # path -> (id, text) of the last message read
+    # path -> (speaker, id, text) of the last message read, and (id, text) of the last one by
+    # another speaker than that one's: what a run of one speaker's messages answers
+    previous: dict[Path, tuple[str | None, str, str]] = {}
+    answered: dict[Path, tuple[str, str]] = {}
     relative: dict[Path, str] = {}
     for path, number, message in iter_messages(store, paths, skipped=skipped):
         text = message.get("text")
         if not isinstance(text, str) or not text.strip():
             continue
         speaker = _text_or_none(message.get("speaker")) or _text_or_none(message.get("role"))
-        context_id, context = previous.get(path, (None, None))
-        previous[path] = (message["id"], last_tokens(f"{speaker}: {text}" if speaker else text, CONTEXT_TOKENS))
+        last = previous.get(path)
+        # A message is read with the turn it answers: the one before it, unless that one is its own
+        # speaker's (a person's notes to themselves, a second message of one turn): then the last
+        # turn of someone else, if any. Its own earlier message is another thought, and read with it
+        # the fact was half its vector: one person's facts asked in other words, gate off, hit@3
+        # dev .487 -> .525, held out .600 -> .675 (bench/README.md, "Issue 33, fourth pass").
+        if last is not None and speaker is not None and last[0] == speaker:
+            context_id, context = answered.get(path, (None, None))
+        else:
+            context_id, context = last[1:] if last is not None else (None, None)
+            if last is not None:
+                answered[path] = last[1:]
+        previous[path] = (speaker, message["id"], last_tokens(f"{speaker}: {text}" if speaker else text, CONTEXT_TOKENS))
         yield from _chunks(Unit(
             id=message["id"], record_id=message["id"], kind="message", text=text,
             source=relative.get(path) or relative.setdefault(path, store.relative(path)),

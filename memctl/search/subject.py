@@ -67,11 +67,12 @@ class SubjectTest:
     def min_cosine(self, compared: int) -> float:
         """The calibrated cosine a candidate needs, in a store of `compared` units: subject_min_cosine
         from subject_reference_units on, lower below, by as much as the best cosine of unrelated
-        text falls there. The best of n unrelated cosines grows about as their deviation times
-        √(2 ln n) (the maximum of n draws): MiniLM's unrelated pairs have mean .09 and deviation
-        .11, and the median best of 1, 4, 20, 100 and 600 is .08, .17, .28, .38, .49
-        (bench/README.md, "Issue 33, third pass"). A store of four messages met the
-        one of 600 turns' threshold, and a paraphrase of its fact at .34 was no answer."""
+        text falls there. The best of n unrelated cosines grows about as √(2 ln n) (the maximum
+        of n draws): MiniLM's median best of 1, 4, 20, 100 and 600 unrelated messages is .08,
+        .17, .28, .38, .49 (bench/README.md, "Issue 33, third pass"), .167 a unit of √(2 ln n)
+        from 4 to 600; the slope, subject_size_slope, is the most the dev sets' unrelated queries
+        allow ("fourth pass"). A store of four messages met the one of 600 turns' threshold, and
+        a paraphrase of its fact at .34 was no answer."""
         import math
 
         retrieval = self.retrieval
