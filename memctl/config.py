@@ -91,7 +91,7 @@ class Embedding(Table):
     # hybrid search, 2 cores under load 12: 87 -> 45 ms). A batch of 20 gains (embedding.py).
     query_threads: int = limited(1, WHOLE)
     batch_size: int = limited(16, WHOLE)  # short batches pad less: measured fastest for chat turns
-    with_previous_turn: bool = True  # read a message with the turn it answers: the model, and BM25 (context field)
+    with_previous_turn: bool = True  # read a message with the turn before it (within the hour): the model, and BM25 (context field)
     # int8 (quantised weights: ~2x faster) | float32 (exactly sentence-transformers)
     precision: str = limited("int8", (lambda v: v in ("float32", "int8"), "float32 or int8"))
 
