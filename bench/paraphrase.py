@@ -1,6 +1,6 @@
 """Retrieval of one bilingual person's facts asked in other words (issue #33), through memctl's command line.
 
-    python bench/paraphrase.py [--model NAME] [--json FILE] [--data DIR] [-- extra search flags]
+    python bench/paraphrase.py [--model NAME] [--json FILE] [--data DIR] [--facts-only] [-- extra search flags]
 
 The data is our own (bench/paraphrase/, see its README): one person's store of ~140 chat
 messages and notes with their real timestamps (May-November 2026), 60 facts among them, each
@@ -194,8 +194,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--model", help="embedding model (sets MEMCTL_EMBEDDING_MODEL)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="per-question results and traces, JSON lines")
+    parser.add_argument("--facts-only", action="store_true",
+                        help="a store of the person's facts alone, no other message (as issue 33's held-out store "
+                             "of one person's 24 facts is)")
     args = parser.parse_args(argv)
     facts, negatives, distractors = load(args.data.resolve())
+    if args.facts_only:
+        distractors = []
     questions = questions_of(facts, negatives)
     settings = {k: v for k, v in os.environ.items() if k.startswith("MEMCTL_")}
     if args.model is not None:

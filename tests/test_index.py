@@ -34,8 +34,8 @@ def pinned_clock(monkeypatch):
 
 
 def chat(store: Store, session: str, start: int, count: int, day: str = "2026-11-20") -> list[str]:
-    """Ingest `count` messages into one session, Ana and Ben taking turns; their ids."""
-    lines = [orjson.dumps({"id": f"{session}-{n}", "session": session, "role": "user", "speaker": ("Ana", "Ben")[n % 2],
+    """Ingest `count` messages into one session; their ids."""
+    lines = [orjson.dumps({"id": f"{session}-{n}", "session": session, "role": "user", "speaker": "Ana",
                            "ts": f"{day}T10:{n:02d}:00Z",
                            "text": f"Message {n} of {session} is about {TOPICS[n % len(TOPICS)]}."})
              for n in range(start, start + count)]
@@ -308,25 +308,41 @@ def test_a_message_after_a_long_reply_is_read_with_only_the_replys_end(tmp_path)
     assert "m3" in table(store)
 
 
-def test_a_message_is_read_with_the_turn_it_answers_not_its_own_speakers_last(tmp_path):
+def test_a_message_is_read_with_the_turn_before_only_when_it_was_said_within_the_hour(tmp_path):
     from memctl.index.units import message_units
 
     store = Store(tmp_path / "store")
-    said = [("n1", "Mei", "Our cat Mochi needs her thyroid pill every morning."),
-            ("n2", "Mei", "I swim laps three mornings a week."),  # a note to herself: another thought
-            ("q1", "Ana", "Which pool do you go to?"),
-            ("a1", "Mei", "The one on Keelung Road."),
-            ("a2", "Mei", "It opens at six."),  # the second message of one turn answers Ana too
-            ("r1", None, "A line with no speaker is read with the one before it, as before."),
-            ("r2", None, "And so is this one.")]
-    lines = [orjson.dumps({"id": i, "session": "s", "text": text, **({"speaker": who} if who else {})})
-             for i, who, text in said]
+    said = [("n1", "2026-07-07T08:00:00+08:00", "Our cat Mochi needs her thyroid pill every morning."),
+            ("n2", "2026-07-07T14:30:00+08:00", "I swim laps three mornings a week."),  # hours later: its own thought
+            ("q1", "2026-07-07T14:31:10+08:00", "Which pool?"),
+            ("a1", "2026-07-07T15:31:10+08:00", "The one on Keelung Road.")]  # an hour to the second: a reply
+    lines = [orjson.dumps({"id": i, "session": "s", "speaker": "Mei", "text": text, "ts": ts}) for i, ts, text in said]
     ingest(runtime_of(store), b"\n".join(lines) + b"\n", source="chat.jsonl", fmt="jsonl", keep_noise=True)
     units = {u.id: u for u in message_units(store)}
-    assert (units["n1"].context, units["n2"].context) == (None, None)
+    assert (units["n1"].context, units["n2"].context, units["n2"].context_id) == (None, None, None)
     assert (units["q1"].context, units["q1"].context_id) == ("Mei: I swim laps three mornings a week.", "n2")
-    assert units["a1"].context_id == units["a2"].context_id == "q1"
-    assert units["r1"].context_id == "a2" and units["r2"].context_id == "r1"
+    assert units["a1"].context_id == "q1"
+
+
+def test_an_index_made_when_every_message_was_read_with_the_one_before_embeds_again_only_those_that_change(
+        tmp_path, monkeypatch):
+    from memctl.index import units as units_module
+
+    store = Store(tmp_path / "store")
+    said = [("n1", "2026-07-07T08:00:00Z"), ("n2", "2026-07-07T14:30:00Z"), ("n3", "2026-07-07T14:31:00Z"),
+            ("n4", "2026-07-08T09:00:00Z")]
+    lines = [orjson.dumps({"id": i, "session": "s", "speaker": "Mei", "text": f"note {i} of the day", "ts": ts})
+             for i, ts in said]
+    monkeypatch.setattr(units_module, "TURN_GAP_SECONDS", float("inf"))  # as the version before read them
+    ingest(runtime_of(store), b"\n".join(lines) + b"\n", source="chat.jsonl", fmt="jsonl", keep_noise=True)
+    Index(runtime_of(store)).update()
+    manifest = store.index_dir / "manifest.json"
+    manifest.write_bytes(orjson.dumps({**orjson.loads(manifest.read_bytes()), "lexical": 3}))
+    monkeypatch.undo()
+    report = Index(runtime_of(store)).update()
+    # n2 and n4 lose the note before them, said hours earlier; n3 keeps n2, said a minute before
+    assert (report.embedded, report.rebuilt) == (2, False)
+    assert_same_as_rebuilt(store, tmp_path)
 
 
 def log_entry(store: Store, day: str, entry_id: str, *lines: str) -> None:
@@ -420,9 +436,8 @@ INDEXER = textwrap.dedent("""
     for n in range(10_000):
         ids = [f"{run}-{n}-{k}" for k in range(20)]
         ingest(rt, b"".join(orjson.dumps({"id": i, "session": f"s{n % 3}", "role": "user",
-                                             "speaker": ("Ana", "Ben")[k % 2],
                                              "ts": "2026-11-20T10:00:00Z", "text": f"message {i} about {n % 7}"})
-                               + b"\\n" for k, i in enumerate(ids)), source="chat.jsonl", fmt="jsonl", keep_noise=True)
+                               + b"\\n" for i in ids), source="chat.jsonl", fmt="jsonl", keep_noise=True)
         with open(store.daily_log("2026-11-20"), "a") as log:  # and one by hand: a unit of the log
             log.write(f"### 10:00:00 Ana · notes · {run}-{n}-note\\nnote {n} of run {run}\\n")
         Index(rt).update()

@@ -50,7 +50,7 @@ FORMAT = 4  # 2: units carry tool, agent, cache_scope (H4); 3: stamps with inode
 # part written anew from the units at the next update (a text embedded again only if it changed).
 # 2: Traditional characters read as Simplified. 3: a daily-log entry is in its own scope (its heading's,
 # else its session's, else none: units.log_units), no longer global: the whole store is read once again.
-# 4: a message is read with the turn it answers, not its own speaker's message before it (units.py):
+# 4: a message is read with the turn before it only when that turn was said within the hour (units.py):
 # the units whose text changed are embedded again, the others keep their vectors.
 LEXICAL = 4
 _TABLE = "units"

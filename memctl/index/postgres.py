@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 FORMAT = 1
 # How units are made of the truth (units.py): another value reads every unit anew at the next update,
-# embedding again only those whose text changed. 2: a message is read with the turn it answers.
+# embedding again only those whose text changed. 2: a message is read with the turn before it only when said within the hour.
 UNITS = 2
 K1, B = 1.2, 0.75  # Tantivy's BM25 constants (tantivy/src/query/bm25.rs)
 # The unit columns a search reads (units_reader.FIELDS, and what filters compare), as in units.db.

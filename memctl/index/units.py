@@ -27,6 +27,13 @@ CHUNK_OVERLAP = 40
 # assistant's: median 391 tokens on LongMemEval) the user's own words were cut off and its vector
 # was the reply's. LoCoMo's longest turn is 93 tokens, so no LoCoMo unit changes.
 CONTEXT_TOKENS = 100
+# A message is read with the turn before it only when that turn was said at most this long before:
+# later, it is another conversation (P8 ends a session idle an hour), and a person's notes of one
+# day, hours apart, are each their own thought. Read with the one before, a fact was half its
+# vector: one person's facts asked in other words, gate off, hit@3 dev .487 -> .537, held out
+# .600 -> .675 (bench/README.md, "Issue 33, fourth pass"). Chats' turns come seconds to minutes
+# apart: LoCoMo's and LongMemEval's units do not change.
+TURN_GAP_SECONDS = 3600.0
 
 
 @dataclass
@@ -110,33 +117,31 @@ def memory_units(store: Store) -> Iterator[Unit]:
         yield from _chunks(base)
 
 
+def _epoch(ts) -> float | None:
+    from memctl.clock import parse_ts
+
+    try:
+        return parse_ts(ts).timestamp() if ts is not None else None
+    except (ValueError, TypeError):
+        return None
+
+
 def message_units(store: Store, paths: list[Path] | None = None, *,
                   skipped: list[str] | None = None) -> Iterator[Unit]:
     """The units of the session files (all of them, or the given ones); lines passed over go to
     `skipped` (see iter_messages)."""
-    # path -> (speaker, id, text) of the last message read, and (id, text) of the last one by
-    # another speaker than that one's: what a run of one speaker's messages answers
-    previous: dict[Path, tuple[str | None, str, str]] = {}
-    answered: dict[Path, tuple[str, str]] = {}
+    previous: dict[Path, tuple[str, str, float | None]] = {}  # path -> (id, text, epoch) of the last message read
     relative: dict[Path, str] = {}
     for path, number, message in iter_messages(store, paths, skipped=skipped):
         text = message.get("text")
         if not isinstance(text, str) or not text.strip():
             continue
         speaker = _text_or_none(message.get("speaker")) or _text_or_none(message.get("role"))
-        last = previous.get(path)
-        # A message is read with the turn it answers: the one before it, unless that one is its own
-        # speaker's (a person's notes to themselves, a second message of one turn): then the last
-        # turn of someone else, if any. Its own earlier message is another thought, and read with it
-        # the fact was half its vector: one person's facts asked in other words, gate off, hit@3
-        # dev .487 -> .525, held out .600 -> .675 (bench/README.md, "Issue 33, fourth pass").
-        if last is not None and speaker is not None and last[0] == speaker:
-            context_id, context = answered.get(path, (None, None))
-        else:
-            context_id, context = last[1:] if last is not None else (None, None)
-            if last is not None:
-                answered[path] = last[1:]
-        previous[path] = (speaker, message["id"], last_tokens(f"{speaker}: {text}" if speaker else text, CONTEXT_TOKENS))
+        said = _epoch(message.get("ts"))
+        context_id, context, before = previous.get(path, (None, None, None))
+        if said is not None and before is not None and said - before > TURN_GAP_SECONDS:
+            context_id = context = None
+        previous[path] = (message["id"], last_tokens(f"{speaker}: {text}" if speaker else text, CONTEXT_TOKENS), said)
         yield from _chunks(Unit(
             id=message["id"], record_id=message["id"], kind="message", text=text,
             source=relative.get(path) or relative.setdefault(path, store.relative(path)),
