@@ -129,7 +129,7 @@ def test_plain_results_name_who_spoke_and_explain_each_stage(run, store_dir):
     # demo line: over the threshold of a 24-message store, subject.SubjectTest.min_cosine)
     (["xylophone zebra quiz"], "the store does not seem to know the subject"),
     # ... and names the threshold it was judged against: lower in a store of the demo chat's 21 units
-    (["xylophone zebra quiz"], "(subject_min_cosine 0.5; 0.378 in a store of 21 units)"),
+    (["xylophone zebra quiz"], "(subject_min_cosine 0.5; 0.356 in a store of 21 units)"),
 ])
 def test_explain_says_why_nothing_passed(run, store_dir, args, why):
     """--explain on a search that finds nothing printed nothing at all."""
