@@ -26,6 +26,7 @@ it is made of was written since) makes it from the truth, embedding only new and
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import TYPE_CHECKING, Callable
@@ -325,24 +326,36 @@ def _insert(conn, rows: list[tuple]) -> None:
 # -- reading, for a search ---------------------------------------------------------------------
 class PgReader:
     """A search's reads of the index, in the caller's snapshot (store.reading()): BM25's hits, the
-    nearest vectors, the units a search reads with its candidates, and words' document frequencies."""
+    nearest vectors, the units a search reads with its candidates, and words' document frequencies.
 
-    def __init__(self, conn):
+    `kept`: what a process that searches again (a resident server, `memctl mcp`: PgRetriever's)
+    keeps between searches of one generation of the index, the transaction that last wrote its
+    memctl_index row (its xmin: every update deletes and inserts that row): words' document
+    frequencies and how many units a filter allows. Counting them on the GIN index took ~40 ms of
+    a warm search at 10k messages, mostly words met before (bench/README.md "Issue 35: warm
+    search on PostgreSQL")."""
+
+    def __init__(self, conn, kept: dict | None = None):
         import numpy as np
 
         self.conn = conn
-        found = conn.execute("SELECT units, body_tokens, context_tokens FROM memctl_index").fetchone() \
+        found = conn.execute("SELECT units, body_tokens, context_tokens, xmin::text, written FROM memctl_index").fetchone() \
             if _has_units(conn) and conn.execute("SELECT to_regclass('memctl_index') IS NOT NULL").fetchone()[0] \
             else None
-        self.documents, body_tokens, context_tokens = found or (0, 0, 0)
+        self.documents, body_tokens, context_tokens, *generation = found or (0, 0, 0, None, None)
         self.empty = not self.documents
         # Tantivy's average field length: its tokens over the units, in float32
         self.average = {field: float(np.float32(tokens) / np.float32(max(self.documents, 1)))
                         for field, tokens in (("body", body_tokens), ("context", context_tokens))}
-        self._frequencies: dict[tuple[str, str], int] = {}
+        kept = {} if kept is None else kept
+        if kept.get("generation") != generation:
+            kept.clear()
+            kept.update(generation=generation, frequencies={}, counts={})
+        self._frequencies: dict[tuple[str, str], int] = kept["frequencies"]
+        self._counts: dict[tuple, int] = kept["counts"]
 
     def doc_freqs(self, terms, field: str = "body") -> dict[str, int]:
-        """How many units hold each term in `field` (counted on its GIN index, kept for this reader)."""
+        """How many units hold each term in `field` (counted on its GIN index, kept for this generation)."""
         wanted = sorted({term for term in terms if (field, term) not in self._frequencies})
         if wanted and not self.empty:
             column = "body_terms" if field == "body" else "context_terms"
@@ -369,8 +382,8 @@ class PgReader:
         body, context = self.doc_freqs(letters, "body"), self.doc_freqs(letters, "context")
 
         def idf(found: int) -> float:  # Tantivy's, in float32 as it computes it
-            return float(np.log(np.float32(1) + (np.float32(documents - found) + np.float32(0.5))
-                                / (np.float32(found) + np.float32(0.5))))
+            return float(_logf(np.float32(1) + (np.float32(documents - found) + np.float32(0.5))
+                               / (np.float32(found) + np.float32(0.5))))
 
         clauses = [(term, None) for term in terms] + [(pair[0], pair[1]) for pair in pairs]
         firsts, seconds, body_weights, context_weights = [], [], [], []
@@ -387,6 +400,11 @@ class PgReader:
               "(SELECT count(*) FROM unnest(array_positions(u.{f}, q.first)) AS p WHERE u.{f}[p + 1] = q.second) END")
         # in float4 and in Tantivy's order: weight × tf / (tf + k1 · (1 − b + b · length / average))
         score = ("q.{w} * (t.{n} / (t.{n} + {k1}::real * ({one_b}::real + {b}::real * u.{norm}::real / {avg}::real)))")
+        # Each clause meets only the units holding its (first) word, found on the GIN index; its
+        # term frequencies are counted once (OFFSET 0 keeps the subquery from being inlined into
+        # each use of them: six array scans a pair of unit and clause, ~114 of a search's 138 ms
+        # at 10k messages); a unit's clauses are summed in the query's order, as Tantivy's union
+        # adds them (the scores are its to the bit, whichever plan the database picks).
         sql = f"""
             SELECT id, score FROM (
                 SELECT u.id, u.row, sum(greatest(
@@ -396,21 +414,19 @@ class PgReader:
                     CASE WHEN t.context > 0 THEN {score.format(w='context_weight', n='context', norm='context_norm',
                                                                 k1=K1, one_b=1 - B, b=B,
                                                                 avg=max(self.average['context'], 1e-9))}
-                         ELSE 0 END))::real AS score
-                FROM memctl_units u
-                CROSS JOIN unnest(%s::text[], %s::text[], %s::real[], %s::real[])
-                    AS q(first, second, body_weight, context_weight)
+                         ELSE 0 END) ORDER BY q.n)::real AS score
+                FROM unnest(%s::text[], %s::text[], %s::real[], %s::real[]) WITH ORDINALITY
+                    AS q(first, second, body_weight, context_weight, n)
+                JOIN memctl_units u ON (u.body_terms @> ARRAY[q.first] OR u.context_terms @> ARRAY[q.first])
                 CROSS JOIN LATERAL (SELECT ({tf.format(f='body_terms')})::real AS body,
-                                           ({tf.format(f='context_terms')})::real AS context) AS t
-                WHERE (u.body_terms && %s::text[] OR u.context_terms && %s::text[])
-                      {''.join(' AND ' + w for w in where)}
+                                           ({tf.format(f='context_terms')})::real AS context OFFSET 0) AS t
+                {'WHERE ' + ' AND '.join(where) if where else ''}
                 GROUP BY u.id, u.row) AS scored
             WHERE score > 0
             ORDER BY score DESC, row
             LIMIT %s"""
-        words = [*terms, *{c for pair in pairs for c in pair}]
-        hits = self.conn.execute(sql, (firsts, seconds, body_weights, context_weights, words, words, *params,
-                                       limit)).fetchall()
+        hits = self.conn.execute(sql, (firsts, seconds, body_weights, context_weights, *params, limit),
+                                 prepare=False).fetchall()
         idfs = {term: math.log(1 + (documents - body[term] + 0.5) / (body[term] + 0.5)) for term in letters}
         ideal = sum(idfs[t] for t in terms) + sum(idfs[a] + idfs[b] for a, b in pairs)
         count = len(terms) + 2 * len(pairs)
@@ -422,28 +438,42 @@ class PgReader:
 
     def nearest(self, query_vectors, filters: Filters, limit: int) -> list[str]:
         """The ids of the `limit` units nearest each query vector (HNSW, inner product, within the
-        filters: pgvector's iterative scan goes on until that many pass them)."""
+        filters: pgvector's iterative scan goes on until that many pass them).
+
+        The planner's costs hold a sequential scan cheaper, and it read every vector out of its
+        TOAST table: 75 ms at 10k messages against HNSW's ~12 (the same 200 ids); so sequential
+        scans are off for this one statement (an index on the filters' columns stays an
+        alternative when they admit few). The vector goes as a `vector` parameter: as
+        float4[]::vector, a prepared statement's generic plan (psycopg prepares a statement run
+        five times) cast it again for every row, 0.5-0.8 s a search."""
         if self.empty:
             return []
         where, params = _filters_sql(filters)
-        self.conn.execute(f"SET LOCAL hnsw.ef_search = {min(1000, max(40, int(limit)))}")
-        self.conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        (scanning,) = self.conn.execute(
+            "SELECT current_setting('enable_seqscan'), set_config('hnsw.ef_search', %s, true), "
+            "set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('enable_seqscan', 'off', true)",
+            (str(min(1000, max(40, int(limit)))),)).fetchone()[:1]
         found: dict[str, None] = {}
-        for vector in query_vectors:
-            sql = (f"SELECT id FROM memctl_units {'WHERE ' + ' AND '.join(where) if where else ''} "
-                   "ORDER BY embedding <#> %s::float4[]::vector LIMIT %s")
-            found.update(dict.fromkeys(unit_id for (unit_id,) in self.conn.execute(
-                sql, (*params, vector.tolist(), limit))))
+        try:
+            for vector in query_vectors:
+                sql = (f"SELECT id FROM memctl_units {'WHERE ' + ' AND '.join(where) if where else ''} "
+                       "ORDER BY embedding <#> %s::vector LIMIT %s")
+                found.update(dict.fromkeys(unit_id for (unit_id,) in self.conn.execute(
+                    sql, (*params, _vector_text(vector), limit))))
+        finally:
+            self.conn.execute("SELECT set_config('enable_seqscan', %s, true)", (scanning,))
         return list(found)
 
     def count(self, filters: Filters) -> int:
-        """How many units the filters allow (the folder index's mask counts the same)."""
+        """How many units the filters allow (the folder index's mask counts the same), kept for this generation."""
         if self.empty:
             return 0
         where, params = _filters_sql(filters)
-        (count,) = self.conn.execute(f"SELECT count(*) FROM memctl_units {'WHERE ' + ' AND '.join(where) if where else ''}",
-                                     params).fetchone()
-        return count
+        key = (tuple(where), tuple(params))
+        if key not in self._counts:
+            self._counts[key] = self.conn.execute(
+                f"SELECT count(*) FROM memctl_units {'WHERE ' + ' AND '.join(where) if where else ''}", params).fetchone()[0]
+        return self._counts[key]
 
     def slice(self, ids: list[str], dimension: int):
         """The units a search reads with these: them, the turns before them (every unit of those
@@ -473,6 +503,38 @@ def vectors_of(values: list[bytes], dimension: int):
         return np.zeros((0, dimension), dtype=np.float32)
     return np.frombuffer(b"".join(value[4:] for value in values), dtype=">f4").astype(np.float32).reshape(
         len(values), -1)
+
+
+def _vector_text(vector) -> str:
+    """A float32 vector as pgvector's text: each number's float64 repr, which parses back to the same float32."""
+    return "[" + ",".join(map(str, vector.astype("float32").tolist())) + "]"
+
+
+def _logf(value) -> float:
+    """The C library's single-precision natural logarithm, which Tantivy's idf takes (Rust's
+    f32::ln); numpy's float32 log differs from it in the last bit for about one idf in five at
+    3k messages (each such BM25 score then one float32 step off Tantivy's)."""
+    return _libm_logf()(float(value))
+
+
+@functools.cache
+def _libm_logf():
+    import ctypes
+    import ctypes.util
+    import math
+
+    import numpy as np
+
+    try:
+        libm = ctypes.CDLL("libm.so.6")  # glibc's, by name: find_library runs ldconfig
+    except OSError:
+        name = ctypes.util.find_library("m")
+        if name is None:  # no C library to ask (not seen): the correctly rounded logarithm, in float32
+            return lambda value: float(np.float32(math.log(value)))
+        libm = ctypes.CDLL(name)
+    logf = libm.logf
+    logf.restype, logf.argtypes = ctypes.c_float, [ctypes.c_float]
+    return logf
 
 
 def _filters_sql(filters: Filters) -> tuple[list[str], list]:

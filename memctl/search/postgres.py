@@ -24,9 +24,10 @@ from memctl.search.search import Ranking, Result, _query_cosines
 class PgSearcher(Ranking):
     """The searches of one snapshot of a PostgreSQL store's index."""
 
-    def __init__(self, rt: Runtime, conn):
+    def __init__(self, rt: Runtime, conn, kept: dict | None = None):
+        """`kept`: what PgReader keeps between searches of one generation of the index."""
         super().__init__(rt)
-        self.reader = PgReader(conn)
+        self.reader = PgReader(conn, kept)
 
     def search(self, query: Query) -> list[Result]:
         import numpy as np
@@ -61,12 +62,14 @@ class PgSearcher(Ranking):
 
 class PgRetriever:
     """Searches a PostgreSQL store (search.Retriever's part for a folder): indexes first when the store
-    was written since its index, then answers every query from one snapshot."""
+    was written since its index, then answers every query from one snapshot. Kept by a process
+    that searches again (Memory.adopt), it keeps what PgReader may between searches."""
 
     def __init__(self, rt: Runtime, *, say=None):
         self.store = rt.store
         self.say = say
         self.runtime = rt
+        self._kept: dict = {}
 
     def search(self, queries: list[Query], *, count_access: bool = True) -> list[list[Result]]:
         """Each query's results. A memory returned is not counted as an access yet (`count_access`
@@ -75,7 +78,7 @@ class PgRetriever:
         self.store.require()
         PgIndex(self.runtime).refresh(self.say)
         with self.store.snapshot() as conn:
-            return [PgSearcher(self.runtime, conn).search(query) for query in queries]
+            return [PgSearcher(self.runtime, conn, self._kept).search(query) for query in queries]
 
     def learn_ahead(self, rows: int) -> bool:
         return True  # nothing is kept between searches to learn ahead
