@@ -475,24 +475,37 @@ class PgReader:
                 f"SELECT count(*) FROM memctl_units {'WHERE ' + ' AND '.join(where) if where else ''}", params).fetchone()[0]
         return self._counts[key]
 
-    def slice(self, ids: list[str], dimension: int):
-        """The units a search reads with these: them, the turns before them (every unit of those
-        records) and the messages read with any of those as their turn before; in row order, each
-        as COLUMNS, and their vectors as a float32 matrix (`dimension` columns when there are none).
-        Read in binary: pgvector's vectors as text, parsed into Python floats, took 0.3 s of a
-        0.6 s search on a 419-unit LoCoMo store; in binary 20 ms for the whole table."""
-
-        rows = self.conn.execute(f"""
+    def slice(self, ids: list[str]) -> list[int]:
+        """The rows a search reads with these units: theirs, the turns before them (every unit of
+        those records) and the messages read with any of those as their turn before; in row order."""
+        return [row for (row,) in self.conn.execute("""
             WITH first AS (SELECT row, record_id, context_id, kind FROM memctl_units WHERE id = ANY(%s)),
             before AS (SELECT row, record_id, kind FROM memctl_units
                        WHERE record_id IN (SELECT context_id FROM first)),
             answered AS (SELECT record_id FROM first WHERE kind = 'message'
                          UNION SELECT record_id FROM before WHERE kind = 'message'),
             replies AS (SELECT row FROM memctl_units WHERE context_id IN (SELECT record_id FROM answered))
-            SELECT {', '.join(COLUMNS)}, embedding FROM memctl_units
-            WHERE row IN (SELECT row FROM first UNION SELECT row FROM before UNION SELECT row FROM replies)
-            ORDER BY row""", (ids,), binary=True).fetchall()
-        return [row[:-1] for row in rows], vectors_of([row[-1] for row in rows], dimension)
+            SELECT row FROM first UNION SELECT row FROM before UNION SELECT row FROM replies ORDER BY row""",
+                                                            (ids,))]
+
+    def units(self, rows: list[int], dimension: int):
+        """These rows' units, in row order, each as COLUMNS, and their vectors as a float32 matrix
+        (`dimension` columns when there are none).
+        Read in binary: pgvector's vectors as text, parsed into Python floats, took 0.3 s of a
+        0.6 s search on a 419-unit LoCoMo store; in binary 20 ms for the whole table."""
+        found = self.conn.execute(f"SELECT {', '.join(COLUMNS)}, embedding FROM memctl_units WHERE row = ANY(%s) "
+                                  "ORDER BY row", (rows,), binary=True).fetchall()
+        return [row[:-1] for row in found], vectors_of([row[-1] for row in found], dimension)
+
+    def rows(self) -> int:
+        """One more than the highest row of the index (a table of that many rows holds every unit by its row)."""
+        return self.conn.execute("SELECT coalesce(max(row) + 1, 0) FROM memctl_units").fetchone()[0] \
+            if not self.empty else 0
+
+    def dimension(self) -> int:
+        """The vectors' dimension (memctl_units.embedding's type, vector(d))."""
+        return self.conn.execute("SELECT atttypmod FROM pg_attribute WHERE attrelid = 'memctl_units'::regclass "
+                                 "AND attname = 'embedding'").fetchone()[0] if not self.empty else 0
 
 
 def vectors_of(values: list[bytes], dimension: int):
