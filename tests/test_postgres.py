@@ -478,3 +478,79 @@ def test_a_resident_server_serves_a_postgresql_store_with_the_password_out_of_it
         assert memctl("server", "stop").returncode == 0
         shutil.rmtree(runtime, ignore_errors=True)
     assert b'"id":"r-1"' in PostgresStore(postgres_url).files()["sessions/default.jsonl"]
+
+
+# -- search on PostgreSQL: Tantivy's BM25 to the bit, and a process that searches again ------------------
+WORDS = ["amber", "birch", "cedar", "dune", "ember", "fjord", "grove", "heath", "inlet", "jade", "kelp", "loam"]
+
+
+def test_bm25_on_postgresql_is_tantivys_to_the_bit(store_dir, postgres_url):
+    """Every score of BM25 in SQL is the float32 Tantivy gives, for words held by 1 to 12 of 12 units
+    (each idf of a store that size) and for queries of several words (summed in Tantivy's order):
+    numpy's float32 log differed from the C library's logf, which Tantivy takes, for 4 of these 12."""
+    import orjson
+    import psycopg
+
+    from memctl import Memory
+    from memctl.index import lexical
+    from memctl.index.filters import Filters
+    from memctl.index.postgres import PgReader
+
+    lines = [orjson.dumps({"id": f"w{n}", "role": "user", "ts": f"2026-11-0{1 + n % 9}T10:00:00Z",
+                           "text": " ".join(WORDS[n:]) + f" and then note {n}"}).decode() for n in range(12)]
+    folder = Memory(store_dir)
+    folder.ingest("\n".join(lines), fmt="jsonl", session="grove-walk")
+    folder.index()
+    postgres = Memory(postgres_url)
+    postgres.ingest("\n".join(lines), fmt="jsonl", session="grove-walk")
+    postgres.index()
+    postgres.close()
+    tantivy = lexical.Reader(lexical.open_index(store_dir / ".index" / "tantivy"))
+    queries = [*WORDS, "amber cedar heath loam", "loam kelp jade inlet heath", "dune birch note", "grove grove fjord"]
+    with psycopg.connect(postgres_url) as conn:
+        reader = PgReader(conn)
+        assert reader.documents == 12 == tantivy.searcher.num_docs
+        for query in queries:
+            expected = lexical.search(tantivy, query, Filters(), 50, 8, 0.5)
+            found = reader.bm25(query, Filters(), 50, 8, 0.5)
+            assert found.scores == expected.scores, query
+            assert list(found.scores) == sorted(found.scores, key=lambda unit_id: -found.scores[unit_id])
+
+
+def test_a_process_searching_again_finds_what_a_folder_finds_and_what_was_written_since(store_dir, postgres_url,
+                                                                                       monkeypatch):
+    """A process that searches many times (a resident server, `memctl mcp`) keeps the rows and the
+    words' counts of one generation of the index between searches (search/postgres.py Seen): its
+    results are a folder's, search after search in any order, and after a write the next search
+    reads the new generation (the new message found, its words counted anew)."""
+    from memctl import Memory
+
+    monkeypatch.setenv("MEMCTL_NOW", NOW["MEMCTL_NOW"])
+    for store in (store_dir, postgres_url):
+        memory = Memory(store)
+        for path in (CHAT, NOTES):
+            memory.ingest(path.read_bytes(), source=str(path))
+        memory.close()
+    folder, postgres = Memory(store_dir), Memory(postgres_url)
+    queries = ["which database does kestrel use", "PostgreSQL", "kestrel stack", "recipe metadata JSONB",
+               "inventory for the bakery", "redis cache host", "kestrel"]
+
+    def same(query, **options):
+        on_folder = [r.as_dict(explain=True) for r in folder.search(query, **options)]
+        on_postgres = [r.as_dict(explain=True) for r in postgres.search(query, **options)]
+        assert on_postgres == on_folder, query
+        return on_folder
+
+    try:
+        for query in queries + queries[::-1]:
+            same(query)
+            same(query, mode="bm25")
+        assert postgres._retriever._kept["seen"].units.count() > 0  # the rows were kept between searches
+        fresh = '{"role": "user", "text": "kestrel moves its inventory to a columnar PostgreSQL extension"}'
+        for memory in (folder, postgres):
+            memory.ingest(fresh, session="later")
+        for query in queries:
+            same(query)
+        assert any("columnar" in result["text"] for result in same("columnar PostgreSQL extension"))
+    finally:
+        postgres.close()
