@@ -554,3 +554,46 @@ def test_a_process_searching_again_finds_what_a_folder_finds_and_what_was_writte
         assert any("columnar" in result["text"] for result in same("columnar PostgreSQL extension"))
     finally:
         postgres.close()
+
+
+def test_an_update_on_postgresql_reads_only_the_files_written_since(run, store_dir, postgres_url, monkeypatch):
+    """After one message, the index's update parses that session's file alone (and what the
+    message may change: no daily log here), not the whole truth; after a session is forgotten and
+    a note added, those; and what it leaves is what indexing the same truth from scratch makes."""
+    from memctl import Memory
+    from memctl.index import units
+
+    demo_store(run, store_dir)
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    memory = Memory(postgres_url)
+    try:
+        whole = memory.index()
+        assert whole.rebuilt and whole.files_read > 3
+        parsed: list[str] = []
+        message_units = units.message_units
+
+        def counted(store, paths=None, **options):
+            parsed.extend(store.relative(path) for path in paths) if paths is not None else parsed.append("(all)")
+            return message_units(store, paths, **options)
+
+        monkeypatch.setattr(units, "message_units", counted)
+        memory.ingest('{"role": "user", "text": "the kestrel deploy moves to Thursday"}', session="2026-11-09-debugging")
+        update = memory.index()
+        assert parsed == ["sessions/2026-11-09-debugging.jsonl"]
+        # read: that session and the daily log the message went to
+        assert (update.files_read, update.added, update.removed, update.embedded) == (2, 1, 0, 1)
+
+        parsed.clear()
+        gone = [unit_id for unit_id in units_in(postgres_url) if unit_id.startswith("s1-")]
+        assert memory.forget(session="2026-11-02-planning", yes=True).applied
+        memory.ingest("- Kestrel's deploys go out on Thursdays", fmt="md", kind="memory")
+        update = memory.index()
+        assert parsed == [] and update.files_read == 1 and update.removed == 0  # forget took its rows out
+        assert (update.added, update.embedded) == (1, 1)
+        after = units_in(postgres_url)
+        assert gone and not any(unit_id in after for unit_id in gone)
+        rebuilt = memory.index(rebuild=True)
+        assert rebuilt.rebuilt and rebuilt.units == len(after)
+        assert {k: v[1:] for k, v in units_in(postgres_url).items()} == {k: v[1:] for k, v in after.items()}
+    finally:
+        memory.close()

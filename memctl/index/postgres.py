@@ -35,7 +35,7 @@ import orjson
 
 from memctl import clock
 from memctl.errors import StoreError
-from memctl.index.index import UpdateReport, _Change, _Model, _bm25_text, _embed_text, _meta, _unique
+from memctl.index.index import UpdateReport, _Change, _Model, _bm25_text, _embed_text, _meta, _Reading, _unique
 from memctl.store.seam import Searchable
 
 if TYPE_CHECKING:
@@ -95,6 +95,7 @@ CREATE TABLE IF NOT EXISTS memctl_index (
     body_tokens bigint NOT NULL,
     context_tokens bigint NOT NULL,
     updated_at text NOT NULL);
+ALTER TABLE memctl_index ADD COLUMN IF NOT EXISTS shared_ids boolean NOT NULL DEFAULT true;
 """
 
 
@@ -213,13 +214,13 @@ class PgIndex(Searchable):
             reason = "asked" if rebuild else _rebuild_reason(state, built)
             start_over = bool(reason) or not _has_units(conn)
             model = _Model(self.settings.embedding)
-            units, skipped, files = self._units()
-            old = {} if start_over else {unit_id: (row, digest, embed_digest) for unit_id, row, digest, embed_digest
-                                         in conn.execute("SELECT id, row, digest, embed_digest FROM memctl_units")}
-            change = _Change.between(old, units)
+            reading = None if start_over else self._changed(conn, state[0])
+            if reading is None:
+                reading = self._whole(conn, start_over)
+            change = _Change.between(reading.old, reading.units)
             report = UpdateReport(added=change.added, changed=len(change.gone) - change.removed,
-                                  removed=change.removed, files_read=files, rebuilt=start_over,
-                                  reason=reason or ("missing" if start_over else ""), skipped=skipped)
+                                  removed=change.removed, files_read=reading.files, rebuilt=start_over,
+                                  reason=reason or ("missing" if start_over else ""), skipped=reading.skipped)
             texts = [_embed_text(unit, model.embedding_settings.with_previous_turn) for unit in change.fresh]
             embed_digests = [hashlib.sha1(text.encode()).hexdigest() for text in texts]
             donors = {} if start_over else _donors(conn, set(embed_digests))
@@ -247,21 +248,76 @@ class PgIndex(Searchable):
                                   "coalesce(sum(cardinality(context_terms)), 0) FROM memctl_units").fetchone()
             conn.execute("DELETE FROM memctl_index")
             conn.execute("INSERT INTO memctl_index (format, built, written, units, body_tokens, context_tokens, "
-                         "updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                         (FORMAT, json.dumps(built), written, *counts, clock.format_ts(self.rt.clock.now())))
+                         "updated_at, shared_ids) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                         (FORMAT, json.dumps(built), written, *counts, clock.format_ts(self.rt.clock.now()),
+                          reading.shared_ids))
             report.units = counts[0]
         return report
 
-    def _units(self) -> tuple[list[Unit], list[str], int]:
+    def _whole(self, conn, start_over: bool) -> _Reading:
         """Every unit of the truth (units.collect over the store's working folder, read in the
-        caller's transaction: the units, their ids and sources are a folder's), the lines passed
-        over, and how many files were read."""
+        caller's transaction: the units, their ids and sources are a folder's), and every row of
+        the table (none when it starts over)."""
         from memctl.index.units import collect
 
         truth = self.store.working_folder()
         skipped: list[str] = []
-        units, _ = _unique(collect(truth, skipped))
-        return units, skipped, len(truth.source_names())
+        units, shared_ids = _unique(collect(truth, skipped))
+        old = {} if start_over else {unit_id: (row, digest, embed_digest) for unit_id, row, digest, embed_digest
+                                     in conn.execute("SELECT id, row, digest, embed_digest FROM memctl_units")}
+        return _Reading(units, old, shared_ids, len(truth.source_names()), skipped)
+
+    def _changed(self, conn, indexed: int) -> _Reading | None:
+        """The units of the files of the truth changed since the index was made of it (`indexed`,
+        the store's `sources_written` then: each session, file and the notes keep the `written`
+        of the transaction that last changed them) or gone since, and the table's rows of them,
+        read as a folder's index reads the files whose stamps changed (index.read_files); None
+        when it must read the whole (an id in two files, then or now). Parsing the whole working
+        folder for one new message took ~2 s of an update at 10k messages (bench/README.md
+        "Issue 35: warm search on PostgreSQL")."""
+        from memctl.index.index import read_files
+
+        if conn.execute("SELECT shared_ids FROM memctl_index").fetchone()[0]:
+            return None
+        truth = self.store.working_folder()
+        present = set(truth.source_names())
+        names = {f"sessions/{session}.jsonl" for (session,) in conn.execute(
+            "SELECT session FROM memctl_sessions WHERE written > %s", (indexed,))}
+        names.update(path for (path,) in conn.execute("SELECT path FROM memctl_files WHERE written > %s", (indexed,)))
+        if conn.execute("SELECT notes_written > %s FROM memctl_store", (indexed,)).fetchone()[0]:
+            names.add(truth.relative(truth.memory_md))
+        gone = {source for (source,) in conn.execute("SELECT DISTINCT source FROM memctl_units")} - present
+        return read_files(truth, _UnitsTable(conn), (names & present) | gone)
+
+
+class _UnitsTable:
+    """memctl_units as index.read_files asks a folder index's table (index._Table) about its rows."""
+
+    manifest = {"shared_ids": False}  # read_files is asked only then; no log tails kept: a log changed is read whole
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def _select(self, columns: str, column: str, keys) -> list[tuple]:
+        return self.conn.execute(f"SELECT {columns} FROM memctl_units WHERE {column} = ANY(%s)",
+                                 (sorted(keys),)).fetchall()
+
+    def rows(self, sources: list[str]) -> dict[str, tuple[int, str, str]]:
+        return {unit_id: (row, digest, embed_digest)
+                for unit_id, row, digest, embed_digest in self._select("id, row, digest, embed_digest", "source", sources)}
+
+    def sources_of(self, ids: list[str]) -> dict[str, str]:
+        return dict(self._select("id, source", "id", ids))
+
+    def message_ids(self, sources: list[str]) -> set[str]:
+        return {record_id for record_id, kind in self._select("record_id, kind", "source", sources) if kind == "message"}
+
+    def message_sources(self, record_ids: list[str]) -> dict[str, str]:
+        return {unit_id: source for unit_id, source, kind in self._select("id, source, kind", "id", record_ids)
+                if kind == "message"}
+
+    def log_sources(self, record_ids: set[str]) -> set[str]:
+        return {source for source, kind in self._select("source, kind", "record_id", record_ids) if kind == "log"}
 
 
 def _sources_written(conn) -> int:
