@@ -3,12 +3,13 @@ folder store's stages (search.Ranking).
 
 BM25's hits come from index/postgres.py's SQL (Tantivy's BM25 over memctl's own tokens), the
 vectors' candidates from pgvector's HNSW index, both within the filters (a scope is a WHERE
-clause: no row of another scope is a candidate). Then the units a search reads with them (their
-turns before, the replies read with them) and their vectors come over in one query, and the
-stages run on that slice as on a folder's open index: its rows numbered 0.. in the index's row
-order, its units in a table in memory (UnitsReader), each row's cosine to the query the product
-of the same vectors with the same query vectors. Everything a search reads is one snapshot of the
-database (store.snapshot()), so an update committing meanwhile is seen whole or not at all.
+clause: no row of another scope is a candidate). Then the rows a search reads with them (their
+turns before, the replies read with them) are asked for, those no search of this generation of
+the index read before come over with their vectors (Seen), and the stages run on them as on a
+folder's open index: each by its row in memctl_units, the units in a table in memory
+(UnitsReader), each row's cosine to the query the product of the same vectors with the same
+query vectors. Everything a search reads is one snapshot of the database (store.snapshot()), so
+an update committing meanwhile is seen whole or not at all.
 """
 
 from __future__ import annotations
