@@ -653,3 +653,144 @@ def test_a_search_on_a_hot_standby_reads_what_the_primary_indexed(run, store_dir
         standby.stop()
     with psycopg.connect(postgres_url) as conn:  # the primary counted its one search; the standby's, none
         assert {count for (count,) in conn.execute("SELECT count FROM memctl_access")} == {1}
+
+
+# -- search on PostgreSQL: Tantivy's BM25 to the bit, and a process that searches again ------------------
+WORDS = ["amber", "birch", "cedar", "dune", "ember", "fjord", "grove", "heath", "inlet", "jade", "kelp", "loam"]
+
+
+def test_bm25_on_postgresql_is_tantivys_to_the_bit(store_dir, postgres_url):
+    """Every score of BM25 in SQL is the float32 Tantivy gives, for words held by 1 to 12 of 12 units
+    (each idf of a store that size) and for queries of several words (summed in Tantivy's order):
+    numpy's float32 log differed from the C library's logf, which Tantivy takes, for 4 of these 12."""
+    import orjson
+    import psycopg
+
+    from memctl import Memory
+    from memctl.index import lexical
+    from memctl.index.filters import Filters
+    from memctl.index.postgres import PgReader
+
+    lines = [orjson.dumps({"id": f"w{n}", "role": "user", "ts": f"2026-11-0{1 + n % 9}T10:00:00Z",
+                           "text": " ".join(WORDS[n:]) + f" and then note {n}"}).decode() for n in range(12)]
+    folder = Memory(store_dir)
+    folder.ingest("\n".join(lines), fmt="jsonl", session="grove-walk")
+    folder.index()
+    postgres = Memory(postgres_url)
+    postgres.ingest("\n".join(lines), fmt="jsonl", session="grove-walk")
+    postgres.index()
+    postgres.close()
+    tantivy = lexical.Reader(lexical.open_index(store_dir / ".index" / "tantivy"))
+    queries = [*WORDS, "amber cedar heath loam", "loam kelp jade inlet heath", "dune birch note", "grove grove fjord"]
+    with psycopg.connect(postgres_url) as conn:
+        reader = PgReader(conn)
+        assert reader.documents == 12 == tantivy.searcher.num_docs
+        for query in queries:
+            expected = lexical.search(tantivy, query, Filters(), 50, 8, 0.5)
+            found = reader.bm25(query, Filters(), 50, 8, 0.5)
+            assert found.scores == expected.scores, query
+            assert list(found.scores) == sorted(found.scores, key=lambda unit_id: -found.scores[unit_id])
+
+
+def test_a_process_searching_again_finds_what_a_folder_finds_and_what_was_written_since(store_dir, postgres_url,
+                                                                                       monkeypatch):
+    """A process that searches many times (a resident server, `memctl mcp`) keeps the rows and the
+    words' counts of one generation of the index between searches (search/postgres.py Seen): its
+    results are a folder's, search after search in any order, and after a write the next search
+    reads the new generation (the new message found, its words counted anew)."""
+    from memctl import Memory
+
+    monkeypatch.setenv("MEMCTL_NOW", NOW["MEMCTL_NOW"])
+    for store in (store_dir, postgres_url):
+        memory = Memory(store)
+        for path in (CHAT, NOTES):
+            memory.ingest(path.read_bytes(), source=str(path))
+        memory.close()
+    folder, postgres = Memory(store_dir), Memory(postgres_url)
+    queries = ["which database does kestrel use", "PostgreSQL", "kestrel stack", "recipe metadata JSONB",
+               "inventory for the bakery", "redis cache host", "kestrel"]
+
+    def same(query, **options):
+        on_folder = [r.as_dict(explain=True) for r in folder.search(query, **options)]
+        on_postgres = [r.as_dict(explain=True) for r in postgres.search(query, **options)]
+        assert on_postgres == on_folder, query
+        return on_folder
+
+    try:
+        for query in queries + queries[::-1]:
+            same(query)
+            same(query, mode="bm25")
+        assert postgres._retriever._kept["seen"].units.count() > 0  # the rows were kept between searches
+        fresh = '{"role": "user", "text": "kestrel moves its inventory to a columnar PostgreSQL extension"}'
+        for memory in (folder, postgres):
+            memory.ingest(fresh, session="later")
+        for query in queries:
+            same(query)
+        assert any("columnar" in result["text"] for result in same("columnar PostgreSQL extension"))
+    finally:
+        postgres.close()
+
+
+def test_an_update_on_postgresql_reads_only_the_files_written_since(run, store_dir, postgres_url, monkeypatch):
+    """After one message, the index's update parses that session's file alone (and what the
+    message may change: no daily log here), not the whole truth; after a session is forgotten and
+    a note added, those; and what it leaves is what indexing the same truth from scratch makes."""
+    from memctl import Memory
+    from memctl.index import units
+
+    demo_store(run, store_dir)
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    memory = Memory(postgres_url)
+    try:
+        whole = memory.index()
+        assert whole.rebuilt and whole.files_read > 3
+        parsed: list[str] = []
+        message_units = units.message_units
+
+        def counted(store, paths=None, **options):
+            parsed.extend(store.relative(path) for path in paths) if paths is not None else parsed.append("(all)")
+            return message_units(store, paths, **options)
+
+        monkeypatch.setattr(units, "message_units", counted)
+        memory.ingest('{"role": "user", "text": "the kestrel deploy moves to Thursday"}', session="2026-11-09-debugging")
+        update = memory.index()
+        assert parsed == ["sessions/2026-11-09-debugging.jsonl"]
+        # read: that session and the daily log the message went to
+        assert (update.files_read, update.added, update.removed, update.embedded) == (2, 1, 0, 1)
+
+        parsed.clear()
+        gone = [unit_id for unit_id in units_in(postgres_url) if unit_id.startswith("s1-")]
+        assert memory.forget(session="2026-11-02-planning", yes=True).applied
+        memory.ingest("- Kestrel's deploys go out on Thursdays", fmt="md", kind="memory")
+        update = memory.index()
+        assert parsed == [] and update.files_read == 1 and update.removed == 0  # forget took its rows out
+        assert (update.added, update.embedded) == (1, 1)
+        after = units_in(postgres_url)
+        assert gone and not any(unit_id in after for unit_id in gone)
+        rebuilt = memory.index(rebuild=True)
+        assert rebuilt.rebuilt and rebuilt.units == len(after)
+        assert {k: v[1:] for k, v in units_in(postgres_url).items()} == {k: v[1:] for k, v in after.items()}
+    finally:
+        memory.close()
+
+
+def test_an_index_on_postgresql_of_units_made_another_way_reads_every_file_and_embeds_nothing_unchanged(
+        run, store_dir, postgres_url):
+    """An index whose units were made by another version of units.py (UNITS) is read whole once,
+    not rebuilt: every unit compared, only a changed text embedded again (none here)."""
+    import psycopg
+
+    from memctl import Memory
+
+    demo_store(run, store_dir)
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    memory = Memory(postgres_url)
+    try:
+        whole = memory.index()
+        with psycopg.connect(postgres_url) as conn:
+            conn.execute("UPDATE memctl_index SET built = jsonb_set(built, '{units}', '1')")
+        update = memory.index()
+        assert (update.rebuilt, update.files_read, update.embedded) == (False, whole.files_read, 0)
+        assert memory.index().files_read == 0  # made alike again
+    finally:
+        memory.close()

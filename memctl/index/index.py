@@ -355,66 +355,12 @@ class Index(Searchable):
         if table is not None and not table.manifest.get("shared_ids") and not whole:
             old_stamps = table.manifest.get("stamps") or {}
             changed = {name for name in set(old_stamps) | set(stamps) if old_stamps.get(name) != stamps.get(name)}
-            partial = self._read_files(table, changed)
+            partial = read_files(self.store, table, changed)
             if partial is not None:
                 return partial
         skipped: list[str] = []
         units, shared_ids = _unique(collect(self.store, skipped))
         return _Reading(units, table.rows() if table is not None else {}, shared_ids, len(stamps), skipped)
-
-    def _read_files(self, table: _Table, names: set[str]) -> _Reading | None:
-        """The units of the named files (and of the daily logs their messages affect); None if
-        an id is shared with a file not read."""
-        from memctl.index.units import log_ids, log_units, memory_units, message_units, read_logs, topic_units
-
-        store = self.store
-        sessions_prefix = store.relative(store.sessions_dir) + "/"
-        sessions = sorted(name for name in names if name.startswith(sessions_prefix))
-        logs = {name for name in names if name.startswith(store.relative(store.daily_dir) + "/")}
-        units = list(memory_units(store)) if store.relative(store.memory_md) in names else []
-        skipped: list[str] = []
-        messages = list(message_units(store, self._existing(sessions), skipped=skipped))
-        now, before = {u.record_id for u in messages}, table.message_ids(sessions)
-        # A daily log's entry is a unit only while no stored message has its id: a new
-        # message hides an entry (found through the table), a message gone may uncover
-        # one in any daily log (rare: memctl only appends to session files).
-        whole = table.log_sources(now - before)
-        if before - now:
-            whole |= {store.relative(path) for path in store.daily_logs()}
-        logs |= whole
-        # A log only appended to is read from its last entry on (units.read_logs), unless an entry
-        # before may have changed its fate (hidden or uncovered by a message): read whole then.
-        known = table.manifest.get("log_tails")
-        known = known if isinstance(known, dict) else {}
-        log_paths = self._existing(sorted(logs))
-        logs_read = read_logs(log_paths, {path: known[name] for path in log_paths
-                                          if (name := store.relative(path)) in known and name not in whole})
-        # Entries that are stored messages, those just read or the table's from the session files
-        # not read, are no units of their own: asked in one go (today's log of an agent's busy
-        # day, 5,000 entries, asked one at a time took 35 ms of every update under cProfile; in
-        # one go 9 ms).
-        outside = set(sessions)
-        skip = now | {record_id for record_id, source in table.message_sources(log_ids(logs_read.entries)).items()
-                      if source not in outside}
-        units += messages + list(log_units(store, skip, log_paths, logs_read.entries))
-        topics = sorted(name for name in names if name.startswith(store.relative(store.topics_dir) + "/"))
-        units += topic_units(store, self._existing(topics))
-        units, shared_ids = _unique(units)
-        read = names | logs
-        if shared_ids or any(source not in read for source in table.sources_of([u.id for u in units]).values()):
-            return None
-        # the table's rows of what was read: of a log read from its tail, those from the tail on
-        from_tail = {store.relative(path): line for path, line in logs_read.first_line.items() if line > 1}
-        old = table.rows(sorted(read - set(from_tail)))
-        for name, line in from_tail.items():
-            old.update(table.rows_from(name, line))
-        tails = {name: tail for name, tail in known.items() if name not in read}
-        tails.update((store.relative(path), tail) for path, tail in logs_read.tails.items())
-        return _Reading(units, old, False, files=len(self._existing(sorted(read))), skipped=skipped,
-                        log_tails=tails)
-
-    def _existing(self, names: list[str]) -> list[Path]:
-        return [path for path in (self.store.confine(self.store.root / name) for name in names) if path.exists()]
 
     # -- vectors -----------------------------------------------------------------
     def _vectors_for(self, fresh: list[Unit], table: _Table | None, model: _Model, progress,
@@ -704,6 +650,62 @@ class _Model:
 
             self._embedder = open_embedder(self.embedding_settings)
         return self._embedder
+
+
+def read_files(store: Store, table, names: set[str]) -> _Reading | None:
+    """The units of the named files (and of the daily logs their messages affect) and the rows
+    `table` (a folder's _Table, or a PostgreSQL index's: index/postgres.py) holds of them; None
+    if an id is shared with a file not read."""
+    from memctl.index.units import log_ids, log_units, memory_units, message_units, read_logs, topic_units
+
+    sessions_prefix = store.relative(store.sessions_dir) + "/"
+    sessions = sorted(name for name in names if name.startswith(sessions_prefix))
+    logs = {name for name in names if name.startswith(store.relative(store.daily_dir) + "/")}
+    units = list(memory_units(store)) if store.relative(store.memory_md) in names else []
+    skipped: list[str] = []
+    messages = list(message_units(store, _existing(store, sessions), skipped=skipped))
+    now, before = {u.record_id for u in messages}, table.message_ids(sessions)
+    # A daily log's entry is a unit only while no stored message has its id: a new
+    # message hides an entry (found through the table), a message gone may uncover
+    # one in any daily log (rare: memctl only appends to session files).
+    whole = table.log_sources(now - before)
+    if before - now:
+        whole |= {store.relative(path) for path in store.daily_logs()}
+    logs |= whole
+    # A log only appended to is read from its last entry on (units.read_logs), unless an entry
+    # before may have changed its fate (hidden or uncovered by a message): read whole then.
+    known = table.manifest.get("log_tails")
+    known = known if isinstance(known, dict) else {}
+    log_paths = _existing(store, sorted(logs))
+    logs_read = read_logs(log_paths, {path: known[name] for path in log_paths
+                                      if (name := store.relative(path)) in known and name not in whole})
+    # Entries that are stored messages, those just read or the table's from the session files
+    # not read, are no units of their own: asked in one go (today's log of an agent's busy
+    # day, 5,000 entries, asked one at a time took 35 ms of every update under cProfile; in
+    # one go 9 ms).
+    outside = set(sessions)
+    skip = now | {record_id for record_id, source in table.message_sources(log_ids(logs_read.entries)).items()
+                  if source not in outside}
+    units += messages + list(log_units(store, skip, log_paths, logs_read.entries))
+    topics = sorted(name for name in names if name.startswith(store.relative(store.topics_dir) + "/"))
+    units += topic_units(store, _existing(store, topics))
+    units, shared_ids = _unique(units)
+    read = names | logs
+    if shared_ids or any(source not in read for source in table.sources_of([u.id for u in units]).values()):
+        return None
+    # the table's rows of what was read: of a log read from its tail, those from the tail on
+    from_tail = {store.relative(path): line for path, line in logs_read.first_line.items() if line > 1}
+    old = table.rows(sorted(read - set(from_tail)))
+    for name, line in from_tail.items():
+        old.update(table.rows_from(name, line))
+    tails = {name: tail for name, tail in known.items() if name not in read}
+    tails.update((store.relative(path), tail) for path, tail in logs_read.tails.items())
+    return _Reading(units, old, False, files=len(_existing(store, sorted(read))), skipped=skipped,
+                    log_tails=tails)
+
+
+def _existing(store: Store, names: list[str]) -> list[Path]:
+    return [path for path in (store.confine(store.root / name) for name in names) if path.exists()]
 
 
 @dataclass

@@ -26,6 +26,7 @@ it is made of was written since) makes it from the truth, embedding only new and
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import TYPE_CHECKING, Callable
@@ -34,7 +35,7 @@ import orjson
 
 from memctl import clock
 from memctl.errors import StoreError
-from memctl.index.index import UpdateReport, _Change, _Model, _bm25_text, _embed_text, _meta, _unique
+from memctl.index.index import UpdateReport, _Change, _Model, _bm25_text, _embed_text, _meta, _Reading, _unique
 from memctl.store.seam import Searchable
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ CREATE TABLE IF NOT EXISTS memctl_index (
     body_tokens bigint NOT NULL,
     context_tokens bigint NOT NULL,
     updated_at text NOT NULL);
+ALTER TABLE memctl_index ADD COLUMN IF NOT EXISTS shared_ids boolean NOT NULL DEFAULT true;
 """
 
 
@@ -228,13 +230,15 @@ class PgIndex(Searchable):
             reason = "asked" if rebuild else _rebuild_reason(state, built)
             start_over = bool(reason) or not _has_units(conn)
             model = _Model(self.settings.embedding)
-            units, skipped, files = self._units()
-            old = {} if start_over else {unit_id: (row, digest, embed_digest) for unit_id, row, digest, embed_digest
-                                         in conn.execute("SELECT id, row, digest, embed_digest FROM memctl_units")}
-            change = _Change.between(old, units)
+            # units made another way (UNITS) are all read anew, each embedded again only if its text changed
+            made_alike = state is not None and state[1].get("units") == built["units"]
+            reading = None if start_over or not made_alike else self._changed(conn, state[0])
+            if reading is None:
+                reading = self._whole(conn, start_over)
+            change = _Change.between(reading.old, reading.units)
             report = UpdateReport(added=change.added, changed=len(change.gone) - change.removed,
-                                  removed=change.removed, files_read=files, rebuilt=start_over,
-                                  reason=reason or ("missing" if start_over else ""), skipped=skipped)
+                                  removed=change.removed, files_read=reading.files, rebuilt=start_over,
+                                  reason=reason or ("missing" if start_over else ""), skipped=reading.skipped)
             texts = [_embed_text(unit, model.embedding_settings.with_previous_turn) for unit in change.fresh]
             embed_digests = [hashlib.sha1(text.encode()).hexdigest() for text in texts]
             donors = {} if start_over else _donors(conn, set(embed_digests))
@@ -262,21 +266,76 @@ class PgIndex(Searchable):
                                   "coalesce(sum(cardinality(context_terms)), 0) FROM memctl_units").fetchone()
             conn.execute("DELETE FROM memctl_index")
             conn.execute("INSERT INTO memctl_index (format, built, written, units, body_tokens, context_tokens, "
-                         "updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                         (FORMAT, json.dumps(built), written, *counts, clock.format_ts(self.rt.clock.now())))
+                         "updated_at, shared_ids) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                         (FORMAT, json.dumps(built), written, *counts, clock.format_ts(self.rt.clock.now()),
+                          reading.shared_ids))
             report.units = counts[0]
         return report
 
-    def _units(self) -> tuple[list[Unit], list[str], int]:
+    def _whole(self, conn, start_over: bool) -> _Reading:
         """Every unit of the truth (units.collect over the store's working folder, read in the
-        caller's transaction: the units, their ids and sources are a folder's), the lines passed
-        over, and how many files were read."""
+        caller's transaction: the units, their ids and sources are a folder's), and every row of
+        the table (none when it starts over)."""
         from memctl.index.units import collect
 
         truth = self.store.working_folder()
         skipped: list[str] = []
-        units, _ = _unique(collect(truth, skipped))
-        return units, skipped, len(truth.source_names())
+        units, shared_ids = _unique(collect(truth, skipped))
+        old = {} if start_over else {unit_id: (row, digest, embed_digest) for unit_id, row, digest, embed_digest
+                                     in conn.execute("SELECT id, row, digest, embed_digest FROM memctl_units")}
+        return _Reading(units, old, shared_ids, len(truth.source_names()), skipped)
+
+    def _changed(self, conn, indexed: int) -> _Reading | None:
+        """The units of the files of the truth changed since the index was made of it (`indexed`,
+        the store's `sources_written` then: each session, file and the notes keep the `written`
+        of the transaction that last changed them) or gone since, and the table's rows of them,
+        read as a folder's index reads the files whose stamps changed (index.read_files); None
+        when it must read the whole (an id in two files, then or now). Parsing the whole working
+        folder for one new message took ~2 s of an update at 10k messages (bench/README.md
+        "Issue 35: warm search on PostgreSQL")."""
+        from memctl.index.index import read_files
+
+        if conn.execute("SELECT shared_ids FROM memctl_index").fetchone()[0]:
+            return None
+        truth = self.store.working_folder()
+        present = set(truth.source_names())
+        names = {f"sessions/{session}.jsonl" for (session,) in conn.execute(
+            "SELECT session FROM memctl_sessions WHERE written > %s", (indexed,))}
+        names.update(path for (path,) in conn.execute("SELECT path FROM memctl_files WHERE written > %s", (indexed,)))
+        if conn.execute("SELECT notes_written > %s FROM memctl_store", (indexed,)).fetchone()[0]:
+            names.add(truth.relative(truth.memory_md))
+        gone = {source for (source,) in conn.execute("SELECT DISTINCT source FROM memctl_units")} - present
+        return read_files(truth, _UnitsTable(conn), (names & present) | gone)
+
+
+class _UnitsTable:
+    """memctl_units as index.read_files asks a folder index's table (index._Table) about its rows."""
+
+    manifest = {"shared_ids": False}  # read_files is asked only then; no log tails kept: a log changed is read whole
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def _select(self, columns: str, column: str, keys) -> list[tuple]:
+        return self.conn.execute(f"SELECT {columns} FROM memctl_units WHERE {column} = ANY(%s)",
+                                 (sorted(keys),)).fetchall()
+
+    def rows(self, sources: list[str]) -> dict[str, tuple[int, str, str]]:
+        return {unit_id: (row, digest, embed_digest)
+                for unit_id, row, digest, embed_digest in self._select("id, row, digest, embed_digest", "source", sources)}
+
+    def sources_of(self, ids: list[str]) -> dict[str, str]:
+        return dict(self._select("id, source", "id", ids))
+
+    def message_ids(self, sources: list[str]) -> set[str]:
+        return {record_id for record_id, kind in self._select("record_id, kind", "source", sources) if kind == "message"}
+
+    def message_sources(self, record_ids: list[str]) -> dict[str, str]:
+        return {unit_id: source for unit_id, source, kind in self._select("id, source, kind", "id", record_ids)
+                if kind == "message"}
+
+    def log_sources(self, record_ids: set[str]) -> set[str]:
+        return {source for source, kind in self._select("source, kind", "record_id", record_ids) if kind == "log"}
 
 
 def _sources_written(conn) -> int:
@@ -343,24 +402,36 @@ def _insert(conn, rows: list[tuple]) -> None:
 # -- reading, for a search ---------------------------------------------------------------------
 class PgReader:
     """A search's reads of the index, in the caller's snapshot (store.reading()): BM25's hits, the
-    nearest vectors, the units a search reads with its candidates, and words' document frequencies."""
+    nearest vectors, the units a search reads with its candidates, and words' document frequencies.
 
-    def __init__(self, conn):
+    `kept`: what a process that searches again (a resident server, `memctl mcp`: PgRetriever's)
+    keeps between searches of one generation of the index, the transaction that last wrote its
+    memctl_index row (its xmin: every update deletes and inserts that row): words' document
+    frequencies and how many units a filter allows. Counting them on the GIN index took ~40 ms of
+    a warm search at 10k messages, mostly words met before (bench/README.md "Issue 35: warm
+    search on PostgreSQL")."""
+
+    def __init__(self, conn, kept: dict | None = None):
         import numpy as np
 
         self.conn = conn
-        found = conn.execute("SELECT units, body_tokens, context_tokens FROM memctl_index").fetchone() \
+        found = conn.execute("SELECT units, body_tokens, context_tokens, xmin::text, written FROM memctl_index").fetchone() \
             if _has_units(conn) and conn.execute("SELECT to_regclass('memctl_index') IS NOT NULL").fetchone()[0] \
             else None
-        self.documents, body_tokens, context_tokens = found or (0, 0, 0)
+        self.documents, body_tokens, context_tokens, *generation = found or (0, 0, 0, None, None)
         self.empty = not self.documents
         # Tantivy's average field length: its tokens over the units, in float32
         self.average = {field: float(np.float32(tokens) / np.float32(max(self.documents, 1)))
                         for field, tokens in (("body", body_tokens), ("context", context_tokens))}
-        self._frequencies: dict[tuple[str, str], int] = {}
+        kept = {} if kept is None else kept
+        if kept.get("generation") != generation:
+            kept.clear()
+            kept.update(generation=generation, frequencies={}, counts={})
+        self._frequencies: dict[tuple[str, str], int] = kept["frequencies"]
+        self._counts: dict[tuple, int] = kept["counts"]
 
     def doc_freqs(self, terms, field: str = "body") -> dict[str, int]:
-        """How many units hold each term in `field` (counted on its GIN index, kept for this reader)."""
+        """How many units hold each term in `field` (counted on its GIN index, kept for this generation)."""
         wanted = sorted({term for term in terms if (field, term) not in self._frequencies})
         if wanted and not self.empty:
             column = "body_terms" if field == "body" else "context_terms"
@@ -387,8 +458,8 @@ class PgReader:
         body, context = self.doc_freqs(letters, "body"), self.doc_freqs(letters, "context")
 
         def idf(found: int) -> float:  # Tantivy's, in float32 as it computes it
-            return float(np.log(np.float32(1) + (np.float32(documents - found) + np.float32(0.5))
-                                / (np.float32(found) + np.float32(0.5))))
+            return float(_logf(np.float32(1) + (np.float32(documents - found) + np.float32(0.5))
+                               / (np.float32(found) + np.float32(0.5))))
 
         clauses = [(term, None) for term in terms] + [(pair[0], pair[1]) for pair in pairs]
         firsts, seconds, body_weights, context_weights = [], [], [], []
@@ -405,6 +476,11 @@ class PgReader:
               "(SELECT count(*) FROM unnest(array_positions(u.{f}, q.first)) AS p WHERE u.{f}[p + 1] = q.second) END")
         # in float4 and in Tantivy's order: weight × tf / (tf + k1 · (1 − b + b · length / average))
         score = ("q.{w} * (t.{n} / (t.{n} + {k1}::real * ({one_b}::real + {b}::real * u.{norm}::real / {avg}::real)))")
+        # Each clause meets only the units holding its (first) word, found on the GIN index; its
+        # term frequencies are counted once (OFFSET 0 keeps the subquery from being inlined into
+        # each use of them: six array scans a pair of unit and clause, ~114 of a search's 138 ms
+        # at 10k messages); a unit's clauses are summed in the query's order, as Tantivy's union
+        # adds them (the scores are its to the bit, whichever plan the database picks).
         sql = f"""
             SELECT id, score FROM (
                 SELECT u.id, u.row, sum(greatest(
@@ -414,21 +490,19 @@ class PgReader:
                     CASE WHEN t.context > 0 THEN {score.format(w='context_weight', n='context', norm='context_norm',
                                                                 k1=K1, one_b=1 - B, b=B,
                                                                 avg=max(self.average['context'], 1e-9))}
-                         ELSE 0 END))::real AS score
-                FROM memctl_units u
-                CROSS JOIN unnest(%s::text[], %s::text[], %s::real[], %s::real[])
-                    AS q(first, second, body_weight, context_weight)
+                         ELSE 0 END) ORDER BY q.n)::real AS score
+                FROM unnest(%s::text[], %s::text[], %s::real[], %s::real[]) WITH ORDINALITY
+                    AS q(first, second, body_weight, context_weight, n)
+                JOIN memctl_units u ON (u.body_terms @> ARRAY[q.first] OR u.context_terms @> ARRAY[q.first])
                 CROSS JOIN LATERAL (SELECT ({tf.format(f='body_terms')})::real AS body,
-                                           ({tf.format(f='context_terms')})::real AS context) AS t
-                WHERE (u.body_terms && %s::text[] OR u.context_terms && %s::text[])
-                      {''.join(' AND ' + w for w in where)}
+                                           ({tf.format(f='context_terms')})::real AS context OFFSET 0) AS t
+                {'WHERE ' + ' AND '.join(where) if where else ''}
                 GROUP BY u.id, u.row) AS scored
             WHERE score > 0
             ORDER BY score DESC, row
             LIMIT %s"""
-        words = [*terms, *{c for pair in pairs for c in pair}]
-        hits = self.conn.execute(sql, (firsts, seconds, body_weights, context_weights, words, words, *params,
-                                       limit)).fetchall()
+        hits = self.conn.execute(sql, (firsts, seconds, body_weights, context_weights, *params, limit),
+                                 prepare=False).fetchall()
         idfs = {term: math.log(1 + (documents - body[term] + 0.5) / (body[term] + 0.5)) for term in letters}
         ideal = sum(idfs[t] for t in terms) + sum(idfs[a] + idfs[b] for a, b in pairs)
         count = len(terms) + 2 * len(pairs)
@@ -440,47 +514,74 @@ class PgReader:
 
     def nearest(self, query_vectors, filters: Filters, limit: int) -> list[str]:
         """The ids of the `limit` units nearest each query vector (HNSW, inner product, within the
-        filters: pgvector's iterative scan goes on until that many pass them)."""
+        filters: pgvector's iterative scan goes on until that many pass them).
+
+        The planner's costs hold a sequential scan cheaper, and it read every vector out of its
+        TOAST table: 75 ms at 10k messages against HNSW's ~12 (the same 200 ids); so sequential
+        scans are off for this one statement (an index on the filters' columns stays an
+        alternative when they admit few). The vector goes as a `vector` parameter: as
+        float4[]::vector, a prepared statement's generic plan (psycopg prepares a statement run
+        five times) cast it again for every row, 0.5-0.8 s a search."""
         if self.empty:
             return []
         where, params = _filters_sql(filters)
-        self.conn.execute(f"SET LOCAL hnsw.ef_search = {min(1000, max(40, int(limit)))}")
-        self.conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        (scanning,) = self.conn.execute(
+            "SELECT current_setting('enable_seqscan'), set_config('hnsw.ef_search', %s, true), "
+            "set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('enable_seqscan', 'off', true)",
+            (str(min(1000, max(40, int(limit)))),)).fetchone()[:1]
         found: dict[str, None] = {}
-        for vector in query_vectors:
-            sql = (f"SELECT id FROM memctl_units {'WHERE ' + ' AND '.join(where) if where else ''} "
-                   "ORDER BY embedding <#> %s::float4[]::vector LIMIT %s")
-            found.update(dict.fromkeys(unit_id for (unit_id,) in self.conn.execute(
-                sql, (*params, vector.tolist(), limit))))
+        try:
+            for vector in query_vectors:
+                sql = (f"SELECT id FROM memctl_units {'WHERE ' + ' AND '.join(where) if where else ''} "
+                       "ORDER BY embedding <#> %s::vector LIMIT %s")
+                found.update(dict.fromkeys(unit_id for (unit_id,) in self.conn.execute(
+                    sql, (*params, _vector_text(vector), limit))))
+        finally:
+            self.conn.execute("SELECT set_config('enable_seqscan', %s, true)", (scanning,))
         return list(found)
 
     def count(self, filters: Filters) -> int:
-        """How many units the filters allow (the folder index's mask counts the same)."""
+        """How many units the filters allow (the folder index's mask counts the same), kept for this generation."""
         if self.empty:
             return 0
         where, params = _filters_sql(filters)
-        (count,) = self.conn.execute(f"SELECT count(*) FROM memctl_units {'WHERE ' + ' AND '.join(where) if where else ''}",
-                                     params).fetchone()
-        return count
+        key = (tuple(where), tuple(params))
+        if key not in self._counts:
+            self._counts[key] = self.conn.execute(
+                f"SELECT count(*) FROM memctl_units {'WHERE ' + ' AND '.join(where) if where else ''}", params).fetchone()[0]
+        return self._counts[key]
 
-    def slice(self, ids: list[str], dimension: int):
-        """The units a search reads with these: them, the turns before them (every unit of those
-        records) and the messages read with any of those as their turn before; in row order, each
-        as COLUMNS, and their vectors as a float32 matrix (`dimension` columns when there are none).
-        Read in binary: pgvector's vectors as text, parsed into Python floats, took 0.3 s of a
-        0.6 s search on a 419-unit LoCoMo store; in binary 20 ms for the whole table."""
-
-        rows = self.conn.execute(f"""
+    def slice(self, ids: list[str]) -> list[int]:
+        """The rows a search reads with these units: theirs, the turns before them (every unit of
+        those records) and the messages read with any of those as their turn before; in row order."""
+        return [row for (row,) in self.conn.execute("""
             WITH first AS (SELECT row, record_id, context_id, kind FROM memctl_units WHERE id = ANY(%s)),
             before AS (SELECT row, record_id, kind FROM memctl_units
                        WHERE record_id IN (SELECT context_id FROM first)),
             answered AS (SELECT record_id FROM first WHERE kind = 'message'
                          UNION SELECT record_id FROM before WHERE kind = 'message'),
             replies AS (SELECT row FROM memctl_units WHERE context_id IN (SELECT record_id FROM answered))
-            SELECT {', '.join(COLUMNS)}, embedding FROM memctl_units
-            WHERE row IN (SELECT row FROM first UNION SELECT row FROM before UNION SELECT row FROM replies)
-            ORDER BY row""", (ids,), binary=True).fetchall()
-        return [row[:-1] for row in rows], vectors_of([row[-1] for row in rows], dimension)
+            SELECT row FROM first UNION SELECT row FROM before UNION SELECT row FROM replies ORDER BY row""",
+                                                            (ids,))]
+
+    def units(self, rows: list[int], dimension: int):
+        """These rows' units, in row order, each as COLUMNS, and their vectors as a float32 matrix
+        (`dimension` columns when there are none).
+        Read in binary: pgvector's vectors as text, parsed into Python floats, took 0.3 s of a
+        0.6 s search on a 419-unit LoCoMo store; in binary 20 ms for the whole table."""
+        found = self.conn.execute(f"SELECT {', '.join(COLUMNS)}, embedding FROM memctl_units WHERE row = ANY(%s) "
+                                  "ORDER BY row", (rows,), binary=True).fetchall()
+        return [row[:-1] for row in found], vectors_of([row[-1] for row in found], dimension)
+
+    def rows(self) -> int:
+        """One more than the highest row of the index (a table of that many rows holds every unit by its row)."""
+        return self.conn.execute("SELECT coalesce(max(row) + 1, 0) FROM memctl_units").fetchone()[0] \
+            if not self.empty else 0
+
+    def dimension(self) -> int:
+        """The vectors' dimension (memctl_units.embedding's type, vector(d))."""
+        return self.conn.execute("SELECT atttypmod FROM pg_attribute WHERE attrelid = 'memctl_units'::regclass "
+                                 "AND attname = 'embedding'").fetchone()[0] if not self.empty else 0
 
 
 def vectors_of(values: list[bytes], dimension: int):
@@ -491,6 +592,38 @@ def vectors_of(values: list[bytes], dimension: int):
         return np.zeros((0, dimension), dtype=np.float32)
     return np.frombuffer(b"".join(value[4:] for value in values), dtype=">f4").astype(np.float32).reshape(
         len(values), -1)
+
+
+def _vector_text(vector) -> str:
+    """A float32 vector as pgvector's text: each number's float64 repr, which parses back to the same float32."""
+    return "[" + ",".join(map(str, vector.astype("float32").tolist())) + "]"
+
+
+def _logf(value) -> float:
+    """The C library's single-precision natural logarithm, which Tantivy's idf takes (Rust's
+    f32::ln); numpy's float32 log differs from it in the last bit for about one idf in five at
+    3k messages (each such BM25 score then one float32 step off Tantivy's)."""
+    return _libm_logf()(float(value))
+
+
+@functools.cache
+def _libm_logf():
+    import ctypes
+    import ctypes.util
+    import math
+
+    import numpy as np
+
+    try:
+        libm = ctypes.CDLL("libm.so.6")  # glibc's, by name: find_library runs ldconfig
+    except OSError:
+        name = ctypes.util.find_library("m")
+        if name is None:  # no C library to ask (not seen): the correctly rounded logarithm, in float32
+            return lambda value: float(np.float32(math.log(value)))
+        libm = ctypes.CDLL(name)
+    logf = libm.logf
+    logf.restype, logf.argtypes = ctypes.c_float, [ctypes.c_float]
+    return logf
 
 
 def _filters_sql(filters: Filters) -> tuple[list[str], list]:

@@ -44,14 +44,27 @@ class UnitsReader:
     @classmethod
     def of_rows(cls, rows: list[tuple], columns: tuple[str, ...]) -> UnitsReader:
         """Units given as rows of `columns` (FIELDS and the columns filters compare), in a table of
-        their own in memory: a PostgreSQL store's search reads the units it gathered with its
-        candidates as a folder's reads units.db (search/postgres.py)."""
+        their own in memory, to which `add` adds more: a PostgreSQL store's searches read the units
+        they gathered with their candidates as a folder's reads units.db (search/postgres.py)."""
         db = sqlite3.connect(":memory:")
         db.execute(f"CREATE TABLE units ({', '.join(columns)})")
-        db.executemany(f"INSERT INTO units VALUES ({', '.join('?' * len(columns))})", rows)
         for column in ("row", "id", "record_id", "context_id"):
             db.execute(f"CREATE INDEX units_{column} ON units ({column})")
-        return cls(db)
+        reader = cls(db)
+        reader.add(rows)
+        return reader
+
+    def add(self, rows: list[tuple]) -> None:
+        """More rows into a table of_rows made (rows it does not hold yet, below the kept masks'
+        size); the kept mask allows those of them its filter allows (SQLite numbers the rows it
+        inserts after those it holds)."""
+        if not rows:
+            return
+        (last,) = self.db.execute("SELECT coalesce(max(rowid), 0) FROM units").fetchone()
+        self.db.executemany(f"INSERT INTO units VALUES ({', '.join('?' * len(rows[0]))})", rows)
+        for (where, params, _), mask in self._masks.items():
+            mask[[row for (row,) in self.db.execute(f"SELECT row FROM units WHERE rowid > ? AND {' AND '.join(where)}",
+                                                    (last, *params))]] = 0
 
     def units(self, column: str, keys: list) -> list[dict]:
         """The units whose `column`, "id" or "row", is among `keys`, in the order select_in gives
