@@ -123,6 +123,14 @@ def ask(recorder: Recorder, memory, rows: list[dict], out: list[dict]) -> None:
         out.append(record)
 
 
+def person_rows(source: str, questions: list[dict]) -> list[dict]:
+    """The paraphrase set's questions (bench/paraphrase.py questions_of) as rows to ask."""
+    return [{"source": source, "split": q["split"], "kind": "positive" if q["expected"] else "never-mentioned",
+             "query": q["query"], "evidence": {q["expected"]} if q["expected"] else None, "id": q["id"],
+             "direction": f"{q['fact_lang']}->{q['question_lang']}" if q["expected"] else q["question_lang"]}
+            for q in questions]
+
+
 def gibberish(pick: random.Random, n: int) -> list[str]:
     return [" ".join("".join(pick.choice(string.ascii_lowercase) for _ in range(pick.randint(3, 9)))
                      for _ in range(pick.randint(3, 8))) + "?" for _ in range(n)]
@@ -227,11 +235,7 @@ def collect(data: Path, only: list[str]) -> None:
             m.ingest(jsonl(notes), kind="memory", fmt="jsonl")
 
         memory = store("paraphrase", build_paraphrase)
-        rows = [{"source": "paraphrase", "split": q["split"],
-                 "kind": "positive" if q["expected"] else "never-mentioned", "query": q["query"],
-                 "evidence": {q["expected"]} if q["expected"] else None, "id": q["id"],
-                 "direction": f"{q['fact_lang']}->{q['question_lang']}" if q["expected"] else q["question_lang"]}
-                for q in questions]
+        rows = person_rows("paraphrase", questions)
         pick = random.Random("paraphrase")
         for split in ("dev", "heldout"):
             rows += negatives(pick, 15, {"gibberish": gibberish(pick, 15), "another conversation's question":
@@ -247,11 +251,7 @@ def collect(data: Path, only: list[str]) -> None:
             m.ingest(jsonl(notes), kind="memory", fmt="jsonl")
 
         memory = store("facts", build_facts)
-        rows = [{"source": "facts", "split": q["split"],
-                 "kind": "positive" if q["expected"] else "never-mentioned", "query": q["query"],
-                 "evidence": {q["expected"]} if q["expected"] else None, "id": q["id"],
-                 "direction": f"{q['fact_lang']}->{q['question_lang']}" if q["expected"] else q["question_lang"]}
-                for q in paraphrase.questions_of(facts, never)]
+        rows = person_rows("facts", paraphrase.questions_of(facts, never))
         ask(recorder, memory, rows, out)
         save("facts", out)
 

@@ -136,15 +136,8 @@ class PostgresServer:
         return self.url(name)
 
     def stop(self) -> None:
-        if self.process is not None:
-            self.process.send_signal(signal.SIGINT)  # "fast" shutdown: ends the clients, then the server
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-            self.process = None
-        shutil.rmtree(self.folder, ignore_errors=True)
+        _stop(self.process, self.folder)
+        self.process = None
 
 
 class Standby:
@@ -212,12 +205,18 @@ class Standby:
                 time.sleep(0.05)
 
     def stop(self) -> None:
-        if self.process is not None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-            self.process = None
-        shutil.rmtree(self.folder, ignore_errors=True)
+        _stop(self.process, self.folder)
+        self.process = None
+
+
+def _stop(process: subprocess.Popen | None, folder) -> None:
+    """A server's "fast" shutdown (SIGINT: ends the clients, then the server), killed after 30 s,
+    and its folder removed."""
+    if process is not None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    shutil.rmtree(folder, ignore_errors=True)
