@@ -147,7 +147,7 @@ def negatives(pick, n: int, kinds: dict[str, list[str]], split: str, source: str
 
 def collect(data: Path, only: list[str]) -> None:
     import paraphrase
-    from retrieval import lme_messages, locomo_messages
+    from retrieval import lme_messages, locomo_messages, madial_notes
 
     recorder = Recorder()
     conversations = json.loads((data / "locomo_dev.json").read_text())
@@ -194,12 +194,7 @@ def collect(data: Path, only: list[str]) -> None:
                                (data / f"madial_{lang}_dialogues_dev.jsonl").read_text().splitlines()]
                         for lang in ("zh", "en")}
         for lang in ("zh", "en"):  # MADial: each side's memories, asked by both sides' dialogues (the same ids)
-            notes = []
-            for line in (data / f"madial_{lang}_memory.jsonl").read_text().splitlines():
-                for memory_row in json.loads(line).values():
-                    notes.append({"id": f"madial-{memory_row['id']}", "text": memory_row["event"],
-                                  "section": memory_row["scene"], "scope": f"project:user-{memory_row['user-id']}",
-                                  "created_at": memory_row["time"] + "T12:00:00Z", "memory_class": "episodic"})
+            notes = madial_notes(data, lang)
             stored = {n["id"] for n in notes}
             memory = store(f"madial-{lang}", lambda m, notes=notes: m.ingest(jsonl(notes), kind="memory", fmt="jsonl",
                                                                  keep_noise=True))

@@ -210,18 +210,22 @@ def run_madial_cross(data: Path, extra: list[str]) -> None:
             report(f"MADial-Bench, {dialogues} dialogues over {memories} memories, {label}", hits[label], {0: "all"})
 
 
+def madial_notes(data: Path, lang: str) -> list[dict]:
+    """MADial's memories of one side as notes, each in its user's scope."""
+    return [{"id": f"madial-{memory['id']}", "text": memory["event"], "section": memory["scene"],
+             "scope": f"project:user-{memory['user-id']}", "created_at": memory["time"] + "T12:00:00Z",
+             "memory_class": "episodic"}
+            for line in (data / f"madial_{lang}_memory.jsonl").read_text().splitlines()
+            for memory in json.loads(line).values()]
+
+
 def madial_recall(data: Path, memory_lang: str, dialogue_lang: str, extra: list[str],
                   traditional: bool = False) -> dict:
     """recall@k of the `dialogue_lang` dev dialogues over the `memory_lang` memories, per variant (and,
     with `traditional`, the queries written in Traditional characters, default settings). A relevant
     memory the archive lacks (the English side has 160 of the 171) is left out of its dialogue's
     gold; a dialogue left with none is not counted."""
-    notes = []
-    for line in (data / f"madial_{memory_lang}_memory.jsonl").read_text().splitlines():
-        for memory in json.loads(line).values():
-            notes.append({"id": f"madial-{memory['id']}", "text": memory["event"],
-                          "section": memory["scene"], "scope": f"project:user-{memory['user-id']}",
-                          "created_at": memory["time"] + "T12:00:00Z", "memory_class": "episodic"})
+    notes = madial_notes(data, memory_lang)
     stored = {note["id"] for note in notes}
     dialogues = []
     for line in (data / f"madial_{dialogue_lang}_dialogues_dev.jsonl").read_text().splitlines():

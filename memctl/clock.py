@@ -64,6 +64,14 @@ def parse_ts(value: str | int | float) -> datetime:
     return parsed
 
 
+def epoch_or_none(value: str | None) -> float | None:
+    """Unix seconds of a stored time (ISO 8601 text); None when there is none or it is unreadable."""
+    try:
+        return parse_ts(value).timestamp() if value else None
+    except (ValueError, TypeError):
+        return None
+
+
 def format_ts(moment: datetime) -> str:
     """ISO 8601 with the offset kept as given; UTC is written with Z."""
     text = moment.isoformat()

@@ -921,12 +921,9 @@ def _record(unit: Unit, row: int, digest: str, embed_digest: str) -> dict:
 
 
 def _meta(unit: Unit) -> dict:
-    from memctl.clock import parse_ts
+    from memctl.clock import epoch_or_none
 
-    try:
-        epoch = parse_ts(unit.ts).timestamp() if unit.ts else None
-    except (ValueError, TypeError):
-        epoch = None
+    epoch = epoch_or_none(unit.ts)
     status = unit.fields.get("status") if unit.kind == "memory" else None
     return {"kind": unit.kind, "record_id": unit.record_id, "source": unit.source, "section": unit.section,
             "session": unit.session, "scope": unit.scope, "status": status or "active", "ts_epoch": epoch,

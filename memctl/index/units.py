@@ -15,6 +15,7 @@ from typing import Any, Container, Iterator
 
 import orjson
 
+from memctl.clock import epoch_or_none
 from memctl.store import memoryfile
 from memctl.store.sessions import LOG_HEADING, iter_messages, log_scope, message_scope
 from memctl.store.store import Store, read_file
@@ -30,8 +31,8 @@ CONTEXT_TOKENS = 100
 # A message is read with the turn before it only when that turn was said at most this long before:
 # later, it is another conversation (P8 ends a session idle an hour), and a person's notes of one
 # day, hours apart, are each their own thought. Read with the one before, a fact was half its
-# vector: one person's facts asked in other words, gate off, hit@3 dev .487 -> .537, held out
-# .600 -> .675 (bench/README.md, "Issue 33, fourth pass"). Chats' turns come seconds to minutes
+# vector: one person's facts asked in other words, gate off, hit@3 dev .487 -> .525, held out
+# .600 -> .700 (bench/README.md, "Issue 33, fourth pass"). Chats' turns come seconds to minutes
 # apart: LoCoMo's and LongMemEval's units do not change.
 TURN_GAP_SECONDS = 3600.0
 
@@ -117,15 +118,6 @@ def memory_units(store: Store) -> Iterator[Unit]:
         yield from _chunks(base)
 
 
-def _epoch(ts) -> float | None:
-    from memctl.clock import parse_ts
-
-    try:
-        return parse_ts(ts).timestamp() if ts is not None else None
-    except (ValueError, TypeError):
-        return None
-
-
 def message_units(store: Store, paths: list[Path] | None = None, *,
                   skipped: list[str] | None = None) -> Iterator[Unit]:
     """The units of the session files (all of them, or the given ones); lines passed over go to
@@ -137,7 +129,7 @@ def message_units(store: Store, paths: list[Path] | None = None, *,
         if not isinstance(text, str) or not text.strip():
             continue
         speaker = _text_or_none(message.get("speaker")) or _text_or_none(message.get("role"))
-        said = _epoch(message.get("ts"))
+        said = epoch_or_none(_text_or_none(message.get("ts")))  # as the index reads the unit's ts
         context_id, context, before = previous.get(path, (None, None, None))
         if said is not None and before is not None and said - before > TURN_GAP_SECONDS:
             context_id = context = None
