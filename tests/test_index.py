@@ -578,3 +578,20 @@ def test_an_update_under_the_stores_lock_never_waits_forever_for_the_embedding_a
     worker.start()
     worker.join(60)
     assert done == [2]
+
+
+def test_a_text_said_many_times_is_embedded_once(tmp_path):
+    store = Store(tmp_path / "store")
+    said = ["The Kestrel demo is on December 12th.", "Standup moves to 10:15 from November.",
+            "The Kestrel demo is on December 12th."]
+    lines = [orjson.dumps({"id": f"{session}-{n}", "session": session, "speaker": "Mei", "text": text,
+                           "ts": f"2026-07-{day:02d}T{8 + 3 * n:02d}:00:00Z"})
+             for day, session in ((7, "first"), (8, "copied")) for n, text in enumerate(said)]
+    ingest(runtime_of(store), b"\n".join(lines) + b"\n", source="chat.jsonl", fmt="jsonl", keep_noise=True)
+    report = Index(runtime_of(store)).update()
+    # six messages, each read alone (hours apart), two texts: each embedded once
+    assert (report.added, report.embedded) == (6, 2)
+    rows, vectors = table(store), np.load(store.index_dir / "vectors.npy")
+    demo = {vectors[rows[unit_id][0]].tobytes() for unit_id in ("first-0", "first-2", "copied-0", "copied-2")}
+    standup = {vectors[rows[unit_id][0]].tobytes() for unit_id in ("first-1", "copied-1")}
+    assert len(demo) == len(standup) == 1 and demo != standup

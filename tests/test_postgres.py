@@ -355,6 +355,23 @@ def test_index_on_postgresql_embeds_what_is_new_or_changed_and_deletes_what_is_g
     assert {k: v[1:] for k, v in units_in(postgres_url).items()} == {k: v[1:] for k, v in after.items()}
 
 
+def test_a_text_said_many_times_on_postgresql_is_embedded_once(run, tmp_path, postgres_url):
+    import orjson
+
+    said = ["The Kestrel demo is on December 12th.", "Standup moves to 10:15 from November."] * 2
+    chat = tmp_path / "chat.jsonl"
+    chat.write_bytes(b"".join(orjson.dumps({"id": f"{session}-{n}", "session": session, "speaker": "Mei", "text": text,
+                                            "ts": f"2026-07-{day:02d}T{8 + 3 * n:02d}:00:00Z"}) + b"\n"
+                              for day, session in ((7, "first"), (8, "copied")) for n, text in enumerate(said)))
+    assert run("ingest", "--keep-noise", str(chat), store=postgres_url).returncode == 0
+    built = orjson.loads(run("index", "--json", store=postgres_url).stdout)
+    # eight messages, each read alone (hours apart), two texts: each embedded once
+    assert (built["units"], built["embedded"]) == (8, 2)
+    vectors = {unit_id: unit[3] for unit_id, unit in units_in(postgres_url).items()}
+    assert len({tuple(vectors[i]) for i in vectors if int(i[-1]) % 2 == 0}) == 1
+    assert len({tuple(vectors[i]) for i in vectors if int(i[-1]) % 2 == 1}) == 1
+
+
 def test_a_search_on_postgresql_indexes_the_store_written_since(run, store_dir, postgres_url):
     demo_store(run, store_dir)
     assert run("store", "copy", str(store_dir), postgres_url).returncode == 0

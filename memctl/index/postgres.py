@@ -35,7 +35,7 @@ import orjson
 
 from memctl import clock
 from memctl.errors import StoreError
-from memctl.index.index import UpdateReport, _Change, _Model, _bm25_text, _embed_text, _meta, _Reading, _unique
+from memctl.index.index import UpdateReport, _Change, _Model, _bm25_text, _embed_text, _meta, _Reading, _each_once, _unique
 from memctl.store.seam import Searchable
 
 if TYPE_CHECKING:
@@ -242,13 +242,13 @@ class PgIndex(Searchable):
             texts = [_embed_text(unit, model.embedding_settings.with_previous_turn) for unit in change.fresh]
             embed_digests = [hashlib.sha1(text.encode()).hexdigest() for text in texts]
             donors = {} if start_over else _donors(conn, set(embed_digests))
-            missing = [at for at, digest in enumerate(embed_digests) if digest not in donors]
+            wanted, place = _each_once(texts, embed_digests, donors)
             vectors = {}
-            if missing:
-                step = (lambda n: progress("embedding", n, len(missing))) if progress else None
-                made = model.embedder().embed([texts[at] for at in missing], progress=step)
-                vectors = {at: made[n] for n, at in enumerate(missing)}
-            report.embedded = len(missing)
+            if wanted:
+                step = (lambda n: progress("embedding", n, len(wanted))) if progress else None
+                made = model.embedder().embed(wanted, progress=step)
+                vectors = {at: made[place[digest]] for at, digest in enumerate(embed_digests) if digest in place}
+            report.embedded = len(wanted)
             if start_over:
                 dimension = (len(next(iter(vectors.values()))) if vectors else model.embedder().dimension)
                 conn.execute("DROP TABLE IF EXISTS memctl_units")
