@@ -120,7 +120,7 @@ class UpdateReport(Shape):
     added: int = shown("Units added.", default=0)
     changed: int = shown("Units changed.", default=0)
     removed: int = shown("Units removed.", default=0)
-    embedded: int = shown("Units embedded.", default=0)
+    embedded: int = shown("Texts embedded (a text that units share, each once; the rest took a vector the index held).", default=0)
     files_read: int = shown("Source files read: those whose size, time or inode changed, or all of them.", default=0)
     rebuilt: bool = shown("The index was started over.", default=False)
     reason: str = shown("Why it was rebuilt: asked, missing, old format, model changed: ..., corrupt (...).",
