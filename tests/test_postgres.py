@@ -19,7 +19,7 @@ import pytest
 
 from conftest import FIXTURES, killed_after, snapshot
 from memctl.errors import StoreError
-from memctl.store.postgres import PostgresStore, shown
+from memctl.store.postgres import FORMAT, PostgresStore, shown
 
 CHAT = FIXTURES / "demo" / "chat.jsonl"
 NOTES = FIXTURES / "demo" / "MEMORY.md"
@@ -78,12 +78,13 @@ def test_tables_of_another_format_are_neither_read_nor_written(run, store_dir, t
     import psycopg
 
     with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute("UPDATE memctl_store SET format = 4")
+        conn.execute("UPDATE memctl_store SET format = %s", (FORMAT + 1,))
+    newer = f"format {FORMAT + 1}".encode()
     for call in (("store", "copy", postgres_url, str(tmp_path / "out")), ("store", "copy", str(store_dir), postgres_url)):
         done = run(*call)
-        assert done.returncode == 2 and (b"format 4" in done.stderr or b"not empty" in done.stderr), done.stderr
-    assert b"this memctl reads format 3" in run("store", "copy", postgres_url, str(tmp_path / "out")).stderr
-    with pytest.raises(StoreError, match="format 4"):
+        assert done.returncode == 2 and (newer in done.stderr or b"not empty" in done.stderr), done.stderr
+    assert f"this memctl reads format {FORMAT}".encode() in run("store", "copy", postgres_url, str(tmp_path / "out")).stderr
+    with pytest.raises(StoreError, match=f"format {FORMAT + 1}"):
         with PostgresStore(postgres_url).transaction() as tx:
             tx.append("sessions/x.jsonl", b'{"id": "x1", "text": "x"}\n')
     assert not (tmp_path / "out").exists()
@@ -533,8 +534,91 @@ def test_a_store_of_the_last_format_is_upgraded_to_count_accesses(postgres_url):
     found = Memory(postgres_url).search("kestrel postgres", min_score=0)
     assert [result.record_id for result in found]
     with psycopg.connect(postgres_url) as conn:
-        assert conn.execute("SELECT format FROM memctl_store").fetchone()[0] == 3
+        assert conn.execute("SELECT format FROM memctl_store").fetchone()[0] == FORMAT
         assert conn.execute("SELECT id, count FROM memctl_access").fetchall() == [(found[0].record_id, 1)]
+
+
+# -- the layered searches' count (G3: every 5th searches the query layer) ----------------------------------
+PLAIN = "tell me the code style"  # no G3 trigger of its own: only every 5th turn searches
+
+
+def test_a_layered_search_on_postgresql_counts_its_turn_without_moving_written(run, store_dir, tmp_path,
+                                                                              postgres_url):
+    """A layered search counts its turn as a search counts accesses: `written` stays (no kept state
+    of the store goes stale, no writer's lock was waited for), the count carries on from the one
+    a folder's copy brought (search_state.json), every 5th turn searches the query layer, and a
+    copy back to a folder gives the whole count in search_state.json."""
+    from memctl import Memory
+    from memctl.store import counters
+
+    demo_store(run, store_dir)
+    for _ in range(2):
+        assert run("search", "--layered", "--json", PLAIN, env=NOW).returncode in (0, 1)
+    assert (store_dir / "search_state.json").read_bytes() == b'{"layered_turns":2}'
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    memory = Memory(postgres_url)
+    try:
+        stamp = memory.store.written_stamp()
+        triggers = [memory.layered_search(PLAIN, workspace="project:kestrel").trigger for _ in range(4)]
+        assert triggers == [None, None, "every 5th turn (turn 5)", None]
+        assert memory.store.written_stamp() == stamp
+        assert counters.turns(memory.store) == 6
+    finally:
+        memory.close()
+    back = tmp_path / "back"
+    assert run("store", "copy", postgres_url, str(back)).returncode == 0
+    assert (back / "search_state.json").read_bytes() == b'{"layered_turns":6}'
+
+
+@pytest.mark.process
+def test_layered_searches_of_processes_at_once_lose_no_turn(postgres_url, tmp_path):
+    """Six `memctl search --layered` processes at once: the store counts six turns (each an upsert
+    of one row, not a locked rewrite), and none moved `written`."""
+    from memctl import Memory
+    from memctl.store import counters
+
+    memory = Memory(postgres_url)
+    memory.ingest('{"text": "the code style is black with 100 columns"}', kind="memory")
+    memory.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
+    env["MEMCTL_SERVER"] = "off"
+
+    def memctl(*args: str) -> list[str]:
+        return [sys.executable, "-P", "-m", "memctl", "--store", postgres_url, *args]
+
+    indexed = subprocess.run(memctl("index"), capture_output=True, env=env, timeout=300)  # with the process's model
+    assert indexed.returncode == 0, indexed.stderr
+    store = PostgresStore(postgres_url)
+    stamp = store.written_stamp()
+    searches = [subprocess.Popen(memctl("search", "--layered", "--json", PLAIN), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, env=env) for _ in range(6)]
+    for search in searches:
+        _, err = search.communicate(timeout=300)
+        assert search.returncode in (0, 1) and not err, err  # 1: no layer holds anything (no core memory)
+    assert store.written_stamp() == stamp
+    assert counters.turns(store) == 6
+    store.close()
+
+
+def test_a_store_of_format_3_is_upgraded_to_count_layered_turns(postgres_url):
+    import psycopg
+
+    from memctl import Memory
+    from memctl.store import counters
+
+    Memory(postgres_url).ingest('{"text": "the code style is black"}', kind="memory")
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE memctl_turns")
+        conn.execute("UPDATE memctl_store SET format = 3")
+    PostgresStore.opened(postgres_url).close()  # this thread's connection: the next is a new process's
+    memory = Memory(postgres_url)
+    try:
+        memory.layered_search(PLAIN)
+        assert counters.turns(memory.store) == 1
+    finally:
+        memory.close()
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT format FROM memctl_store").fetchone()[0] == FORMAT
 
 
 def test_the_lifecycle_on_postgresql_folds_a_copied_log_and_keeps_the_counted_rows(run, store_dir, postgres_url):
