@@ -481,6 +481,90 @@ def test_a_resident_server_serves_a_postgresql_store_with_the_password_out_of_it
     assert b'"id":"r-1"' in PostgresStore(postgres_url).files()["sessions/default.jsonl"]
 
 
+@pytest.mark.process
+def test_searches_through_a_resident_server_on_postgresql_keep_its_connection_and_answer_as_in_process(
+        postgres_url, tmp_path):
+    """Calls handed to the server are answered on the one connection it holds (no new session in the
+    database, none from the calling processes) with the output a process of its own prints, byte
+    for byte, `--explain` included."""
+    import shutil
+    import tempfile
+
+    import psycopg
+
+    runtime = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: a socket's path has at most 107 bytes
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
+    env.update(XDG_RUNTIME_DIR=runtime, **NOW)
+
+    def memctl(*args, server=True):
+        return subprocess.run([sys.executable, "-P", "-m", "memctl", "--store", postgres_url, *args],
+                              capture_output=True, timeout=300, env=env if server else {**env, "MEMCTL_SERVER": "off"})
+
+    def sessions() -> set:
+        with psycopg.connect(postgres_url) as conn:
+            return set(conn.execute(
+                "SELECT pid, backend_start FROM pg_stat_activity WHERE datname = current_database() AND "
+                "backend_type = 'client backend' AND pid <> pg_backend_pid()").fetchall())
+
+    for path in (CHAT, NOTES):
+        assert memctl("ingest", str(path), server=False).returncode == 0
+    assert memctl("index", server=False).returncode == 0
+    assert memctl("server", "start").returncode == 0
+    try:
+        calls = json.loads(memctl("server", "status", "--json").stdout)["calls"]
+        questions = ["which database does kestrel use", "redis cache host", "which database does kestrel use"]
+        for number, question in enumerate(questions):
+            served = memctl("search", "--json", "--explain", question)
+            assert served.returncode == 0 and served.stdout, served.stderr
+            if number == 0:
+                held = sessions()
+                assert len(held) == 1, held  # the server's one connection
+            assert sessions() == held  # the same session
+            alone = memctl("search", "--json", "--explain", question, server=False)
+            assert (alone.returncode, alone.stdout, alone.stderr) == (0, served.stdout, served.stderr)
+        assert json.loads(memctl("server", "status", "--json").stdout)["calls"] == calls + len(questions)
+    finally:
+        assert memctl("server", "stop").returncode == 0
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_a_warm_search_on_postgresql_is_one_snapshot_and_one_count(postgres_url, monkeypatch):
+    """A search that finds its index fresh reads the store, the index's freshness and the index in one
+    snapshot, then counts what it returned in a transaction of its own: two transactions (it was
+    five: the store's existence, the freshness and the search each their own); the settings'
+    copy is one; and a resident server's look after a call, to embed ahead, asks a PostgreSQL
+    store nothing (its index embeds in its update). Each transaction is a BEGIN and a COMMIT more
+    for a call to wait on."""
+    from memctl import Memory
+
+    begun = []
+    opened = PostgresStore._in_transaction
+
+    def counted(self, *, write, locked=True):
+        if not self._open:
+            begun.append("count" if write and not locked else "write" if write else "read")
+        return opened(self, write=write, locked=locked)
+
+    memory = Memory(postgres_url)
+    try:
+        memory.ingest(NOTES.read_bytes(), kind="memory")
+        first = memory.search("which database does kestrel use")  # indexes first: written since
+        monkeypatch.setattr(PostgresStore, "_in_transaction", counted)
+        again = memory.search("which database does kestrel use")
+        assert [r.record_id for r in again] == [r.record_id for r in first] and begun == ["read", "count"]
+        begun.clear()
+        memory.store.config_file  # noqa: B018 -- read anew by each call's Memory and by the server
+        assert begun == ["read"]
+        begun.clear()
+        assert memory.embed_ahead(None) is None and begun == []
+        memory.ingest('{"text": "kestrel moves to CockroachDB"}', kind="memory", allow_conflict=True)
+        begun.clear()
+        assert any("CockroachDB" in r.text for r in memory.search("kestrel CockroachDB"))
+        assert begun[-3:] == ["write", "read", "count"]  # written since: indexed, then searched anew
+    finally:
+        memory.close()
+
+
 # -- access counts, and a read-only database (a replica) ----------------------------------------------
 @pytest.mark.process
 def test_searches_of_processes_at_once_lose_no_access_count(postgres_url, tmp_path):

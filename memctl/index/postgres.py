@@ -146,9 +146,9 @@ class PgIndex(Searchable):
 
     def is_fresh(self) -> bool:
         """Whether the index holds what it is made of as the last write of it left it, made by this model."""
-        if not self.store.exists():
-            return True
-        with self.store.snapshot() as conn:
+        with self.store.snapshot() as conn:  # one transaction, not one for exists() and one for the state
+            if not self.store.exists():
+                return True
             return self._state(conn) == (_sources_written(conn), self._built())
 
     def _state(self, conn) -> tuple[int, dict] | None:

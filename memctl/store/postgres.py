@@ -261,13 +261,19 @@ class PostgresStore:
             return
         self._open, self._folder_read = True, False
         try:
+            # A read's snapshot said in its BEGIN, not in a SET TRANSACTION after it: one round trip
+            # less for each of the ~10 transactions of a call to a resident server (~60 round trips
+            # a warm search at 10k messages; bench/README.md "Issue 35: the resident server on
+            # PostgreSQL"). A write's BEGIN says nothing: READ WRITE would override a database's
+            # default_transaction_read_only, which the lock's statement reads to refuse the write.
+            from psycopg import IsolationLevel
+
+            conn.isolation_level, conn.read_only = (None, None) if write else (IsolationLevel.REPEATABLE_READ, True)
             with conn.transaction():
                 if write and locked:  # the lock, and whether the database takes writes at all, in one round trip
                     if conn.execute("SELECT current_setting('transaction_read_only'), pg_advisory_xact_lock(%s)",
                                     (WRITE_LOCK,)).fetchone()[0] == "on":
                         raise self.refused_read_only()
-                elif not write:
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 yield conn
         except psycopg.IntegrityError as exc:
             detail = exc.diag.message_detail or self.hidden(exc)
@@ -362,9 +368,9 @@ class PostgresStore:
                                 ).fetchone()[0]
 
     def written_stamp(self) -> int | None:
-        if not self.exists():
-            return None
-        with self._in_transaction(write=False) as conn:
+        with self._in_transaction(write=False) as conn:  # one snapshot for both: one transaction, not two
+            if not self.exists():
+                return None
             return conn.execute("SELECT written FROM memctl_store").fetchone()[0]
 
     def exists(self) -> bool:
@@ -452,8 +458,8 @@ class PostgresStore:
         if self._settings_folder is None:
             self._settings_folder = _private_folder("settings")
         data = None
-        if self.exists():
-            with self._in_transaction(write=False) as conn:
+        with self._in_transaction(write=False) as conn:  # one snapshot: read twice a call to a resident server
+            if self.exists():
                 found = conn.execute("SELECT data FROM memctl_files WHERE path = %s", (CONFIG,)).fetchone()
                 data = bytes(found[0]) if found else None
         path = self._settings_folder / CONFIG
