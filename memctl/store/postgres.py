@@ -287,6 +287,25 @@ class PostgresStore:
         finally:
             self._open = False
 
+    def vacuum(self, table: str) -> None:
+        """VACUUM (ANALYZE) one of the store's tables (index/postgres.py's, after writing much of it),
+        outside any transaction, as VACUUM must run. Inside one, or should it fail (a lost
+        connection, say), it is left to autovacuum: the write it follows has committed."""
+        import psycopg
+
+        if self._open:
+            return
+        conn = self._connect()
+        try:
+            conn.autocommit = True
+            conn.execute(f"VACUUM (ANALYZE) {table}")
+        except psycopg.Error:
+            if conn.broken:
+                self._connection = None
+        finally:
+            if not conn.closed:
+                conn.autocommit = False
+
     def refused_read_only(self) -> StoreError:
         return StoreError(f"{self.shown}: the database is read-only (a standby, or its transactions default to "
                           "read-only): write through the primary's URL")
