@@ -555,8 +555,8 @@ def test_an_index_built_on_postgresql_is_vacuumed_and_analyzed_before_the_first_
 
 def test_a_warm_search_on_postgresql_is_one_snapshot_and_one_count(postgres_url, monkeypatch):
     """A search that finds its index fresh reads the store, the index's freshness and the index in one
-    snapshot, then counts what it returned in a transaction of its own: two transactions (it was
-    five: the store's existence, the freshness and the search each their own); the settings'
+    snapshot, then counts what it returned in a transaction of its own: two transactions (the
+    store's existence, the freshness and the search had been each their own); the settings'
     copy is one; and a resident server's look after a call, to embed ahead, asks a PostgreSQL
     store nothing (its index embeds in its update). Each transaction is a BEGIN and a COMMIT more
     for a call to wait on."""

@@ -262,10 +262,10 @@ class PostgresStore:
         self._open, self._folder_read = True, False
         try:
             # A read's snapshot said in its BEGIN, not in a SET TRANSACTION after it: one round trip
-            # less for each of the ~10 transactions of a call to a resident server (~60 round trips
-            # a warm search at 10k messages; bench/README.md "Issue 35: the resident server on
-            # PostgreSQL"). A write's BEGIN says nothing: READ WRITE would override a database's
-            # default_transaction_read_only, which the lock's statement reads to refuse the write.
+            # less a transaction (a call to a resident server made ~59 at 10k messages; bench/README.md
+            # "Issue 35: warm search through the resident server on PostgreSQL"). A write's BEGIN
+            # says nothing: READ WRITE would override a database's default_transaction_read_only,
+            # which the lock's statement reads to refuse the write.
             from psycopg import IsolationLevel
 
             conn.isolation_level, conn.read_only = (None, None) if write else (IsolationLevel.REPEATABLE_READ, True)
