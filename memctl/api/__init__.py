@@ -309,8 +309,10 @@ class Memory:
 
         from memctl.index.index import Index
 
+        if not self.store.is_folder:
+            return written  # a PostgreSQL store's index embeds in its update: no stamp to ask its database for
         stamp = self.store.written_stamp()
-        if stamp != written and self.store.is_folder:  # a PostgreSQL store's index embeds in its update
+        if stamp != written:
             # A store of its own, by absolute path: the thread outlives the call, whose working
             # directory and objects the server's next call replaces.
             Index(self.runtime.on(Store(os.path.abspath(self.store.root)))).embed_ahead()

@@ -19,21 +19,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-import orjson
-
 from memctl.config import Governance
-from memctl.errors import StoreError
-from memctl.store import memoryfile
+from memctl.store import counters, memoryfile
 from memctl.search.scores import Scorer, is_core
 from memctl.store.status import active_tails
-from memctl.store.store import Store, read_file
+from memctl.store.store import Store
 from memctl.text.words import MEMORY_WORDS
 from memctl.text.shape import Shape, shown
 
 if TYPE_CHECKING:
     from memctl.runtime import Runtime
 
-COUNTER_FILE = "search_state.json"
 _DECISION = re.compile(r"選擇|选择|比較|比较|決策|决策|決定|决定|還是|还是|哪個|哪个|"
                        r"\b(?:which|should|compare|comparison|versus|vs\.?|choose|choice|decide|decision|better)\b",
                        re.IGNORECASE)
@@ -106,7 +102,7 @@ def layered_search(rt: Runtime, query: str, *, workspace: str | None, budget: in
     core_ids = {e.id for e in core}
 
     result = Layered(budget=budget, workspace=workspace,
-                     trigger=trigger(query, "\n".join(e.text for e in core + scoped), _turns(store) + 1))
+                     trigger=trigger(query, "\n".join(e.text for e in core + scoped), counters.turns(store) + 1))
     for entry in core:
         _place(result, "L0", _entry_item(entry), count_tokens)
     for entry in scoped:
@@ -123,7 +119,7 @@ def layered_search(rt: Runtime, query: str, *, workspace: str | None, budget: in
                 item = _entry_item(entry)
                 item["score"] = round(hit.score, 6)
                 _place(result, "L2", item, count_tokens)
-    _count_turn(store)  # only once the search succeeded: a failed one (exit 2) leaves the store as it was
+    counters.count_turn(store)  # only once the search succeeded: a failed one (exit 2) leaves the store as it was
     return result
 
 
@@ -170,23 +166,3 @@ def _place(result: Layered, layer: str, item: dict[str, Any], count_tokens) -> N
             result.tokens_used += tokens
             return
     result.left_out.append(item["id"])
-
-
-def _turns(store: Store) -> int:
-    """Layered searches counted so far; the count lives in the store, so every 5th turn is known."""
-    try:
-        state = orjson.loads(read_file(store.path(COUNTER_FILE)))
-    except (FileNotFoundError, orjson.JSONDecodeError):
-        return 0
-    turns = state.get("layered_turns", 0) if isinstance(state, dict) else 0
-    return turns if isinstance(turns, int) and not isinstance(turns, bool) and turns >= 0 else 0
-
-
-def _count_turn(store: Store) -> None:
-    if not store.exists():
-        return
-    try:
-        with store.transaction() as tx:  # a store on PostgreSQL keeps it in its database too
-            tx.replace(store.path(COUNTER_FILE), orjson.dumps({"layered_turns": _turns(store) + 1}))
-    except StoreError:
-        return  # as counters.record: a wedged store is read on, uncounted

@@ -146,9 +146,9 @@ class PgIndex(Searchable):
 
     def is_fresh(self) -> bool:
         """Whether the index holds what it is made of as the last write of it left it, made by this model."""
-        if not self.store.exists():
-            return True
-        with self.store.snapshot() as conn:
+        with self.store.snapshot() as conn:  # one transaction, not one for exists() and one for the state
+            if not self.store.exists():
+                return True
             return self._state(conn) == (_sources_written(conn), self._built())
 
     def _state(self, conn) -> tuple[int, dict] | None:
@@ -264,12 +264,22 @@ class PgIndex(Searchable):
             _insert(conn, rows)
             counts = conn.execute("SELECT count(*), coalesce(sum(cardinality(body_terms)), 0), "
                                   "coalesce(sum(cardinality(context_terms)), 0) FROM memctl_units").fetchone()
+            # made anew, or changed past autovacuum's own threshold (50 rows and a tenth of the table)
+            settle = start_over or len(rows) + len(change.gone) > 50 + 0.1 * counts[0]
             conn.execute("DELETE FROM memctl_index")
             conn.execute("INSERT INTO memctl_index (format, built, written, units, body_tokens, context_tokens, "
                          "updated_at, shared_ids) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
                          (FORMAT, json.dumps(built), written, *counts, clock.format_ts(self.rt.clock.now()),
                           reading.shared_ids))
             report.units = counts[0]
+        if settle:
+            # VACUUM (ANALYZE) now, not at autovacuum's next look a minute or more later: until then
+            # every search reads rows no VACUUM has seen and plans blind (a new table has no
+            # statistics: each word's units counted by reading every row). Right after 10k units
+            # were written anew, warm searches took 1.1-1.4 s at p50, 150 ms once vacuumed (0.5 s);
+            # ANALYZE alone left them at 1.1-1.2 s (bench/README.md "Issue 35: warm search through
+            # the resident server on PostgreSQL").
+            self.store.vacuum("memctl_units")
         return report
 
     def _whole(self, conn, start_over: bool) -> _Reading:

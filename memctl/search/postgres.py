@@ -109,10 +109,15 @@ class PgRetriever:
     def search(self, queries: list[Query], *, count_access: bool = True) -> list[list[Result]]:
         """Each query's results; every memory returned counts as an access (`count_access`), as on a
         folder (store/counters.py: a row raised in the database, without the write lock)."""
-        self.store.require()
-        PgIndex(self.runtime).refresh(self.say)
-        with self.store.snapshot() as conn:
-            answers = [PgSearcher(self.runtime, conn, self._kept).search(query) for query in queries]
+        index = PgIndex(self.runtime)
+        with self.store.snapshot() as conn:  # the store, its index's freshness and the search: one snapshot
+            self.store.require()
+            fresh = index.is_fresh()
+            answers = [PgSearcher(self.runtime, conn, self._kept).search(query) for query in queries] if fresh else None
+        if answers is None:  # written since its index: indexed first, then searched in a snapshot after
+            index.refresh(self.say)
+            with self.store.snapshot() as conn:
+                answers = [PgSearcher(self.runtime, conn, self._kept).search(query) for query in queries]
         if count_access:
             count_returned(self.runtime, answers)
         return answers

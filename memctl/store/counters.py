@@ -1,4 +1,5 @@
-"""Access counts (G4): how often search has returned each memory.
+"""Access counts (G4): how often search has returned each memory; and the count of layered
+searches (G3: every 5th searches the query layer), in search_state.json.
 
 Counting is its own small step, not a rewrite under the store's exclusive
 lock: a search appends one line to access.log and goes on, so searches never
@@ -15,7 +16,8 @@ accesses add to.
 
 A store on PostgreSQL keeps those two files as it keeps any (a copy from a folder brings them),
 and counts its own searches in a table (store/postgres.py, memctl_access: one row an id, its count
-raised in place by each search), which the counts read here add to the files'.
+raised in place by each search), which the counts read here add to the files'. Its layered
+searches are counted the same way (memctl_turns), not by a locked write of search_state.json.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from memctl.store.store import NotRegularFile, Store, open_file, read_file
 
 FILE_NAME = "access.json"
 LOG_NAME = "access.log"
+TURNS_FILE = "search_state.json"  # {"layered_turns": N}
 
 
 def load(store: Store) -> dict[str, dict]:
@@ -118,3 +121,45 @@ def compact(store: Store, tx) -> None:
     folded = fold(_file(store, FILE_NAME), _file(store, LOG_NAME))
     tx.replace(store.path(FILE_NAME), orjson.dumps(folded, option=orjson.OPT_SORT_KEYS))
     tx.delete(log)
+
+
+def turns(store: Store) -> int:
+    """The layered searches counted so far: search_state.json's count, plus, on PostgreSQL, its table's."""
+    if not store.is_folder:
+        data, counted = store.turns()
+        return _turns_of(data) + counted
+    return _turns_of(_file(store, TURNS_FILE))
+
+
+def _turns_of(data: bytes | None) -> int:
+    try:
+        state = orjson.loads(data) if data is not None else {}
+    except orjson.JSONDecodeError:
+        return 0
+    found = state.get("layered_turns", 0) if isinstance(state, dict) else 0
+    return found if isinstance(found, int) and not isinstance(found, bool) and found >= 0 else 0
+
+
+def turns_file(data: bytes | None, counted: int) -> bytes:
+    """search_state.json as a folder keeps it, holding its count (`data`) and `counted` more."""
+    return orjson.dumps({"layered_turns": _turns_of(data) + counted})
+
+
+def count_turn(store: Store) -> None:
+    """One layered search more. On a folder, search_state.json rewritten in a transaction; on
+    PostgreSQL, its table's row raised by one without the write lock and without moving `written`
+    (PostgresStore.count_turn): a layered search neither waits for a writer nor makes what a
+    process keeps for the store's `written` stale."""
+    if not store.is_folder:
+        try:
+            store.count_turn()
+        except StoreError:
+            pass  # a read-only database (a replica) or a lost connection: the turn goes uncounted
+        return
+    if not store.exists():
+        return
+    try:
+        with store.transaction() as tx:
+            tx.replace(store.path(TURNS_FILE), turns_file(_file(store, TURNS_FILE), 1))
+    except StoreError:
+        return  # as record: a wedged store is read on, uncounted

@@ -11,6 +11,8 @@ PostgreSQL"):
                      governance log, the settings, ...), whole, until its kind gets a table
     memctl_access    one row a memory a search returned: how often, and when last (the access
                      counts of store/counters.py, which a folder appends to access.log)
+    memctl_turns     one row: the layered searches counted here (counters.turns, which a folder
+                     keeps in search_state.json)
     memctl_store     the format, and `written`, which moves with every committed write
 
 Each row keeps its line's or block's exact text, so a store read back as files is the files that
@@ -22,7 +24,8 @@ snapshot (no half write is ever seen). Ids stay unique under any number of write
 number of machines because the database refuses a second row with the same id.
 
 A search counts what it returned without the write lock and without moving `written`: one upsert
-of those ids' rows of memctl_access in a transaction of its own (count_accesses), so searches
+of those ids' rows of memctl_access in a transaction of its own (count_accesses; a layered
+search its turn, the row of memctl_turns: count_turn), so searches
 never queue behind each other or a writer to count, and no index or working folder takes a count
 for a change of the truth. On a read-only database (a hot standby, or one whose sessions default
 to read-only transactions) a search reads the index as the primary left it and counts nothing,
@@ -54,7 +57,7 @@ from memctl.store import counters, memoryfile
 from memctl.store.sessions import message_scope
 from memctl.store.store import Store, _make_dirs, _unlink_if_there, _write_all, check_name, mended, open_file
 
-FORMAT = 3
+FORMAT = 4
 NO_SCOPE = "none"  # the scope of a session holding no message (only torn or hand-made lines): no scope's
 # One writer at a time: the key of the advisory lock every write transaction takes ("memctl" in ASCII).
 WRITE_LOCK = 0x6D656D63746C
@@ -99,7 +102,8 @@ CREATE TABLE IF NOT EXISTS memctl_files (
     path text PRIMARY KEY,
     data bytea NOT NULL);
 """
-TABLES = ("memctl_messages", "memctl_sessions", "memctl_notes", "memctl_pending", "memctl_files", "memctl_access")
+TABLES = ("memctl_messages", "memctl_sessions", "memctl_notes", "memctl_pending", "memctl_files", "memctl_access",
+          "memctl_turns")
 # Each step makes format n + 2 from format n + 1 (SCHEMA makes format 1). Format 2: the `written`
 # value of the transaction that last changed each session, file, the notes and the pending notes,
 # so that a working folder (Mirror) brings over only what changed since it was last read, and of
@@ -117,6 +121,12 @@ MIGRATIONS = [
            id text PRIMARY KEY,
            count bigint NOT NULL CHECK (count > 0),
            last text NOT NULL);""",
+    # Format 4: the layered searches' count (counters.turns), raised in place as the access counts
+    # are: a layered search had taken the write lock and moved `written` to count its turn in
+    # search_state.json, queueing behind writers and making every kept search state stale.
+    """CREATE TABLE IF NOT EXISTS memctl_turns (
+           one boolean PRIMARY KEY DEFAULT true CHECK (one),
+           count bigint NOT NULL CHECK (count > 0));""",
 ]
 
 
@@ -251,13 +261,19 @@ class PostgresStore:
             return
         self._open, self._folder_read = True, False
         try:
+            # A read's snapshot said in its BEGIN, not in a SET TRANSACTION after it: one round trip
+            # less a transaction (a call to a resident server made ~59 at 10k messages; bench/README.md
+            # "Issue 35: warm search through the resident server on PostgreSQL"). A write's BEGIN
+            # says nothing: READ WRITE would override a database's default_transaction_read_only,
+            # which the lock's statement reads to refuse the write.
+            from psycopg import IsolationLevel
+
+            conn.isolation_level, conn.read_only = (None, None) if write else (IsolationLevel.REPEATABLE_READ, True)
             with conn.transaction():
                 if write and locked:  # the lock, and whether the database takes writes at all, in one round trip
                     if conn.execute("SELECT current_setting('transaction_read_only'), pg_advisory_xact_lock(%s)",
                                     (WRITE_LOCK,)).fetchone()[0] == "on":
                         raise self.refused_read_only()
-                elif not write:
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 yield conn
         except psycopg.IntegrityError as exc:
             detail = exc.diag.message_detail or self.hidden(exc)
@@ -270,6 +286,25 @@ class PostgresStore:
             raise StoreError(f"{self.shown}: {self.hidden(exc)}") from None
         finally:
             self._open = False
+
+    def vacuum(self, table: str) -> None:
+        """VACUUM (ANALYZE) one of the store's tables (index/postgres.py's, after writing much of it),
+        outside any transaction, as VACUUM must run. Inside one, or should it fail (a lost
+        connection, say), it is left to autovacuum: the write it follows has committed."""
+        import psycopg
+
+        if self._open:
+            return
+        conn = self._connect()
+        try:
+            conn.autocommit = True
+            conn.execute(f"VACUUM (ANALYZE) {table}")
+        except psycopg.Error:
+            if conn.broken:
+                self._connection = None
+        finally:
+            if not conn.closed:
+                conn.autocommit = False
 
     def refused_read_only(self) -> StoreError:
         return StoreError(f"{self.shown}: the database is read-only (a standby, or its transactions default to "
@@ -352,9 +387,9 @@ class PostgresStore:
                                 ).fetchone()[0]
 
     def written_stamp(self) -> int | None:
-        if not self.exists():
-            return None
-        with self._in_transaction(write=False) as conn:
+        with self._in_transaction(write=False) as conn:  # one snapshot for both: one transaction, not two
+            if not self.exists():
+                return None
             return conn.execute("SELECT written FROM memctl_store").fetchone()[0]
 
     def exists(self) -> bool:
@@ -384,9 +419,12 @@ class PostgresStore:
             self._check_format(conn)
             changed, _ = _truth(conn, since=-1)
             counted = conn.execute("SELECT id, count, last FROM memctl_access ORDER BY id").fetchall()
+            turns = _turns_counted(conn)
         if counted:  # the searches counted here folded in, as the lifecycle folds a folder's log
             folded = counters.fold(changed.get(counters.FILE_NAME), changed.pop(counters.LOG_NAME, None), counted)
             changed[counters.FILE_NAME] = orjson.dumps(folded, option=orjson.OPT_SORT_KEYS)
+        if turns:  # ... and the layered searches counted here, into search_state.json as a folder keeps them
+            changed[counters.TURNS_FILE] = counters.turns_file(changed.get(counters.TURNS_FILE), turns)
         return dict(sorted((path, data) for path, data in changed.items() if data is not None))
 
     # -- access counts (store/counters.py) ------------------------------------------------------
@@ -413,6 +451,22 @@ class PostgresStore:
         return (*(bytes(files[name]) if name in files else None for name in (counters.FILE_NAME, counters.LOG_NAME)),
                 counted)
 
+    def count_turn(self) -> None:
+        """One layered search more (counters.count_turn): one upsert of memctl_turns' row, in a
+        transaction of its own that takes no write lock and moves no `written`, as count_accesses."""
+        with self._in_transaction(write=True, locked=False) as conn:
+            conn.execute("INSERT INTO memctl_turns (count) VALUES (1) "
+                         "ON CONFLICT (one) DO UPDATE SET count = memctl_turns.count + 1")
+
+    def turns(self) -> tuple[bytes | None, int]:
+        """What the layered searches' count is read from, in one snapshot: search_state.json as the
+        store keeps it (from a folder's copy, or an older memctl's count) and the table's count."""
+        if not self.exists():
+            return None, 0
+        with self._in_transaction(write=False) as conn:
+            found = conn.execute("SELECT data FROM memctl_files WHERE path = %s", (counters.TURNS_FILE,)).fetchone()
+            return (bytes(found[0]) if found else None), _turns_counted(conn)
+
     @property
     def config_file(self) -> Path:
         """The store's settings as a file config.load reads: its memctl.toml (kept whole in
@@ -423,8 +477,8 @@ class PostgresStore:
         if self._settings_folder is None:
             self._settings_folder = _private_folder("settings")
         data = None
-        if self.exists():
-            with self._in_transaction(write=False) as conn:
+        with self._in_transaction(write=False) as conn:  # one snapshot: read twice a call to a resident server
+            if self.exists():
                 found = conn.execute("SELECT data FROM memctl_files WHERE path = %s", (CONFIG,)).fetchone()
                 data = bytes(found[0]) if found else None
         path = self._settings_folder / CONFIG
@@ -582,6 +636,11 @@ def _truth(conn, *, since: int) -> tuple[dict[str, bytes | None], set[str]]:
         if conn.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]:
             present.add(name)
     return changed, present
+
+
+def _turns_counted(conn) -> int:
+    found = conn.execute("SELECT count FROM memctl_turns").fetchone()
+    return found[0] if found else 0
 
 
 def _file_of(conn, name: str) -> bytes | None:
