@@ -7,10 +7,10 @@
 
 The messages are LoCoMo dev's turns (5,882, stamped with their sessions' real dates) and
 LongMemEval S dev's user turns (3,489, each haystack session once, real dates), the sets of
---sets in that order; past them the same sessions again under new names and ids. A first build
-embeds every unit, the copies too (vectors are copied only from an index that already holds the
-text, index._vectors_for: 50k messages cost ~5x the embedding of 10k; `memctl index --json`
-says how many units were embedded; the embedding costs both backends the same). Nothing of the
+--sets in that order; past them the same sessions again under new names and ids, each text
+marked "(copy N)": a text of its own, embedded as a real store's are (the index embeds a text
+said many times once; 50k messages cost ~5x the embedding of 10k; `memctl index --json` says
+how many texts were embedded; the embedding costs both backends the same). Nothing of the
 data is written anywhere but the stores of this run (temporary, removed at the end; kept with
 --keep DIR, the folder store and the PostgreSQL server's data folder, for --reuse DIR, which
 measures them again without building: `--reuse DIR --steps warm` re-takes the warm search).
@@ -122,7 +122,10 @@ def corpus(data: Path, count: int, sets: list[str]) -> list[list[dict]]:
             if n >= count:
                 break
             taken = session[:count - n]
-            out.append([{**m, "id": f"m{n + k}", "session": f"{m['session']}-r{round_}"} for k, m in enumerate(taken)])
+            # a copy's text marked as one, so that it is a text of its own, as a real store's 50k are:
+            # the index embeds a text said many times once
+            out.append([{**m, "id": f"m{n + k}", "session": f"{m['session']}-r{round_}",
+                         "text": m["text"] + (f" (copy {round_})" if round_ else "")} for k, m in enumerate(taken)])
             n += len(taken)
         round_ += 1
     return out
