@@ -139,6 +139,8 @@ def forget(rt: Runtime, ids: list[str] = (), *, session: str | None = None, matc
             texts = [r.text for r in chosen] + ([match] if match else [])
             report.remaining = residue(store, texts)
             report.index = _scrub_index(rt)
+    if report.records:
+        store.settle_forgotten()  # once committed: no copy of a forgotten text kept beside the store's
     return report
 
 

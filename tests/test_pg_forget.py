@@ -87,6 +87,9 @@ def forgotten(run, postgres_url):
         vectors = {row[0] for row in conn.execute(
             "SELECT embedding::text FROM memctl_units WHERE text ILIKE %s", (f"%{SECRET}%",))}
     assert len(vectors) == 2
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("ANALYZE")  # as autovacuum would have by now on a real server
+    assert in_statistics(postgres_url, SECRET)
     done = run("forget", messages[1], "mem-locker", store=postgres_url)
     assert done.returncode == 0, done.stderr
     return postgres_url, vectors
@@ -102,6 +105,7 @@ def test_forget_on_postgresql_leaves_no_row_no_vector_and_nothing_in_a_dump(run,
         assert left and not left & vectors  # no vector of a forgotten text
         assert conn.execute("SELECT count(*) FROM memctl_messages").fetchone()[0] == 3
     assert not in_dump(url, STEM)
+    assert not in_statistics(url, SECRET)  # the planner's samples of column values: taken anew after forget
     assert run("search", SECRET, store=url).returncode == 1
     assert run("search", "--mode", "bm25", "locker code gym", "--json", store=url).stdout.count(b"4417") == 0
 
@@ -121,6 +125,16 @@ def test_what_vacuum_does_and_does_not_promise(postgres_server, forgotten):
         conn.execute("CHECKPOINT")  # the old files, truncated at commit, are unlinked
     assert files_holding(data / "base" / str(oid), SECRET) == []
     assert files_holding(data / "pg_wal", SECRET)  # the log of what was written keeps it
+
+
+def in_statistics(url: str, needle: str) -> bool:
+    """Whether the statistics ANALYZE keeps of memctl's tables (pg_statistic: sampled values) hold `needle`."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stats WHERE tablename LIKE 'memctl%%' AND concat("
+                            "most_common_vals::text, histogram_bounds::text, most_common_elems::text) ILIKE %s",
+                            (f"%{needle}%",)).fetchone()[0] > 0
 
 
 def files_holding(folder, needle: str) -> list[str]:

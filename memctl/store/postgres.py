@@ -291,6 +291,26 @@ class PostgresStore:
         """VACUUM (ANALYZE) one of the store's tables (index/postgres.py's, after writing much of it),
         outside any transaction, as VACUUM must run. Inside one, or should it fail (a lost
         connection, say), it is left to autovacuum: the write it follows has committed."""
+        self._maintain(f"VACUUM (ANALYZE) {table}")
+
+    def settle_forgotten(self) -> None:
+        """ANALYZE the tables that hold what was said, after a forget has committed: a table's
+        statistics (pg_statistic) keep samples of its column values, which the planner reads and
+        a `pg_dump` does not show, but the database's files do, and a VACUUM FULL keeps them (a
+        forgotten text stayed in memctl_units.text's histogram, put there by the index's ANALYZE or
+        autovacuum's). ANALYZE samples only the rows that live; its old statistics become dead
+        tuples, which VACUUM reclaims as it does the tables' (docs/design.md, "Forget on PostgreSQL")."""
+        if self.read_only():
+            return
+        with self._in_transaction(write=False) as conn:
+            tables = [t for (t,) in conn.execute("SELECT relname FROM pg_class WHERE relkind = 'r' AND relname = ANY(%s) "
+                                                  "AND relnamespace = to_regnamespace(current_schema())::oid",
+                                                  (list(TABLES) + ["memctl_units"],))]
+        if tables:
+            self._maintain("ANALYZE " + ", ".join(sorted(tables)))
+
+    def _maintain(self, statement: str) -> None:
+        """`statement` outside any transaction; inside one, or should it fail, left to autovacuum."""
         import psycopg
 
         if self._open:
@@ -298,7 +318,7 @@ class PostgresStore:
         conn = self._connect()
         try:
             conn.autocommit = True
-            conn.execute(f"VACUUM (ANALYZE) {table}")
+            conn.execute(statement)
         except psycopg.Error:
             if conn.broken:
                 self._connection = None

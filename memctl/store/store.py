@@ -325,6 +325,10 @@ class Store(Truth):
     def exists(self) -> bool:
         return self.root.is_dir()
 
+    def settle_forgotten(self) -> None:
+        """Nothing: a forget writes each file that held what it took out anew, and the index too
+        (Index.scrub); no other copy of a text is kept."""
+
     def written_stamp(self) -> tuple[int, int] | None:
         """The root folder's inode and change time: it moves whenever a write transaction commits
         (its journal folder is made and removed there), and when a file is made or removed at the
