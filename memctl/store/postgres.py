@@ -299,15 +299,12 @@ class PostgresStore:
         a `pg_dump` does not show, but the database's files do, and a VACUUM FULL keeps them (a
         forgotten text stayed in memctl_units.text's histogram, put there by the index's ANALYZE or
         autovacuum's). ANALYZE samples only the rows that live; its old statistics become dead
-        tuples, which VACUUM reclaims as it does the tables' (docs/design.md, "Forget on PostgreSQL")."""
-        if self.read_only():
-            return
+        tuples, which VACUUM reclaims as it does the tables' (docs/design.md, "Many writers on
+        PostgreSQL, and what `forget` leaves"). TABLES are there (the forget's transaction checked
+        the format); memctl_units once the store is indexed."""
         with self._in_transaction(write=False) as conn:
-            tables = [t for (t,) in conn.execute("SELECT relname FROM pg_class WHERE relkind = 'r' AND relname = ANY(%s) "
-                                                  "AND relnamespace = to_regnamespace(current_schema())::oid",
-                                                  (list(TABLES) + ["memctl_units"],))]
-        if tables:
-            self._maintain("ANALYZE " + ", ".join(sorted(tables)))
+            indexed = conn.execute("SELECT to_regclass('memctl_units') IS NOT NULL").fetchone()[0]
+        self._maintain("ANALYZE " + ", ".join(TABLES + (("memctl_units",) if indexed else ())))
 
     def _maintain(self, statement: str) -> None:
         """`statement` outside any transaction; inside one, or should it fail, left to autovacuum."""
