@@ -460,6 +460,74 @@ def test_a_folder_brought_up_to_date_reads_only_what_changed_and_drops_what_went
         second.close()
 
 
+def test_a_working_folder_holds_only_the_files_asked_for_each_kept_current(postgres_url):
+    """A process brings into its working folder only the files a feature asks for (a session, a
+    day's log), not the whole truth (at 50k messages: ~8,100 files, 7 of an ingest's 10 s under the
+    write lock), and keeps each of those as another process changes, empties or removes it; a
+    folder listed is brought whole."""
+    first, second = PostgresStore(postgres_url), PostgresStore(postgres_url)
+
+    def held(store):
+        root = store.session_file("s1").parent.parent  # a place held already: nothing more brought
+        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+    try:
+        with first.transaction() as tx:
+            for n in range(5):
+                tx.append(f"sessions/s{n}.jsonl", f'{{"id": "s{n}-1", "text": "said {n}"}}\n'.encode())
+            tx.append("memory/2026-11-20.md", b"# 2026-11-20\n\n")
+        with second.transaction() as tx:
+            tx.append(second.session_file("s1"), b'{"id": "s1-2", "text": "more"}\n')
+            assert second.daily_log("2026-11-20").read_bytes() == b"# 2026-11-20\n\n"
+        assert held(second) == ["memory/2026-11-20.md", "sessions/s1.jsonl"]
+        with first.transaction() as tx:
+            tx.append("sessions/s1.jsonl", b'{"id": "s1-3", "text": "yet more"}\n')
+            tx.append("memory/2026-11-20.md", b"### an entry\n")
+        with second.reading():
+            assert second.session_file("s1").read_bytes().count(b"\n") == 3
+            assert second.daily_log("2026-11-20").read_bytes().endswith(b"### an entry\n")
+        with first.transaction() as tx:
+            tx.delete("sessions/s1.jsonl")
+            tx.delete("memory/2026-11-20.md")
+        with second.reading():
+            assert held(second) == []
+            assert [p.name for p in second.listing(second.sessions_dir, "*.jsonl")] == \
+                ["s0.jsonl", "s2.jsonl", "s3.jsonl", "s4.jsonl"]
+            assert len(held(second)) == 4
+    finally:
+        first.close()
+        second.close()
+
+
+def test_an_ingest_on_postgresql_reads_only_the_sessions_it_writes_or_whose_ids_it_repeats(postgres_url):
+    """Whether an id is taken is asked of the database, not of every session file (a folder
+    reads them all): an id repeated with its text is a duplicate, with another text refused, and
+    the working folder holds the sessions written and those asked about, no other."""
+    from memctl import Memory
+    from memctl.errors import InputError
+
+    writer = PostgresStore(postgres_url)
+    with writer.transaction() as tx:
+        for n in range(6):
+            tx.append(f"sessions/old-{n}.jsonl",
+                      f'{{"id": "old-{n}", "role": "user", "text": "said {n}", "ts": "2026-11-01T10:00:00Z"}}\n'.encode())
+    writer.close()
+    memory = Memory(postgres_url)
+    try:
+        report = memory.ingest('{"id": "old-3", "role": "user", "text": "said 3", "ts": "2026-11-01T10:00:00Z"}\n'
+                               '{"id": "new-1", "role": "user", "text": "a new thing", "ts": "2026-11-02T10:00:00Z"}\n',
+                               fmt="jsonl", session="today")
+        assert {o.id: o.status for o in report.outcomes} == {"old-3": "duplicate", "new-1": "stored"}
+        with pytest.raises(InputError, match="duplicate id 'old-4' with different text"):
+            memory.ingest('{"id": "old-4", "role": "user", "text": "not what was said"}\n', fmt="jsonl",
+                          session="today")
+        root = memory.store.session_file("today").parent.parent
+        held = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+        assert held == ["memory/2026-11-02.md", "sessions/old-3.jsonl", "sessions/old-4.jsonl", "sessions/today.jsonl"]
+    finally:
+        memory.close()
+
+
 @pytest.mark.process
 def test_a_resident_server_serves_a_postgresql_store_with_the_password_out_of_its_arguments(postgres_url, tmp_path):
     """`memctl --store URL server start`: the calls after it are answered by the server (its count of

@@ -36,7 +36,8 @@ from memctl.store import locking
 from memctl import clock
 from memctl import config
 from memctl.errors import MemctlError
-from memctl.store.store import KeptWhileUnchanged, NotRegularFile, Store, atomic_write, bytes_under, open_file, read_file
+from memctl.store.store import (DAILY_DIR, SESSIONS_DIR, TOPICS_DIR, KeptWhileUnchanged, NotRegularFile, Store, atomic_write,
+                                bytes_under, open_file, read_file)
 from memctl.store.seam import Searchable
 from memctl.text.shape import Shape, shown
 
@@ -672,9 +673,8 @@ def read_files(store: Store, table, names: set[str]) -> _Reading | None:
     if an id is shared with a file not read."""
     from memctl.index.units import log_ids, log_units, memory_units, message_units, read_logs, topic_units
 
-    sessions_prefix = store.relative(store.sessions_dir) + "/"
-    sessions = sorted(name for name in names if name.startswith(sessions_prefix))
-    logs = {name for name in names if name.startswith(store.relative(store.daily_dir) + "/")}
+    sessions = sorted(name for name in names if name.startswith(SESSIONS_DIR + "/"))
+    logs = {name for name in names if name.startswith(DAILY_DIR + "/")}
     units = list(memory_units(store)) if store.relative(store.memory_md) in names else []
     skipped: list[str] = []
     messages = list(message_units(store, _existing(store, sessions), skipped=skipped))
@@ -701,7 +701,7 @@ def read_files(store: Store, table, names: set[str]) -> _Reading | None:
     skip = now | {record_id for record_id, source in table.message_sources(log_ids(logs_read.entries)).items()
                   if source not in outside}
     units += messages + list(log_units(store, skip, log_paths, logs_read.entries))
-    topics = sorted(name for name in names if name.startswith(store.relative(store.topics_dir) + "/"))
+    topics = sorted(name for name in names if name.startswith(TOPICS_DIR + "/"))
     units += topic_units(store, _existing(store, topics))
     units, shared_ids = _unique(units)
     read = names | logs
@@ -719,7 +719,9 @@ def read_files(store: Store, table, names: set[str]) -> _Reading | None:
 
 
 def _existing(store: Store, names: list[str]) -> list[Path]:
-    return [path for path in (store.confine(store.root / name) for name in names) if path.exists()]
+    """The named files that are there. Each asked by its name (path()): a PostgreSQL store brings
+    just those into its working folder."""
+    return [path for path in (store.path(*name.split("/")) for name in names) if path.exists()]
 
 
 @dataclass

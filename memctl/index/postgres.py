@@ -37,6 +37,7 @@ from memctl import clock
 from memctl.errors import StoreError
 from memctl.index.index import UpdateReport, _Change, _Model, _bm25_text, _embed_text, _meta, _Reading, _each_once, _unique
 from memctl.store.seam import Searchable
+from memctl.store.store import MEMORY_MD, SESSIONS_DIR
 
 if TYPE_CHECKING:
     from memctl.index.filters import Filters
@@ -307,15 +308,15 @@ class PgIndex(Searchable):
 
         if conn.execute("SELECT shared_ids FROM memctl_index").fetchone()[0]:
             return None
-        truth = self.store.working_folder()
-        present = set(truth.source_names())
-        names = {f"sessions/{session}.jsonl" for (session,) in conn.execute(
+        present = set(self.store.source_names())
+        names = {f"{SESSIONS_DIR}/{session}.jsonl" for (session,) in conn.execute(
             "SELECT session FROM memctl_sessions WHERE written > %s", (indexed,))}
         names.update(path for (path,) in conn.execute("SELECT path FROM memctl_files WHERE written > %s", (indexed,)))
         if conn.execute("SELECT notes_written > %s FROM memctl_store", (indexed,)).fetchone()[0]:
-            names.add(truth.relative(truth.memory_md))
+            names.add(MEMORY_MD)
         gone = {source for (source,) in conn.execute("SELECT DISTINCT source FROM memctl_units")} - present
-        return read_files(truth, _UnitsTable(conn), (names & present) | gone)
+        # read through the store, which brings into its working folder only the files read
+        return read_files(self.store, _UnitsTable(conn), (names & present) | gone)
 
 
 class _UnitsTable:

@@ -207,7 +207,7 @@ def _store_items(store: Store, tx, kept: list[tuple[int, dict]], item_kind: str,
                  governance_settings: config.Governance, now: datetime) -> None:
     """Write what is new under the store lock; an id already stored with other text is an error."""
     memory = memoryfile.load(store.memory_md)  # parsed once: for the ids and for the notes' write
-    existing = load_ids(store, memory)
+    existing = load_ids(store, memory, {item["id"] for _, item in kept})
     new: dict[str, tuple[int, dict]] = {}
     for line, item in kept:
         known = existing.get(item["id"]) or ((new[item["id"]][1]["text"], item_scope(new[item["id"]][1]))

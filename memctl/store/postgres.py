@@ -43,11 +43,12 @@ psycopg is imported by the first connection only: a folder store never loads it.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import Iterator
+from typing import Collection, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
@@ -55,16 +56,16 @@ import orjson
 from memctl.errors import StoreError
 from memctl.store import counters, memoryfile
 from memctl.store.sessions import message_scope
-from memctl.store.store import Store, _make_dirs, _unlink_if_there, _write_all, check_name, mended, open_file
+from memctl.store.store import _DAY_FILE, DAILY_DIR, MEMORY_MD, SESSIONS_DIR, TOPICS_DIR, Store, _make_dirs, _unlink_if_there, _write_all, check_name, mended, open_file
 
 FORMAT = 4
 NO_SCOPE = "none"  # the scope of a session holding no message (only torn or hand-made lines): no scope's
 # One writer at a time: the key of the advisory lock every write transaction takes ("memctl" in ASCII).
 WRITE_LOCK = 0x6D656D63746C
-MEMORY_MD = "MEMORY.md"
 PENDING = "pending.jsonl"
 CONFIG = "memctl.toml"
-SESSIONS = "sessions"
+SESSIONS, DAILY, TOPICS = SESSIONS_DIR, DAILY_DIR, TOPICS_DIR
+STATE = "index_state.json"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memctl_store (
@@ -434,7 +435,7 @@ class PostgresStore:
             return {}
         with self._in_transaction(write=False) as conn:
             self._check_format(conn)
-            changed, _ = _truth(conn, since=-1)
+            changed = _changed_files(conn, since=-1)
             counted = conn.execute("SELECT id, count, last FROM memctl_access ORDER BY id").fetchall()
             turns = _turns_counted(conn)
         if counted:  # the searches counted here folded in, as the lifecycle folds a folder's log
@@ -507,63 +508,111 @@ class PostgresStore:
 
     # -- Places and Names (seam.py): the working folder's -------------------------------------------
     def working_folder(self) -> Store:
-        """The truth as files in this process's working folder (Mirror), brought up to date with the
-        database once per transaction or snapshot (the first place a feature asks for in it), and,
-        outside any, on first use only: a feature reads the truth inside `reading()` or a
-        transaction, as on a folder store, and there it reads what the database holds."""
+        """The whole truth as files in this process's working folder (Mirror), as the transaction
+        or snapshot under way sees it (outside any, as one of its own does): what a walk of the
+        store (a rebuild, `forget`'s check, `health`) reads."""
+        return self._holding(folder="")
+
+    def _holding(self, *names: str, folder: str | None = None) -> Store:
+        """The working folder holding the files `names` and every file under `folder` ("" the
+        whole truth), each as the database holds it in the transaction or snapshot under way
+        (outside any, in one of its own). Only what a feature asks for is brought: an ingest at
+        50k messages had brought the whole store (7,848 session files and 256 daily logs) into the
+        folder first, 7 of its 10 s under the write lock (bench/README.md "Issue 35: the working
+        folder brought by what is asked")."""
         if self._mirror is None:
             self._mirror = Mirror()
         if self._open:
+            conn = self._connection
             if not self._folder_read:
-                self._mirror.sync(self._connection)
+                self._mirror.sync(conn)
                 self._folder_read = True
-        elif self._mirror.synced is None:
+            self._mirror.hold(conn, names, folder)
+        else:
             with self._in_transaction(write=False) as conn:
                 self._mirror.sync(conn)
+                self._mirror.hold(conn, names, folder)
+        return self._mirror.folder
+
+    def _folder(self) -> Store:
+        """The working folder as a place to name paths in, nothing brought."""
+        if self._mirror is None:
+            self._mirror = Mirror()
         return self._mirror.folder
 
     def _folder_current(self) -> None:
-        """At the start of a transaction or snapshot, the working folder brought up to date if this
-        process has one: a place asked for before (a path a feature keeps) reads what this one sees.
-        A process that never asked for a place (`store copy`, a search) makes none."""
+        """At the start of a transaction or snapshot, what the working folder holds brought up to
+        date if this process has one: a place asked for before (a path a feature keeps) reads what
+        this one sees. A process that never asked for a place (`store copy`, a search) makes none."""
         if self._mirror is not None:
-            self.working_folder()
+            self._holding()
 
     root = property(lambda self: self.working_folder().root)
-    memory_md = property(lambda self: self.working_folder().memory_md)
-    daily_dir = property(lambda self: self.working_folder().daily_dir)
-    sessions_dir = property(lambda self: self.working_folder().sessions_dir)
-    topics_dir = property(lambda self: self.working_folder().topics_dir)
-    pending_file = property(lambda self: self.working_folder().pending_file)
-    state_file = property(lambda self: self.working_folder().state_file)
+    memory_md = property(lambda self: self._holding(MEMORY_MD).memory_md)
+    daily_dir = property(lambda self: self._holding(folder=DAILY).daily_dir)
+    sessions_dir = property(lambda self: self._holding(folder=SESSIONS).sessions_dir)
+    topics_dir = property(lambda self: self._holding(folder=TOPICS).topics_dir)
+    pending_file = property(lambda self: self._holding(PENDING).pending_file)
+    state_file = property(lambda self: self._holding(STATE).state_file)
     index_dir = property(lambda self: self.working_folder().index_dir)
 
     def session_file(self, session: str) -> Path:
-        return self.working_folder().session_file(session)
+        path = self._folder().session_file(session)  # the name checked first
+        self._holding(self._folder().relative(path))
+        return path
 
     def daily_log(self, day: str) -> Path:
-        return self.working_folder().daily_log(day)
+        path = self._folder().daily_log(day)  # the name checked first
+        self._holding(self._folder().relative(path))
+        return path
 
     def daily_logs(self) -> list[Path]:
-        return self.working_folder().daily_logs()
+        return self._holding(folder=DAILY).daily_logs()
+
+    def sessions_with(self, ids: Collection[str]) -> list[Path]:
+        """The session files that hold a message of `ids`, found by the messages' ids in the
+        database, brought alone: an ingest checks its ids against those (a folder reads every
+        session file)."""
+        with self._in_transaction(write=False) as conn:
+            if not conn.execute("SELECT to_regclass('memctl_store') IS NOT NULL").fetchone()[0]:
+                return []
+            sessions = [session for (session,) in conn.execute(
+                "SELECT DISTINCT session FROM memctl_messages WHERE id = ANY(%s) ORDER BY session", (sorted(ids),))]
+        return [self.session_file(session) for session in sessions]
 
     def path(self, *parts: str) -> Path:
-        return self.working_folder().path(*parts)
+        path = self._folder().path(*parts)  # each part checked first
+        self._holding("/".join(parts)) if parts else self.working_folder()
+        return path
 
     def confine(self, path: Path) -> Path:
-        return self.working_folder().confine(path)
+        return self._folder().confine(path)
 
     def inside(self, path: Path) -> bool:
-        return self.working_folder().inside(path)
+        return self._folder().inside(path)
 
     def relative(self, path: Path) -> str:
-        return self.working_folder().relative(path)
+        return self._folder().relative(path)
 
     def listing(self, folder: Path, pattern: str) -> list[Path]:
-        return self.working_folder().listing(folder, pattern)
+        folder = self._folder().confine(folder)
+        self._holding(folder=self._folder().relative(folder) if folder != self._folder().root else "")
+        return self._folder().listing(folder, pattern)
 
     def source_names(self) -> list[str]:
-        return self.working_folder().source_names()
+        """The files the index is made of, as a folder store lists them (sorted within each kind),
+        from the database: no file brought into the working folder."""
+        with self._in_transaction(write=False) as conn:
+            if not conn.execute("SELECT to_regclass('memctl_store') IS NOT NULL").fetchone()[0]:
+                return []
+            present = {name for name in _present(conn) if not name.rsplit("/", 1)[-1].startswith(".")}  # as a listing
+        memory = [MEMORY_MD] if MEMORY_MD in present else []
+        sessions = sorted(n for n in present if n.startswith(SESSIONS + "/") and n.endswith(".jsonl")
+                          and n.count("/") == 1)
+        topics = sorted(n for n in present if n.count("/") == 1 and fnmatch.fnmatchcase(n, f"{TOPICS}/t-*.jsonl"))
+        logs = sorted(n for n in present if n.count("/") == 1 and n.startswith(DAILY + "/")
+                      and _DAY_FILE.match(n[len(DAILY) + 1:]))
+        return memory + sessions + topics + logs
 
     def source_files(self) -> list[Path]:
         return self.working_folder().source_files()
@@ -574,42 +623,92 @@ class Mirror:
 
     The features read and write the truth by its place, as files (seam.Places): this folder gives
     them those places, while every change goes to the database in its transaction (PostgresWrites)
-    and is copied here once made there. It is derived, as .index/ is: a private temporary folder
-    (mode 0700) brought up to date by what changed since it was last read (the `written` of the
-    transaction that last changed each session, file, the notes and the pending notes), removed
-    when the process ends, and one that a killed process left is removed by the next to make its
-    own. A forgotten record leaves it with the change that forgets it.
+    and is copied here once made there. It holds only what was asked for: the files named (a
+    session's, MEMORY.md, a day's log) and the folders listed or walked, each whole (a walk of the
+    store, the whole truth). It is derived, as .index/ is: a private temporary folder (mode 0700)
+    whose files are brought up to date by what changed since it was last read (the `written` of
+    the transaction that last changed each session, file, the notes and the pending notes),
+    removed when the process ends, and one that a killed process left is removed by the next to
+    make its own. A forgotten record leaves it with the change that forgets it.
     """
 
     def __init__(self):
         self.folder = Store(_private_folder("pg"))
-        self.synced: int | None = None  # the `written` whose truth the folder holds; None: read it all anew
+        self.synced: int | None = None  # the `written` whose truth what is held shows; None: nothing held
+        self.files: set[str] = set()  # files held one by one, there or known not to be
+        self.folders: set[str] = set()  # folders held whole ("" the whole truth)
+        self.empty = True  # no store in the database: nothing to bring
 
     def sync(self, conn) -> None:
-        """Bring the folder to what `conn`'s transaction sees."""
-        if not conn.execute("SELECT to_regclass('memctl_store') IS NOT NULL").fetchone()[0]:
-            written = 0  # no store: nothing, as a store of no committed write holds
-            changed, present = {}, set()
+        """Bring what the folder holds to what `conn`'s transaction sees."""
+        self.empty = not conn.execute("SELECT to_regclass('memctl_store') IS NOT NULL").fetchone()[0]
+        written = 0 if self.empty else conn.execute("SELECT written FROM memctl_store").fetchone()[0]
+        if written == self.synced:
+            return
+        if self.synced is None or self.empty:
+            self._drop()
         else:
-            written = conn.execute("SELECT written FROM memctl_store").fetchone()[0]
-            if written == self.synced:
-                return
-            changed, present = _truth(conn, since=-1 if self.synced is None else self.synced)
-        for name, data in changed.items():
-            self._put(name, data)
-        for name in self._names():
-            if name not in present:
-                self._put(name, None)
+            for folder in sorted(self.folders):
+                self._bring(conn, folder, since=self.synced)
+            for name in _stale(conn, sorted(n for n in self.files if not self._in_folder(n)), since=self.synced,
+                               there=lambda name: self._path(name).exists()):
+                self._put(name, _file_of(conn, name))
         self.synced = written
+
+    def hold(self, conn, names: tuple[str, ...], folder: str | None) -> None:
+        """`names` and every file under `folder` brought, as `conn`'s transaction sees them, unless held."""
+        if folder is not None and not self._in_folder(folder, itself=True):
+            if not self.empty:
+                self._bring(conn, folder, since=-1)
+            self.folders.add(folder)
+        for name in names:
+            if self._in_folder(name, itself=True) or name in self.files:
+                continue
+            data = None if self.empty else _file_of(conn, name)
+            if data is None and not self.empty and _is_folder(conn, name):
+                self.hold(conn, (), name)  # path("topics", "archived"), say: a folder of the truth
+                continue
+            self._put(name, data)
+            self.files.add(name)
 
     def write(self, conn, name: str) -> None:
         """One file of the folder made what `conn`'s transaction holds for it."""
         self._put(name, _file_of(conn, name))
+        if not self._in_folder(name):
+            self.files.add(name)
+
+    def _in_folder(self, name: str, *, itself: bool = False) -> bool:
+        return any(f == "" or name.startswith(f + "/") or (itself and name == f) for f in self.folders)
+
+    def _bring(self, conn, folder: str, *, since: int) -> None:
+        """Every file under `folder` changed after `since` (-1: every file) brought, and those gone removed."""
+        present = _present(conn, under=folder)
+        for name, data in _changed_files(conn, since=since, under=folder).items():
+            self._put(name, data)
+        for name in self._names(folder):
+            if name not in present:
+                self._put(name, None)
+
+    def _drop(self) -> None:
+        """Nothing held: the folder emptied (a transaction that changed it did not commit, or the store is gone)."""
+        import shutil
+
+        with os.scandir(self.folder.root) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    _unlink_if_there(Path(entry.path))
+        self.files, self.folders = set(), set()
+
+    def _path(self, name: str) -> Path:
+        return self.folder.path(*name.split("/"))  # each part of a name from the database checked
 
     def _put(self, name: str, data: bytes | None) -> None:
-        path = self.folder.path(*name.split("/"))  # each part of a name from the database checked
+        path = self._path(name)
         if data is None:
-            _unlink_if_there(path)
+            if not path.is_dir():
+                _unlink_if_there(path)
             return
         _make_dirs(path.parent)
         fd = open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -618,41 +717,82 @@ class Mirror:
         finally:
             os.close(fd)
 
-    def _names(self) -> list[str]:
-        """Every file of the folder that is not hidden, by its path relative to the folder."""
+    def _names(self, under: str = "") -> list[str]:
+        """Every file under `under` ("" the whole folder) that is not hidden, by its path relative to the folder."""
         root = str(self.folder.root)
         found = []
-        for folder, folders, files in os.walk(root):
+        for folder, folders, files in os.walk(os.path.join(root, under) if under else root):
             folders[:] = [name for name in folders if not name.startswith(".")]
             found += [os.path.relpath(os.path.join(folder, name), root) for name in files if not name.startswith(".")]
         return found
 
 
-def _truth(conn, *, since: int) -> tuple[dict[str, bytes | None], set[str]]:
-    """The files of the truth changed by a transaction after `since` (-1: every file), by their path
-    as a folder store lays them out (None: no longer there), and the paths of all it holds."""
-    notes_at, pending_at = conn.execute("SELECT notes_written, pending_written FROM memctl_store").fetchone()
+def _changed_files(conn, *, since: int, under: str = "") -> dict[str, bytes | None]:
+    """The files of the truth under `under` ("" all) changed by a transaction after `since` (-1:
+    every file), by their path as a folder store lays them out (None: no longer there)."""
     changed: dict[str, bytes | None] = {}
-    if notes_at > since:
-        changed[MEMORY_MD] = _file_of(conn, MEMORY_MD)
-    if pending_at > since:
-        changed[PENDING] = _file_of(conn, PENDING)
-    lines: dict[str, list[str]] = {}
-    for session, line in conn.execute(
-            "SELECT m.session, m.line FROM memctl_messages m JOIN memctl_sessions s ON s.session = m.session "
-            "WHERE s.written > %s ORDER BY m.session, m.seq", (since,)):
-        lines.setdefault(session, []).append(line)
-    for (session,) in conn.execute("SELECT session FROM memctl_sessions WHERE written > %s", (since,)):
-        changed[f"{SESSIONS}/{session}.jsonl"] = "".join(lines[session]).encode() if session in lines else None
-    for path, data in conn.execute("SELECT path, data FROM memctl_files WHERE written > %s", (since,)):
+    if not under:
+        notes_at, pending_at = conn.execute("SELECT notes_written, pending_written FROM memctl_store").fetchone()
+        if notes_at > since:
+            changed[MEMORY_MD] = _file_of(conn, MEMORY_MD)
+        if pending_at > since:
+            changed[PENDING] = _file_of(conn, PENDING)
+    if under in ("", SESSIONS):
+        lines: dict[str, list[str]] = {}
+        for session, line in conn.execute(
+                "SELECT m.session, m.line FROM memctl_messages m JOIN memctl_sessions s ON s.session = m.session "
+                "WHERE s.written > %s ORDER BY m.session, m.seq", (since,)):
+            lines.setdefault(session, []).append(line)
+        for (session,) in conn.execute("SELECT session FROM memctl_sessions WHERE written > %s", (since,)):
+            changed[f"{SESSIONS}/{session}.jsonl"] = "".join(lines[session]).encode() if session in lines else None
+    for path, data in conn.execute("SELECT path, data FROM memctl_files WHERE written > %s AND starts_with(path, %s)",
+                                   (since, under + "/" if under else "")):
         changed[path] = bytes(data)
-    present = {f"{SESSIONS}/{session}.jsonl" for (session,) in conn.execute(
-        "SELECT session FROM memctl_sessions s WHERE EXISTS (SELECT 1 FROM memctl_messages m WHERE m.session = s.session)")}
-    present.update(path for (path,) in conn.execute("SELECT path FROM memctl_files"))
-    for name, table in ((MEMORY_MD, "memctl_notes"), (PENDING, "memctl_pending")):
-        if conn.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]:
-            present.add(name)
-    return changed, present
+    return changed
+
+
+def _present(conn, *, under: str = "") -> set[str]:
+    """The paths of every file of the truth under `under` ("" all)."""
+    present: set[str] = set()
+    if under in ("", SESSIONS):
+        present.update(f"{SESSIONS}/{session}.jsonl" for (session,) in conn.execute(
+            "SELECT session FROM memctl_sessions s WHERE EXISTS (SELECT 1 FROM memctl_messages m "
+            "WHERE m.session = s.session)"))
+    present.update(path for (path,) in conn.execute("SELECT path FROM memctl_files WHERE starts_with(path, %s)",
+                                                    (under + "/" if under else "",)))
+    if not under:
+        for name, table in ((MEMORY_MD, "memctl_notes"), (PENDING, "memctl_pending")):
+            if conn.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]:
+                present.add(name)
+    return present
+
+
+def _stale(conn, names: list[str], *, since: int, there) -> list[str]:
+    """Of the files `names`, those a transaction after `since` changed, made or removed (`there`:
+    whether a name is a file of the folder now): a session's, the notes' and the pending notes'
+    `written`, a file's kept whole; a file with none is gone, if it was there."""
+    if not names:
+        return []
+    stamps: dict[str, int] = {}
+    sessions = {name[len(SESSIONS) + 1:-6]: name for name in names
+                if name.startswith(SESSIONS + "/") and name.count("/") == 1 and name.endswith(".jsonl")}
+    if sessions:
+        for session, written in conn.execute("SELECT session, written FROM memctl_sessions WHERE session = ANY(%s)",
+                                             (sorted(sessions),)):
+            stamps[sessions[session]] = written
+    for path, written in conn.execute("SELECT path, written FROM memctl_files WHERE path = ANY(%s)", (names,)):
+        stamps[path] = max(stamps.get(path, -1), written)
+    if MEMORY_MD in names or PENDING in names:
+        notes_at, pending_at = conn.execute("SELECT notes_written, pending_written FROM memctl_store").fetchone()
+        stamps[MEMORY_MD], stamps[PENDING] = max(stamps.get(MEMORY_MD, -1), notes_at), max(stamps.get(PENDING, -1),
+                                                                                          pending_at)
+    return [name for name in names if (name in stamps and stamps[name] > since) or (name not in stamps and there(name))]
+
+
+def _is_folder(conn, name: str) -> bool:
+    """Whether `name` is a folder of the truth: sessions/, or a file kept whole lies under it."""
+    return name in ("", SESSIONS) or conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM memctl_files WHERE starts_with(path, %s))", (name + "/",)).fetchone()[0]
 
 
 def _turns_counted(conn) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Collection, Protocol, runtime_checkable
 
 
 @runtime_checkable
@@ -65,6 +65,7 @@ class Places(Protocol):
     def session_file(self, session: str) -> Path: ...
     def daily_log(self, day: str) -> Path: ...
     def daily_logs(self) -> list[Path]: ...
+    def sessions_with(self, ids: Collection[str]) -> list[Path]: ...
 
 
 @runtime_checkable

@@ -108,17 +108,17 @@ def iter_pending(store: Store) -> Iterator[tuple[int, dict]]:
             yield line.number, line.value
 
 
-def load_ids(store: Store, memory: memoryfile.Document) -> dict[str, tuple[str, str]]:
-    """Every id in the store (messages, pending, and the given parse of MEMORY.md) mapped to its text
-    and its scope."""
+def load_ids(store: Store, memory: memoryfile.Document, wanted: set[str]) -> dict[str, tuple[str, str]]:
+    """The ids of `wanted` the store holds (messages, pending, and the given parse of MEMORY.md),
+    each mapped to its text and its scope."""
     ids: dict[str, tuple[str, str]] = {}
-    for _, _, message in iter_messages(store):
+    for _, _, message in iter_messages(store, store.sessions_with(wanted)):
         ids[message["id"]] = (message.get("text", ""), message_scope(message))
     for _, item in iter_pending(store):
         ids[item["id"]] = (item.get("text", ""), item_scope(item))
     for entry in memory.entries:
         ids[entry.id] = (entry.text, message_scope(entry.fields))
-    return ids
+    return {key: found for key, found in ids.items() if key in wanted}
 
 
 def item_scope(item: dict) -> str:

@@ -25,7 +25,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Collection, Iterator
 
 import orjson
 
@@ -34,6 +34,8 @@ from memctl.store import locking
 from memctl.store.seam import Truth, Writes
 
 DEFAULT_STORE = ".memory"
+# the folders of a store's truth, as a folder store lays them out (and a PostgreSQL store's names)
+MEMORY_MD, SESSIONS_DIR, DAILY_DIR, TOPICS_DIR = "MEMORY.md", "sessions", "memory", "topics"
 STORE_ENV = "MEMCTL_STORE"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -239,19 +241,19 @@ class Store(Truth):
 
     @property
     def memory_md(self) -> Path:
-        return self.path("MEMORY.md")
+        return self.path(MEMORY_MD)
 
     @property
     def daily_dir(self) -> Path:
-        return self.path("memory")
+        return self.path(DAILY_DIR)
 
     @property
     def sessions_dir(self) -> Path:
-        return self.path("sessions")
+        return self.path(SESSIONS_DIR)
 
     @property
     def topics_dir(self) -> Path:
-        return self.path("topics")
+        return self.path(TOPICS_DIR)
 
     @property
     def pending_file(self) -> Path:
@@ -270,14 +272,19 @@ class Store(Truth):
         return self.path(".index")
 
     def daily_log(self, day: str) -> Path:
-        return self.path("memory", f"{day}.md")
+        return self.path(DAILY_DIR, f"{day}.md")
 
     def session_file(self, session: str) -> Path:
         check_name(session, "session")
-        return self.path("sessions", f"{session}.jsonl")
+        return self.path(SESSIONS_DIR, f"{session}.jsonl")
 
     def daily_logs(self) -> list[Path]:
         return [p for p in self.listing(self.daily_dir, "*.md") if _DAY_FILE.match(p.name)]
+
+    def sessions_with(self, ids: Collection[str]) -> list[Path]:
+        """The session files that may hold a message of `ids`: a folder cannot tell without
+        reading them, so every one."""
+        return self.listing(self.sessions_dir, "*.jsonl")
 
     def source_files(self) -> list[Path]:
         """The files the index is built from: their sizes and times tell when to re-index."""
