@@ -2,7 +2,8 @@
 
     python bench/pg_scale.py [--messages 50000] [--sets locomo,lme] [--writers 8] [--queries 40] [--cold 15]
                              [--data ../shared/bench] [--store-url postgresql://USER:PW@HOST:PORT/DB]
-                             [--backends folder,postgresql] [--keep DIR | --reuse DIR] [--steps build,warm,cold]
+                             [--backends folder,postgresql] [--keep DIR | --reuse DIR] [--steps build,warm,cold,write]
+                             [--more 8000] [--rounds 5]
                              [--json FILE]
 
 The messages are LoCoMo dev's turns (5,882, stamped with their sessions' real dates) and
@@ -34,7 +35,13 @@ as users run it (this checkout, `python -P -m memctl`, the package compiled firs
      The in-process figures are taken on both backends in any case: the like-for-like row;
   4. a cold `memctl search`, hybrid and --mode bm25 (MEMCTL_SERVER=off), --cold times, alternating
      with `python -c pass` and the other backend in the same loop: p50 wall as a ratio to `python
-     -c pass`.
+     -c pass`;
+  5. writes into the store built, on a copy of it (a folder copied, a database made with CREATE
+     DATABASE ... TEMPLATE; removed after): --rounds times, one message ingested by a `memctl
+     ingest` process while a process that has searched waits, then its search (which first brings
+     the index up to date) and the next; then --writers processes at once add --more messages, in
+     batches of --batch, as step 1 did (the same sessions under new names and ids, each text
+     marked "(more)").
 
 The load average (`uptime`) is printed before and after: timings are ratios taken in one run.
 """
@@ -271,6 +278,74 @@ def warm_search(store: str, asked: list[str], env: dict) -> dict[str, dict]:
     return found
 
 
+AFTER_WRITE = """
+import json, subprocess, sys, time
+from memctl import Memory
+store, rounds, stamp = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+memory = Memory(store)
+for query in json.loads(sys.stdin.read()):  # the model loaded, the index read: a process that searched
+    memory.search(query)
+walls = {"ingest_s": [], "search_after_s": [], "next_search_s": []}
+for n in range(rounds):
+    line = json.dumps({"session": f"after-write-{stamp}", "role": "user", "id": f"after-write-{stamp}-{n}",
+                       "text": f"I repotted fern number {n} on the balcony", "ts": "2024-03-01T10:00:00"})
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-P", "-m", "memctl", "ingest", "-q", "-f", "jsonl", "-"], input=line.encode(),
+                   check=True)
+    walls["ingest_s"].append(time.perf_counter() - start)
+    start = time.perf_counter()
+    memory.search(f"repotted fern {n} balcony")
+    walls["search_after_s"].append(time.perf_counter() - start)
+    start = time.perf_counter()
+    memory.search("What did Caroline paint?")
+    walls["next_search_s"].append(time.perf_counter() - start)
+memory.close()
+print(json.dumps(walls))
+"""
+
+
+def writes(name: str, store: str, asked: list[str], sessions: list[list[dict]], args, env: dict, work: Path) -> dict:
+    """Step 5, on a copy of the store: one message written while a process that searched waits, then
+    its search; then --writers processes adding --more messages at once."""
+    copy = _copied(name, store, work)
+    try:
+        done = run([sys.executable, "-P", "-c", AFTER_WRITE, copy, str(args.rounds), str(int(time.time()))],
+                   {**env, "MEMCTL_SERVER": "off", "MEMCTL_STORE": copy}, stdin=json.dumps(asked[:3]).encode())
+        walls = json.loads(done.stdout)
+        found = {key: statistics.median(values) for key, values in walls.items()}
+        more = [[{**m, "id": f"more-{m['id']}", "session": f"more-{m['session']}", "text": m["text"] + " (more)"}
+                 for m in session] for session in sessions]
+        (work / f"more-{name}").mkdir()
+        found["ingest"] = ingest(copy, more, args.writers, args.batch, env, work / f"more-{name}")
+        shutil.rmtree(work / f"more-{name}")
+        return found
+    finally:
+        _drop_copy(name, copy)
+
+
+def _copied(name: str, store: str, work: Path) -> str:
+    if name == "folder":
+        shutil.copytree(store, work / "store-write", symlinks=True)
+        return str(work / "store-write")
+    import psycopg
+
+    base, database = store.rsplit("/", 1)
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{database}_write" TEMPLATE "{database}"')
+    return f"{base}/{database}_write"
+
+
+def _drop_copy(name: str, copy: str) -> None:
+    if name == "folder":
+        shutil.rmtree(copy, ignore_errors=True)
+        return
+    import psycopg
+
+    base, database = copy.rsplit("/", 1)
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
 def cold_calls(stores: dict[str, str], question: str, rounds: int, env: dict) -> dict:
     """Step 4: cold `memctl search` on each backend and `python -c pass`, alternating in one loop."""
     off = {**env, "MEMCTL_SERVER": "off"}
@@ -326,7 +401,9 @@ def main() -> None:
                         "server of this run's own")
     parser.add_argument("--backends", default="folder,postgresql", help="which to measure (comma-separated)")
     parser.add_argument("--steps", help="which steps to run (comma-separated): build (ingest and index), warm, "
-                        "cold; all three by default, warm,cold with --reuse")
+                        "cold, write; build,warm,cold by default, warm,cold with --reuse")
+    parser.add_argument("--more", type=int, default=8000, help="messages the writers add in step 5 (write)")
+    parser.add_argument("--rounds", type=int, default=5, help="one-message writes in step 5, each followed by a search")
     kept = parser.add_mutually_exclusive_group()
     kept.add_argument("--keep", type=Path, metavar="DIR", help="keep the stores built (the folder store, and "
                       "the PostgreSQL server's data folder) in DIR, a new folder, for --reuse")
@@ -335,8 +412,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     steps = (args.steps or ("warm,cold" if args.reuse else "build,warm,cold")).split(",")
-    if not set(steps) <= {"build", "warm", "cold"} or (args.reuse and "build" in steps):
-        parser.error(f"--steps {args.steps}: build, warm or cold (not build with --reuse)")
+    if not set(steps) <= {"build", "warm", "cold", "write"} or (args.reuse and "build" in steps):
+        parser.error(f"--steps {args.steps}: build, warm, cold or write (not build with --reuse)")
     if args.keep and args.keep.exists():
         parser.error(f"--keep {args.keep}: exists (a new folder, please)")
     previous = json.loads((args.reuse / KEPT).read_text()) if args.reuse else None
@@ -402,6 +479,11 @@ def main() -> None:
         if "cold" in steps:
             say("cold calls")
             figures["cold_search"] = cold_calls(stores, asked[0], args.cold, env)
+        if "write" in steps:
+            more = corpus(args.data, args.more, sets)
+            for name, store in stores.items():
+                say(f"{name}: writes into a copy")
+                figures[name]["write"] = writes(name, store, asked, more, args, env, work)
     finally:
         figures["load_after"] = uptime()
         keeping = args.keep or args.reuse
@@ -446,6 +528,13 @@ def report(figures: dict) -> None:
          lambda f: warm(f["warm_search"]["in_process"], "{p50_ms:.0f} / {p95_ms:.0f}")),
         ("that process's RSS (peak) MB", lambda f: warm(f["warm_search"]["in_process"], "{rss_mb} ({peak_rss_mb})")),
         ("store size MB (folder: truth + .index/; PostgreSQL: the database)", lambda f: f"{f['size_mb']:.0f}"),
+        ("one message written: its `memctl ingest` process, p50 s", lambda f: f"{f['write']['ingest_s']:.2f}"),
+        ("the search after it in a process that searched (index brought up to date first), p50 s",
+         lambda f: f"{f['write']['search_after_s']:.2f}"),
+        ("the next search, p50 s", lambda f: f"{f['write']['next_search_s']:.2f}"),
+        ("writers adding more: messages/s (all writers)", lambda f: f"{f['write']['ingest']['messages_per_s']:.0f}"),
+        ("writers adding more: a process's wall p50 / p95 s", lambda f: f"{f['write']['ingest']['process_p50_s']:.2f} / "
+                                                                      f"{f['write']['ingest']['process_p95_s']:.2f}"),
     ]
     settings = " ".join(f"{k}={v}" for k, v in figures["settings"].items()) or "default settings"
     built = f"{figures['writers']} writers of {figures['batch']} a process, " if "build" in figures["steps"] else ""
