@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import orjson
 import pytest
 
 from conftest import FIXTURES, killed_after, snapshot
@@ -1072,3 +1073,38 @@ def test_an_index_on_postgresql_of_units_made_another_way_reads_every_file_and_e
         assert memory.index().files_read == 0  # made alike again
     finally:
         memory.close()
+
+
+@pytest.mark.real_model
+def test_a_process_searching_again_across_scripts_ranks_as_a_folder_does(store_dir, postgres_url, monkeypatch):
+    """With the bundled model (two meaning spaces, Latin and the shared one), a row in the other
+    script is ranked on its own cosine, from each row's parts of its vector (Ranking.comparable),
+    which a process searching again keeps and extends row by row as it reads more (Seen.parts):
+    search after search, in either language, the results are a folder's."""
+    from memctl import Memory
+
+    monkeypatch.setenv("MEMCTL_NOW", "2026-11-22T12:00:00Z")
+    monkeypatch.setenv("MEMCTL_RETRIEVAL_CANDIDATES", "2")  # each search reads a few rows: the next reads others
+    lines = "".join(orjson.dumps({"id": i, "session": "chat", "text": text, "ts": f"2026-09-0{n + 1}T07:00:00Z"}).decode()
+                    + "\n" for n, (i, text) in enumerate([
+                        ("class-time", "Leo's class starts at 8:10, so we leave home by 7:40."),
+                        ("teacher", "Leo 的班導是陳老師，教數學的。"),
+                        ("swim", "I signed Leo up for the school's swimming club."),
+                        ("peanuts", "Ana 對花生過敏"),
+                        ("lunch", "今天午餐吃了牛肉麵"),
+                        ("standup", "Standup moved to 10:15 starting next week.")]))
+    for store in (store_dir, postgres_url):
+        memory = Memory(store)
+        memory.ingest(lines, fmt="jsonl")
+        memory.close()
+    folder, postgres = Memory(store_dir), Memory(postgres_url)
+    try:
+        for query in ["what is Ana allergic to", "Who teaches Leo's class?", "午餐吃了什麼", "standup time",
+                      "Leo 的游泳課", "what is Ana allergic to"]:
+            assert [r.as_dict(explain=True) for r in postgres.search(query, k=1)] == \
+                [r.as_dict(explain=True) for r in folder.search(query, k=1)], query
+        seen = postgres._retriever._kept["seen"]
+        assert seen._parts is not None and len(seen._read) == 6  # kept, extended as the rows were read a few a search
+    finally:
+        folder.close()
+        postgres.close()

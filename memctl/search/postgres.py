@@ -19,7 +19,7 @@ from memctl.index.units_reader import UnitsReader
 from memctl.runtime import Runtime
 from memctl.search.candidates import IndexRows, UnitWords
 from memctl.search.queries import Query
-from memctl.search.search import Ranking, Result, _query_cosines, count_returned
+from memctl.search.search import Ranking, Result, _query_cosines, count_returned, vector_parts
 
 
 class PgSearcher(Ranking):
@@ -55,7 +55,9 @@ class PgSearcher(Ranking):
         cosines = vector_rows = None
         compared = reader.count(query.filters)
         if query_vectors is not None:
-            cosines = self.comparable(matrix, _query_cosines(matrix, query_vectors), query_vectors)
+            models = getattr(self.embedder, "models", None)
+            cosines = self.comparable(matrix, _query_cosines(matrix, query_vectors), query_vectors,
+                                      parts=seen.parts(models[0]) if models else None)
             # each query line's nearest, then the `limit` best of them as the lines' cosines combine
             found = np.array([seen.row_of[unit_id] for unit_id in nearest if unit_id in seen.row_of], dtype=np.intp)
             vector_rows = found[np.argsort(-cosines[found], kind="stable")[:limit]].tolist()
@@ -83,6 +85,17 @@ class Seen:
         self._read: set[int] = set()
         self.rows = IndexRows(self.units, lambda: len(self.matrix), retrieval)
         self.words = UnitWords(reader.documents, reader.doc_freqs)
+        self._parts: tuple | None = None  # vector_parts of the matrix, and the split they were taken at
+        self._split: int | None = None
+
+    def parts(self, split: int) -> tuple:
+        """search.vector_parts of the matrix (Ranking.comparable's), kept: a row's taken when it is
+        read. Taken over the whole matrix for each search, they cost a warm search at 50k rows ~40
+        ms of ~280 (cProfile, bench/README.md "Issue 35: the working folder brought by what is
+        asked")."""
+        if self._parts is None or self._split != split:
+            self._parts, self._split = vector_parts(self.matrix, split), split
+        return self._parts
 
     def read(self, reader: PgReader, rows: list[int]) -> None:
         """These rows read, those not read before from the database."""
@@ -92,7 +105,11 @@ class Seen:
         units, vectors = reader.units(missing, self.matrix.shape[1])
         self.units.add(units)
         self.row_of.update((unit[1], unit[0]) for unit in units)
-        self.matrix[[unit[0] for unit in units]] = vectors
+        rows = [unit[0] for unit in units]
+        self.matrix[rows] = vectors
+        if self._parts is not None:
+            norms, latin = vector_parts(self.matrix[rows], self._split)
+            self._parts[0][rows], self._parts[1][rows] = norms, latin
         self._read.update(missing)
 
 class PgRetriever:
