@@ -64,7 +64,7 @@ def show(store: Store, record_id: str, scope: str | None = None) -> Shown:
 
 
 def _message(store: Store, record_id: str, scope: str | None) -> Shown | None:
-    for path, line, message in iter_messages(store):
+    for path, line, message in iter_messages(store, store.sessions_with({record_id})):
         if message["id"] == record_id:
             fields = {k: v for k, v in message.items() if k not in ("id", "text")}
             return Shown(record_id, "message", str(message.get("text", "")), store.relative(path), line,
