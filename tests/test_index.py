@@ -121,6 +121,17 @@ def test_files_made_and_removed_are_seen_after_a_kept_listing(store):
     assert "MEMORY.md" not in store.source_names()
 
 
+def test_a_session_file_made_by_hand_under_a_name_memctl_would_not_give_is_indexed(store):
+    """A listing shows a file made by hand as it is, a space in its name say, which no session name
+    could hold: an update finds it again by that name (Store.located) and indexes its messages."""
+    (store.root / "sessions" / "my notes.jsonl").write_text(
+        '{"id": "hand-made-1", "role": "user", "text": "The spare key hangs behind the boiler.", '
+        '"ts": "2026-11-20T08:00:00Z"}\n')
+    report = Index(runtime_of(store)).update()
+    assert report.added == 1 and not report.rebuilt
+    assert "hand-made-1" in table(store)
+
+
 def test_a_manifest_changed_after_it_was_kept_is_read_again(store):
     """The freshness check keeps the manifest it parsed while manifest.json stays the same file:
     an update's new manifest, and one edited in place by hand (the same size), are each seen."""

@@ -36,8 +36,8 @@ from memctl.store import locking
 from memctl import clock
 from memctl import config
 from memctl.errors import MemctlError
-from memctl.store.store import (DAILY_DIR, SESSIONS_DIR, TOPICS_DIR, KeptWhileUnchanged, NotRegularFile, Store, atomic_write,
-                                bytes_under, open_file, read_file)
+from memctl.store.store import (DAILY_DIR, MEMORY_MD, SESSIONS_DIR, TOPICS_DIR, KeptWhileUnchanged, NotRegularFile,
+                                Store, atomic_write, bytes_under, open_file, read_file)
 from memctl.store.seam import Searchable
 from memctl.text.shape import Shape, shown
 
@@ -675,7 +675,7 @@ def read_files(store: Store, table, names: set[str]) -> _Reading | None:
 
     sessions = sorted(name for name in names if name.startswith(SESSIONS_DIR + "/"))
     logs = {name for name in names if name.startswith(DAILY_DIR + "/")}
-    units = list(memory_units(store)) if store.relative(store.memory_md) in names else []
+    units = list(memory_units(store)) if MEMORY_MD in names else []
     skipped: list[str] = []
     messages = list(message_units(store, _existing(store, sessions), skipped=skipped))
     now, before = {u.record_id for u in messages}, table.message_ids(sessions)
@@ -719,9 +719,9 @@ def read_files(store: Store, table, names: set[str]) -> _Reading | None:
 
 
 def _existing(store: Store, names: list[str]) -> list[Path]:
-    """The named files that are there. Each asked by its name (path()): a PostgreSQL store brings
-    just those into its working folder."""
-    return [path for path in (store.path(*name.split("/")) for name in names) if path.exists()]
+    """The named files that are there, each located by its name: a PostgreSQL store brings just
+    those into its working folder."""
+    return [path for path in (store.located(name) for name in names) if path.exists()]
 
 
 @dataclass

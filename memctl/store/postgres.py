@@ -56,7 +56,8 @@ import orjson
 from memctl.errors import StoreError
 from memctl.store import counters, memoryfile
 from memctl.store.sessions import message_scope
-from memctl.store.store import _DAY_FILE, DAILY_DIR, MEMORY_MD, SESSIONS_DIR, TOPICS_DIR, Store, _make_dirs, _unlink_if_there, _write_all, check_name, mended, open_file
+from memctl.store.store import (_DAY_FILE, DAILY_DIR, MEMORY_MD, SESSIONS_DIR, TOPICS_DIR, Store, _make_dirs,
+                                _unlink_if_there, _write_all, check_name, mended, open_file)
 
 FORMAT = 4
 NO_SCOPE = "none"  # the scope of a session holding no message (only torn or hand-made lines): no scope's
@@ -582,8 +583,15 @@ class PostgresStore:
 
     def path(self, *parts: str) -> Path:
         path = self._folder().path(*parts)  # each part checked first
-        self._holding("/".join(parts)) if parts else self.working_folder()
+        if parts:
+            self._holding("/".join(parts))
+        else:
+            self.working_folder()  # the root: the whole truth
         return path
+
+    def located(self, name: str) -> Path:
+        self._holding(name)  # names from the database: each part was checked when written
+        return self._folder().located(name)
 
     def confine(self, path: Path) -> Path:
         return self._folder().confine(path)

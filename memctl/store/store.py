@@ -192,6 +192,11 @@ class Store(Truth):
             check_name(part, "file name", source=str(self.root))
         return self.confine(self.root.joinpath(*parts))
 
+    def located(self, name: str) -> Path:
+        """The file or folder at `name`, a path relative to the root as a listing or the index writes
+        it: confined, each part not checked as a name (a listing shows a file made by hand as it is)."""
+        return self.confine(self.root.joinpath(*name.split("/")))
+
     def confine(self, path: Path) -> Path:
         """`path` if it lies under the root and nothing between the root and it is a
         symbolic link; else StoreError naming the link. The root itself may be a link
