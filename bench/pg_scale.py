@@ -2,7 +2,7 @@
 
     python bench/pg_scale.py [--messages 50000] [--sets locomo,lme] [--writers 8] [--queries 40] [--cold 15]
                              [--data ../shared/bench] [--store-url postgresql://USER:PW@HOST:PORT/DB]
-                             [--backends folder,postgresql] [--keep DIR | --reuse DIR] [--steps build,warm,cold,write]
+                             [--backends folder,postgresql] [--keep DIR | --reuse DIR] [--steps build,warm,cold,write | ingest]
                              [--more 8000] [--rounds 5]
                              [--json FILE]
 
@@ -401,7 +401,8 @@ def main() -> None:
                         "server of this run's own")
     parser.add_argument("--backends", default="folder,postgresql", help="which to measure (comma-separated)")
     parser.add_argument("--steps", help="which steps to run (comma-separated): build (ingest and index), warm, "
-                        "cold, write; build,warm,cold by default, warm,cold with --reuse")
+                        "cold, write; build,warm,cold by default, warm,cold with --reuse; or ingest alone (step "
+                        "1 only, into new stores)")
     parser.add_argument("--more", type=int, default=8000, help="messages the writers add in step 5 (write)")
     parser.add_argument("--rounds", type=int, default=5, help="one-message writes in step 5, each followed by a search")
     kept = parser.add_mutually_exclusive_group()
@@ -412,8 +413,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     steps = (args.steps or ("warm,cold" if args.reuse else "build,warm,cold")).split(",")
-    if not set(steps) <= {"build", "warm", "cold", "write"} or (args.reuse and "build" in steps):
-        parser.error(f"--steps {args.steps}: build, warm, cold or write (not build with --reuse)")
+    if not set(steps) <= {"build", "ingest", "warm", "cold", "write"} or \
+            (args.reuse and {"build", "ingest"} & set(steps)) or ("ingest" in steps and set(steps) - {"ingest"}):
+        parser.error(f"--steps {args.steps}: build, warm, cold or write (not build with --reuse), or ingest alone")
     if args.keep and args.keep.exists():
         parser.error(f"--keep {args.keep}: exists (a new folder, please)")
     previous = json.loads((args.reuse / KEPT).read_text()) if args.reuse else None
@@ -462,14 +464,15 @@ def main() -> None:
                 {"messages": messages, "sets": sets, "commit": figures["commit"],
                  "stores": stores,
                  "server": server.kept() if server is not None else None}, indent=1))
-        sessions = corpus(args.data, messages, sets) if "build" in steps else []
+        sessions = corpus(args.data, messages, sets) if {"build", "ingest"} & set(steps) else []
         for name, store in stores.items():
             figures[name] = {}
-            if "build" in steps:
+            if {"build", "ingest"} & set(steps):
                 say(f"{name}: ingest of {messages} messages by {args.writers} writers")
                 (work / f"in-{name}").mkdir()
                 figures[name]["ingest"] = ingest(store, sessions, args.writers, args.batch, env, work / f"in-{name}")
                 shutil.rmtree(work / f"in-{name}")
+            if "build" in steps:
                 say(f"{name}: index")
                 figures[name]["index"] = index(store, env)
             if "warm" in steps:
@@ -537,7 +540,8 @@ def report(figures: dict) -> None:
                                                                       f"{f['write']['ingest']['process_p95_s']:.2f}"),
     ]
     settings = " ".join(f"{k}={v}" for k, v in figures["settings"].items()) or "default settings"
-    built = f"{figures['writers']} writers of {figures['batch']} a process, " if "build" in figures["steps"] else ""
+    built = (f"{figures['writers']} writers of {figures['batch']} a process, "
+             if {"build", "ingest"} & set(figures["steps"]) else "")
     print(f"\n{figures['messages']} messages ({', '.join(figures['sets'])}), {built}{settings}, steps {','.join(figures['steps'])}, at {figures['commit']}"
           + (f", the stores kept in {figures['reused']}" if figures["reused"] else "") + "\n")
     print("| | " + " | ".join(backends) + " |\n| --- |" + " --- |" * len(backends))
