@@ -387,6 +387,79 @@ def test_a_search_on_postgresql_indexes_the_store_written_since(run, store_dir, 
     assert b"updated the index: 1 added" in done.stderr and postgres_url.encode() not in done.stderr
 
 
+def index_state(url: str) -> tuple:
+    import psycopg
+
+    with psycopg.connect(url) as database:
+        return database.execute("SELECT format, built, written, units, body_tokens, context_tokens, updated_at "
+                                "FROM memctl_index").fetchone()
+
+
+def test_an_index_on_postgresql_that_fails_as_its_rows_go_in_leaves_it_as_it_was(postgres_url, monkeypatch):
+    """The rows of an update or a rebuild go in by one COPY, each sent as it is made (_insert):
+    when the last cannot be made, the ones before it, sent already (hundreds of KB), are not kept:
+    the rows and the state of the index are as they were (a rebuild's dropped table is back), and
+    the next update makes what a rebuild makes."""
+    import orjson
+
+    from memctl import Memory
+    from memctl.index import postgres
+
+    def session(name: str, day: int, last: str = "") -> bytes:
+        return b"".join(orjson.dumps(
+            {"id": f"{name}-{n}", "session": name, "speaker": "Mei", "ts": f"2026-07-{day:02d}T{8 + n // 60:02d}:{n % 60:02d}:00Z",
+             "text": f"note {n} of {name}: the kestrel pipeline moved its nightly batch to shard {n * 7 % 31}"
+                     + (last if n == 149 else "")}) + b"\n" for n in range(150))
+
+    memory = Memory(postgres_url)
+    try:
+        memory.ingest(session("first", 7), fmt="jsonl", keep_noise=True)
+        memory.index()
+        before, state = units_in(postgres_url), index_state(postgres_url)
+        assert len(before) == 150
+        memory.ingest(session("second", 8, " (unmakeable)"), fmt="jsonl", keep_noise=True)
+        made: list[str] = []
+        row = postgres._row
+
+        def failing(unit, *args):
+            if "unmakeable" in unit.text:
+                raise RuntimeError("this row cannot be made")
+            made.append(unit.id)
+            return row(unit, *args)
+
+        monkeypatch.setattr(postgres, "_row", failing)
+        for rebuild, rows_before in ((False, 149), (True, 299)):
+            made.clear()
+            with pytest.raises(RuntimeError, match="cannot be made"):
+                memory.index(rebuild=rebuild)
+            assert len(made) == rows_before
+            assert units_in(postgres_url) == before and index_state(postgres_url) == state
+        monkeypatch.undo()
+        update = memory.index()
+        assert (update.rebuilt, update.added, update.units) == (False, 150, 300)
+        after = units_in(postgres_url)
+        assert all(after[unit_id] == unit for unit_id, unit in before.items())
+        assert memory.index(rebuild=True).units == 300
+        assert {k: v[1:] for k, v in units_in(postgres_url).items()} == {k: v[1:] for k, v in after.items()}
+    finally:
+        memory.close()
+
+
+def test_a_notes_field_a_hand_edit_made_a_number_or_a_list_is_indexed_as_its_text(run, store_dir, postgres_url):
+    """tool, agent, cache_scope and created_at are text (the store's check says so); one a hand edit made
+    a number, true or a list is indexed as MEMORY.md writes it, not refused."""
+    import psycopg
+
+    store_dir.mkdir(parents=True, exist_ok=True)
+    (store_dir / "MEMORY.md").write_text("## Tools\n\n<!-- memory\nid: mem-odd\ntool: 42\nagent: true\n"
+                                         "cache_scope: [1, 2]\ncreated_at: 2026\n-->\nThe deploy script lives in ops/.\n")
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    assert run("index", store=postgres_url).returncode == 0
+    with psycopg.connect(postgres_url) as database:
+        assert database.execute("SELECT tool, agent, cache_scope, ts FROM memctl_units WHERE id = 'mem-odd'"
+                                ).fetchone() == ("42", "true", "[1,2]", "2026")
+
+
 # -- the working folder (store/postgres.py Mirror) ---------------------------------------------------------
 FOLDER_OF = ("import sys, time\n"
              "from memctl import Memory\n"
