@@ -387,6 +387,39 @@ def test_a_search_on_postgresql_indexes_the_store_written_since(run, store_dir, 
     assert b"updated the index: 1 added" in done.stderr and postgres_url.encode() not in done.stderr
 
 
+def test_a_search_on_postgresql_judges_its_index_fresh_by_the_settings_as_on_a_folder(run, store_dir, postgres_url,
+                                                                                     monkeypatch):
+    """Whether a search indexes first is judged by the settings that name the model (its name,
+    its precision, the turn before), as a folder's index is: the model's identity, worked out
+    by opening its packages (~30 ms a cold search), only when they differ. One whose identity
+    changed under the same name is rebuilt by the next update; another setting is not fresh."""
+    import psycopg
+
+    from memctl import Memory
+    from memctl.index import postgres
+
+    demo_store(run, store_dir)
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    memory = Memory(postgres_url)
+    try:
+        memory.index()
+        index = postgres.PgIndex(memory.runtime)
+        with monkeypatch.context() as patched:
+            patched.setattr(postgres, "_Model", None)  # not opened: calling it would raise
+            assert index.is_fresh()
+            with psycopg.connect(postgres_url) as database:
+                database.execute("""UPDATE memctl_index SET built = jsonb_set(built, '{model,sha256}', '"another"')""")
+            assert index.is_fresh()
+        update = memory.index()
+        assert update.rebuilt and update.reason.startswith("model changed")
+        assert index.is_fresh()
+        with psycopg.connect(postgres_url) as database:
+            database.execute("UPDATE memctl_index SET built = jsonb_set(built, '{with_previous_turn}', 'false')")
+        assert not index.is_fresh()
+    finally:
+        memory.close()
+
+
 def index_state(url: str) -> tuple:
     import psycopg
 

@@ -146,11 +146,18 @@ class PgIndex(Searchable):
                 "format": FORMAT, "units": UNITS}
 
     def is_fresh(self) -> bool:
-        """Whether the index holds what it is made of as the last write of it left it, made by this model."""
+        """Whether the index holds what it is made of as the last write of it left it, made by the
+        model the settings name. Judged, as a folder's index is, by the settings (the model's name,
+        its precision, the turn before): the model's identity, which an update compares (a package
+        upgraded under the same name: rebuilt by the next update), is worked out here only when
+        they differ. Working it out opens the model's packages, 13-24 ms of each cold search at
+        10k messages (bench/README.md "Issue 35: PostgreSQL's build memory and cold search")."""
         with self.store.snapshot() as conn:  # one transaction, not one for exists() and one for the state
             if not self.store.exists():
                 return True
-            return self._state(conn) == (_sources_written(conn), self._built())
+            state = self._state(conn)
+            return state is not None and state[0] == _sources_written(conn) and (
+                _made_as_set(state[1], self.settings.embedding) or state[1] == self._built())
 
     def _state(self, conn) -> tuple[int, dict] | None:
         if not conn.execute("SELECT to_regclass('memctl_index') IS NOT NULL").fetchone()[0]:
@@ -367,6 +374,19 @@ def _rebuild_reason(state: tuple[int, dict] | None, built: dict) -> str:
     made_alike = {key: value for key, value in was.items() if key != "units"} == \
         {key: value for key, value in built.items() if key != "units"}
     return "" if made_alike else "embedding settings changed"
+
+
+def _made_as_set(built: dict, embedding) -> bool:
+    """Whether an index built as `built` (PgIndex._built) is of this format and these embedding
+    settings: the model's name (its identity's: the setting, or the default's name) and precision
+    (a packaged model's that has none: "package", whatever the setting)."""
+    from memctl.index.embedders import DEFAULT
+
+    model = built.get("model") or {}
+    return (built.get("format") == FORMAT and built.get("units") == UNITS
+            and built.get("with_previous_turn") == embedding.with_previous_turn
+            and model.get("name") == (embedding.model or DEFAULT)
+            and model.get("precision") in (embedding.precision, "package"))
 
 
 def _has_units(conn) -> bool:
