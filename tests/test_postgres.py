@@ -782,6 +782,45 @@ def test_a_warm_search_on_postgresql_is_one_snapshot_and_one_count(postgres_url,
         memory.close()
 
 
+def test_a_first_search_on_postgresql_counts_its_words_units_in_two_statements(run, store_dir, postgres_url,
+                                                                                monkeypatch):
+    """A process's first search counts the units holding its words in two statements: the query's
+    words in both fields at once (BM25), then the rare words of the first page's messages at once
+    (the newer-first stage), not one statement a message: each a round trip, and a count on the
+    GIN index. The results are what a search that counts them one by one finds."""
+    import psycopg
+
+    from memctl import Memory
+    from memctl.search.candidates import UnitWords
+
+    demo_store(run, store_dir)
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    assert run("index", store=postgres_url).returncode == 0
+    counted: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def counting(self, query, *args, **kwargs):
+        if "@> ARRAY[t]" in str(query):
+            counted.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counting)
+    found = {}
+    for one_by_one in (False, True):
+        if one_by_one:
+            monkeypatch.setattr(UnitWords, "rare_terms_of_each", lambda self, units, most: None)
+        memory = Memory(postgres_url)
+        try:
+            counted.clear()
+            found[one_by_one] = [(r.id, r.score) for r in memory.search("what did we decide for the kestrel database",
+                                                                         mode="bm25", k=10)]
+        finally:
+            memory.close()
+        if not one_by_one:
+            assert len(counted) == 2 and "context_terms" in counted[0]
+    assert len(counted) > 3 and found[False] == found[True] and len(found[False]) > 3
+
+
 # -- access counts, and a read-only database (a replica) ----------------------------------------------
 @pytest.mark.process
 def test_searches_of_processes_at_once_lose_no_access_count(postgres_url, tmp_path):

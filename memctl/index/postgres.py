@@ -500,14 +500,16 @@ class PgReader:
 
     def doc_freqs(self, terms, field: str = "body") -> dict[str, int]:
         """How many units hold each term in `field` (counted on its GIN index, kept for this generation)."""
-        wanted = sorted({term for term in terms if (field, term) not in self._frequencies})
+        return self._counted(terms, (field,))[field]
+
+    def _counted(self, terms, fields: tuple[str, ...]) -> dict[str, dict[str, int]]:
+        """doc_freqs of each of `fields` (body, context), counted in one statement."""
+        wanted = sorted({term for term in terms for field in fields if (field, term) not in self._frequencies})
         if wanted and not self.empty:
-            column = "body_terms" if field == "body" else "context_terms"
-            for term, count in self.conn.execute(
-                    f"SELECT t, (SELECT count(*) FROM memctl_units WHERE {column} @> ARRAY[t]) "
-                    "FROM unnest(%s::text[]) AS t", (wanted,)):
-                self._frequencies[(field, term)] = count
-        return {term: self._frequencies.get((field, term), 0) for term in terms}
+            counts = ", ".join(f"(SELECT count(*) FROM memctl_units WHERE {field}_terms @> ARRAY[t])" for field in fields)
+            for term, *found in self.conn.execute(f"SELECT t, {counts} FROM unnest(%s::text[]) AS t", (wanted,)):
+                self._frequencies.update(((field, term), count) for field, count in zip(fields, found))
+        return {field: {term: self._frequencies.get((field, term), 0) for term in terms} for field in fields}
 
     def bm25(self, text: str, filters: Filters, limit: int, ideal_terms: int, context_weight: float):
         """lexical.search's hits (Hits), scored as Tantivy scores them, in SQL."""
@@ -523,7 +525,7 @@ class PgReader:
             return lexical.Hits({}, 0.0)
         documents = self.documents
         letters = sorted({*terms, *(c for pair in pairs for c in pair)})
-        body, context = self.doc_freqs(letters, "body"), self.doc_freqs(letters, "context")
+        body, context = self._counted(letters, ("body", "context")).values()
 
         def idf(found: int) -> float:  # Tantivy's, in float32 as it computes it
             return float(_logf(np.float32(1) + (np.float32(documents - found) + np.float32(0.5))
