@@ -218,7 +218,12 @@ class PgIndex(Searchable):
         return self.update()
 
     def embed_ahead(self, most: int = 0) -> None:
-        """Nothing ahead: a resident server on a PostgreSQL store is not there yet (#35 item 1)."""
+        """Nothing ahead (Memory.embed_ahead does not ask it): the texts the next update embeds are
+        worked out from the database (the files written since: _changed), on a connection and into a
+        working folder that are one thread's (store/postgres.py), so a thread embedding them beside
+        the resident server's next call would need its own of both, and the update would take its
+        vectors only for exactly those texts, as a folder's does (index._embedded_ahead). Until
+        then the update embeds them on its caller's time."""
 
     # -- updating -------------------------------------------------------------------------
     def update(self, *, rebuild: bool = False, progress=None) -> UpdateReport:
