@@ -273,9 +273,10 @@ class PgIndex(Searchable):
                 conn.execute("DELETE FROM memctl_units WHERE id = ANY(%s)", (change.gone[start:start + 1000],))
             top = conn.execute("SELECT coalesce(max(row) + 1, 0) FROM memctl_units").fetchone()[0]
             with_turn = model.embedding_settings.with_previous_turn
-            _insert(conn, (_row(unit, top + at, change.digests[at], digest, with_turn,
-                                made[place[digest]] if digest in place else donors[digest])
-                           for at, (unit, digest) in enumerate(zip(change.fresh, embed_digests))))
+            if change.fresh:
+                _insert(conn, (_row(unit, top + at, change.digests[at], digest, with_turn,
+                                    made[place[digest]] if digest in place else donors[digest])
+                               for at, (unit, digest) in enumerate(zip(change.fresh, embed_digests))))
             counts = conn.execute("SELECT count(*), coalesce(sum(cardinality(body_terms)), 0), "
                                   "coalesce(sum(cardinality(context_terms)), 0) FROM memctl_units").fetchone()
             # made anew, or changed past autovacuum's own threshold (50 rows and a tenth of the table)
@@ -445,10 +446,11 @@ _INSERTED = (("row", "int8"), ("id", "text"), ("digest", "text"), ("embed_digest
 
 def _insert(conn, rows: Iterable[tuple]) -> None:
     """Rows into memctl_units by one binary COPY, each sent as it is made: psycopg writes a buffer
-    at a time, so the rows of a build are never all in memory. (Made all at once for an
+    at a time, so the rows of a build are never all in memory. Made all at once for an
     executemany, each vector a list of Python floats, they took most of a PostgreSQL build's
-    peak RSS: 3.0 GB at 50k messages, the folder's 1.2; bench/README.md "Issue 35: a store of
-    50k messages".) The vectors go in pgvector's binary form, straight from float32."""
+    peak RSS (3.0 GB at 50k messages, the folder's 1.2); a rebuild at 10k peaked at 1,161 MB so,
+    799 this way (bench/README.md "Issue 35: PostgreSQL's build memory and cold search"). The
+    vectors go in pgvector's binary form, straight from float32."""
     import numpy as np
     from psycopg.adapt import Dumper
     from psycopg.pq import Format
