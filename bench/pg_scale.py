@@ -281,8 +281,8 @@ def warm_search(store: str, asked: list[str], env: dict) -> dict[str, dict]:
 AFTER_WRITE = """
 import json, subprocess, sys, time
 from memctl import Memory
-store, rounds, stamp = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-memory = Memory(store)
+rounds, stamp = int(sys.argv[1]), sys.argv[2]
+memory = Memory()  # the store of MEMCTL_STORE, as the `memctl ingest` below
 for query in json.loads(sys.stdin.read()):  # the model loaded, the index read: a process that searched
     memory.search(query)
 walls = {"ingest_s": [], "search_after_s": [], "next_search_s": []}
@@ -309,8 +309,8 @@ def writes(name: str, store: str, asked: list[str], sessions: list[list[dict]], 
     its search; then --writers processes adding --more messages at once."""
     copy = _copied(name, store, work)
     try:
-        done = run([sys.executable, "-P", "-c", AFTER_WRITE, copy, str(args.rounds), str(int(time.time()))],
-                   {**env, "MEMCTL_SERVER": "off", "MEMCTL_STORE": copy}, stdin=json.dumps(asked[:3]).encode())
+        done = run([sys.executable, "-P", "-c", AFTER_WRITE, str(args.rounds), str(int(time.time()))],
+                   at(copy, {**env, "MEMCTL_SERVER": "off"}), stdin=json.dumps(asked[:3]).encode())
         walls = json.loads(done.stdout)
         found = {key: statistics.median(values) for key, values in walls.items()}
         more = [[{**m, "id": f"more-{m['id']}", "session": f"more-{m['session']}", "text": m["text"] + " (more)"}
