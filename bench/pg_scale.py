@@ -205,8 +205,8 @@ def ingest(store: str, sessions: list[list[dict]], writers: int, batch: int, env
     def write(paths: list[Path]) -> None:
         for path in paths:
             begun = time.perf_counter()
-            done = subprocess.run([*MEMCTL, "--store", store, "ingest", "--keep-noise", "-q", "-f", "jsonl", str(path)],
-                                  capture_output=True, env={**env, "MEMCTL_SERVER": "off"})
+            done = subprocess.run([*MEMCTL, "ingest", "--keep-noise", "-q", "-f", "jsonl", str(path)],
+                                  capture_output=True, env=at(store, {**env, "MEMCTL_SERVER": "off"}))
             walls.append(time.perf_counter() - begun)
             if done.returncode != 0:
                 failures.append(done.stderr.decode()[-500:])
@@ -227,7 +227,7 @@ def ingest(store: str, sessions: list[list[dict]], writers: int, batch: int, env
 
 def index(store: str, env: dict) -> dict:
     """Step 2: a cold `memctl index` of the whole store."""
-    wall, cpu, peak, out = under_time([*MEMCTL, "--store", store, "index", "--json"], {**env, "MEMCTL_SERVER": "off"})
+    wall, cpu, peak, out = under_time([*MEMCTL, "index", "--json"], at(store, {**env, "MEMCTL_SERVER": "off"}))
     report = orjson.loads(out)
     return {"seconds": wall, "cpu_s": cpu, "peak_rss_mb": peak, "units": report.get("units"),
             "embedded": report.get("embedded")}
@@ -236,8 +236,8 @@ def index(store: str, env: dict) -> dict:
 IN_PROCESS = """
 import sys, time, json, resource
 from memctl import Memory
-store, queries = sys.argv[1], json.loads(sys.stdin.read())
-memory = Memory(store)
+queries = json.loads(sys.stdin.read())
+memory = Memory()  # the store of MEMCTL_STORE
 memory.search(queries[0])  # loads the model and the index
 walls = []
 for query in queries:
@@ -252,24 +252,24 @@ print(json.dumps({"walls": walls, "rss_mb": int(status["VmRSS"].split()[0]) // 1
 
 def warm_search(store: str, asked: list[str], env: dict) -> dict[str, dict]:
     """Step 3: through the resident server (when one runs for the store), and in one process through Memory."""
-    common = [*MEMCTL, "--store", store]
+    env = at(store, env)
     found: dict[str, dict] = {}
-    started = run([*common, "server", "start"], env, check=False)
-    status = run([*common, "server", "status", "--json"], env, check=False)
+    started = run([*MEMCTL, "server", "start"], env, check=False)
+    status = run([*MEMCTL, "server", "status", "--json"], env, check=False)
     if started.returncode == 0 and status.returncode == 0 and status.stdout.strip():
         pid = orjson.loads(status.stdout.splitlines()[0])["pid"]
         try:
-            run([*common, "search", asked[0]], env)  # the server loads the model and the index
-            walls = [timed([*common, "search", query], env) for query in asked]
+            run([*MEMCTL, "search", asked[0]], env)  # the server loads the model and the index
+            walls = [timed([*MEMCTL, "search", query], env) for query in asked]
             rss, peak = rss_mb(pid)
         finally:
-            run([*common, "server", "stop"], env, check=False)
+            run([*MEMCTL, "server", "stop"], env, check=False)
         found["server"] = {"p50_ms": statistics.median(walls), "p95_ms": percentile(walls, 0.95),
                            "rss_mb": rss, "peak_rss_mb": peak}
     else:
         why = (started.stderr or status.stderr).decode().strip().splitlines()
         found["server"] = {"none": why[-1] if why else f"exit {started.returncode}"}
-    done = run([sys.executable, "-P", "-c", IN_PROCESS, store], {**env, "MEMCTL_SERVER": "off"},
+    done = run([sys.executable, "-P", "-c", IN_PROCESS], {**env, "MEMCTL_SERVER": "off"},
                stdin=json.dumps(asked).encode())
     measured = json.loads(done.stdout)
     found["in_process"] = {"p50_ms": statistics.median(measured["walls"]),
@@ -281,8 +281,8 @@ def warm_search(store: str, asked: list[str], env: dict) -> dict[str, dict]:
 AFTER_WRITE = """
 import json, subprocess, sys, time
 from memctl import Memory
-store, rounds, stamp = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-memory = Memory(store)
+rounds, stamp = int(sys.argv[1]), sys.argv[2]
+memory = Memory()  # the store of MEMCTL_STORE, as the `memctl ingest` below
 for query in json.loads(sys.stdin.read()):  # the model loaded, the index read: a process that searched
     memory.search(query)
 walls = {"ingest_s": [], "search_after_s": [], "next_search_s": []}
@@ -309,8 +309,8 @@ def writes(name: str, store: str, asked: list[str], sessions: list[list[dict]], 
     its search; then --writers processes adding --more messages at once."""
     copy = _copied(name, store, work)
     try:
-        done = run([sys.executable, "-P", "-c", AFTER_WRITE, copy, str(args.rounds), str(int(time.time()))],
-                   {**env, "MEMCTL_SERVER": "off", "MEMCTL_STORE": copy}, stdin=json.dumps(asked[:3]).encode())
+        done = run([sys.executable, "-P", "-c", AFTER_WRITE, str(args.rounds), str(int(time.time()))],
+                   at(copy, {**env, "MEMCTL_SERVER": "off"}), stdin=json.dumps(asked[:3]).encode())
         walls = json.loads(done.stdout)
         found = {key: statistics.median(values) for key, values in walls.items()}
         more = [[{**m, "id": f"more-{m['id']}", "session": f"more-{m['session']}", "text": m["text"] + " (more)"}
@@ -350,17 +350,23 @@ def cold_calls(stores: dict[str, str], question: str, rounds: int, env: dict) ->
     """Step 4: cold `memctl search` on each backend and `python -c pass`, alternating in one loop."""
     off = {**env, "MEMCTL_SERVER": "off"}
     for store in stores.values():  # the index fresh, the model's export cached: nothing left to build
-        run([*MEMCTL, "--store", store, "search", question], off)
-    calls = {f"{name}, search{mode}": [*MEMCTL, "--store", store, "search", *flags, question]
+        run([*MEMCTL, "search", question], at(store, off))
+    calls = {f"{name}, search{mode}": ([*MEMCTL, "search", *flags, question], at(store, off))
              for name, store in stores.items() for mode, flags in (("", []), (" --mode bm25", ["--mode", "bm25"]))}
     walls: dict[str, list[float]] = {"python -c pass": [], **{name: [] for name in calls}}
     for _ in range(rounds):
         walls["python -c pass"].append(timed([sys.executable, "-c", "pass"], off))
-        for name, argv in calls.items():
-            walls[name].append(timed(argv, off))
+        for name, (argv, store_env) in calls.items():
+            walls[name].append(timed(argv, store_env))
     bare = statistics.median(walls["python -c pass"])
     return {name: {"p50_ms": statistics.median(values), "ratio": statistics.median(values) / bare}
             for name, values in walls.items()}
+
+
+def at(store: str, env: dict) -> dict:
+    """`env` naming the store for a `memctl` process: in MEMCTL_STORE, not in its arguments, where
+    any user's `ps` reads a URL's password."""
+    return {**env, "MEMCTL_STORE": store}
 
 
 def shown(store: str) -> str:
@@ -460,6 +466,7 @@ def main() -> None:
         stores = {name: store for name, store in (("folder", str(work / "store")), ("postgresql", url))
                   if name in backends}
         if args.keep:
+            (work / KEPT).touch(mode=0o600)  # it holds the server's password: its owner's alone
             (work / KEPT).write_text(json.dumps(
                 {"messages": messages, "sets": sets, "commit": figures["commit"],
                  "stores": stores,

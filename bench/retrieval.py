@@ -91,7 +91,7 @@ def searched(folder: Path):
     name = f"memctl_bench_{os.getpid()}_{next(_DATABASES)}"
     with psycopg.connect(STORE_URL, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
-    target = STORE_URL.rsplit("/", 1)[0] + "/" + name
+    target = apart(STORE_URL)[0].rsplit("/", 1)[0] + "/" + name
     try:
         memctl(folder, "store", "copy", str(folder), target)
         yield target
@@ -100,9 +100,23 @@ def searched(folder: Path):
             admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
+def apart(url: str) -> tuple[str, dict]:
+    """The URL without its password, and the environment that gives the password to libpq
+    (PGPASSWORD): a process's arguments are any user's to read (`ps`), its environment its owner's."""
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url, {}
+    user, host = parts.netloc.rsplit("@", 1)
+    return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}@{host}")), \
+        {"PGPASSWORD": unquote(parts.password)}
+
+
 def memctl(store: Path | str, *args: str, stdin: bytes = b"", env: dict | None = None) -> bytes:
+    password = apart(STORE_URL)[1] if STORE_URL else {}  # a store URL in the arguments holds none
     done = subprocess.run([*MEMCTL, "--store", str(store), *args], input=stdin, capture_output=True,
-                          env={**os.environ, **CHECKOUT_ENV, **(env or {})})
+                          env={**os.environ, **CHECKOUT_ENV, **password, **(env or {})})
     if done.returncode not in (0, 1):
         sys.exit(f"memctl {' '.join(args)} failed:\n{done.stderr.decode()}")
     return done.stdout

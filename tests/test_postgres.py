@@ -387,6 +387,112 @@ def test_a_search_on_postgresql_indexes_the_store_written_since(run, store_dir, 
     assert b"updated the index: 1 added" in done.stderr and postgres_url.encode() not in done.stderr
 
 
+def test_a_search_on_postgresql_judges_its_index_fresh_by_the_settings_as_on_a_folder(run, store_dir, postgres_url,
+                                                                                     monkeypatch):
+    """Whether a search indexes first is judged by the settings that name the model (its name,
+    its precision, the turn before), as a folder's index is: the model's identity, worked out
+    by opening its packages (~30 ms a cold search), only when they differ. One whose identity
+    changed under the same name is rebuilt by the next update; another setting is not fresh."""
+    import psycopg
+
+    from memctl import Memory
+    from memctl.index import postgres
+
+    demo_store(run, store_dir)
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    memory = Memory(postgres_url)
+    try:
+        memory.index()
+        index = postgres.PgIndex(memory.runtime)
+        with monkeypatch.context() as patched:
+            patched.setattr(postgres, "_Model", None)  # not opened: calling it would raise
+            assert index.is_fresh()
+            with psycopg.connect(postgres_url) as database:
+                database.execute("""UPDATE memctl_index SET built = jsonb_set(built, '{model,sha256}', '"another"')""")
+            assert index.is_fresh()
+        update = memory.index()
+        assert update.rebuilt and update.reason.startswith("model changed")
+        assert index.is_fresh()
+        with psycopg.connect(postgres_url) as database:
+            database.execute("UPDATE memctl_index SET built = jsonb_set(built, '{with_previous_turn}', 'false')")
+        assert not index.is_fresh()
+    finally:
+        memory.close()
+
+
+def index_state(url: str) -> tuple:
+    import psycopg
+
+    with psycopg.connect(url) as database:
+        return database.execute("SELECT format, built, written, units, body_tokens, context_tokens, updated_at "
+                                "FROM memctl_index").fetchone()
+
+
+def test_an_index_on_postgresql_that_fails_as_its_rows_go_in_leaves_it_as_it_was(postgres_url, monkeypatch):
+    """The rows of an update or a rebuild go in by one COPY, each sent as it is made (_insert):
+    when the last cannot be made, the ones before it, sent already (hundreds of KB), are not kept:
+    the rows and the state of the index are as they were (a rebuild's dropped table is back), and
+    the next update makes what a rebuild makes."""
+    import orjson
+
+    from memctl import Memory
+    from memctl.index import postgres
+
+    def session(name: str, day: int, last: str = "") -> bytes:
+        return b"".join(orjson.dumps(
+            {"id": f"{name}-{n}", "session": name, "speaker": "Mei", "ts": f"2026-07-{day:02d}T{8 + n // 60:02d}:{n % 60:02d}:00Z",
+             "text": f"note {n} of {name}: the kestrel pipeline moved its nightly batch to shard {n * 7 % 31}"
+                     + (last if n == 149 else "")}) + b"\n" for n in range(150))
+
+    memory = Memory(postgres_url)
+    try:
+        memory.ingest(session("first", 7), fmt="jsonl", keep_noise=True)
+        memory.index()
+        before, state = units_in(postgres_url), index_state(postgres_url)
+        assert len(before) == 150
+        memory.ingest(session("second", 8, " (unmakeable)"), fmt="jsonl", keep_noise=True)
+        made: list[str] = []
+        row = postgres._row
+
+        def failing(unit, *args):
+            if "unmakeable" in unit.text:
+                raise RuntimeError("this row cannot be made")
+            made.append(unit.id)
+            return row(unit, *args)
+
+        monkeypatch.setattr(postgres, "_row", failing)
+        for rebuild, rows_before in ((False, 149), (True, 299)):
+            made.clear()
+            with pytest.raises(RuntimeError, match="cannot be made"):
+                memory.index(rebuild=rebuild)
+            assert len(made) == rows_before
+            assert units_in(postgres_url) == before and index_state(postgres_url) == state
+        monkeypatch.undo()
+        update = memory.index()
+        assert (update.rebuilt, update.added, update.units) == (False, 150, 300)
+        after = units_in(postgres_url)
+        assert all(after[unit_id] == unit for unit_id, unit in before.items())
+        assert memory.index(rebuild=True).units == 300
+        assert {k: v[1:] for k, v in units_in(postgres_url).items()} == {k: v[1:] for k, v in after.items()}
+    finally:
+        memory.close()
+
+
+def test_a_notes_field_a_hand_edit_made_a_number_or_a_list_is_indexed_as_its_text(run, store_dir, postgres_url):
+    """tool, agent, cache_scope and created_at are text (the store's check says so); one a hand edit made
+    a number, true or a list is indexed as MEMORY.md writes it, not refused."""
+    import psycopg
+
+    store_dir.mkdir(parents=True, exist_ok=True)
+    (store_dir / "MEMORY.md").write_text("## Tools\n\n<!-- memory\nid: mem-odd\ntool: 42\nagent: true\n"
+                                         "cache_scope: [1, 2]\ncreated_at: 2026\n-->\nThe deploy script lives in ops/.\n")
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    assert run("index", store=postgres_url).returncode == 0
+    with psycopg.connect(postgres_url) as database:
+        assert database.execute("SELECT tool, agent, cache_scope, ts FROM memctl_units WHERE id = 'mem-odd'"
+                                ).fetchone() == ("42", "true", "[1,2]", "2026")
+
+
 # -- the working folder (store/postgres.py Mirror) ---------------------------------------------------------
 FOLDER_OF = ("import sys, time\n"
              "from memctl import Memory\n"
@@ -674,6 +780,46 @@ def test_a_warm_search_on_postgresql_is_one_snapshot_and_one_count(postgres_url,
         assert begun[-3:] == ["write", "read", "count"]  # written since: indexed, then searched anew
     finally:
         memory.close()
+
+
+def test_a_first_search_on_postgresql_counts_its_words_units_in_two_statements(run, store_dir, postgres_url,
+                                                                                monkeypatch):
+    """A process's first search counts the units holding its words in two statements: the query's
+    words in both fields at once (BM25), then the rare words of the first page's messages at once
+    (the newer-first stage), not one statement a message: each a round trip, and a count on the
+    GIN index. The results are what a search that counts them one by one finds."""
+    import psycopg
+
+    from memctl import Memory
+    from memctl.search.candidates import UnitWords
+
+    demo_store(run, store_dir)
+    assert run("store", "copy", str(store_dir), postgres_url).returncode == 0
+    assert run("index", store=postgres_url).returncode == 0
+    counted: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def counting(self, query, *args, **kwargs):
+        if "@> ARRAY[t]" in str(query):
+            counted.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counting)
+    monkeypatch.setenv("MEMCTL_NOW", NOW["MEMCTL_NOW"])  # both searches at one time: the same scores
+    found = {}
+    for one_by_one in (False, True):
+        if one_by_one:
+            monkeypatch.setattr(UnitWords, "rare_terms_of_each", lambda self, units, most: None)
+        memory = Memory(postgres_url)
+        try:
+            counted.clear()
+            found[one_by_one] = [(r.id, r.score) for r in memory.search("what did we decide for the kestrel database",
+                                                                         mode="bm25", k=10)]
+        finally:
+            memory.close()
+        if not one_by_one:
+            assert len(counted) == 2 and "context_terms" in counted[0]
+    assert len(counted) > 3 and found[False] == found[True] and len(found[False]) > 3
 
 
 # -- access counts, and a read-only database (a replica) ----------------------------------------------

@@ -310,7 +310,7 @@ class Memory:
         from memctl.index.index import Index
 
         if not self.store.is_folder:
-            return written  # a PostgreSQL store's index embeds in its update: no stamp to ask its database for
+            return written  # a PostgreSQL store's index embeds in its update (PgIndex.embed_ahead says why)
         stamp = self.store.written_stamp()
         if stamp != written:
             # A store of its own, by absolute path: the thread outlives the call, whose working

@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import orjson
 
@@ -146,11 +146,18 @@ class PgIndex(Searchable):
                 "format": FORMAT, "units": UNITS}
 
     def is_fresh(self) -> bool:
-        """Whether the index holds what it is made of as the last write of it left it, made by this model."""
+        """Whether the index holds what it is made of as the last write of it left it, made by the
+        model the settings name. Judged, as a folder's index is, by the settings (the model's name,
+        its precision, the turn before): the model's identity, which an update compares (a package
+        upgraded under the same name: rebuilt by the next update), is worked out here only when
+        they differ. Working it out opens the model's packages, 13-24 ms of each cold search at
+        10k messages (bench/README.md "Issue 35: PostgreSQL's build memory and cold search")."""
         with self.store.snapshot() as conn:  # one transaction, not one for exists() and one for the state
             if not self.store.exists():
                 return True
-            return self._state(conn) == (_sources_written(conn), self._built())
+            state = self._state(conn)
+            return state is not None and state[0] == _sources_written(conn) and (
+                _made_as_set(state[1], self.settings.embedding) or state[1] == self._built())
 
     def _state(self, conn) -> tuple[int, dict] | None:
         if not conn.execute("SELECT to_regclass('memctl_index') IS NOT NULL").fetchone()[0]:
@@ -211,7 +218,12 @@ class PgIndex(Searchable):
         return self.update()
 
     def embed_ahead(self, most: int = 0) -> None:
-        """Nothing ahead: a resident server on a PostgreSQL store is not there yet (#35 item 1)."""
+        """Nothing ahead (Memory.embed_ahead does not ask it): the texts the next update embeds are
+        worked out from the database (the files written since: _changed), on a connection and into a
+        working folder that are one thread's (store/postgres.py), so a thread embedding them beside
+        the resident server's next call would need its own of both, and the update would take its
+        vectors only for exactly those texts, as a folder's does (index._embedded_ahead). Until
+        then the update embeds them on its caller's time."""
 
     # -- updating -------------------------------------------------------------------------
     def update(self, *, rebuild: bool = False, progress=None) -> UpdateReport:
@@ -244,29 +256,31 @@ class PgIndex(Searchable):
             embed_digests = [hashlib.sha1(text.encode()).hexdigest() for text in texts]
             donors = {} if start_over else _donors(conn, set(embed_digests))
             wanted, place = _each_once(texts, embed_digests, donors)
-            vectors = {}
-            if wanted:
-                step = (lambda n: progress("embedding", n, len(wanted))) if progress else None
-                made = model.embedder().embed(wanted, progress=step)
-                vectors = {at: made[place[digest]] for at, digest in enumerate(embed_digests) if digest in place}
             report.embedded = len(wanted)
+            made = None
+            if wanted:
+                step = (lambda n: progress("embedding", n, report.embedded)) if progress else None
+                # In one call, as the folder's update makes them (the embedder tokenises a slice at
+                # a time), and before the table is dropped: a rebuild holds its exclusive lock, which
+                # stops every search, only while the rows go in. Kept float32 (3.5 KB a unit at 896
+                # dimensions), each row's vector sent from them as it goes.
+                made = model.embedder().embed(wanted, progress=step)
+            del texts, wanted  # their strings, not needed past here
             if start_over:
-                dimension = (len(next(iter(vectors.values()))) if vectors else model.embedder().dimension)
                 conn.execute("DROP TABLE IF EXISTS memctl_units")
-                _create_units(conn, dimension)
+                _create_units(conn, made.shape[1] if made is not None else model.embedder().dimension)
             for start in range(0, len(change.gone), 1000):
                 conn.execute("DELETE FROM memctl_units WHERE id = ANY(%s)", (change.gone[start:start + 1000],))
             top = conn.execute("SELECT coalesce(max(row) + 1, 0) FROM memctl_units").fetchone()[0]
             with_turn = model.embedding_settings.with_previous_turn
-            rows = []
-            for at, unit in enumerate(change.fresh):
-                vector = vectors[at].tolist() if at in vectors else donors[embed_digests[at]]
-                rows.append(_row(unit, top + at, change.digests[at], embed_digests[at], with_turn, vector))
-            _insert(conn, rows)
+            if change.fresh:
+                _insert(conn, (_row(unit, top + at, change.digests[at], digest, with_turn,
+                                    made[place[digest]] if digest in place else donors[digest])
+                               for at, (unit, digest) in enumerate(zip(change.fresh, embed_digests))))
             counts = conn.execute("SELECT count(*), coalesce(sum(cardinality(body_terms)), 0), "
                                   "coalesce(sum(cardinality(context_terms)), 0) FROM memctl_units").fetchone()
             # made anew, or changed past autovacuum's own threshold (50 rows and a tenth of the table)
-            settle = start_over or len(rows) + len(change.gone) > 50 + 0.1 * counts[0]
+            settle = start_over or len(change.fresh) + len(change.gone) > 50 + 0.1 * counts[0]
             conn.execute("DELETE FROM memctl_index")
             conn.execute("INSERT INTO memctl_index (format, built, written, units, body_tokens, context_tokens, "
                          "updated_at, shared_ids) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
@@ -368,6 +382,19 @@ def _rebuild_reason(state: tuple[int, dict] | None, built: dict) -> str:
     return "" if made_alike else "embedding settings changed"
 
 
+def _made_as_set(built: dict, embedding) -> bool:
+    """Whether an index built as `built` (PgIndex._built) is of this format and these embedding
+    settings: the model's name (its identity's: the setting, or the default's name) and precision
+    (a packaged model's that has none: "package", whatever the setting)."""
+    from memctl.index.embedders import DEFAULT
+
+    model = built.get("model") or {}
+    return (built.get("format") == FORMAT and built.get("units") == UNITS
+            and built.get("with_previous_turn") == embedding.with_previous_turn
+            and model.get("name") == (embedding.model or DEFAULT)
+            and model.get("precision") in (embedding.precision, "package"))
+
+
 def _has_units(conn) -> bool:
     return conn.execute("SELECT to_regclass('memctl_units') IS NOT NULL").fetchone()[0]
 
@@ -381,33 +408,70 @@ def _create_units(conn, dimension: int) -> None:
     conn.execute(_UNITS.format(dimension=int(dimension)))
 
 
-def _donors(conn, digests: set[str]) -> dict[str, list[float]]:
-    """embed digest -> the vector the table holds of that text (read before the update deletes its row:
-    a unit whose place moved keeps its text's vector)."""
+def _donors(conn, digests: set[str]) -> dict:
+    """embed digest -> the vector (float32) the table holds of that text (read before the update
+    deletes its row: a unit whose place moved keeps its text's vector)."""
     found = conn.execute("SELECT DISTINCT ON (embed_digest) embed_digest, embedding FROM memctl_units "
                          "WHERE embed_digest = ANY(%s)", (sorted(digests),), binary=True).fetchall()
-    return dict(zip([digest for digest, _ in found], vectors_of([vector for _, vector in found], 0).tolist()))
+    return dict(zip([digest for digest, _ in found], vectors_of([vector for _, vector in found], 0)))
 
 
-def _row(unit: Unit, row: int, digest: str, embed_digest: str, with_turn: bool, vector: list[float]) -> tuple:
+def _row(unit: Unit, row: int, digest: str, embed_digest: str, with_turn: bool, vector) -> tuple:
+    """A unit's row of memctl_units, in _INSERTED's order. A note's field that the store's check
+    says must be text (created_at, tool, agent, cache_scope) and a hand edit made a number, true or
+    a list goes as it is written in MEMORY.md (JSON): COPY takes a text column's value as text only."""
     meta = _meta(unit)
     body = tokens_of(_bm25_text(unit))
     context = tokens_of(unit.context) if unit.context and with_turn else []
     return (row, unit.id, digest, embed_digest, meta["kind"], meta["record_id"], unit.text, meta["source"],
-            unit.line_start, unit.line_end, meta["section"], meta["session"], unit.speaker, unit.ts, meta["scope"],
-            meta["status"], orjson.dumps(unit.fields).decode(), unit.context_id, meta["ts_epoch"], meta["tool"],
-            meta["agent"], meta["cache_scope"], body, context, field_norm(len(body)), field_norm(len(context)),
-            vector)
+            unit.line_start, unit.line_end, meta["section"], meta["session"], unit.speaker, _text(unit.ts),
+            meta["scope"], meta["status"], orjson.dumps(unit.fields).decode(), unit.context_id, meta["ts_epoch"],
+            _text(meta["tool"]), _text(meta["agent"]), _text(meta["cache_scope"]), body, context,
+            field_norm(len(body)), field_norm(len(context)), vector)
 
 
-def _insert(conn, rows: list[tuple]) -> None:
-    if not rows:
-        return
-    names = ("row, id, digest, embed_digest, kind, record_id, text, source, line_start, line_end, section, session, "
-             "speaker, ts, scope, status, fields, context_id, ts_epoch, tool, agent, cache_scope, body_terms, "
-             "context_terms, body_norm, context_norm")
-    conn.cursor().executemany(f"INSERT INTO memctl_units ({names}, embedding) VALUES "
-                              f"({', '.join(['%s'] * 26)}, %s::float4[]::vector)", rows)
+def _text(value) -> str | None:
+    return value if value is None or isinstance(value, str) else orjson.dumps(value).decode()
+
+
+# memctl_units's columns as _row makes them, and their types
+_INSERTED = (("row", "int8"), ("id", "text"), ("digest", "text"), ("embed_digest", "text"), ("kind", "text"),
+             ("record_id", "text"), ("text", "text"), ("source", "text"), ("line_start", "int4"),
+             ("line_end", "int4"), ("section", "text"), ("session", "text"), ("speaker", "text"), ("ts", "text"),
+             ("scope", "text"), ("status", "text"), ("fields", "text"), ("context_id", "text"),
+             ("ts_epoch", "float8"), ("tool", "text"), ("agent", "text"), ("cache_scope", "text"),
+             ("body_terms", "text[]"), ("context_terms", "text[]"), ("body_norm", "int4"),
+             ("context_norm", "int4"), ("embedding", "vector"))
+
+
+def _insert(conn, rows: Iterable[tuple]) -> None:
+    """Rows into memctl_units by one binary COPY, each sent as it is made: psycopg writes a buffer
+    at a time, so the rows of a build are never all in memory. Made all at once for an
+    executemany, each vector a list of Python floats, they took most of a PostgreSQL build's
+    peak RSS (3.0 GB at 50k messages, the folder's 1.2); a rebuild at 10k peaked at 1,161 MB so,
+    799 this way (bench/README.md "Issue 35: PostgreSQL's build memory and cold search"). The
+    vectors go in pgvector's binary form, straight from float32."""
+    import numpy as np
+    from psycopg.adapt import Dumper
+    from psycopg.pq import Format
+
+    vector_oid = conn.execute("SELECT 'vector'::regtype::oid").fetchone()[0]
+
+    class VectorDumper(Dumper):
+        """pgvector's binary vector (vector_recv): two int16, the dimension and 0, then big-endian float4s."""
+        format = Format.BINARY
+        oid = vector_oid
+
+        def dump(self, vector):
+            return len(vector).to_bytes(2, "big") + b"\0\0" + vector.astype(">f4").tobytes()
+
+    cursor = conn.cursor()
+    cursor.adapters.register_dumper(np.ndarray, VectorDumper)  # this cursor's: the connection's stay as they are
+    with cursor.copy(f"COPY memctl_units ({', '.join(name for name, _ in _INSERTED)}) FROM STDIN (FORMAT BINARY)") \
+            as copy:
+        copy.set_types([vector_oid if kind == "vector" else kind for _, kind in _INSERTED])
+        for row in rows:
+            copy.write_row(row)
 
 
 # -- reading, for a search ---------------------------------------------------------------------
@@ -443,14 +507,16 @@ class PgReader:
 
     def doc_freqs(self, terms, field: str = "body") -> dict[str, int]:
         """How many units hold each term in `field` (counted on its GIN index, kept for this generation)."""
-        wanted = sorted({term for term in terms if (field, term) not in self._frequencies})
+        return self._counted(terms, (field,))[field]
+
+    def _counted(self, terms, fields: tuple[str, ...]) -> dict[str, dict[str, int]]:
+        """doc_freqs of each of `fields` (body, context), counted in one statement."""
+        wanted = sorted({term for term in terms for field in fields if (field, term) not in self._frequencies})
         if wanted and not self.empty:
-            column = "body_terms" if field == "body" else "context_terms"
-            for term, count in self.conn.execute(
-                    f"SELECT t, (SELECT count(*) FROM memctl_units WHERE {column} @> ARRAY[t]) "
-                    "FROM unnest(%s::text[]) AS t", (wanted,)):
-                self._frequencies[(field, term)] = count
-        return {term: self._frequencies.get((field, term), 0) for term in terms}
+            counts = ", ".join(f"(SELECT count(*) FROM memctl_units WHERE {field}_terms @> ARRAY[t])" for field in fields)
+            for term, *found in self.conn.execute(f"SELECT t, {counts} FROM unnest(%s::text[]) AS t", (wanted,)):
+                self._frequencies.update(((field, term), count) for field, count in zip(fields, found))
+        return {field: {term: self._frequencies.get((field, term), 0) for term in terms} for field in fields}
 
     def bm25(self, text: str, filters: Filters, limit: int, ideal_terms: int, context_weight: float):
         """lexical.search's hits (Hits), scored as Tantivy scores them, in SQL."""
@@ -466,7 +532,7 @@ class PgReader:
             return lexical.Hits({}, 0.0)
         documents = self.documents
         letters = sorted({*terms, *(c for pair in pairs for c in pair)})
-        body, context = self.doc_freqs(letters, "body"), self.doc_freqs(letters, "context")
+        body, context = self._counted(letters, ("body", "context")).values()
 
         def idf(found: int) -> float:  # Tantivy's, in float32 as it computes it
             return float(_logf(np.float32(1) + (np.float32(documents - found) + np.float32(0.5))
