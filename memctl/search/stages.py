@@ -593,8 +593,9 @@ class NewerFirst(Stage):
         twins = run.cosines is not None  # restating is read from the vectors
         moved: set[int] = set()
         ranked = None  # the candidates in the order, as arrays (made again after a move)
-        run.words.rare_terms_of_each([found.units[older] for older in top if facts.timed[found.units[older]["row"]]
-                                      and facts.message[found.units[older]["row"]]], most)
+        in_top = [found.units[older] for older in top]
+        dated = {unit["row"] for unit in in_top if facts.timed[unit["row"]] and facts.message[unit["row"]]}
+        run.words.rare_terms_of_each([unit for unit in in_top if unit["row"] in dated], most)
         for older in top:
             unit = found.units[older]
             row = unit["row"]
