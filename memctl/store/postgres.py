@@ -56,7 +56,7 @@ import orjson
 from memctl.errors import StoreError
 from memctl.store import counters, memoryfile
 from memctl.store.sessions import message_scope
-from memctl.store.store import (_DAY_FILE, DAILY_DIR, MEMORY_MD, SESSIONS_DIR, TOPICS_DIR, Store, _make_dirs,
+from memctl.store.store import (DAILY_DIR, MEMORY_MD, SESSIONS_DIR, SOURCE_FOLDERS, TOPICS_DIR, Store, _make_dirs,
                                 _unlink_if_there, _write_all, check_name, mended, open_file)
 
 FORMAT = 4
@@ -65,7 +65,6 @@ NO_SCOPE = "none"  # the scope of a session holding no message (only torn or han
 WRITE_LOCK = 0x6D656D63746C
 PENDING = "pending.jsonl"
 CONFIG = "memctl.toml"
-SESSIONS, DAILY, TOPICS = SESSIONS_DIR, DAILY_DIR, TOPICS_DIR
 STATE = "index_state.json"
 
 SCHEMA = """
@@ -550,9 +549,9 @@ class PostgresStore:
 
     root = property(lambda self: self.working_folder().root)
     memory_md = property(lambda self: self._holding(MEMORY_MD).memory_md)
-    daily_dir = property(lambda self: self._holding(folder=DAILY).daily_dir)
-    sessions_dir = property(lambda self: self._holding(folder=SESSIONS).sessions_dir)
-    topics_dir = property(lambda self: self._holding(folder=TOPICS).topics_dir)
+    daily_dir = property(lambda self: self._holding(folder=DAILY_DIR).daily_dir)
+    sessions_dir = property(lambda self: self._holding(folder=SESSIONS_DIR).sessions_dir)
+    topics_dir = property(lambda self: self._holding(folder=TOPICS_DIR).topics_dir)
     pending_file = property(lambda self: self._holding(PENDING).pending_file)
     state_file = property(lambda self: self._holding(STATE).state_file)
     index_dir = property(lambda self: self.working_folder().index_dir)
@@ -568,7 +567,7 @@ class PostgresStore:
         return path
 
     def daily_logs(self) -> list[Path]:
-        return self._holding(folder=DAILY).daily_logs()
+        return self._holding(folder=DAILY_DIR).daily_logs()
 
     def sessions_with(self, ids: Collection[str]) -> list[Path]:
         """The session files that hold a message of `ids`, found by the messages' ids in the
@@ -614,13 +613,13 @@ class PostgresStore:
             if not conn.execute("SELECT to_regclass('memctl_store') IS NOT NULL").fetchone()[0]:
                 return []
             present = {name for name in _present(conn) if not name.rsplit("/", 1)[-1].startswith(".")}  # as a listing
-        memory = [MEMORY_MD] if MEMORY_MD in present else []
-        sessions = sorted(n for n in present if n.startswith(SESSIONS + "/") and n.endswith(".jsonl")
-                          and n.count("/") == 1)
-        topics = sorted(n for n in present if n.count("/") == 1 and fnmatch.fnmatchcase(n, f"{TOPICS}/t-*.jsonl"))
-        logs = sorted(n for n in present if n.count("/") == 1 and n.startswith(DAILY + "/")
-                      and _DAY_FILE.match(n[len(DAILY) + 1:]))
-        return memory + sessions + topics + logs
+        names = [MEMORY_MD] if MEMORY_MD in present else []
+        for folder, pattern, wanted in SOURCE_FOLDERS:  # as a folder store's listings name them
+            in_folder = (name.split("/")[1] for name in present if name.count("/") == 1
+                         and name.startswith(folder + "/"))
+            names += [f"{folder}/{name}" for name in sorted(in_folder)
+                      if fnmatch.fnmatchcase(name, pattern) and (wanted is None or wanted.match(name))]
+        return names
 
     def source_files(self) -> list[Path]:
         return self.working_folder().source_files()
@@ -745,14 +744,14 @@ def _changed_files(conn, *, since: int, under: str = "") -> dict[str, bytes | No
             changed[MEMORY_MD] = _file_of(conn, MEMORY_MD)
         if pending_at > since:
             changed[PENDING] = _file_of(conn, PENDING)
-    if under in ("", SESSIONS):
+    if under in ("", SESSIONS_DIR):
         lines: dict[str, list[str]] = {}
         for session, line in conn.execute(
                 "SELECT m.session, m.line FROM memctl_messages m JOIN memctl_sessions s ON s.session = m.session "
                 "WHERE s.written > %s ORDER BY m.session, m.seq", (since,)):
             lines.setdefault(session, []).append(line)
         for (session,) in conn.execute("SELECT session FROM memctl_sessions WHERE written > %s", (since,)):
-            changed[f"{SESSIONS}/{session}.jsonl"] = "".join(lines[session]).encode() if session in lines else None
+            changed[f"{SESSIONS_DIR}/{session}.jsonl"] = "".join(lines[session]).encode() if session in lines else None
     for path, data in conn.execute("SELECT path, data FROM memctl_files WHERE written > %s AND starts_with(path, %s)",
                                    (since, under + "/" if under else "")):
         changed[path] = bytes(data)
@@ -762,8 +761,8 @@ def _changed_files(conn, *, since: int, under: str = "") -> dict[str, bytes | No
 def _present(conn, *, under: str = "") -> set[str]:
     """The paths of every file of the truth under `under` ("" all)."""
     present: set[str] = set()
-    if under in ("", SESSIONS):
-        present.update(f"{SESSIONS}/{session}.jsonl" for (session,) in conn.execute(
+    if under in ("", SESSIONS_DIR):
+        present.update(f"{SESSIONS_DIR}/{session}.jsonl" for (session,) in conn.execute(
             "SELECT session FROM memctl_sessions s WHERE EXISTS (SELECT 1 FROM memctl_messages m "
             "WHERE m.session = s.session)"))
     present.update(path for (path,) in conn.execute("SELECT path FROM memctl_files WHERE starts_with(path, %s)",
@@ -782,8 +781,8 @@ def _stale(conn, names: list[str], *, since: int, there) -> list[str]:
     if not names:
         return []
     stamps: dict[str, int] = {}
-    sessions = {name[len(SESSIONS) + 1:-6]: name for name in names
-                if name.startswith(SESSIONS + "/") and name.count("/") == 1 and name.endswith(".jsonl")}
+    sessions = {name[len(SESSIONS_DIR) + 1:-6]: name for name in names
+                if name.startswith(SESSIONS_DIR + "/") and name.count("/") == 1 and name.endswith(".jsonl")}
     if sessions:
         for session, written in conn.execute("SELECT session, written FROM memctl_sessions WHERE session = ANY(%s)",
                                              (sorted(sessions),)):
@@ -799,7 +798,7 @@ def _stale(conn, names: list[str], *, since: int, there) -> list[str]:
 
 def _is_folder(conn, name: str) -> bool:
     """Whether `name` is a folder of the truth: sessions/, or a file kept whole lies under it."""
-    return name in ("", SESSIONS) or conn.execute(
+    return name in ("", SESSIONS_DIR) or conn.execute(
         "SELECT EXISTS (SELECT 1 FROM memctl_files WHERE starts_with(path, %s))", (name + "/",)).fetchone()[0]
 
 
@@ -814,9 +813,9 @@ def _file_of(conn, name: str) -> bytes | None:
         rows = conn.execute("SELECT raw FROM memctl_notes ORDER BY seq").fetchall()
     elif name == PENDING:
         rows = conn.execute("SELECT line FROM memctl_pending ORDER BY seq").fetchall()
-    elif name.startswith(SESSIONS + "/") and name.count("/") == 1 and name.endswith(".jsonl") and len(name) > 15:
+    elif name.startswith(SESSIONS_DIR + "/") and name.count("/") == 1 and name.endswith(".jsonl") and len(name) > 15:
         rows = conn.execute("SELECT line FROM memctl_messages WHERE session = %s ORDER BY seq",
-                            (name[len(SESSIONS) + 1:-6],)).fetchall()
+                            (name[len(SESSIONS_DIR) + 1:-6],)).fetchall()
     else:
         rows = []
     if rows:
@@ -1003,7 +1002,7 @@ class PostgresWrites:
         if name == PENDING:
             return ("pending",)
         parts = name.split("/")
-        if len(parts) == 2 and parts[0] == SESSIONS and parts[1].endswith(".jsonl") and len(parts[1]) > 6:
+        if len(parts) == 2 and parts[0] == SESSIONS_DIR and parts[1].endswith(".jsonl") and len(parts[1]) > 6:
             return ("session", check_name(parts[1][:-6], "session", source=self.store.shown))
         return "files"
 
@@ -1025,7 +1024,7 @@ class PostgresWrites:
         return text
 
     def _insert_lines(self, where, data: bytes, *, start: int) -> None:
-        what = PENDING if where[0] == "pending" else f"{SESSIONS}/{where[1]}.jsonl"
+        what = PENDING if where[0] == "pending" else f"{SESSIONS_DIR}/{where[1]}.jsonl"
         lines = re.findall(r"[^\n]*\n|[^\n]+$", self._text(data, what))
         records = [_record(line) for line in lines]
         if where[0] == "pending":

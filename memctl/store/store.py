@@ -41,6 +41,9 @@ DIR_MODE = 0o700
 FILE_MODE = 0o600
 
 _DAY_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
+# the folders the index is made of (with MEMORY.md), in source_names' order: the files a listing of
+# each names (a pattern, and a name's own rule)
+SOURCE_FOLDERS = ((SESSIONS_DIR, "*.jsonl", None), (TOPICS_DIR, "t-*.jsonl", None), (DAILY_DIR, "*.md", _DAY_FILE))
 _JOURNAL_DIR = ".journal"
 _JOURNAL_FILE = "journal.json"
 _BACKUP_NAME = re.compile(r"^\d+\.bak$")
@@ -315,11 +318,10 @@ class Store(Truth):
         return list(names)
 
     def _source_names(self) -> list[str]:
-        names = [self.relative(self.memory_md)] if self.memory_md.exists() else []
-        for folder, pattern, wanted in ((self.sessions_dir, "*.jsonl", None), (self.topics_dir, "t-*.jsonl", None),
-                                        (self.daily_dir, "*.md", _DAY_FILE)):
-            prefix = self.relative(folder) + "/"
-            names += [prefix + name for name in self._names(folder, pattern) if wanted is None or wanted.match(name)]
+        names = [MEMORY_MD] if self.memory_md.exists() else []
+        for folder, pattern, wanted in SOURCE_FOLDERS:
+            names += [f"{folder}/{name}" for name in self._names(self.path(folder), pattern)
+                      if wanted is None or wanted.match(name)]
         return names
 
     def relative(self, path: Path) -> str:
@@ -762,14 +764,13 @@ class KeptWhileUnchanged:
 # source_names() of the stores a process has listed (a resident server: its one store), by the
 # abspath of the root, kept while the root and its source folders stay as they were.
 _LISTED = KeptWhileUnchanged()
-_SOURCE_FOLDERS = ("sessions", "topics", "memory")
 
 
 def _folder_stamps(root: str) -> tuple | None:
     """(device, inode, mode, change time) of the root and of each folder source_names() lists (None
     for one that is not there); None when one is a link, which the listing refuses every time."""
     stamps = []
-    for at, name in enumerate(("", *_SOURCE_FOLDERS)):
+    for at, name in enumerate(("", *(folder for folder, _, _ in SOURCE_FOLDERS))):
         try:
             info = os.stat(root) if at == 0 else os.lstat(os.path.join(root, name))
         except (FileNotFoundError, NotADirectoryError):
